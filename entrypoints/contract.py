@@ -1,0 +1,181 @@
+"""The container contract: SageMaker's SM_* variables, /opt/ml paths, and our job file.
+
+Stdlib only. The orchestrator imports this module to build requests and to lay out local
+jobs; the entrypoint reads it inside the container. Nothing here imports `orchestrator`.
+
+Our own piece of the contract is the resolved job file, `job.json`, which travels inside
+`sourcedir.tar.gz` next to `launch.py` (hyperparameter values are size-limited, so the spec
+does not travel as a hyperparameter). Its shape, version `JOB_FILE_SCHEMA`:
+
+    {
+      "schema": 1,
+      "job_name": "vit-trn1-1a2b3c4d",
+      "spec_hash": "<sha256 hex of the spec>",
+      "spec": { ...the JobSpec as JSON, field names as in DESIGN.md... },
+      "instance": {"type": "ml.trn1.2xlarge", "family": "trn1", "neuron_cores": 2,
+                   "logical_cores": 2, "lnc": 1, "vcpus": 8},
+      "workers_per_node": 2,
+      "compile_cache": {"uri": "s3://bucket/compile-cache" | "file:///..." | null,
+                        "mode": "tarball" | "off"},
+      "results_uri": "s3://bucket/jobs/results/<job_name>/results.json" | "file:///..." | null,
+      "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
+      "tags": {"team": "vision", "orchestrator:spec-hash": "..."}
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+JOB_FILE = "job.json"
+JOB_FILE_SCHEMA = 1
+PROGRAM = "launch.py"
+
+OPT_ML = "/opt/ml"
+# Paths relative to the /opt/ml root (the local backend roots them elsewhere).
+HYPERPARAMETERS = "input/config/hyperparameters.json"
+RESOURCE_CONFIG = "input/config/resourceconfig.json"
+INPUT_DATA = "input/data"
+MODEL_DIR = "model"
+OUTPUT_DIR = "output"
+OUTPUT_DATA_DIR = "output/data"
+FAILURE_FILE = "output/failure"
+CHECKPOINT_DIR = "checkpoints"
+CODE_DIR = "code"
+
+# Hyperparameters the SageMaker PyTorch training toolkit reads (values JSON-encoded).
+HP_PROGRAM = "sagemaker_program"
+HP_SUBMIT_DIRECTORY = "sagemaker_submit_directory"
+HP_REGION = "sagemaker_region"
+HP_JOB_NAME = "sagemaker_job_name"
+HP_LOG_LEVEL = "sagemaker_container_log_level"
+
+# Variables set by the toolkit, as our entrypoint reads them.
+SM_VARS = (
+    "SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR", "SM_OUTPUT_DIR", "SM_INPUT_DIR", "SM_CHANNELS",
+    "SM_HOSTS", "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_HPS", "SM_NUM_NEURONS",
+    "SM_NUM_CPUS", "SM_NUM_GPUS", "SM_RESOURCE_CONFIG", "SM_TRAINING_ENV",
+    "SM_NETWORK_INTERFACE_NAME", "SM_CHECKPOINT_DIR",
+)
+# Set by us on multi-node trn1n/trn2 (the toolkit sets them only for ml.trn1.32xlarge).
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+# Port torchrun's rendezvous listens on at the first host.
+MASTER_PORT = 29500
+# Overrides where the entrypoint finds the master host (the local backend uses loopback).
+MASTER_ADDR_ENV = "ORCHESTRATOR_MASTER_ADDR"
+# Overrides the checkpoint dir (SageMaker syncs /opt/ml/checkpoints; local jobs use their tree).
+CHECKPOINT_DIR_ENV = "SM_CHECKPOINT_DIR"
+
+
+def channel_env(name: str) -> str:
+    return f"SM_CHANNEL_{name.upper()}"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What the container told this host, read once from the environment."""
+
+    hosts: tuple[str, ...]
+    current_host: str
+    instance_type: str
+    model_dir: Path
+    output_dir: Path
+    output_data_dir: Path
+    input_dir: Path
+    checkpoint_dir: Path
+    channels: Mapping[str, Path] = field(default_factory=dict)
+    hyperparameters: Mapping[str, object] = field(default_factory=dict)
+    num_neurons: int = 0
+    num_cpus: int = 0
+    master_addr: str = ""
+
+    @property
+    def node_rank(self) -> int:
+        return self.hosts.index(self.current_host)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def failure_file(self) -> Path:
+        return self.output_dir / "failure"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Contract:
+        """Read the SM_* variables (defaults: a single-host container under /opt/ml)."""
+        env = os.environ if env is None else env
+        root = Path(OPT_ML)
+        hosts = tuple(json.loads(env.get("SM_HOSTS", '["algo-1"]')))
+        current = env.get("SM_CURRENT_HOST", hosts[0])
+        if current not in hosts:
+            raise ValueError(f"SM_CURRENT_HOST {current!r} is not in SM_HOSTS {list(hosts)}")
+        channel_names = json.loads(env.get("SM_CHANNELS", "[]"))
+        channels = {
+            name: Path(env.get(channel_env(name), str(root / INPUT_DATA / name))) for name in channel_names
+        }
+        return cls(
+            hosts=hosts,
+            current_host=current,
+            instance_type=env.get("SM_CURRENT_INSTANCE_TYPE", ""),
+            model_dir=Path(env.get("SM_MODEL_DIR", str(root / MODEL_DIR))),
+            output_dir=Path(env.get("SM_OUTPUT_DIR", str(root / OUTPUT_DIR))),
+            output_data_dir=Path(env.get("SM_OUTPUT_DATA_DIR", str(root / OUTPUT_DATA_DIR))),
+            input_dir=Path(env.get("SM_INPUT_DIR", str(root / "input"))),
+            checkpoint_dir=Path(env.get(CHECKPOINT_DIR_ENV, str(root / CHECKPOINT_DIR))),
+            channels=channels,
+            hyperparameters=json.loads(env.get("SM_HPS", "{}")),
+            num_neurons=int(env.get("SM_NUM_NEURONS", "0") or 0),
+            num_cpus=int(env.get("SM_NUM_CPUS", str(os.cpu_count() or 1)) or 1),
+            master_addr=env.get(MASTER_ADDR_ENV, hosts[0]),
+        )
+
+
+def sm_environment(root: Path, hosts: list[str], current_host: str, instance_type: str,
+                   hyperparameters: Mapping[str, object], channels: list[str],
+                   num_neurons: int = 0, num_cpus: int | None = None) -> dict[str, str]:
+    """The SM_* variables a SageMaker container would set, rooted at `root` instead of /opt/ml.
+
+    The local backend uses this to run `launch.py` as the container would.
+    """
+    resource = {"current_host": current_host, "hosts": hosts, "network_interface_name": "lo",
+                "current_instance_type": instance_type}
+    env = {
+        "SM_MODEL_DIR": str(root / MODEL_DIR),
+        "SM_OUTPUT_DIR": str(root / OUTPUT_DIR),
+        "SM_OUTPUT_DATA_DIR": str(root / OUTPUT_DATA_DIR),
+        "SM_INPUT_DIR": str(root / "input"),
+        "SM_CHECKPOINT_DIR": str(root / CHECKPOINT_DIR),
+        "SM_HOSTS": json.dumps(hosts),
+        "SM_CURRENT_HOST": current_host,
+        "SM_CURRENT_INSTANCE_TYPE": instance_type,
+        "SM_HPS": json.dumps(dict(hyperparameters)),
+        "SM_CHANNELS": json.dumps(sorted(channels)),
+        "SM_NUM_NEURONS": str(num_neurons),
+        "SM_NUM_CPUS": str(num_cpus if num_cpus is not None else (os.cpu_count() or 1)),
+        "SM_NUM_GPUS": "0",
+        "SM_RESOURCE_CONFIG": json.dumps(resource),
+        "SM_NETWORK_INTERFACE_NAME": "lo",
+    }
+    for name in channels:
+        env[channel_env(name)] = str(root / INPUT_DATA / name)
+    for key, value in hyperparameters.items():
+        env[f"SM_HP_{key.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    env["SM_TRAINING_ENV"] = json.dumps({"hosts": hosts, "current_host": current_host,
+                                         "hyperparameters": dict(hyperparameters)})
+    return env
+
+
+def load_job(path: Path) -> dict:
+    """Read and sanity-check the resolved job file (see the module docstring)."""
+    job = json.loads(path.read_text())
+    if job.get("schema") != JOB_FILE_SCHEMA:
+        raise ValueError(f"{path}: job file schema {job.get('schema')!r}, expected {JOB_FILE_SCHEMA}")
+    for key in ("job_name", "spec_hash", "spec", "instance", "workers_per_node", "compile_cache"):
+        if key not in job:
+            raise ValueError(f"{path}: job file has no {key!r}")
+    return job

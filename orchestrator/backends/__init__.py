@@ -1,0 +1,75 @@
+"""Backends run jobs: `sagemaker` (boto3) and `local` (this machine). Chosen by name.
+
+Every backend implements `Backend`. Clients (boto3) are given to the constructor, so tests
+inject at the same point the CLI does. Status names are ours (`STATUSES`); each backend
+keeps one table that maps its own states onto them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Our job statuses, in the order a job moves through them.
+STATUSES = ("pending", "starting", "running", "stopping", "completed", "failed", "stopped")
+TERMINAL_STATUSES = frozenset({"completed", "failed", "stopped"})
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What a backend knows of one job, in our words."""
+
+    job_name: str
+    status: str  # one of STATUSES
+    secondary: str | None = None  # the backend's finer-grained state, e.g. "Downloading"
+    failure_reason: str | None = None
+    billable_seconds: int | None = None
+    training_seconds: int | None = None
+    instance_type: str | None = None
+    instance_count: int | None = None
+    spot: bool = False
+    created: float | None = None  # epoch seconds
+    started: float | None = None
+    ended: float | None = None
+    output_uri: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def spot_savings(self) -> float | None:
+        """Fraction saved by managed spot (1 - billable / training), when known."""
+        if not self.spot or not self.training_seconds or self.billable_seconds is None:
+            return None
+        return max(0.0, 1.0 - self.billable_seconds / self.training_seconds)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The outcome of a submit: the job's name, and whether this call created it (False when
+    an earlier, interrupted submit had created it already and the call reconciled it)."""
+
+    job_name: str
+    created: bool
+    arn: str | None = None
+
+
+class Backend(Protocol):
+    name: str
+
+    def submit(self, spec, request: dict) -> Submitted:
+        """Create the job described by `request` (from request.build) for `spec`.
+
+        Writes the ledger intent first, then acts; reconciles an earlier interrupted submit
+        of the same job name instead of creating a second job.
+        """
+
+    def status(self, job_name: str) -> JobStatus: ...
+
+    def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """Log lines of every host of the job, in time order; with follow, until it ends."""
+
+    def stop(self, job_name: str) -> None: ...

@@ -1,0 +1,184 @@
+"""Instance, image and price facts, read from the data files beside this module.
+
+Every fact comes with the source and date it was taken from. The set of instance types that
+SageMaker training accepts is read from the installed botocore's service model
+(`TrainingInstanceType`), not copied, so the check follows botocore when AWS adds a type.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from orchestrator.errors import InputError
+
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class Instance:
+    type: str
+    family: str
+    accelerator: str
+    chips: int
+    neuron_cores: int
+    core_version: str
+    device_memory_gib: int
+    vcpus: int
+    host_memory_gib: int
+    efa_gbps: int
+    multi_node: bool
+    lnc_default: int
+    lnc_allowed: tuple[int, ...]
+    source: str
+    as_of: str
+
+    def logical_cores(self, lnc: int | None = None) -> int:
+        """Worker processes per host: one per logical NeuronCore at the given LNC."""
+        return self.neuron_cores // (lnc or self.lnc_default)
+
+
+@dataclass(frozen=True)
+class Image:
+    neuron_sdk: str
+    tag: str
+    torch: str
+    torch_neuronx: str
+    neuronx_cc: str
+    python: str
+
+    def uri(self, region: str) -> str:
+        data = _images()
+        host = data["registry_host"].format(account=data["registry_account"], region=region)
+        return f"{host}/{data['repository']}:{self.tag}"
+
+
+@dataclass(frozen=True)
+class Price:
+    type: str
+    region: str
+    usd_per_hour: float
+    source: str
+    as_of: str
+    kind: str
+
+    def describe(self) -> str:
+        return f"{self.usd_per_hour:.4f} USD/h ({self.source}, {self.as_of})"
+
+
+@cache
+def _load(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def _images() -> dict:
+    return _load("images.json")
+
+
+@cache
+def instances() -> dict[str, Instance]:
+    data = _load("instances.json")
+    out = {}
+    for row in data["instances"]:
+        out[row["type"]] = Instance(
+            type=row["type"],
+            family=row["family"],
+            accelerator=row["accelerator"],
+            chips=row["chips"],
+            neuron_cores=row["neuron_cores"],
+            core_version=row["core_version"],
+            device_memory_gib=row["device_memory_gib"],
+            vcpus=row["vcpus"],
+            host_memory_gib=row["host_memory_gib"],
+            efa_gbps=row["efa_gbps"],
+            multi_node=row["multi_node"],
+            lnc_default=row["lnc"]["default"],
+            lnc_allowed=tuple(row["lnc"]["allowed"]),
+            source=data["source"],
+            as_of=data["as_of"],
+        )
+    return out
+
+
+def instance(type_: str) -> Instance | None:
+    return instances().get(type_)
+
+
+@cache
+def training_instance_types() -> frozenset[str]:
+    """Instance types SageMaker training accepts, from botocore's sagemaker service model."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return frozenset(model.shape_for("TrainingInstanceType").enum)
+
+
+def images() -> dict[str, Image]:
+    return {row["neuron_sdk"]: Image(**row) for row in _images()["images"]}
+
+
+def default_sdk() -> str:
+    return _images()["default_training_sdk"]
+
+
+def last_xla_training_sdk() -> str:
+    return _images()["last_xla_training_sdk"]
+
+
+def image_regions() -> tuple[str, ...]:
+    return tuple(_images()["regions"])
+
+
+def image_source() -> tuple[str, str]:
+    data = _images()
+    return data["source"], data["as_of"]
+
+
+def image(neuron_sdk: str | None) -> Image:
+    """The training image for a Neuron SDK version (None: the default). InputError if unknown."""
+    version = neuron_sdk or default_sdk()
+    found = images().get(version)
+    if found is None:
+        known = ", ".join(sorted(images(), key=version_key))
+        raise InputError(f"no PyTorch Neuron training image for Neuron SDK {version}",
+                         hint=f"known versions: {known}; or pin one with image.uri")
+    return found
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))
+
+
+def _price_rows() -> list[dict]:
+    override = _override_prices_path()
+    if override is not None and override.exists():
+        return json.loads(override.read_text())["prices"]
+    return _load("prices.json")["prices"]
+
+
+def _override_prices_path() -> Path | None:
+    """A refreshed price file in ORCHESTRATOR_HOME takes precedence over the shipped one."""
+    import os
+
+    home = os.environ.get("ORCHESTRATOR_HOME")
+    base = Path(home) if home else Path.home() / ".orchestrator"
+    return base / "prices.json"
+
+
+def price(type_: str, region: str) -> Price | None:
+    """The hourly price of an instance type in a region, with its source; None if unknown.
+
+    A price for the exact region wins; failing that, the us-east-1 price is returned with its
+    source saying so, since relative comparisons are what the tool mostly needs.
+    """
+    rows = _price_rows()
+    for row in rows:
+        if row["type"] == type_ and row["region"] == region:
+            return Price(**row)
+    for row in rows:
+        if row["type"] == type_ and row["region"] == "us-east-1":
+            fields = dict(row, region=region, source=f"{row['source']}; us-east-1 price used for {region}")
+            return Price(**fields)
+    return None

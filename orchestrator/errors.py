@@ -1,0 +1,69 @@
+"""The errors the orchestrator raises. Only `cli.py` prints them.
+
+Every error carries what went wrong, where (when known) and how to fix it. `exit_code`
+follows the house style: 2 for bad input, 1 for a backend or job failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One located problem in an input file.
+
+    `path` is the dotted field path ("training.batch_size"), empty for the document itself.
+    `line` and `column` are 1-based; 0 when the location is unknown.
+    """
+
+    file: str
+    line: int
+    column: int
+    path: str
+    message: str
+
+    def render(self) -> str:
+        where = self.file
+        if self.line:
+            where += f":{self.line}:{self.column}"
+        field = f" {self.path}:" if self.path else ""
+        return f"{where}:{field} {self.message}"
+
+
+class OrchestratorError(Exception):
+    """Base of our errors: a message, an optional hint, an exit code."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class InputError(OrchestratorError):
+    """Bad input from the user (spec, flag, file): exit 2."""
+
+    exit_code = 2
+
+
+class SpecError(InputError):
+    """A spec that does not load or validate; holds every problem found, each located."""
+
+    def __init__(self, problems: list[Problem], hint: str | None = None):
+        self.problems = list(problems)
+        lines = [p.render() for p in self.problems]
+        super().__init__("\n".join(lines) if lines else "invalid spec", hint)
+
+
+class BackendError(OrchestratorError):
+    """The backend (SageMaker, S3, the local runner) refused or failed: exit 1."""
+
+    exit_code = 1
+
+
+class JobFailed(OrchestratorError):
+    """A job ended in Failed or Stopped while we waited for it: exit 1."""
+
+    exit_code = 1

@@ -1,0 +1,186 @@
+"""The local ledger: what was planned and submitted, crash-safe, shared by CLI processes.
+
+SQLite in WAL mode under `ORCHESTRATOR_HOME/ledger.sqlite3`. Every change is one short
+`BEGIN IMMEDIATE` transaction, so two CLI processes (a sweep runner and a `status`, two
+sweep runners) can use it at once; readers never block the writer.
+
+Rows are keyed by job name. The protocol for anything that creates a cloud resource is
+"intent first": write the row in state `submitting` (with the exact request), then call the
+cloud, then move the row to `submitted`. A process killed in between leaves `submitting`
+behind, and the next run reconciles it by asking the backend whether the job exists, never
+by creating a second one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+STATES = ("planned", "submitting", "submitted", "running", "completed", "failed", "stopped")
+TERMINAL = frozenset({"completed", "failed", "stopped"})
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_name   TEXT PRIMARY KEY,
+    backend    TEXT NOT NULL,
+    region     TEXT NOT NULL,
+    spec_hash  TEXT NOT NULL,
+    state      TEXT NOT NULL,
+    request    TEXT NOT NULL,
+    sweep_id   TEXT,
+    trial_id   TEXT,
+    attempt    INTEGER NOT NULL DEFAULT 0,
+    detail     TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep_id, trial_id);
+CREATE TABLE IF NOT EXISTS kv (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+def home() -> Path:
+    """ORCHESTRATOR_HOME, default ~/.orchestrator (created on first use)."""
+    raw = os.environ.get("ORCHESTRATOR_HOME")
+    path = Path(raw).expanduser() if raw else Path.home() / ".orchestrator"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class Entry:
+    job_name: str
+    backend: str
+    region: str
+    spec_hash: str
+    state: str
+    request: dict
+    sweep_id: str | None
+    trial_id: str | None
+    attempt: int
+    detail: str | None
+    created_at: float
+    updated_at: float
+
+
+class Ledger:
+    """A handle on the ledger database. Cheap to create; one per process is plenty."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else home() / "ledger.sqlite3"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        with self._tx():
+            for statement in _SCHEMA.strip().split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+
+    def record_intent(self, job_name: str, *, backend: str, region: str, spec_hash: str, request: dict,
+                      state: str = "submitting", sweep_id: str | None = None, trial_id: str | None = None,
+                      attempt: int = 0) -> Entry:
+        """Write the row before acting. If the row exists already, it is returned unchanged
+        (the caller reconciles it), so a retried intent never forgets an earlier one."""
+        _check_state(state)
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO jobs (job_name, backend, region, spec_hash, state, request, sweep_id,"
+                " trial_id, attempt, detail, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (job_name, backend, region, spec_hash, state, json.dumps(request, sort_keys=True, default=str),
+                 sweep_id, trial_id, attempt, None, now, now),
+            )
+        entry = self.get(job_name)
+        assert entry is not None  # inserted or present: an internal invariant, not user input
+        return entry
+
+    def transition(self, job_name: str, state: str, *, detail: str | None = None,
+                   expect: tuple[str, ...] | None = None) -> bool:
+        """Move a row to `state`. With `expect`, only if its current state is one of those;
+        returns whether the row changed."""
+        _check_state(state)
+        with self._tx() as db:
+            if expect:
+                marks = ",".join("?" * len(expect))
+                cur = db.execute(
+                    f"UPDATE jobs SET state=?, detail=COALESCE(?, detail), updated_at=? "
+                    f"WHERE job_name=? AND state IN ({marks})",
+                    (state, detail, time.time(), job_name, *expect),
+                )
+            else:
+                cur = db.execute(
+                    "UPDATE jobs SET state=?, detail=COALESCE(?, detail), updated_at=? WHERE job_name=?",
+                    (state, detail, time.time(), job_name),
+                )
+            return cur.rowcount > 0
+
+    def get(self, job_name: str) -> Entry | None:
+        row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
+        return _entry(row) if row else None
+
+    def entries(self, *, sweep_id: str | None = None, states: tuple[str, ...] | None = None,
+                backend: str | None = None) -> list[Entry]:
+        """Rows, oldest first, filtered by sweep, states and backend."""
+        where, args = [], []
+        if sweep_id is not None:
+            where.append("sweep_id=?")
+            args.append(sweep_id)
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if backend is not None:
+            where.append("backend=?")
+            args.append(backend)
+        sql = f"SELECT {_COLUMNS} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at, job_name"
+        return [_entry(r) for r in self._db.execute(sql, args).fetchall()]
+
+    def put_value(self, key: str, value: object) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                       (key, json.dumps(value, sort_keys=True)))
+
+    def get_value(self, key: str, default: object = None) -> object:
+        row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+
+_COLUMNS = ("job_name, backend, region, spec_hash, state, request, sweep_id, trial_id, attempt, detail,"
+            " created_at, updated_at")
+
+
+def _entry(row: tuple) -> Entry:
+    return Entry(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7], row[8], row[9],
+                 row[10], row[11])
+
+
+def _check_state(state: str) -> None:
+    if state not in STATES:
+        raise ValueError(f"unknown ledger state {state!r}")

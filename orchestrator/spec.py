@@ -1,0 +1,504 @@
+"""Job specs: strict, frozen pydantic models and YAML loading with located errors.
+
+Contract:
+- `load(path)` returns a frozen `JobSpec` or raises `SpecError` whose problems each carry the
+  file, 1-based line and column, the dotted field path and the reason (with "did you mean"
+  for unknown keys). It never raises anything else for any input text.
+- `loads(text, filename)` is the same on a string.
+- The models do no I/O and read no clock. The one piece of I/O besides reading the file is
+  the optional `infra:` key, which names an outputs file written by `orchestrator infra
+  outputs --write`; the loader fills `role_arn`, `compile_cache.uri` and `output.uri` from it
+  where the spec leaves them out.
+- `spec_hash(spec)` is the sha256 of the spec's canonical JSON: the identity of a job.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from orchestrator.errors import Problem, SpecError
+
+# SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
+MAX_NAME = 54
+NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
+URI_PATTERN = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file://.+)$"
+# Spec files are small; this bounds what anchors and aliases may expand to.
+MAX_EXPANDED_NODES = 20_000
+MAX_SPEC_BYTES = 1_000_000
+
+
+def _cross(field_path: str, message: str) -> PydanticCustomError:
+    """A cross-field error that the loader locates at `field_path` below the model."""
+    return PydanticCustomError("cross_field", "{message}", {"field": field_path, "message": message})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class InstanceSpec(_Strict):
+    type: str = Field(
+        "ml.trn1.2xlarge",
+        pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$",
+        description="SageMaker training instance type, e.g. ml.trn1.2xlarge, ml.trn1.32xlarge, "
+        "ml.trn1n.32xlarge, ml.trn2.48xlarge.",
+    )
+    count: int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
+    spot: bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
+    max_wait_minutes: int | None = Field(
+        None,
+        ge=1,
+        le=40320,
+        description="Managed spot: the longest the job may wait plus run, in minutes; "
+        "at least max_run_minutes.",
+    )
+    volume_gb: int = Field(100, ge=1, le=16384, description="EBS volume per instance, GB.")
+    lnc: Literal[1, 2] | None = Field(
+        None,
+        description="Logical NeuronCore config: 2 groups two physical cores (trn2 default), "
+        "1 exposes each core. trn1 supports only 1.",
+    )
+
+
+class ImageSpec(_Strict):
+    neuron_sdk: str | None = Field(
+        None,
+        pattern=r"^\d+\.\d+\.\d+$",
+        description="Neuron SDK version of the PyTorch Neuron training image, resolved from the "
+        "catalog (default: the catalog's latest training image).",
+    )
+    uri: str | None = Field(None, min_length=1, description="Pin an exact image URI instead.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ImageSpec:
+        if self.neuron_sdk is not None and self.uri is not None:
+            raise _cross("uri", "give either neuron_sdk or uri, not both")
+        return self
+
+
+class ModelSpec(_Strict):
+    arch: str = Field(
+        "vit_base_patch16_224",
+        pattern=r"^vit_[a-z0-9_]+$",
+        description="timm ViT architecture name.",
+    )
+    patch_embed: Literal["linear", "conv"] = Field(
+        "linear",
+        description="linear: a conv-free patch embedding (reshape + matmul), the same function "
+        "as timm's conv one; conv: timm's Conv2d.",
+    )
+    image_size: int = Field(224, ge=8, le=1024, description="Input image side, pixels.")
+    num_classes: int = Field(1000, ge=1, le=100000, description="Classifier outputs.")
+    patch_size: int | None = Field(
+        None, ge=1, le=64, description="Override the arch's patch size (default: from the arch name)."
+    )
+    depth: int | None = Field(None, ge=1, le=64, description="Override the number of blocks.")
+    embed_dim: int | None = Field(None, ge=8, le=8192, description="Override the embedding width.")
+    num_heads: int | None = Field(None, ge=1, le=128, description="Override the attention heads.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelSpec:
+        if self.embed_dim is not None and self.num_heads is not None and self.embed_dim % self.num_heads:
+            raise _cross("num_heads", f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class OptimizerSpec(_Strict):
+    name: Literal["adam", "adamw", "sgd"] = Field("adamw", description="Optimizer.")
+    lr: float = Field(1e-4, gt=0, le=10, description="Learning rate.")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="Weight decay.")
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (sgd only).")
+
+
+class TrainingSpec(_Strict):
+    runtime: Literal["xla", "native"] = Field(
+        "xla",
+        description="xla: torch-xla, the Neuron path; native: eager PyTorch (CPU/CUDA, DDP), "
+        "optionally torch.compile.",
+    )
+    compile: bool = Field(False, description="native only: wrap the model in torch.compile.")
+    steps: int = Field(500, ge=1, le=10_000_000, description="Optimizer steps per worker.")
+    warmup_steps: int = Field(10, ge=0, description="First steps excluded from step-time statistics.")
+    batch_size: int = Field(32, ge=1, le=65536, description="Samples per worker per step.")
+    precision: Literal["bf16", "fp32", "fp16"] = Field(
+        "bf16", description="bf16 (autocast), fp32; fp16 is refused on Neuron by the doctor."
+    )
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
+    checkpoint_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
+    log_every: int = Field(10, ge=1, description="Log a metrics line every N steps.")
+    workers_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Worker processes per host (default: the instance's logical NeuronCores; "
+        "locally: 1).",
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> TrainingSpec:
+        if self.compile and self.runtime != "native":
+            raise _cross("compile", "compile: true needs runtime: native (xla always compiles)")
+        if self.warmup_steps >= self.steps:
+            raise _cross("warmup_steps", f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+        return self
+
+
+class DataSpec(_Strict):
+    source: str = Field(
+        "synthetic",
+        pattern=r"^(synthetic|s3://.+|file://.+)$",
+        description="synthetic, or an s3:// (or file://) prefix holding an ImageFolder tree.",
+    )
+    num_workers: int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
+
+
+class CompileCacheSpec(_Strict):
+    uri: str | None = Field(
+        None,
+        pattern=URI_PATTERN,
+        description="Where compile caches live (s3:// or file://); local jobs default to the "
+        "local store.",
+    )
+    mode: Literal["tarball", "off"] = Field("tarball", description="tarball: pull before, push after; off.")
+
+
+class OutputSpec(_Strict):
+    uri: str | None = Field(
+        None,
+        pattern=URI_PATTERN,
+        description="Job outputs and results prefix (s3:// or file://); local jobs default to "
+        "the local store.",
+    )
+
+
+class BudgetSpec(_Strict):
+    max_cost_usd: float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
+
+
+class JobSpec(_Strict):
+    name: str = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=NAME_PATTERN,
+        description=f"Job name prefix: letters, digits and single dashes, at most {MAX_NAME} characters.",
+    )
+    backend: Literal["sagemaker", "local"] = Field("sagemaker", description="sagemaker or local.")
+    region: str = Field("us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$", description="AWS region.")
+    role_arn: str | None = Field(
+        None,
+        max_length=2048,
+        pattern=r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$",
+        description="SageMaker execution role (sagemaker backend).",
+    )
+    infra: str | None = Field(
+        None,
+        description="Path (relative to this spec) of an outputs file from `orchestrator infra "
+        "outputs --write`; fills role_arn and the URIs the spec leaves out.",
+    )
+    instance: InstanceSpec = Field(default_factory=InstanceSpec, description="Compute.")
+    image: ImageSpec = Field(default_factory=ImageSpec, description="Training image.")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The ViT.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The loop.")
+    data: DataSpec = Field(default_factory=DataSpec, description="Input data.")
+    compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec, description="Compile cache.")
+    output: OutputSpec = Field(default_factory=OutputSpec, description="Outputs.")
+    max_run_minutes: int = Field(120, ge=1, le=40320, description="Stopping condition, minutes.")
+    max_retry_attempts: int = Field(
+        0, ge=0, le=30, description="SageMaker RetryStrategy: retries on internal errors; 0 = off."
+    )
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guard.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags on the job (at most 40).")
+    environment: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the training container."
+    )
+
+    _source: SourceMap | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> JobSpec:
+        if self.backend == "sagemaker":
+            if self.role_arn is None:
+                raise _cross("role_arn", "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)")
+            if self.output.uri is None or not self.output.uri.startswith("s3://"):
+                raise _cross("output.uri", "the sagemaker backend needs an s3:// output.uri")
+            if self.compile_cache.mode == "tarball" and (
+                self.compile_cache.uri is None or not self.compile_cache.uri.startswith("s3://")
+            ):
+                raise _cross("compile_cache.uri", "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off")
+            if self.data.source.startswith("file://"):
+                raise _cross("data.source", "a sagemaker job cannot read file:// data; use s3://")
+        if len(self.tags) > 40:
+            raise _cross("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)")
+        for key, value in self.tags.items():
+            if key.lower().startswith(("aws:", "orchestrator:")) or not 1 <= len(key) <= 128 or len(value) > 256:
+                raise _cross("tags", f"tag {key!r}: keys are 1-128 characters, values at most 256, "
+                             "and the prefixes aws: and orchestrator: are reserved")
+        for key in self.environment:
+            if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+                raise _cross("environment", f"{key!r} is not a valid environment variable name")
+        return self
+
+    def locate(self, dotted: str) -> tuple[str, int, int]:
+        """(file, line, column) of a dotted field path in the YAML it came from, or of its
+        nearest present ancestor; ("", 0, 0) for a spec not loaded from YAML."""
+        if self._source is None:
+            return ("", 0, 0)
+        line, col = self._source.find(_split(dotted))
+        return (self._source.file, line, col)
+
+
+@dataclass
+class SourceMap:
+    """Where each value of a YAML document sits: path tuple -> (line, column), 1-based."""
+
+    file: str
+    values: dict[tuple, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[tuple, tuple[int, int]] = field(default_factory=dict)
+
+    def find(self, path: tuple, prefer_key: bool = False) -> tuple[int, int]:
+        path = tuple(str(p) for p in path)
+        while True:
+            if prefer_key and path in self.keys:
+                return self.keys[path]
+            if path in self.values:
+                return self.values[path]
+            if not path:
+                return (1, 1)
+            path = path[:-1]
+
+
+def _split(dotted: str) -> tuple:
+    return tuple(p for p in dotted.split(".") if p)
+
+
+def spec_hash(spec: BaseModel) -> str:
+    """sha256 hex of the spec's canonical JSON (sorted keys, no whitespace)."""
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# --- YAML loading -----------------------------------------------------------------------
+
+
+def read_yaml(text: str, filename: str) -> tuple[Any, SourceMap]:
+    """Parse one YAML document into plain data plus its source map.
+
+    Raises SpecError (never anything else) for syntax errors, duplicate keys, more than one
+    document, recursive or explosive aliases, and nesting too deep to parse.
+    """
+    smap = SourceMap(filename)
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        raise SpecError([Problem(filename, 0, 0, "", f"file is larger than {MAX_SPEC_BYTES} bytes")])
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise SpecError([Problem(filename, 1, 1, "", "the file is empty; expected a mapping of fields")])
+            _walk(node, (), smap, filename, set(), [0])
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except SpecError:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        raise SpecError([Problem(filename, line, col, "", f"YAML syntax: {reason}")]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([Problem(filename, 0, 0, "", f"YAML: {exc}")]) from None
+    except RecursionError:
+        raise SpecError([Problem(filename, 0, 0, "", "the document is nested too deeply")]) from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # The safe constructor can still fail on odd scalars (e.g. out-of-range timestamps).
+        raise SpecError([Problem(filename, 0, 0, "", f"YAML value: {exc}")]) from None
+    return data, smap
+
+
+def _walk(node: yaml.Node, path: tuple, smap: SourceMap, filename: str, active: set, count: list) -> None:
+    count[0] += 1
+    if count[0] > MAX_EXPANDED_NODES:
+        raise SpecError([Problem(filename, node.start_mark.line + 1, node.start_mark.column + 1, _dotted(path),
+                                 f"the document expands to more than {MAX_EXPANDED_NODES} values (aliases?)")])
+    if id(node) in active:
+        raise SpecError([Problem(filename, node.start_mark.line + 1, node.start_mark.column + 1, _dotted(path),
+                                 "recursive alias: a value contains itself")])
+    smap.values.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+    if isinstance(node, yaml.MappingNode):
+        active.add(id(node))
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else f"<{key_node.id}>"
+            kmark = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in seen and key != "<<":
+                raise SpecError([Problem(filename, *kmark, _dotted(path + (key,)),
+                                         f"duplicate key {key!r} (first on line {seen[key]})")])
+            seen[key] = kmark[0]
+            smap.keys.setdefault(path + (key,), kmark)
+            _walk(value_node, path + (key,), smap, filename, active, count)
+        active.discard(id(node))
+    elif isinstance(node, yaml.SequenceNode):
+        active.add(id(node))
+        for i, item in enumerate(node.value):
+            _walk(item, path + (str(i),), smap, filename, active, count)
+        active.discard(id(node))
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str] | None:
+    """Field names of the sub-model that `loc` points into, for "did you mean"."""
+    current: Any = model
+    for part in loc:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        info = current.model_fields.get(str(part))
+        if info is None:
+            return None
+        current = info.annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return None
+
+
+def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap) -> list[Problem]:
+    """Turn pydantic's errors into located problems with readable reasons."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(str(p) for p in err["loc"])
+        kind = err["type"]
+        message = err["msg"]
+        prefer_key = False
+        if kind == "cross_field":
+            loc = loc + _split(err["ctx"]["field"])
+            message = err["ctx"]["message"]
+        elif kind == "extra_forbidden":
+            prefer_key = True
+            known = _fields_at(model, loc[:-1]) or []
+            close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+            message = f"unknown field {loc[-1]!r}"
+            message += f"; did you mean {close[0]!r}?" if close else (
+                f"; expected one of: {', '.join(known)}" if known else "")
+        elif kind == "missing":
+            message = "required field is missing"
+        elif kind == "model_type" or kind == "dict_type":
+            message = f"expected a mapping, got {type(err.get('input')).__name__}"
+        line, col = smap.find(loc, prefer_key=prefer_key)
+        problems.append(Problem(smap.file, line, col, _dotted(loc), message))
+    return problems
+
+
+def validate(model: type[BaseModel], data: Any, smap: SourceMap) -> BaseModel:
+    """Validate plain data against `model`, raising SpecError with located problems."""
+    if not isinstance(data, Mapping):
+        raise SpecError([Problem(smap.file, 1, 1, "", f"expected a mapping of fields, got {type(data).__name__}")])
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SpecError(problems_from(exc, model, smap)) from None
+    except RecursionError:
+        raise SpecError([Problem(smap.file, 0, 0, "", "the document is nested too deeply")]) from None
+
+
+INFRA_FIELDS = {
+    "role_arn": ("role_arn",),
+    "compile_cache_uri": ("compile_cache", "uri"),
+    "output_uri": ("output", "uri"),
+}
+
+
+def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
+    """Fill fields the spec leaves out from an infra outputs file (see `infra outputs --write`)."""
+    ref = data.get("infra")
+    if not isinstance(ref, str):
+        return data
+    path = (base_dir / ref).resolve()
+    line, col = smap.find(("infra",))
+    try:
+        outputs, _ = read_yaml(path.read_text(), str(path))
+    except OSError as exc:
+        raise SpecError([Problem(smap.file, line, col, "infra",
+                                 f"cannot read infra outputs {path}: {exc.strerror}")],
+                        hint="run `orchestrator infra outputs --write <path>` after deploying the stack") from None
+    if not isinstance(outputs, Mapping):
+        raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")])
+    merged = json.loads(json.dumps(data, default=str))
+    for out_key, target in INFRA_FIELDS.items():
+        value = outputs.get(out_key)
+        if value is None:
+            continue
+        parent = merged
+        for part in target[:-1]:
+            if not isinstance(parent.get(part, {}), dict):
+                break
+            parent = parent.setdefault(part, {})
+        else:
+            parent.setdefault(target[-1], value)
+    if "region" not in merged and isinstance(outputs.get("region"), str):
+        merged["region"] = outputs["region"]
+    return merged
+
+
+def loads(text: str, filename: str = "<string>", base_dir: Path | None = None) -> JobSpec:
+    """Load a job spec from YAML text. See the module docstring for the contract."""
+    data, smap = read_yaml(text, filename)
+    if isinstance(data, dict):
+        data = _apply_infra(data, base_dir or Path.cwd(), smap)
+    spec = validate(JobSpec, data, smap)
+    spec._source = smap
+    return spec
+
+
+def load(path: str | Path) -> JobSpec:
+    """Load a job spec file. See the module docstring for the contract."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {exc.strerror or exc}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError([Problem(str(path), 0, 0, "", f"not UTF-8 text (byte {exc.start})")]) from None
+    return loads(text, str(path), base_dir=path.parent)
+
+
+def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
+    """A new spec with dotted-path overrides applied and everything validated again.
+
+    Raises SpecError naming the override path when the result does not validate.
+    """
+    data = spec.model_dump(mode="json")
+    for dotted, value in overrides.items():
+        parent = data
+        parts = _split(dotted)
+        for part in parts[:-1]:
+            parent = parent.setdefault(part, {})
+        parent[parts[-1]] = value
+    smap = spec._source or SourceMap("<overrides>")
+    try:
+        new = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(problems_from(exc, JobSpec, smap)) from None
+    new._source = smap
+    return new
+
+
+def json_schema() -> dict:
+    """The JSON Schema of job specs (for editors), built from the field descriptions."""
+    return JobSpec.model_json_schema()
