@@ -179,3 +179,33 @@ def load_job(path: Path) -> dict:
         if key not in job:
             raise ValueError(f"{path}: job file has no {key!r}")
     return job
+
+
+# --- Log lines the request's MetricDefinitions parse -------------------------------------
+# train.py prints one METRICS_TAG line every `log_every` steps on rank 0 and one SUMMARY_TAG
+# line at the end; request.py turns METRIC_NAMES into SageMaker MetricDefinitions regexes.
+METRICS_TAG = "orchestrator-metrics"
+SUMMARY_TAG = "orchestrator-summary"
+# SageMaker metric name -> (tag, key) in those lines.
+METRIC_NAMES = {
+    "train:loss": (METRICS_TAG, "loss"),
+    "train:step_time_s": (METRICS_TAG, "step_time_s"),
+    "train:samples_per_s": (METRICS_TAG, "samples_per_s"),
+    "summary:step_time_p50_s": (SUMMARY_TAG, "step_time_p50_s"),
+    "summary:samples_per_s": (SUMMARY_TAG, "samples_per_s"),
+    "summary:time_to_first_step_s": (SUMMARY_TAG, "time_to_first_step_s"),
+    "summary:compile_s": (SUMMARY_TAG, "compile_s"),
+}
+NUMBER_REGEX = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def metric_line(tag: str, **values: float | int) -> str:
+    """`<tag> key=value key=value`, values printed so NUMBER_REGEX matches them."""
+    parts = [tag]
+    for key, value in values.items():
+        parts.append(f"{key}={value:.6g}" if isinstance(value, float) else f"{key}={value}")
+    return " ".join(parts)
+
+
+def metric_regex(tag: str, key: str) -> str:
+    return rf"{tag} .*\b{key}={NUMBER_REGEX}"

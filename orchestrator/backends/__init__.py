@@ -60,8 +60,8 @@ class Submitted:
 class Backend(Protocol):
     name: str
 
-    def submit(self, spec, request: dict) -> Submitted:
-        """Create the job described by `request` (from request.build) for `spec`.
+    def submit(self, prepared) -> Submitted:
+        """Create the job that `prepared` (a `request.Prepared`) describes.
 
         Writes the ledger intent first, then acts; reconciles an earlier interrupted submit
         of the same job name instead of creating a second job.

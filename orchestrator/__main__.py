@@ -1,0 +1,5 @@
+"""`python -m orchestrator` runs the CLI."""
+
+from orchestrator.cli import main
+
+main()
