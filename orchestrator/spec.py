@@ -302,7 +302,7 @@ def read_yaml(text: str, filename: str) -> tuple[Any, SourceMap]:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise SpecError([Problem(filename, 0, 0, "", f"file is larger than {MAX_SPEC_BYTES} bytes")])
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
             if node is None:
@@ -318,14 +318,26 @@ def read_yaml(text: str, filename: str) -> tuple[Any, SourceMap]:
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
         raise SpecError([Problem(filename, line, col, "", f"YAML syntax: {reason}")]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise SpecError([Problem(filename, line, column, "", f"YAML: {exc.reason} (character {exc.character!r})")]) from None
     except yaml.YAMLError as exc:
-        raise SpecError([Problem(filename, 0, 0, "", f"YAML: {exc}")]) from None
+        raise SpecError([Problem(filename, 1, 1, "", f"YAML: {exc}")]) from None
     except RecursionError:
-        raise SpecError([Problem(filename, 0, 0, "", "the document is nested too deeply")]) from None
-    except (ValueError, TypeError, OverflowError) as exc:
-        # The safe constructor can still fail on odd scalars (e.g. out-of-range timestamps).
-        raise SpecError([Problem(filename, 0, 0, "", f"YAML value: {exc}")]) from None
+        raise SpecError([Problem(filename, 1, 1, "", "the document is nested too deeply")]) from None
     return data, smap
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader whose value errors (e.g. an impossible date) carry the node's position."""
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read this value: {exc}",
+                                                    node.start_mark) from None
 
 
 def _walk(node: yaml.Node, path: tuple, smap: SourceMap, filename: str, active: set, count: list) -> None:
@@ -412,7 +424,7 @@ def validate(model: type[BaseModel], data: Any, smap: SourceMap) -> BaseModel:
     except ValidationError as exc:
         raise SpecError(problems_from(exc, model, smap)) from None
     except RecursionError:
-        raise SpecError([Problem(smap.file, 0, 0, "", "the document is nested too deeply")]) from None
+        raise SpecError([Problem(smap.file, 1, 1, "", "the document is nested too deeply")]) from None
 
 
 INFRA_FIELDS = {
@@ -430,10 +442,12 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
     path = (base_dir / ref).resolve()
     line, col = smap.find(("infra",))
     try:
+        if not path.is_file() or path.stat().st_size > MAX_SPEC_BYTES:
+            raise IsADirectoryError(0, "not a regular file of a sensible size")
         outputs, _ = read_yaml(path.read_text(), str(path))
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem(smap.file, line, col, "infra",
-                                 f"cannot read infra outputs {path}: {exc.strerror}")],
+                                 f"cannot read infra outputs {path}: {getattr(exc, 'strerror', None) or exc}")],
                         hint="run `orchestrator infra outputs --write <path>` after deploying the stack") from None
     if not isinstance(outputs, Mapping):
         raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")])

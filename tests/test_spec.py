@@ -1,0 +1,283 @@
+"""The job spec: strict fields, located errors, did-you-mean, and a fuzzed loader."""
+
+from __future__ import annotations
+
+import json
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator import spec
+from orchestrator.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SAGEMAKER = """\
+name: vit-trn1
+backend: sagemaker
+region: us-east-1
+role_arn: arn:aws:iam::123456789012:role/orchestrator-training
+instance: {type: ml.trn1.2xlarge, count: 1}
+model:
+  arch: vit_base_patch16_224
+  patch_embed: linear
+training:
+  runtime: xla
+  steps: 500
+  batch_size: 32
+  optimizer: {name: adam, lr: 1.0e-4}
+compile_cache: {uri: s3://bucket-a/compile-cache, mode: tarball}
+output: {uri: s3://bucket-a/jobs}
+tags: {team: vision}
+"""
+
+LOCAL = """\
+name: local-tiny
+backend: local
+model: {arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, embed_dim: 64, num_heads: 2}
+training: {runtime: native, steps: 6, warmup_steps: 1, batch_size: 4}
+compile_cache: {mode: "off"}
+"""
+
+
+def problems(text: str, name: str = "job.yaml") -> list:
+    with pytest.raises(SpecError) as info:
+        spec.loads(text, name)
+    return info.value.problems
+
+
+def test_valid_specs_load_frozen_with_defaults():
+    loaded = spec.loads(SAGEMAKER, "job.yaml")
+    assert loaded.instance.type == "ml.trn1.2xlarge"
+    assert loaded.training.warmup_steps == 10
+    assert loaded.image.neuron_sdk is None and loaded.image.uri is None
+    with pytest.raises(Exception):
+        loaded.name = "other"  # frozen
+    local = spec.loads(LOCAL, "local.yaml")
+    assert local.output.uri is None and local.compile_cache.mode == "off"
+
+
+def test_unknown_key_is_located_with_did_you_mean():
+    text = SAGEMAKER.replace("  batch_size: 32", "  bach_size: 32")
+    [problem] = problems(text)
+    assert (problem.file, problem.line, problem.column) == ("job.yaml", 12, 3)
+    assert problem.path == "training.bach_size"
+    assert "did you mean 'batch_size'" in problem.message
+
+
+def test_wrong_type_points_at_the_value():
+    text = SAGEMAKER.replace("count: 1", "count: two")
+    [problem] = problems(text)
+    assert problem.path == "instance.count"
+    assert problem.line == 5 and problem.column == text.splitlines()[4].index("two") + 1
+    assert "integer" in problem.message
+
+
+def test_missing_required_field():
+    text = "\n".join(line for line in LOCAL.splitlines() if not line.startswith("name:"))
+    [problem] = problems(text)
+    assert problem.path == "name" and "missing" in problem.message
+
+
+def test_several_problems_are_all_reported():
+    text = SAGEMAKER.replace("steps: 500", "steps: -1").replace("count: 1", "count: 0")
+    found = {p.path for p in problems(text)}
+    assert found == {"training.steps", "instance.count"}
+
+
+def test_cross_field_rules_name_the_field():
+    [problem] = problems(LOCAL.replace("runtime: native", "runtime: xla, compile: true"))
+    assert problem.path == "training.compile" and "native" in problem.message
+    [problem] = problems(SAGEMAKER.replace("role_arn: arn:aws:iam::123456789012:role/orchestrator-training\n", ""))
+    assert problem.path == "role_arn" and problem.line == 1
+    [problem] = problems(SAGEMAKER.replace("uri: s3://bucket-a/jobs", "uri: file:///tmp/jobs"))
+    assert problem.path == "output.uri"
+    [problem] = problems(LOCAL.replace("warmup_steps: 1", "warmup_steps: 6"))
+    assert problem.path == "training.warmup_steps"
+
+
+def test_yaml_syntax_error_is_located():
+    [problem] = problems("name: x\ntraining: {steps: 3\nbackend: local\n")
+    assert problem.line >= 2 and "YAML syntax" in problem.message
+
+
+def test_duplicate_keys_are_refused():
+    [problem] = problems(LOCAL + "name: again\n")
+    assert problem.path == "name" and "duplicate" in problem.message and problem.line == 6
+
+
+def test_aliases_that_explode_or_recurse_are_refused():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for i in range(1, 8):
+        bomb += f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}"] * 10) + "]\n"
+    assert "expands" in problems(bomb)[0].message
+    assert "recursive" in problems("a: &a [*a]\n")[0].message
+
+
+def test_non_mapping_and_empty_documents():
+    assert "empty" in problems("")[0].message
+    assert "mapping" in problems("- a\n- b\n")[0].message
+
+
+def test_unsafe_tags_are_not_constructed():
+    assert "constructor" in problems("name: !!python/object/apply:os.system [echo hi]\n")[0].message
+
+
+def test_spec_hash_is_stable_and_sensitive():
+    a = spec.loads(SAGEMAKER, "a.yaml")
+    b = spec.loads(SAGEMAKER.replace("region: us-east-1\n", ""), "b.yaml")  # default equals explicit
+    c = spec.loads(SAGEMAKER.replace("batch_size: 32", "batch_size: 16"), "c.yaml")
+    assert spec.spec_hash(a) == spec.spec_hash(b) != spec.spec_hash(c)
+    assert len(spec.spec_hash(a)) == 64
+
+
+def test_with_overrides_validates_again():
+    base = spec.loads(SAGEMAKER, "job.yaml")
+    changed = spec.with_overrides(base, {"training.batch_size": 16, "instance.type": "ml.trn1.32xlarge"})
+    assert changed.training.batch_size == 16 and changed.instance.type == "ml.trn1.32xlarge"
+    with pytest.raises(SpecError) as info:
+        spec.with_overrides(base, {"training.batch_size": 0})
+    assert info.value.problems[0].path == "training.batch_size"
+
+
+def test_infra_outputs_fill_missing_fields(tmp_path):
+    (tmp_path / "infra.yaml").write_text(
+        "role_arn: arn:aws:iam::111122223333:role/from-stack\n"
+        "compile_cache_uri: s3://stack-bucket/compile-cache\n"
+        "output_uri: s3://stack-bucket/jobs\nregion: eu-west-1\n"
+    )
+    text = "name: x\ninfra: infra.yaml\n"
+    (tmp_path / "job.yaml").write_text(text)
+    loaded = spec.load(tmp_path / "job.yaml")
+    assert loaded.role_arn == "arn:aws:iam::111122223333:role/from-stack"
+    assert loaded.compile_cache.uri == "s3://stack-bucket/compile-cache"
+    assert loaded.output.uri == "s3://stack-bucket/jobs" and loaded.region == "eu-west-1"
+    (tmp_path / "job2.yaml").write_text(text + "output: {uri: s3://mine/out}\n")
+    assert spec.load(tmp_path / "job2.yaml").output.uri == "s3://mine/out"  # the spec wins
+    (tmp_path / "job3.yaml").write_text("name: x\ninfra: missing.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job3.yaml")
+    assert info.value.problems[0].path == "infra" and info.value.problems[0].line == 2
+
+
+def test_unreadable_and_binary_files(tmp_path):
+    with pytest.raises(SpecError):
+        spec.load(tmp_path / "nope.yaml")
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "bin.yaml")
+    assert "UTF-8" in info.value.message
+
+
+def test_schema_documents_every_field():
+    schema = spec.json_schema()
+    defs = schema["$defs"]
+
+    def undocumented(props: dict) -> list[str]:
+        return [name for name, prop in props.items() if not prop.get("description")]
+
+    assert undocumented(schema["properties"]) == []
+    for name, model in defs.items():
+        assert undocumented(model.get("properties", {})) == [], name
+
+
+def test_cli_validate_exit_codes(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(LOCAL)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(LOCAL.replace("batch_size: 4", "batch_sise: 4"))
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    ok = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(good)], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    fail = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(bad)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert fail.returncode == 2
+    assert f"{bad}:4:" in fail.stderr and "did you mean 'batch_size'" in fail.stderr
+    assert "Traceback" not in fail.stderr
+    schema = subprocess.run([sys.executable, "-m", "orchestrator", "schema"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert schema.returncode == 0 and json.loads(schema.stdout)["title"] == "JobSpec"
+
+
+# --- Fuzzing: >= 2,000 generated or mutated documents, zero uncaught exceptions ------------
+
+FIELD_WORDS = ["name", "backend", "instance", "type", "count", "training", "steps", "batch_size",
+               "optimizer", "lr", "model", "arch", "image_size", "tags", "data", "source", "infra",
+               "compile_cache", "mode", "uri", "output", "budget", "environment", "spot", "<<"]
+SCALARS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True), st.booleans(), st.none(),
+    st.text(max_size=20), st.sampled_from(["ml.trn1.2xlarge", "s3://b/p", "local", "xla", "off", "1e-4"]),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(FIELD_WORDS), st.text(max_size=8)), children, max_size=5),
+    ),
+    max_leaves=20,
+)
+YAML_CHARS = string.ascii_letters + string.digits + " :-[]{},&*!|>'\"#%@`\n\t.?<=\\"
+
+
+def assert_located_or_valid(text: str) -> None:
+    try:
+        loaded = spec.loads(text, "fuzz.yaml")
+    except SpecError as exc:
+        assert exc.problems, "an error with no problems"
+        for problem in exc.problems:
+            assert problem.file == "fuzz.yaml"
+            assert problem.line >= 1 and problem.column >= 1, problem
+            assert problem.message
+    else:
+        assert isinstance(loaded, spec.JobSpec)
+
+
+FUZZ = settings(max_examples=700, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+@FUZZ
+@given(st.text(alphabet=YAML_CHARS, max_size=300))
+def test_fuzz_raw_text(text):
+    assert_located_or_valid(text)
+
+
+@FUZZ
+@given(VALUES)
+def test_fuzz_generated_documents(value):
+    assert_located_or_valid(yaml.safe_dump(value, allow_unicode=True) if value is not None else "")
+
+
+@FUZZ
+@given(st.sampled_from([SAGEMAKER, LOCAL]), st.lists(
+    st.tuples(st.sampled_from(["delete", "insert", "dup_line", "swap", "value"]),
+              st.integers(min_value=0, max_value=10_000), st.sampled_from(list(YAML_CHARS)), SCALARS),
+    min_size=1, max_size=4))
+def test_fuzz_mutated_valid_documents(base, mutations):
+    text = base
+    for kind, pos, char, scalar in mutations:
+        lines = text.splitlines(keepends=True) or [""]
+        i = pos % max(len(text), 1)
+        if kind == "delete":
+            text = text[:i] + text[i + 1:]
+        elif kind == "insert":
+            text = text[:i] + char + text[i:]
+        elif kind == "dup_line":
+            j = pos % len(lines)
+            text = "".join(lines[: j + 1] + lines[j:])
+        elif kind == "swap":
+            j = pos % len(lines)
+            k = (pos // 7) % len(lines)
+            lines[j], lines[k] = lines[k], lines[j]
+            text = "".join(lines)
+        else:
+            j = pos % len(lines)
+            key = lines[j].split(":", 1)[0]
+            text = "".join(lines[:j] + [f"{key}: {json.dumps(scalar)}\n"] + lines[j + 1:])
+    assert_located_or_valid(text)
