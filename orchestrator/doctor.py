@@ -1,0 +1,422 @@
+"""Neuron-aware checks of a job spec: what SageMaker or the Neuron stack would refuse, or do badly.
+
+Contract: `check(spec)` is pure (no network, no clock) and returns findings, errors first,
+then warnings, then infos, each in rule order. Every finding has a rule id, a severity, a
+message saying what is wrong, a fix saying what to change, and the dotted spec field it is
+about (which `raise_for` turns into file:line:column). Errors stop `plan` and `submit`;
+warnings and infos are printed.
+
+The rules (ids are stable; tests and docs refer to them):
+
+- N001-instance-not-trainable: SageMaker training does not accept the type (ml.inf2 has its own message).
+- N002-instance-facts-unknown: the type trains, but the catalog has no facts for it.
+- N003-multi-node-unsupported: count > 1 on an instance without EFA (ml.trn1.2xlarge).
+- N004-workers-per-node: workers per host differ from the logical NeuronCores.
+- N005-lnc-unsupported: an LNC the instance does not support (LNC=2 on trn1).
+- N006-lnc-env-mismatch: NEURON_LOGICAL_NC_CONFIG or a compiler -lnc in `environment` that
+  disagrees with instance.lnc (runtime and compiler must match).
+- N007-fp16-on-neuron: fp16 on the XLA/Neuron path.
+- N008-deprecated-bf16-env: XLA_USE_BF16 / XLA_DOWNCAST_BF16 (last honoured in Neuron 2.24).
+- N009-xla-after-last-sdk: runtime xla with a Neuron SDK newer than the last XLA training release.
+- N010-image-unknown: no catalog image for image.neuron_sdk.
+- N011-region-unsupported: no Trainium training image in the region.
+- N012-spot-max-wait: spot without max_wait_minutes, or max wait below max_run_minutes.
+- N013-max-wait-without-spot: max_wait_minutes set but spot off (ignored).
+- N014-patch-divisibility: image_size not divisible by the patch size.
+- N015-data-workers-vcpus: DataLoader workers x workers per host above the host's vCPUs.
+- N016-budget-exceeded: the cost upper bound is above budget.max_cost_usd.
+- N017-price-unknown: no price for the instance (an error when a budget is set).
+- N018-efa-env-added: multi-node trn1n/trn2: the EFA variables will be added (info).
+- N019-efa-env-overridden: `environment` sets an EFA variable to another value.
+- N020-native-on-neuron: runtime native on a Trainium instance leaves the NeuronCores idle.
+- N021-local-xla-multiprocess: local xla with more than one process (PJRT CPU is single-process).
+- N022-checkpoint-never: checkpoint_every larger than steps.
+- N023-environment-limits: more variables or longer values than SageMaker accepts.
+- N024-image-uri-region: a pinned ECR image in another region than the job.
+
+The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
+region, spot, price and budget, EFA, SageMaker limits) are skipped there; model and training
+rules still apply, so a local smoke run checks the same spec the cloud job will use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from entrypoints.contract import EFA_ENV
+from orchestrator import catalog, cost
+from orchestrator.errors import Problem, SpecError
+from orchestrator.spec import JobSpec
+
+Severity = Literal["error", "warning", "info"]
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+DEPRECATED_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
+# SageMaker's Environment map holds at most 100 entries of at most 512 characters each; the
+# orchestrator adds up to this many of its own (NEURON_CC_FLAGS, NEURON_LOGICAL_NC_CONFIG, EFA).
+SAGEMAKER_MAX_ENV = 100
+SAGEMAKER_MAX_ENV_VALUE = 512
+OWN_ENV_VARS = 2 + len(EFA_ENV)
+# Families that need the EFA variables set by us for multi-node jobs (the toolkit sets them
+# only for ml.trn1.32xlarge).
+EFA_FAMILIES = ("trn1n", "trn2")
+LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
+ECR_REGION = re.compile(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of a rule: what is wrong (`message`), what to change (`fix`), and where
+    (`path`, a dotted spec field)."""
+
+    rule: str
+    severity: Severity
+    message: str
+    fix: str
+    path: str
+
+    def to_json(self, spec: JobSpec | None = None) -> dict:
+        out = {"rule": self.rule, "severity": self.severity, "message": self.message, "fix": self.fix,
+               "path": self.path}
+        if spec is not None:
+            file, line, column = spec.locate(self.path)
+            out.update(file=file, line=line, column=column)
+        return out
+
+
+def type_family(instance_type: str) -> str:
+    """`ml.trn1n.32xlarge` -> `trn1n` (the catalog's family groups trn1n with trn1)."""
+    parts = instance_type.split(".")
+    return parts[1] if len(parts) == 3 else ""
+
+
+def needs_efa(spec: JobSpec) -> bool:
+    """Whether the orchestrator must add `EFA_ENV`: a multi-node SageMaker job on trn1n or trn2."""
+    return spec.backend == "sagemaker" and spec.instance.count > 1 and type_family(spec.instance.type) in EFA_FAMILIES
+
+
+def effective_lnc(spec: JobSpec) -> int:
+    """instance.lnc, or the instance's default LNC (1 when the catalog does not know it)."""
+    if spec.instance.lnc is not None:
+        return spec.instance.lnc
+    facts = catalog.instance(spec.instance.type)
+    return facts.lnc_default if facts else 1
+
+
+def patch_size(spec: JobSpec) -> int | None:
+    """model.patch_size, or the number after `patch` in the arch name; None if neither."""
+    if spec.model.patch_size is not None:
+        return spec.model.patch_size
+    found = re.search(r"patch(\d+)", spec.model.arch)
+    return int(found.group(1)) if found else None
+
+
+def check(spec: JobSpec) -> list[Finding]:
+    """All findings for `spec`, errors first (see the module docstring for the rules)."""
+    findings: list[Finding] = []
+    cloud = spec.backend == "sagemaker"
+    facts = catalog.instance(spec.instance.type)
+    if cloud:
+        findings += _instance(spec, facts)
+        findings += _image_and_region(spec)
+        findings += _spot(spec)
+        findings += _cost(spec)
+        findings += _efa(spec)
+        findings += _sagemaker_limits(spec)
+        findings += _runtime(spec, facts)
+        if facts is not None and spec.instance.type in catalog.training_instance_types():
+            findings += _workers(spec, facts)
+    findings += _lnc(spec, facts)
+    findings += _precision(spec, facts)
+    findings += _model(spec)
+    findings += _training(spec)
+    return sorted(findings, key=lambda f: _ORDER[f.severity])
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == "error"]
+
+
+def raise_for(spec: JobSpec, findings: Iterable[Finding]) -> None:
+    """Raise SpecError, each error located in the spec's file, when any finding is an error."""
+    bad = errors(findings)
+    if not bad:
+        return
+    problems = []
+    for finding in bad:
+        file, line, column = spec.locate(finding.path)
+        problems.append(Problem(file or "<spec>", line, column, finding.path, f"{finding.message} [{finding.rule}]"))
+    fixes = list(dict.fromkeys(f.fix for f in bad))
+    raise SpecError(problems, hint="; ".join(fixes))
+
+
+# --- rules ---------------------------------------------------------------------------
+
+
+def _instance(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
+    out = []
+    itype = spec.instance.type
+    trainable = catalog.training_instance_types()
+    if itype not in trainable:
+        if type_family(itype) == "inf2":
+            out.append(Finding(
+                "N001-instance-not-trainable", "error",
+                f"{itype} is not a SageMaker training instance type: inf2 is offered for hosting and "
+                "batch transform only. ml.trn1.2xlarge has the same NeuronCore-v2 and trains",
+                "set instance.type: ml.trn1.2xlarge", "instance.type"))
+        else:
+            neuron = sorted(t for t in trainable if type_family(t).startswith("trn"))
+            close = difflib.get_close_matches(itype, sorted(trainable), n=1, cutoff=0.8)
+            hint = f"did you mean {close[0]}? " if close else ""
+            out.append(Finding(
+                "N001-instance-not-trainable", "error",
+                f"{itype} is not an instance type SageMaker training accepts (botocore's TrainingInstanceType)",
+                f"{hint}Trainium types: {', '.join(neuron)}", "instance.type"))
+    elif facts is None:
+        out.append(Finding(
+            "N002-instance-facts-unknown", "warning",
+            f"the catalog has no facts for {itype}: NeuronCores, vCPUs and price are unknown, so "
+            "workers per host and data workers are not checked",
+            "use a Trainium type (ml.trn1.2xlarge, ml.trn1.32xlarge, ml.trn1n.32xlarge, ml.trn2.48xlarge) "
+            "or set training.workers_per_node yourself", "instance.type"))
+    if facts is not None and spec.instance.count > 1 and not facts.multi_node:
+        out.append(Finding(
+            "N003-multi-node-unsupported", "error",
+            f"{itype} cannot run multi-node (no EFA); count is {spec.instance.count}",
+            "use count: 1, or ml.trn1.32xlarge / ml.trn1n.32xlarge for several nodes", "instance.count"))
+    return out
+
+
+def _workers(spec: JobSpec, facts: catalog.Instance) -> list[Finding]:
+    out = []
+    lnc = effective_lnc(spec)
+    cores = facts.logical_cores(lnc)
+    workers = spec.training.workers_per_node
+    if workers is not None and workers != cores:
+        out.append(Finding(
+            "N004-workers-per-node", "error",
+            f"workers_per_node is {workers} but {facts.type} has {cores} logical NeuronCores at LNC={lnc}; "
+            "the Neuron runtime runs one worker per logical core",
+            f"remove training.workers_per_node (default: {cores}) or set it to {cores}",
+            "training.workers_per_node"))
+    per_host = workers or cores
+    wanted = spec.data.num_workers * per_host
+    if cores and wanted > facts.vcpus:
+        most = facts.vcpus // per_host
+        out.append(Finding(
+            "N015-data-workers-vcpus", "warning",
+            f"{spec.data.num_workers} DataLoader workers x {per_host} workers per host = {wanted} processes "
+            f"on {facts.vcpus} vCPUs: data loading will contend with the training processes",
+            f"set data.num_workers to at most {most}", "data.num_workers"))
+    return out
+
+
+def _lnc(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
+    out = []
+    lnc = effective_lnc(spec)
+    if facts is not None and spec.instance.lnc is not None and spec.instance.lnc not in facts.lnc_allowed:
+        why = " (the compiler fails with NCC_EARG001)" if facts.family == "trn1" else ""
+        allowed = ", ".join(str(x) for x in facts.lnc_allowed)
+        out.append(Finding(
+            "N005-lnc-unsupported", "error",
+            f"LNC={spec.instance.lnc} is not supported on {facts.type}{why}",
+            f"set instance.lnc to {allowed} or remove it", "instance.lnc"))
+    runtime_value = spec.environment.get("NEURON_LOGICAL_NC_CONFIG")
+    if runtime_value is not None and runtime_value.strip() != str(lnc):
+        out.append(Finding(
+            "N006-lnc-env-mismatch", "error",
+            f"environment sets NEURON_LOGICAL_NC_CONFIG={runtime_value} but the job's LNC is {lnc}; "
+            "the runtime and the compiler's -lnc must match",
+            "remove NEURON_LOGICAL_NC_CONFIG from environment and set instance.lnc (the orchestrator "
+            "sets both the runtime variable and the compiler flag from it)",
+            "environment.NEURON_LOGICAL_NC_CONFIG"))
+    flags = spec.environment.get("NEURON_CC_FLAGS", "")
+    found = LNC_FLAG.search(flags)
+    if found and found.group(1) != str(lnc):
+        out.append(Finding(
+            "N006-lnc-env-mismatch", "error",
+            f"NEURON_CC_FLAGS compiles for LNC={found.group(1)} but the job's LNC is {lnc}; "
+            "the runtime and the compiler must match",
+            "remove the -lnc flag from NEURON_CC_FLAGS and set instance.lnc", "environment.NEURON_CC_FLAGS"))
+    return out
+
+
+def _precision(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
+    out = []
+    on_neuron = spec.training.runtime == "xla" or (
+        spec.backend == "sagemaker" and facts is not None and facts.accelerator.startswith(("Trainium", "Inferentia")))
+    if spec.training.precision == "fp16" and on_neuron:
+        out.append(Finding(
+            "N007-fp16-on-neuron", "error",
+            "precision fp16 is not a supported training precision on Neuron (no fp16 loss scaling on the XLA path)",
+            "use precision: bf16 (torch.autocast), or fp32", "training.precision"))
+    for name in DEPRECATED_ENV:
+        if name in spec.environment:
+            out.append(Finding(
+                "N008-deprecated-bf16-env", "error",
+                f"{name} is deprecated (last honoured in Neuron 2.24) and no longer casts to bf16",
+                "use precision: bf16 (torch.autocast)", f"environment.{name}"))
+    return out
+
+
+def _image_and_region(spec: JobSpec) -> list[Finding]:
+    out = []
+    regions = catalog.image_regions()
+    if spec.image.uri is None:
+        version = spec.image.neuron_sdk or catalog.default_sdk()
+        last = catalog.last_xla_training_sdk()
+        if spec.training.runtime == "xla" and catalog.version_key(version) > catalog.version_key(last):
+            out.append(Finding(
+                "N009-xla-after-last-sdk", "error",
+                f"runtime xla with Neuron SDK {version}: PyTorch/XLA training on Trainium ended with Neuron {last}",
+                f"use image.neuron_sdk: \"{last}\" for runtime xla", "image.neuron_sdk"))
+        if version not in catalog.images():
+            known = ", ".join(sorted(catalog.images(), key=catalog.version_key))
+            out.append(Finding(
+                "N010-image-unknown", "error",
+                f"no PyTorch Neuron training image is known for Neuron SDK {version}",
+                f"use one of {known}, or pin an image with image.uri", "image.neuron_sdk"))
+    else:
+        found = ECR_REGION.search(spec.image.uri)
+        if found and found.group(1) != spec.region:
+            out.append(Finding(
+                "N024-image-uri-region", "warning",
+                f"image.uri is in {found.group(1)} but the job runs in {spec.region}; SageMaker pulls the "
+                "training image from the job's region",
+                f"use the {spec.region} copy of the image", "image.uri"))
+    if spec.region not in regions:
+        out.append(Finding(
+            "N011-region-unsupported", "error",
+            f"region {spec.region} has no Trainium training instances or PyTorch Neuron training images in the catalog",
+            f"use one of {', '.join(regions)}", "region"))
+    return out
+
+
+def _spot(spec: JobSpec) -> list[Finding]:
+    inst = spec.instance
+    if inst.spot and inst.max_wait_minutes is None:
+        return [Finding(
+            "N012-spot-max-wait", "error",
+            "managed spot training needs max_wait_minutes (how long to wait for capacity plus run)",
+            f"set instance.max_wait_minutes to at least max_run_minutes ({spec.max_run_minutes})",
+            "instance.max_wait_minutes")]
+    if inst.spot and inst.max_wait_minutes < spec.max_run_minutes:
+        return [Finding(
+            "N012-spot-max-wait", "error",
+            f"max_wait_minutes ({inst.max_wait_minutes}) is below max_run_minutes ({spec.max_run_minutes}); "
+            "SageMaker requires the wait to cover the run",
+            f"set instance.max_wait_minutes to at least {spec.max_run_minutes}", "instance.max_wait_minutes")]
+    if not inst.spot and inst.max_wait_minutes is not None:
+        return [Finding(
+            "N013-max-wait-without-spot", "warning",
+            "max_wait_minutes is ignored without spot: true",
+            "set instance.spot: true, or remove max_wait_minutes", "instance.max_wait_minutes")]
+    return []
+
+
+def _cost(spec: JobSpec) -> list[Finding]:
+    est = cost.estimate(spec)
+    budget = spec.budget.max_cost_usd
+    if not est.known:
+        if budget is not None:
+            return [Finding(
+                "N017-price-unknown", "error",
+                f"budget.max_cost_usd is {budget:g} but no price is known for {spec.instance.type} in "
+                f"{spec.region}, so the budget cannot be checked",
+                "run `orchestrator prices refresh`, or remove budget.max_cost_usd", "budget.max_cost_usd")]
+        return [Finding(
+            "N017-price-unknown", "warning",
+            f"no price is known for {spec.instance.type} in {spec.region}: the plan shows no cost",
+            "run `orchestrator prices refresh`", "instance.type")]
+    if budget is not None and est.usd_max > budget:
+        per_minute = est.usd_max / spec.max_run_minutes
+        minutes = int(budget // per_minute)
+        shorter = f"set max_run_minutes to at most {minutes}, or " if minutes >= 1 else ""
+        return [Finding(
+            "N016-budget-exceeded", "error",
+            f"the job may cost up to {est.usd_max:.2f} USD ({est.hours_max:g} h x {est.instance_count} x "
+            f"{est.usd_per_hour:g} USD/h, {est.price.source}), above budget.max_cost_usd {budget:g}",
+            f"{shorter}raise budget.max_cost_usd to at least {est.usd_max:.2f}", "budget.max_cost_usd")]
+    return []
+
+
+def _efa(spec: JobSpec) -> list[Finding]:
+    if not needs_efa(spec):
+        return []
+    out = [Finding(
+        "N018-efa-env-added", "info",
+        f"multi-node {spec.instance.type}: the orchestrator adds "
+        f"{', '.join(f'{k}={v}' for k, v in EFA_ENV.items())} (the toolkit sets them only for ml.trn1.32xlarge)",
+        "nothing to do", "instance.count")]
+    for key, value in EFA_ENV.items():
+        if key in spec.environment and spec.environment[key] != value:
+            out.append(Finding(
+                "N019-efa-env-overridden", "warning",
+                f"environment sets {key}={spec.environment[key]}; multi-node {spec.instance.type} needs "
+                f"{key}={value} for EFA, and your value wins",
+                f"remove {key} from environment", f"environment.{key}"))
+    return out
+
+
+def _sagemaker_limits(spec: JobSpec) -> list[Finding]:
+    out = []
+    limit = SAGEMAKER_MAX_ENV - OWN_ENV_VARS
+    if len(spec.environment) > limit:
+        out.append(Finding(
+            "N023-environment-limits", "error",
+            f"{len(spec.environment)} environment variables; SageMaker accepts {SAGEMAKER_MAX_ENV} and the "
+            f"orchestrator needs up to {OWN_ENV_VARS} of them",
+            f"keep at most {limit} variables in environment", "environment"))
+    for key, value in spec.environment.items():
+        if len(value) > SAGEMAKER_MAX_ENV_VALUE or len(key) > SAGEMAKER_MAX_ENV_VALUE:
+            out.append(Finding(
+                "N023-environment-limits", "error",
+                f"environment {key[:40]}: SageMaker accepts names and values of at most "
+                f"{SAGEMAKER_MAX_ENV_VALUE} characters",
+                "shorten it, or ship the setting inside the job instead", f"environment.{key}"))
+    return out
+
+
+def _runtime(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
+    if spec.training.runtime == "native" and facts is not None and facts.accelerator.startswith("Trainium"):
+        return [Finding(
+            "N020-native-on-neuron", "warning",
+            f"runtime native on {spec.instance.type} runs eager PyTorch on the host CPUs: the "
+            "NeuronCores stay idle (the TorchNeuron eager backend is not in the training images)",
+            "use runtime: xla", "training.runtime")]
+    return []
+
+
+def _model(spec: JobSpec) -> list[Finding]:
+    size = patch_size(spec)
+    if size is not None and spec.model.image_size % size:
+        lower = spec.model.image_size - spec.model.image_size % size
+        return [Finding(
+            "N014-patch-divisibility", "error",
+            f"image_size {spec.model.image_size} is not divisible by the patch size {size}",
+            f"set model.image_size to a multiple of {size} (e.g. {lower or size} or {lower + size})",
+            "model.image_size")]
+    return []
+
+
+def _training(spec: JobSpec) -> list[Finding]:
+    out = []
+    train = spec.training
+    if spec.backend == "local" and train.runtime == "xla":
+        processes = (train.workers_per_node or 1) * spec.instance.count
+        if processes > 1:
+            out.append(Finding(
+                "N021-local-xla-multiprocess", "warning",
+                f"{processes} local XLA processes: PJRT on CPU is single-process, so each rank trains alone "
+                "(world size 1) instead of together",
+                "set training.workers_per_node: 1 (and instance.count: 1), or use runtime: native for "
+                "multi-process CPU training", "training.workers_per_node"))
+    if train.checkpoint_every > train.steps:
+        out.append(Finding(
+            "N022-checkpoint-never", "warning",
+            f"checkpoint_every ({train.checkpoint_every}) is above steps ({train.steps}): no checkpoint is written",
+            f"set training.checkpoint_every to at most {train.steps}, or 0 for none", "training.checkpoint_every"))
+    return out

@@ -1,0 +1,283 @@
+"""From a job spec to the exact `CreateTrainingJob` request, and everything that travels with it.
+
+Contract:
+- `job_name(spec)` is `<name>-<first 8 hex of spec_hash>`: the same spec always gets the same
+  name, which is what lets a crashed submit be reconciled instead of duplicated.
+- `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.contract`)
+  with every default filled in: worker count, cache and output locations, the environment
+  the container gets, and the tags.
+- `build(...)` is pure: the request dict, exactly what `plan` shows and what the sagemaker
+  backend sends (the local backend lays out its container tree from the same dict). Field
+  names are SageMaker's; this is the one place snake_case becomes PascalCase.
+- `prepare(spec)` runs all of it plus the doctor and the cost estimate. It is deterministic:
+  the same spec gives the same request and the same archive bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from entrypoints import contract
+from orchestrator import catalog, cost, doctor, ledger, sourcedir
+from orchestrator.errors import InputError
+from orchestrator.spec import JobSpec, spec_hash
+
+MAX_JOB_NAME = 63
+JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+# The Neuron compiler's default persistent cache; launch.py pulls the cache tarball here.
+NEURON_CACHE_DIR = "/var/tmp/neuron-compile-cache"
+CONTAINER_LOG_LEVEL = 20
+TRAIN_CHANNEL = "train"
+CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
+# Local jobs never reach AWS; the request still needs a well-formed RoleArn and image, so the
+# local backend receives these placeholders (never sent anywhere).
+LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
+LOCAL_IMAGE = "local"
+TAG_SPEC_HASH = "orchestrator:spec-hash"
+TAG_JOB = "orchestrator:job"
+
+
+def job_name(spec: JobSpec, suffix: str | None = None) -> str:
+    """`<spec.name>-<8 hex of the spec hash>`, or `<spec.name>-<suffix>` when given.
+
+    Raises InputError when the result is not a valid SageMaker job name (at most 63 letters,
+    digits and dashes).
+    """
+    tail = spec_hash(spec)[:8] if suffix is None else suffix
+    name = f"{spec.name}-{tail}"
+    _check_job_name(name)
+    return name
+
+
+def _check_job_name(name: str) -> None:
+    if len(name) > MAX_JOB_NAME:
+        raise InputError(f"job name {name!r} is {len(name)} characters; SageMaker allows {MAX_JOB_NAME}",
+                         hint="shorten the spec's name (or the sweep/trial suffix)")
+    if not JOB_NAME_PATTERN.match(name):
+        raise InputError(f"job name {name!r} is not valid: use letters, digits and single dashes",
+                         hint="the name must start and end with a letter or digit")
+
+
+def output_uri(spec: JobSpec) -> str:
+    """The job's output prefix: output.uri, or the local store for a local spec without one."""
+    if spec.output.uri:
+        return spec.output.uri.rstrip("/")
+    return f"file://{ledger.home()}/store/jobs"
+
+
+def compile_cache_uri(spec: JobSpec) -> str | None:
+    """compile_cache.uri, or the local store's cache for a local spec without one."""
+    if spec.compile_cache.uri:
+        return spec.compile_cache.uri.rstrip("/")
+    if spec.backend == "local":
+        return f"file://{ledger.home()}/store/compile-cache"
+    return None
+
+
+def results_uri(output: str, name: str) -> str:
+    return f"{output}/results/{name}/results.json"
+
+
+def workers_per_node(spec: JobSpec) -> int:
+    """training.workers_per_node, else one per logical NeuronCore (SageMaker) or 1 (local)."""
+    if spec.training.workers_per_node is not None:
+        return spec.training.workers_per_node
+    facts = catalog.instance(spec.instance.type)
+    if spec.backend == "sagemaker" and facts is not None:
+        return max(1, facts.logical_cores(doctor.effective_lnc(spec)))
+    return 1
+
+
+def environment(spec: JobSpec) -> dict[str, str]:
+    """The container's environment: spec.environment plus what the Neuron stack needs.
+
+    - xla on a Trainium instance (SageMaker): NEURON_CC_FLAGS gains `--cache_dir` (where
+      launch.py pulls the compile cache) and, on trn2, `--lnc=<lnc>` to match the runtime's
+      NEURON_LOGICAL_NC_CONFIG, which is set too. Flags the user gave are kept first.
+    - multi-node trn1n/trn2: the EFA variables (`contract.EFA_ENV`); a user value wins (the
+      doctor warns about it).
+    """
+    env = dict(spec.environment)
+    facts = catalog.instance(spec.instance.type)
+    neuron = (spec.backend == "sagemaker" and spec.training.runtime == "xla" and facts is not None
+              and facts.accelerator.startswith("Trainium"))
+    if neuron:
+        lnc = doctor.effective_lnc(spec)
+        flags = env.get("NEURON_CC_FLAGS", "").split()
+        if spec.compile_cache.mode == "tarball" and not any(f.startswith("--cache_dir") for f in flags):
+            flags.append(f"--cache_dir={NEURON_CACHE_DIR}")
+        if doctor.type_family(spec.instance.type) == "trn2":
+            if not doctor.LNC_FLAG.search(" " + " ".join(flags)):
+                flags.append(f"--lnc={lnc}")
+            env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(lnc))
+        if flags:
+            env["NEURON_CC_FLAGS"] = " ".join(flags)
+    if doctor.needs_efa(spec):
+        for key, value in contract.EFA_ENV.items():
+            env.setdefault(key, value)
+    return dict(sorted(env.items()))
+
+
+def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None) -> dict:
+    """The job file (`job.json`, schema `contract.JOB_FILE_SCHEMA`) with every default resolved."""
+    digest = spec_hash(spec)
+    facts = catalog.instance(spec.instance.type)
+    lnc = doctor.effective_lnc(spec)
+    instance = {
+        "type": spec.instance.type,
+        "family": facts.family if facts else doctor.type_family(spec.instance.type),
+        "neuron_cores": facts.neuron_cores if facts else 0,
+        "logical_cores": facts.logical_cores(lnc) if facts else 0,
+        "lnc": lnc,
+        "vcpus": facts.vcpus if facts else 0,
+    }
+    tags = dict(spec.tags)
+    tags[TAG_SPEC_HASH] = digest
+    tags[TAG_JOB] = job_name
+    tags.update(extra_tags or {})
+    return {
+        "schema": contract.JOB_FILE_SCHEMA,
+        "job_name": job_name,
+        "spec_hash": digest,
+        "spec": spec.model_dump(mode="json"),
+        "instance": instance,
+        "workers_per_node": workers_per_node(spec),
+        "compile_cache": {"uri": compile_cache_uri(spec), "mode": spec.compile_cache.mode},
+        "results_uri": results_uri(output_uri(spec), job_name),
+        "environment": environment(spec),
+        "tags": dict(sorted(tags.items())),
+    }
+
+
+def training_image(spec: JobSpec) -> str:
+    """image.uri, the catalog image for image.neuron_sdk (InputError if unknown), or "local"."""
+    if spec.backend == "local":
+        return LOCAL_IMAGE
+    if spec.image.uri:
+        return spec.image.uri
+    return catalog.image(spec.image.neuron_sdk).uri(spec.region)
+
+
+def metric_definitions() -> list[dict]:
+    """SageMaker metric definitions whose regexes match `contract.metric_line` output."""
+    return [{"Name": name, "Regex": contract.metric_regex(tag, key)}
+            for name, (tag, key) in contract.METRIC_NAMES.items()]
+
+
+def hyperparameters(spec: JobSpec, job_name: str, source_uri: str) -> dict[str, str]:
+    """The toolkit's hyperparameters, each value JSON-encoded as it decodes them."""
+    values = {
+        contract.HP_PROGRAM: contract.PROGRAM,
+        contract.HP_SUBMIT_DIRECTORY: source_uri,
+        contract.HP_REGION: spec.region,
+        contract.HP_JOB_NAME: job_name,
+        contract.HP_LOG_LEVEL: CONTAINER_LOG_LEVEL,
+    }
+    return {key: json.dumps(value) for key, value in values.items()}
+
+
+def _output_prefix(spec: JobSpec, job: dict, name: str) -> str:
+    """The output prefix resolved_job chose (read back so build() stays free of I/O)."""
+    if spec.output.uri:
+        return spec.output.uri.rstrip("/")
+    return job["results_uri"].removesuffix(results_uri("", name))
+
+
+def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict) -> dict:
+    """The exact CreateTrainingJob request (pure; see the module docstring).
+
+    Raises InputError only for what cannot be expressed at all (an unknown image version,
+    spot without a max wait); the doctor reports those with their location first.
+    """
+    out = _output_prefix(spec, job, job_name)
+    inst = spec.instance
+    stopping = {"MaxRuntimeInSeconds": spec.max_run_minutes * 60}
+    if inst.spot:
+        if inst.max_wait_minutes is None:
+            raise InputError("managed spot training needs instance.max_wait_minutes")
+        stopping["MaxWaitTimeInSeconds"] = inst.max_wait_minutes * 60
+    tags = [{"Key": key, "Value": value} for key, value in sorted(job["tags"].items())]
+    request: dict = {
+        "TrainingJobName": job_name,
+        "AlgorithmSpecification": {
+            "TrainingImage": training_image(spec),
+            "TrainingInputMode": "File",
+            "MetricDefinitions": metric_definitions(),
+        },
+        "RoleArn": spec.role_arn or LOCAL_ROLE_ARN,
+        "HyperParameters": hyperparameters(spec, job_name, source_uri),
+        "Environment": dict(job["environment"]),
+        "OutputDataConfig": {"S3OutputPath": out},
+        "ResourceConfig": {
+            "InstanceType": inst.type,
+            "InstanceCount": inst.count,
+            "VolumeSizeInGB": inst.volume_gb,
+        },
+        "StoppingCondition": stopping,
+        "EnableManagedSpotTraining": inst.spot,
+        "Tags": tags,
+    }
+    if spec.data.source != "synthetic":
+        request["InputDataConfig"] = [{
+            "ChannelName": TRAIN_CHANNEL,
+            "DataSource": {"S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": spec.data.source,
+                "S3DataDistributionType": "FullyReplicated",
+            }},
+        }]
+    if inst.spot or spec.training.checkpoint_every > 0:
+        request["CheckpointConfig"] = {"S3Uri": f"{out}/checkpoints/{job_name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
+    if spec.max_retry_attempts > 0:
+        request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
+    return request
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a backend needs to run one job, computed once."""
+
+    spec: JobSpec
+    job_name: str
+    spec_hash: str
+    job: dict
+    archive: bytes
+    archive_sha256: str
+    source_uri: str
+    request: dict
+    estimate: cost.Estimate
+    findings: list[doctor.Finding]
+
+
+def source_uri(output: str, archive_sha: str) -> str:
+    """Where the archive is stored: content-addressed, so an upload can be skipped when present."""
+    return f"{output}/source/{archive_sha[:16]}/{sourcedir.ARCHIVE_NAME}"
+
+
+def prepare(spec: JobSpec, *, job_name: str | None = None, extra_tags: dict | None = None) -> Prepared:
+    """Doctor, estimate, job file, archive and request for `spec` (deterministic).
+
+    Findings are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too
+    broken to build a request for raises, and then with the doctor's located errors.
+    """
+    findings = doctor.check(spec)
+    estimate = cost.estimate(spec)
+    name = _default_job_name(spec) if job_name is None else job_name
+    _check_job_name(name)
+    job = resolved_job(spec, name, extra_tags)
+    archive = sourcedir.build_archive(job)
+    digest = sourcedir.archive_sha256(archive)
+    src = source_uri(_output_prefix(spec, job, name), digest)
+    try:
+        request = build(spec, job_name=name, source_uri=src, job=job)
+    except InputError:
+        doctor.raise_for(spec, findings)
+        raise
+    return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
+                    archive_sha256=digest, source_uri=src, request=request, estimate=estimate,
+                    findings=findings)
+
+
+_default_job_name = job_name

@@ -1,0 +1,119 @@
+"""Every example config loads; job configs pass the doctor and match their golden requests.
+
+Golden files (tests/golden/<config>.json) hold the full CreateTrainingJob request of each job
+config. Two fields are normalised before comparing, so the goldens do not depend on where
+ORCHESTRATOR_HOME is or on the entrypoint sources: the archive hash inside
+`sagemaker_submit_directory` becomes `<archive-sha256-16>`, and the local store's path becomes
+`<ORCHESTRATOR_HOME>`. Regenerate after an intended change with:
+
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_configs.py
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator import doctor, request, spec
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden"
+REFERENCE = ("vit-trn1-2xlarge", "vit-trn1-32xlarge", "vit-trn1n-2node", "vit-trn2-48xlarge")
+SOURCE_HASH = re.compile(r"/source/[0-9a-f]{16}/")
+
+
+def _is_sweep(path: Path) -> bool:
+    data, _ = spec.read_yaml(path.read_text(), str(path))
+    return isinstance(data, dict) and "sweep" in data
+
+
+JOB_CONFIGS = [p for p in CONFIGS if not _is_sweep(p)]
+SWEEP_CONFIGS = [p for p in CONFIGS if _is_sweep(p)]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(orch_home):
+    return orch_home
+
+
+def _normalise(req: dict, home: Path) -> dict:
+    text = json.dumps(req, sort_keys=True).replace(str(home), "<ORCHESTRATOR_HOME>")
+    out = json.loads(text)
+    hps = out["HyperParameters"]
+    hps["sagemaker_submit_directory"] = SOURCE_HASH.sub("/source/<archive-sha256-16>/",
+                                                        hps["sagemaker_submit_directory"])
+    return out
+
+
+def test_the_reference_configs_exist():
+    names = {p.stem for p in JOB_CONFIGS}
+    assert set(REFERENCE) <= names
+
+
+@pytest.mark.parametrize("path", JOB_CONFIGS, ids=lambda p: p.stem)
+def test_job_config_loads_and_has_no_doctor_errors(path):
+    loaded = spec.load(path)
+    assert doctor.errors(doctor.check(loaded)) == []
+
+
+@pytest.mark.parametrize("path", SWEEP_CONFIGS, ids=lambda p: p.stem)
+def test_sweep_config_loads(path):
+    sweep = spec.load_sweep(path)
+    assert sweep is not None
+
+
+@pytest.mark.parametrize("path", JOB_CONFIGS, ids=lambda p: p.stem)
+def test_request_matches_golden(path, orch_home):
+    loaded = spec.load(path)
+    actual = _normalise(request.prepare(loaded).request, orch_home)
+    golden = GOLDEN / f"{path.stem}.json"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
+    assert golden.exists(), f"no golden for {path.name}: run UPDATE_GOLDEN=1 pytest {Path(__file__).name}"
+    assert actual == json.loads(golden.read_text())
+
+
+@pytest.mark.parametrize("path", JOB_CONFIGS, ids=lambda p: p.stem)
+def test_archive_is_reproducible_and_named_by_its_hash(path):
+    loaded = spec.load(path)
+    first, second = request.prepare(loaded), request.prepare(spec.load(path))
+    assert first.archive == second.archive
+    assert f"/source/{first.archive_sha256[:16]}/" in first.source_uri
+    assert json.loads(first.request["HyperParameters"]["sagemaker_submit_directory"]) == first.source_uri
+
+
+def test_every_golden_belongs_to_a_config():
+    assert {p.stem for p in GOLDEN.glob("*.json")} <= {p.stem for p in JOB_CONFIGS}
+
+
+def test_normalising_only_touches_the_two_volatile_fields(orch_home):
+    req = request.prepare(spec.load(ROOT / "configs" / "vit-trn1-2xlarge.yaml")).request
+    normalised = _normalise(req, orch_home)
+    expected = copy.deepcopy(req)
+    expected["HyperParameters"]["sagemaker_submit_directory"] = normalised["HyperParameters"][
+        "sagemaker_submit_directory"]
+    assert normalised == expected
+    assert "<archive-sha256-16>" in normalised["HyperParameters"]["sagemaker_submit_directory"]
+
+
+def test_reference_config_is_the_published_setup():
+    s = spec.load(ROOT / "configs" / "vit-trn1-2xlarge.yaml")
+    assert (s.model.arch, s.model.patch_embed, s.model.image_size) == ("vit_base_patch16_224", "linear", 224)
+    assert (s.training.batch_size, s.training.optimizer.name, s.training.precision) == (32, "adam", "bf16")
+    assert (s.data.source, s.training.steps, s.backend) == ("synthetic", 500, "sagemaker")
+    assert s.instance.type == "ml.trn1.2xlarge" and s.instance.count == 1
+    assert s.role_arn == "arn:aws:iam::123456789012:role/orchestrator-training"
+    assert s.output.uri.startswith("s3://orchestrator-example-bucket/")
+
+
+def test_multi_node_and_trn2_configs_say_what_they_are_for():
+    two = spec.load(ROOT / "configs" / "vit-trn1n-2node.yaml")
+    assert (two.instance.type, two.instance.count) == ("ml.trn1n.32xlarge", 2)
+    trn2 = spec.load(ROOT / "configs" / "vit-trn2-48xlarge.yaml")
+    assert (trn2.instance.type, trn2.instance.lnc) == ("ml.trn2.48xlarge", 2)

@@ -1,0 +1,375 @@
+"""Doctor rules: each one fires on the spec it is about and stays quiet on a good one."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from entrypoints.contract import EFA_ENV
+from orchestrator import catalog, doctor, spec
+from orchestrator.errors import SpecError
+
+GOOD = """\
+name: doc-test
+backend: sagemaker
+region: us-east-1
+role_arn: arn:aws:iam::123456789012:role/orchestrator-training
+instance: {type: ml.trn1.2xlarge, count: 1}
+image: {neuron_sdk: "2.30.0"}
+model: {arch: vit_base_patch16_224, image_size: 224}
+training: {runtime: xla, precision: bf16, steps: 500}
+data: {source: synthetic, num_workers: 4}
+compile_cache: {uri: s3://orchestrator-example-bucket/cc}
+output: {uri: s3://orchestrator-example-bucket/jobs}
+max_run_minutes: 120
+budget: {max_cost_usd: 25}
+"""
+LOCAL = "name: doc-local\nbackend: local\n"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_prices(orch_home):
+    return orch_home
+
+
+def _spec(base: str = GOOD, **overrides):
+    loaded = spec.loads(base, "job.yaml")
+    return spec.with_overrides(loaded, overrides) if overrides else loaded
+
+
+def _rules(s) -> dict[str, doctor.Finding]:
+    return {f.rule: f for f in doctor.check(s)}
+
+
+def _fires(s, rule: str, severity: str = "error") -> doctor.Finding:
+    found = [f for f in doctor.check(s) if f.rule == rule]
+    assert found, f"{rule} did not fire; got {[f.rule for f in doctor.check(s)]}"
+    assert found[0].severity == severity
+    assert found[0].message and found[0].fix and found[0].path
+    return found[0]
+
+
+def test_good_spec_has_no_findings():
+    assert doctor.check(_spec()) == []
+
+
+# --- N001 / N002: what SageMaker training accepts ---------------------------------------
+
+
+def test_inf2_gets_its_own_message_naming_trn1():
+    f = _fires(_spec(**{"instance.type": "ml.inf2.xlarge"}), "N001-instance-not-trainable")
+    assert "not a SageMaker training instance type" in f.message
+    assert "hosting" in f.message and "batch transform" in f.message
+    assert "ml.trn1.2xlarge" in f.message and "NeuronCore-v2" in f.message
+    assert f.fix == "set instance.type: ml.trn1.2xlarge" and f.path == "instance.type"
+
+
+def test_unknown_type_suggests_the_nearest_and_lists_trainium():
+    f = _fires(_spec(**{"instance.type": "ml.trn1.4xlarge"}), "N001-instance-not-trainable")
+    assert "did you mean ml.trn1.2xlarge?" in f.fix
+    for t in ("ml.trn1.32xlarge", "ml.trn1n.32xlarge", "ml.trn2.48xlarge"):
+        assert t in f.fix
+
+
+def test_trainable_types_follow_botocore_not_a_copy(monkeypatch):
+    assert "N001-instance-not-trainable" not in _rules(_spec())
+    monkeypatch.setattr(catalog, "training_instance_types", lambda: frozenset({"ml.trn1.32xlarge"}))
+    _fires(_spec(), "N001-instance-not-trainable")
+
+
+def test_type_in_botocore_but_not_in_catalog_is_a_warning():
+    s = _spec(**{"instance.type": "ml.p4d.24xlarge", "budget.max_cost_usd": None})
+    f = _fires(s, "N002-instance-facts-unknown", "warning")
+    assert "N001-instance-not-trainable" not in _rules(s)
+    assert f.path == "instance.type"
+    assert "N002-instance-facts-unknown" not in _rules(_spec())
+
+
+# --- N003 / N004 / N005 / N006: hosts, cores, LNC -------------------------------------
+
+
+def test_multi_node_on_trn1_2xlarge():
+    f = _fires(_spec(**{"instance.count": 2, "budget.max_cost_usd": None}), "N003-multi-node-unsupported")
+    assert f.path == "instance.count" and "EFA" in f.message
+    assert "N003-multi-node-unsupported" not in _rules(
+        _spec(**{"instance.type": "ml.trn1.32xlarge", "instance.count": 2, "budget.max_cost_usd": None}))
+
+
+def test_workers_per_node_must_match_logical_cores():
+    f = _fires(_spec(**{"training.workers_per_node": 4}), "N004-workers-per-node")
+    assert f.path == "training.workers_per_node" and "set it to 2" in f.fix
+    assert "N004-workers-per-node" not in _rules(_spec(**{"training.workers_per_node": 2}))
+
+
+def test_workers_per_node_follows_trn2_lnc():
+    trn2 = {"instance.type": "ml.trn2.48xlarge", "budget.max_cost_usd": None, "data.num_workers": 1}
+    # LNC=2 (default): 64 logical cores; LNC=1: 128.
+    _fires(_spec(**trn2, **{"training.workers_per_node": 128}), "N004-workers-per-node")
+    assert "N004-workers-per-node" not in _rules(_spec(**trn2, **{"training.workers_per_node": 64}))
+    assert "N004-workers-per-node" not in _rules(
+        _spec(**trn2, **{"instance.lnc": 1, "training.workers_per_node": 128}))
+
+
+def test_workers_per_node_is_free_on_the_local_backend():
+    assert "N004-workers-per-node" not in _rules(_spec(LOCAL, **{"training.workers_per_node": 3,
+                                                                 "training.runtime": "native"}))
+
+
+def test_lnc_2_on_trn1_is_refused():
+    f = _fires(_spec(**{"instance.lnc": 2}), "N005-lnc-unsupported")
+    assert "NCC_EARG001" in f.message and f.path == "instance.lnc"
+    assert "N005-lnc-unsupported" not in _rules(_spec(**{"instance.lnc": 1}))
+    assert "N005-lnc-unsupported" not in _rules(
+        _spec(**{"instance.type": "ml.trn2.48xlarge", "instance.lnc": 1, "budget.max_cost_usd": None}))
+
+
+def test_lnc_env_must_match_instance_lnc():
+    trn2 = {"instance.type": "ml.trn2.48xlarge", "budget.max_cost_usd": None, "data.num_workers": 1}
+    f = _fires(_spec(**trn2, environment={"NEURON_LOGICAL_NC_CONFIG": "1"}), "N006-lnc-env-mismatch")
+    assert f.path == "environment.NEURON_LOGICAL_NC_CONFIG"
+    assert "N006-lnc-env-mismatch" not in _rules(_spec(**trn2, environment={"NEURON_LOGICAL_NC_CONFIG": "2"}))
+    f = _fires(_spec(**trn2, environment={"NEURON_CC_FLAGS": "--model-type=transformer --lnc=1"}),
+               "N006-lnc-env-mismatch")
+    assert f.path == "environment.NEURON_CC_FLAGS"
+    assert "N006-lnc-env-mismatch" not in _rules(_spec(**trn2, environment={"NEURON_CC_FLAGS": "-lnc 2"}))
+
+
+# --- N007 / N008: precision ---------------------------------------------------------
+
+
+def test_fp16_on_xla_is_an_error_everywhere():
+    f = _fires(_spec(**{"training.precision": "fp16"}), "N007-fp16-on-neuron")
+    assert "bf16" in f.fix and f.path == "training.precision"
+    _fires(_spec(LOCAL, **{"training.precision": "fp16"}), "N007-fp16-on-neuron")
+    assert "N007-fp16-on-neuron" not in _rules(
+        _spec(LOCAL, **{"training.precision": "fp16", "training.runtime": "native"}))
+
+
+@pytest.mark.parametrize("name", ["XLA_USE_BF16", "XLA_DOWNCAST_BF16"])
+def test_deprecated_bf16_variables(name):
+    f = _fires(_spec(environment={name: "1"}), "N008-deprecated-bf16-env")
+    assert f.fix == "use precision: bf16 (torch.autocast)"
+    assert f.path == f"environment.{name}"
+    _fires(_spec(LOCAL, environment={name: "1"}), "N008-deprecated-bf16-env")
+    assert "N008-deprecated-bf16-env" not in _rules(_spec(environment={"XLA_FLAGS": "--xla_dump_to=/tmp"}))
+
+
+# --- N009 / N010 / N011 / N024: images and regions -----------------------------------
+
+
+def test_xla_after_the_last_xla_sdk():
+    last = catalog.last_xla_training_sdk()
+    f = _fires(_spec(**{"image.neuron_sdk": "2.31.0"}), "N009-xla-after-last-sdk")
+    assert last in f.message and f.path == "image.neuron_sdk"
+    assert "N009-xla-after-last-sdk" not in _rules(_spec(**{"image.neuron_sdk": last}))
+    assert "N009-xla-after-last-sdk" not in _rules(
+        _spec(**{"image.neuron_sdk": "2.31.0", "training.runtime": "native"}))
+
+
+def test_unknown_image_version():
+    f = _fires(_spec(**{"image.neuron_sdk": "2.24.0"}), "N010-image-unknown")
+    assert "2.30.0" in f.fix and "image.uri" in f.fix
+    pinned = _spec(**{"image.neuron_sdk": None,
+                      "image.uri": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training-neuronx:custom"})
+    assert "N010-image-unknown" not in _rules(pinned)
+    assert "N024-image-uri-region" not in _rules(pinned)
+
+
+def test_region_without_trainium():
+    f = _fires(_spec(region="ap-east-1"), "N011-region-unsupported")
+    assert f.path == "region" and "us-east-1" in f.fix
+    assert "N011-region-unsupported" not in _rules(_spec(region="us-west-2"))
+
+
+def test_pinned_image_in_another_region_warns():
+    s = _spec(**{"image.neuron_sdk": None,
+                 "image.uri": "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training-neuronx:custom"})
+    f = _fires(s, "N024-image-uri-region", "warning")
+    assert "us-west-2" in f.message and f.path == "image.uri"
+
+
+# --- N012 / N013: spot -------------------------------------------------------------
+
+
+def test_spot_needs_a_max_wait_covering_the_run():
+    f = _fires(_spec(**{"instance.spot": True}), "N012-spot-max-wait")
+    assert f.path == "instance.max_wait_minutes"
+    f = _fires(_spec(**{"instance.spot": True, "instance.max_wait_minutes": 60}), "N012-spot-max-wait")
+    assert "120" in f.fix
+    assert "N012-spot-max-wait" not in _rules(_spec(**{"instance.spot": True, "instance.max_wait_minutes": 120}))
+
+
+def test_max_wait_without_spot_is_ignored_with_a_warning():
+    _fires(_spec(**{"instance.max_wait_minutes": 200}), "N013-max-wait-without-spot", "warning")
+
+
+# --- N014: model --------------------------------------------------------------------
+
+
+def test_image_size_must_divide_by_patch_size():
+    f = _fires(_spec(**{"model.image_size": 100}), "N014-patch-divisibility")
+    assert "96" in f.fix and "112" in f.fix and f.path == "model.image_size"
+    _fires(_spec(LOCAL, **{"model.image_size": 100}), "N014-patch-divisibility")
+    assert "N014-patch-divisibility" not in _rules(_spec(**{"model.image_size": 100, "model.patch_size": 10}))
+    assert "N014-patch-divisibility" not in _rules(_spec(**{"model.image_size": 64}))
+
+
+# --- N015: data workers ------------------------------------------------------------
+
+
+def test_data_workers_exceeding_vcpus():
+    # trn1.2xlarge: 8 vCPUs, 2 workers per host.
+    f = _fires(_spec(**{"data.num_workers": 8}), "N015-data-workers-vcpus", "warning")
+    assert f.fix == "set data.num_workers to at most 4" and f.path == "data.num_workers"
+    assert "N015-data-workers-vcpus" not in _rules(_spec(**{"data.num_workers": 4}))
+
+
+# --- N016 / N017: budget -----------------------------------------------------------
+
+
+def test_budget_exceeded():
+    f = _fires(_spec(**{"budget.max_cost_usd": 1.0}), "N016-budget-exceeded")
+    # 120 min x 1.34375 USD/h = 2.69 USD; 1 USD buys 44 minutes.
+    assert "2.69" in f.message and "at most 44" in f.fix and "2.69" in f.fix
+    assert f.path == "budget.max_cost_usd"
+    assert "N016-budget-exceeded" not in _rules(_spec(**{"budget.max_cost_usd": 2.7}))
+    assert "N016-budget-exceeded" not in _rules(_spec(LOCAL, **{"budget.max_cost_usd": 0.01}))
+
+
+def test_unknown_price_refuses_a_budget_and_warns_without_one(orch_home):
+    trn2 = {"instance.type": "ml.trn2.48xlarge", "data.num_workers": 1}
+    _fires(_spec(**trn2), "N017-price-unknown", "error")
+    _fires(_spec(**trn2, **{"budget.max_cost_usd": None}), "N017-price-unknown", "warning")
+    rows = [{"type": "ml.trn2.48xlarge", "region": "us-east-1", "usd_per_hour": 10.0, "source": "test",
+             "as_of": "2026-09-01", "kind": "sagemaker-training"}]
+    (orch_home / "prices.json").write_text(json.dumps({"prices": rows}))
+    assert doctor.check(_spec(**trn2)) == []
+
+
+# --- N018 / N019: EFA --------------------------------------------------------------
+
+
+def test_efa_variables_announced_for_multi_node_trn1n_and_trn2():
+    f = _fires(_spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2, "budget.max_cost_usd": None}),
+               "N018-efa-env-added", "info")
+    for key in EFA_ENV:
+        assert key in f.message
+    _fires(_spec(**{"instance.type": "ml.trn2.48xlarge", "instance.count": 2, "budget.max_cost_usd": None,
+                    "data.num_workers": 1}), "N018-efa-env-added", "info")
+    for quiet in ({"instance.type": "ml.trn1n.32xlarge"},
+                  {"instance.type": "ml.trn1.32xlarge", "instance.count": 2}):
+        assert "N018-efa-env-added" not in _rules(_spec(**quiet, **{"budget.max_cost_usd": None}))
+
+
+def test_user_efa_value_that_differs_warns():
+    s = _spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2, "budget.max_cost_usd": None},
+              environment={"FI_PROVIDER": "tcp"})
+    f = _fires(s, "N019-efa-env-overridden", "warning")
+    assert f.path == "environment.FI_PROVIDER"
+
+
+# --- N020 .. N023 --------------------------------------------------------------------
+
+
+def test_native_runtime_on_trainium_warns():
+    _fires(_spec(**{"training.runtime": "native"}), "N020-native-on-neuron", "warning")
+    assert "N020-native-on-neuron" not in _rules(_spec(LOCAL, **{"training.runtime": "native"}))
+
+
+def test_local_xla_with_several_processes_warns():
+    f = _fires(_spec(LOCAL, **{"training.workers_per_node": 2}), "N021-local-xla-multiprocess", "warning")
+    assert "single-process" in f.message
+    assert "N021-local-xla-multiprocess" not in _rules(
+        _spec(LOCAL, **{"training.workers_per_node": 2, "training.runtime": "native"}))
+    assert "N021-local-xla-multiprocess" not in _rules(_spec(LOCAL))
+
+
+def test_checkpoint_interval_longer_than_the_run():
+    _fires(_spec(**{"training.checkpoint_every": 600}), "N022-checkpoint-never", "warning")
+    assert "N022-checkpoint-never" not in _rules(_spec(**{"training.checkpoint_every": 100}))
+
+
+def test_sagemaker_environment_limits():
+    f = _fires(_spec(environment={"BIG": "x" * 600}), "N023-environment-limits")
+    assert f.path == "environment.BIG"
+    many = {f"VAR_{i}": "1" for i in range(doctor.SAGEMAKER_MAX_ENV - doctor.OWN_ENV_VARS + 1)}
+    _fires(_spec(environment=many), "N023-environment-limits")
+    assert "N023-environment-limits" not in _rules(_spec(LOCAL, environment={"BIG": "x" * 600}))
+
+
+# --- backends, ordering, raising -------------------------------------------------------
+
+
+def test_local_backend_skips_aws_only_rules():
+    s = _spec(LOCAL, **{"instance.type": "ml.inf2.xlarge", "instance.spot": True, "region": "ap-east-1",
+                        "image.neuron_sdk": "2.24.0", "budget.max_cost_usd": 0.01})
+    assert doctor.check(s) == []
+
+
+def test_errors_come_first():
+    s = _spec(**{"training.checkpoint_every": 600, "model.image_size": 100, "data.num_workers": 8})
+    severities = [f.severity for f in doctor.check(s)]
+    assert severities == sorted(severities, key=["error", "warning", "info"].index)
+    assert severities[0] == "error" and "warning" in severities
+    assert [f.rule for f in doctor.errors(doctor.check(s))] == ["N014-patch-divisibility"]
+
+
+def test_raise_for_locates_each_error_in_the_file():
+    text = GOOD.replace("image_size: 224", "image_size: 100").replace("precision: bf16", "precision: fp16")
+    s = _spec(text)
+    findings = doctor.check(s)
+    with pytest.raises(SpecError) as info:
+        doctor.raise_for(s, findings)
+    err = info.value
+    assert err.exit_code == 2
+    by_path = {p.path: p for p in err.problems}
+    lines = text.splitlines()
+    image = by_path["model.image_size"]
+    assert image.file == "job.yaml" and "image_size: 100" in lines[image.line - 1]
+    assert lines[image.line - 1][image.column - 1:].startswith("100")
+    precision = by_path["training.precision"]
+    assert "precision: fp16" in lines[precision.line - 1]
+    assert "N014-patch-divisibility" in image.message
+    for f in doctor.errors(findings):
+        assert f.fix in err.hint
+
+
+def test_raise_for_ignores_warnings_and_infos():
+    s = _spec(**{"training.checkpoint_every": 600})
+    doctor.raise_for(s, doctor.check(s))
+
+
+# --- `orchestrator doctor` ---------------------------------------------------------
+
+
+def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    from orchestrator import cli
+
+    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    captured = capsys.readouterr()
+    return info.value.code or 0, captured.out, captured.err
+
+
+def test_cli_doctor_prints_located_findings_and_exits_2(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(GOOD.replace("type: ml.trn1.2xlarge", "type: ml.inf2.xlarge")
+                    .replace("training: {", "training: {checkpoint_every: 900, "))
+    code, out, _ = _cli(monkeypatch, capsys, "doctor", str(path))
+    assert code == 2
+    line = next(row for row in out.splitlines() if "N001-instance-not-trainable" in row)
+    assert line.startswith("error: ") and f"{path}:5:" in line and "instance.type" in line
+    assert "fix: set instance.type: ml.trn1.2xlarge" in out
+    assert "warning: N022-checkpoint-never" in out
+    assert out.index("error:") < out.index("warning:")
+
+
+def test_cli_doctor_exits_0_with_only_warnings(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "ok.yaml"
+    path.write_text(GOOD.replace("num_workers: 4", "num_workers: 8"))
+    code, out, _ = _cli(monkeypatch, capsys, "doctor", str(path))
+    assert code == 0
+    assert "warning: N015-data-workers-vcpus" in out and "0 error(s)" in out

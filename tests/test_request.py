@@ -1,0 +1,464 @@
+"""The CreateTrainingJob request: deterministic, valid per botocore, and true to the contract."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import botocore.session
+import pytest
+from botocore.validate import ParamValidator
+
+from entrypoints import contract
+from orchestrator import catalog, request, sourcedir, spec
+from orchestrator.errors import InputError, SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """\
+name: req-test
+region: us-east-1
+role_arn: arn:aws:iam::123456789012:role/orchestrator-training
+instance: {type: ml.trn1.2xlarge}
+image: {neuron_sdk: "2.30.0"}
+compile_cache: {uri: s3://orchestrator-example-bucket/cc}
+output: {uri: s3://orchestrator-example-bucket/jobs}
+max_run_minutes: 60
+tags: {team: vision}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(orch_home):
+    return orch_home
+
+
+def _spec(base: str = BASE, **overrides):
+    loaded = spec.loads(base, "job.yaml")
+    return spec.with_overrides(loaded, overrides) if overrides else loaded
+
+
+def _job_specs() -> list[Path]:
+    out = []
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        data, _ = spec.read_yaml(path.read_text(), str(path))
+        if isinstance(data, dict) and "sweep" not in data:
+            out.append(path)
+    return out
+
+
+def _input_shape():
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return model.operation_model("CreateTrainingJob").input_shape
+
+
+def _strict(value, shape, where: str = "") -> list[str]:
+    """What botocore's ParamValidator leaves out: max lengths, patterns, enums (the service checks them)."""
+    problems = []
+    meta = shape.metadata
+    if shape.type_name == "structure":
+        for key, item in value.items():
+            problems += _strict(item, shape.members[key], f"{where}.{key}")
+    elif shape.type_name == "list":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{where}: {len(value)} items > {meta['max']}")
+        for i, item in enumerate(value):
+            problems += _strict(item, shape.member, f"{where}[{i}]")
+    elif shape.type_name == "map":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{where}: {len(value)} entries > {meta['max']}")
+        for key, item in value.items():
+            problems += _strict(key, shape.key, f"{where}<key {key}>")
+            problems += _strict(item, shape.value, f"{where}.{key}")
+    elif shape.type_name == "string":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{where}: length {len(value)} > {meta['max']}")
+        if "enum" in meta and value not in meta["enum"]:
+            problems.append(f"{where}: {value!r} not in enum")
+        pattern = meta.get("pattern")
+        # Java's \p{...} classes have no Python spelling; those few patterns are left to the service.
+        if pattern and "\\p{" not in pattern and not re.fullmatch(pattern, value):
+            problems.append(f"{where}: {value!r} does not match {pattern}")
+    elif shape.type_name == "integer":
+        if "max" in meta and value > meta["max"]:
+            problems.append(f"{where}: {value} > {meta['max']}")
+    return problems
+
+
+def _validate(req: dict) -> None:
+    shape = _input_shape()
+    report = ParamValidator().validate(req, shape)
+    assert not report.has_errors(), report.generate_report()
+    assert _strict(req, shape, "CreateTrainingJob") == []
+
+
+def test_strict_checker_catches_what_param_validator_misses():
+    req = _build(_spec())
+    req["ResourceConfig"]["InstanceType"] = "ml.inf2.xlarge"
+    req["TrainingJobName"] = "x" * 64
+    assert not ParamValidator().validate(req, _input_shape()).has_errors()
+    problems = _strict(req, _input_shape())
+    assert any("InstanceType" in p for p in problems) and any("TrainingJobName" in p for p in problems)
+
+
+# --- job names ---------------------------------------------------------------------
+
+
+def test_job_name_is_name_and_hash_prefix():
+    s = _spec()
+    name = request.job_name(s)
+    assert name == f"req-test-{spec.spec_hash(s)[:8]}"
+    assert request.job_name(_spec()) == name
+    assert request.job_name(_spec(**{"training.steps": 501})) != name
+    assert request.job_name(s, suffix="t003") == "req-test-t003"
+
+
+def test_job_name_limits():
+    long = _spec(name="a" * 54)
+    assert len(request.job_name(long)) == 63
+    with pytest.raises(InputError, match="63"):
+        request.job_name(long, suffix="123456789")
+    with pytest.raises(InputError, match="not valid"):
+        request.job_name(_spec(), suffix="trial_1")
+
+
+# --- the job file ------------------------------------------------------------------
+
+
+def test_resolved_job_follows_the_contract_schema(tmp_path):
+    s = _spec()
+    name = request.job_name(s)
+    job = request.resolved_job(s, name)
+    assert set(job) == {"schema", "job_name", "spec_hash", "spec", "instance", "workers_per_node",
+                        "compile_cache", "results_uri", "environment", "tags"}
+    path = tmp_path / contract.JOB_FILE
+    path.write_text(json.dumps(job))
+    assert contract.load_job(path) == job
+    assert job["schema"] == contract.JOB_FILE_SCHEMA and job["spec_hash"] == spec.spec_hash(s)
+    assert job["spec"] == s.model_dump(mode="json")
+    assert job["instance"] == {"type": "ml.trn1.2xlarge", "family": "trn1", "neuron_cores": 2,
+                               "logical_cores": 2, "lnc": 1, "vcpus": 8}
+    assert job["workers_per_node"] == 2
+    assert job["compile_cache"] == {"uri": "s3://orchestrator-example-bucket/cc", "mode": "tarball"}
+    assert job["results_uri"] == f"s3://orchestrator-example-bucket/jobs/results/{name}/results.json"
+    assert job["tags"] == {"team": "vision", "orchestrator:spec-hash": spec.spec_hash(s), "orchestrator:job": name}
+
+
+@pytest.mark.parametrize(("itype", "lnc", "workers"), [
+    ("ml.trn1.32xlarge", None, 32), ("ml.trn1n.32xlarge", None, 32),
+    ("ml.trn2.48xlarge", None, 64), ("ml.trn2.48xlarge", 1, 128),
+])
+def test_workers_default_to_logical_cores(itype, lnc, workers):
+    s = _spec(**{"instance.type": itype, "instance.lnc": lnc})
+    assert request.resolved_job(s, "x-1")["workers_per_node"] == workers
+
+
+def test_local_job_defaults_to_the_local_store(orch_home):
+    s = _spec("name: req-local\nbackend: local\n")
+    job = request.resolved_job(s, "req-local-1")
+    assert job["workers_per_node"] == 1
+    assert job["compile_cache"]["uri"] == f"file://{orch_home}/store/compile-cache"
+    assert job["results_uri"] == f"file://{orch_home}/store/jobs/results/req-local-1/results.json"
+    assert job["environment"] == {}
+
+
+def test_extra_tags_are_added():
+    job = request.resolved_job(_spec(), "x-1", extra_tags={"orchestrator:sweep": "instances"})
+    assert job["tags"]["orchestrator:sweep"] == "instances"
+
+
+# --- environment -------------------------------------------------------------------
+
+
+def test_trn2_sets_runtime_and_compiler_lnc_together():
+    env = request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge"}))
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
+    assert env["NEURON_CC_FLAGS"].split() == [f"--cache_dir={request.NEURON_CACHE_DIR}", "--lnc=2"]
+    env = request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge", "instance.lnc": 1}))
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "1" and "--lnc=1" in env["NEURON_CC_FLAGS"]
+
+
+def test_trn1_gets_the_cache_dir_only():
+    env = request.environment(_spec())
+    assert env == {"NEURON_CC_FLAGS": f"--cache_dir={request.NEURON_CACHE_DIR}"}
+    env = request.environment(_spec(**{"compile_cache.mode": "off", "compile_cache.uri": None}))
+    assert env == {}
+
+
+def test_user_flags_are_kept_first():
+    s = _spec(**{"instance.type": "ml.trn2.48xlarge"}, environment={"NEURON_CC_FLAGS": "--model-type=transformer"})
+    assert request.environment(s)["NEURON_CC_FLAGS"].split()[0] == "--model-type=transformer"
+
+
+def test_efa_variables_for_multi_node_trn1n_and_trn2_only():
+    two_trn1n = _spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2})
+    env = request.environment(two_trn1n)
+    for key, value in contract.EFA_ENV.items():
+        assert env[key] == value
+    assert set(contract.EFA_ENV) <= set(request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge",
+                                                                     "instance.count": 2})))
+    for quiet in ({"instance.type": "ml.trn1n.32xlarge"}, {"instance.type": "ml.trn1.32xlarge", "instance.count": 2}):
+        assert not set(contract.EFA_ENV) & set(request.environment(_spec(**quiet)))
+
+
+# --- the request -------------------------------------------------------------------
+
+
+def _build(s, source="s3://orchestrator-example-bucket/jobs/source/0123456789abcdef/sourcedir.tar.gz"):
+    name = request.job_name(s)
+    job = request.resolved_job(s, name)
+    return request.build(s, job_name=name, source_uri=source, job=job)
+
+
+def test_request_shape():
+    s = _spec()
+    req = _build(s)
+    name = request.job_name(s)
+    assert req["TrainingJobName"] == name
+    algo = req["AlgorithmSpecification"]
+    assert algo["TrainingImage"] == catalog.image("2.30.0").uri("us-east-1")
+    assert algo["TrainingInputMode"] == "File"
+    assert req["RoleArn"] == s.role_arn
+    assert req["OutputDataConfig"] == {"S3OutputPath": "s3://orchestrator-example-bucket/jobs"}
+    assert req["ResourceConfig"] == {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100}
+    assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600}
+    assert req["EnableManagedSpotTraining"] is False
+    assert req["Environment"] == request.environment(s)
+    for absent in ("InputDataConfig", "CheckpointConfig", "RetryStrategy"):
+        assert absent not in req
+    _validate(req)
+
+
+def test_hyperparameters_are_json_encoded_for_the_toolkit():
+    s = _spec()
+    source = "s3://orchestrator-example-bucket/jobs/source/0123456789abcdef/sourcedir.tar.gz"
+    hps = _build(s, source)["HyperParameters"]
+    assert all(isinstance(v, str) for v in hps.values())
+    assert {k: json.loads(v) for k, v in hps.items()} == {
+        "sagemaker_program": "launch.py",
+        "sagemaker_submit_directory": source,
+        "sagemaker_region": "us-east-1",
+        "sagemaker_job_name": request.job_name(s),
+        "sagemaker_container_log_level": 20,
+    }
+    assert hps["sagemaker_program"] == '"launch.py"'
+
+
+def test_spot_sets_max_wait_and_checkpoints():
+    s = _spec(**{"instance.spot": True, "instance.max_wait_minutes": 180})
+    req = _build(s)
+    assert req["EnableManagedSpotTraining"] is True
+    assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 10800}
+    assert req["CheckpointConfig"] == {
+        "S3Uri": f"s3://orchestrator-example-bucket/jobs/checkpoints/{request.job_name(s)}",
+        "LocalPath": "/opt/ml/checkpoints",
+    }
+    _validate(req)
+
+
+def test_spot_without_max_wait_cannot_be_built():
+    with pytest.raises(InputError, match="max_wait_minutes"):
+        _build(_spec(**{"instance.spot": True}))
+
+
+def test_checkpoints_without_spot():
+    req = _build(_spec(**{"training.checkpoint_every": 100}))
+    assert req["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert req["EnableManagedSpotTraining"] is False
+
+
+def test_retry_strategy():
+    req = _build(_spec(max_retry_attempts=3))
+    assert req["RetryStrategy"] == {"MaximumRetryAttempts": 3}
+    _validate(req)
+
+
+def test_s3_data_becomes_the_train_channel():
+    req = _build(_spec(**{"data.source": "s3://orchestrator-example-bucket/imagenet/train"}))
+    assert req["InputDataConfig"] == [{
+        "ChannelName": "train",
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
+                                        "S3Uri": "s3://orchestrator-example-bucket/imagenet/train",
+                                        "S3DataDistributionType": "FullyReplicated"}},
+    }]
+    _validate(req)
+
+
+def test_tags_sorted_with_spec_hash_and_job():
+    s = _spec(tags={"zeta": "1", "alpha": "2"})
+    tags = _build(s)["Tags"]
+    assert [t["Key"] for t in tags] == sorted(t["Key"] for t in tags)
+    as_dict = {t["Key"]: t["Value"] for t in tags}
+    assert as_dict == {"alpha": "2", "zeta": "1", "orchestrator:spec-hash": spec.spec_hash(s),
+                       "orchestrator:job": request.job_name(s)}
+
+
+def test_pinned_image_uri_is_used_as_is():
+    uri = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training-neuronx:custom"
+    req = _build(_spec(**{"image.neuron_sdk": None, "image.uri": uri}))
+    assert req["AlgorithmSpecification"]["TrainingImage"] == uri
+
+
+def test_local_request_has_the_same_shape_with_placeholders(orch_home):
+    s = _spec("name: req-local\nbackend: local\n")
+    req = _build(s, source=f"file://{orch_home}/store/jobs/source/0123456789abcdef/sourcedir.tar.gz")
+    assert req["RoleArn"] == request.LOCAL_ROLE_ARN
+    assert req["AlgorithmSpecification"]["TrainingImage"] == "local"
+    assert req["OutputDataConfig"]["S3OutputPath"] == f"file://{orch_home}/store/jobs"
+    assert ParamValidator().validate(req, _input_shape()).has_errors() is False
+
+
+@pytest.mark.parametrize("values", [
+    {"loss": 6.907755, "step_time_s": 0.1234, "samples_per_s": 518.6},
+    {"loss": 1.5e-05, "step_time_s": 12, "samples_per_s": 2.0e6},
+])
+def test_metric_regexes_match_the_entrypoint_lines(values):
+    definitions = request.metric_definitions()
+    assert [d["Name"] for d in definitions] == list(contract.METRIC_NAMES)
+    summary = {"step_time_p50_s": 0.25, "samples_per_s": 256.0, "time_to_first_step_s": 31.5, "compile_s": 29.0}
+    lines = {
+        contract.METRICS_TAG: "[1,0]<stdout>: " + contract.metric_line(contract.METRICS_TAG, step=40, **values),
+        contract.SUMMARY_TAG: contract.metric_line(contract.SUMMARY_TAG, steps=500, **summary),
+    }
+    for d in definitions:
+        tag, key = contract.METRIC_NAMES[d["Name"]]
+        expected = summary[key] if tag == contract.SUMMARY_TAG else values[key]
+        match = re.search(d["Regex"], lines[tag])
+        assert match, (d, lines[tag])
+        assert float(match.group(1)) == pytest.approx(float(expected), rel=1e-5)
+        other = contract.SUMMARY_TAG if tag == contract.METRICS_TAG else contract.METRICS_TAG
+        assert re.search(d["Regex"], lines[other]) is None
+
+
+# --- every example config -------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", _job_specs(), ids=lambda p: p.stem)
+def test_every_config_builds_a_valid_request(path):
+    s = spec.load(path)
+    prepared = request.prepare(s)
+    if s.backend == "sagemaker":
+        _validate(prepared.request)
+    else:
+        assert not ParamValidator().validate(prepared.request, _input_shape()).has_errors()
+
+
+def test_trn1n_two_node_config_carries_efa():
+    prepared = request.prepare(spec.load(ROOT / "configs" / "vit-trn1n-2node.yaml"))
+    for key, value in contract.EFA_ENV.items():
+        assert prepared.request["Environment"][key] == value
+    assert prepared.request["ResourceConfig"]["InstanceCount"] == 2
+
+
+# --- prepare ----------------------------------------------------------------------
+
+
+def test_prepare_is_deterministic():
+    first = request.prepare(_spec())
+    second = request.prepare(_spec())
+    assert first.request == second.request
+    assert first.archive == second.archive
+    assert first.archive_sha256 == sourcedir.archive_sha256(first.archive)
+    assert first.source_uri == (f"s3://orchestrator-example-bucket/jobs/source/{first.archive_sha256[:16]}"
+                                "/sourcedir.tar.gz")
+    assert json.loads(first.request["HyperParameters"]["sagemaker_submit_directory"]) == first.source_uri
+    assert first.spec_hash == spec.spec_hash(_spec())
+    assert first.estimate.usd_max == pytest.approx(1.34375)
+
+
+def test_prepare_ships_the_job_file_in_the_archive():
+    prepared = request.prepare(_spec(), job_name="req-test-t001", extra_tags={"orchestrator:trial": "t001"})
+    with tarfile.open(fileobj=io.BytesIO(prepared.archive), mode="r:gz") as tar:
+        shipped = json.loads(tar.extractfile(contract.JOB_FILE).read())
+    assert shipped == prepared.job
+    assert shipped["job_name"] == prepared.request["TrainingJobName"] == "req-test-t001"
+    assert {"Key": "orchestrator:trial", "Value": "t001"} in prepared.request["Tags"]
+
+
+def test_prepare_returns_findings_without_raising():
+    prepared = request.prepare(_spec(**{"budget.max_cost_usd": 0.5}))
+    assert [f.rule for f in prepared.findings] == ["N016-budget-exceeded"]
+
+
+def test_prepare_raises_the_doctors_located_error_when_it_cannot_build():
+    s = _spec(BASE.replace('neuron_sdk: "2.30.0"', 'neuron_sdk: "2.24.0"'))
+    with pytest.raises(SpecError) as info:
+        request.prepare(s)
+    problem = info.value.problems[0]
+    assert problem.path == "image.neuron_sdk" and problem.line == 5
+    assert "N010-image-unknown" in problem.message
+
+
+def test_prepare_rejects_an_invalid_job_name():
+    with pytest.raises(InputError):
+        request.prepare(_spec(), job_name="bad_name")
+
+
+# --- `orchestrator plan` -----------------------------------------------------------
+
+
+def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    from orchestrator import cli
+
+    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    captured = capsys.readouterr()
+    return info.value.code or 0, captured.out, captured.err
+
+
+def test_cli_plan_json_is_one_object_with_the_prepared_request(monkeypatch, capsys):
+    path = ROOT / "configs" / "vit-trn1n-2node.yaml"
+    code, out, err = _cli(monkeypatch, capsys, "plan", str(path), "--json")
+    assert code == 0
+    data = json.loads(out)
+    prepared = request.prepare(spec.load(path))
+    assert data["request"] == prepared.request
+    assert data["source_uri"] == prepared.source_uri and data["archive_sha256"] == prepared.archive_sha256
+    assert data["estimate"]["usd_max"] == pytest.approx(prepared.estimate.usd_max)
+    assert data["estimate"]["price"]["source"] == prepared.estimate.price.source
+    assert [f["rule"] for f in data["findings"]] == ["N018-efa-env-added"]
+    assert data["findings"][0]["line"] > 0
+    assert "N018-efa-env-added" in err
+
+
+def test_cli_plan_prints_request_and_cost(monkeypatch, capsys):
+    path = ROOT / "configs" / "vit-trn1-2xlarge.yaml"
+    code, out, _ = _cli(monkeypatch, capsys, "plan", str(path))
+    assert code == 0
+    prepared = request.prepare(spec.load(path))
+    assert out.startswith(json.dumps(prepared.request, indent=2))
+    assert prepared.estimate.describe() in out
+    assert prepared.source_uri in out
+
+
+def test_cli_plan_refuses_a_spec_with_doctor_errors(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE.replace("max_run_minutes: 60", "max_run_minutes: 60\nbudget: {max_cost_usd: 0.1}"))
+    code, out, err = _cli(monkeypatch, capsys, "plan", str(path), "--json")
+    assert code == 2 and out == ""
+    assert f"{path}:9:24:" in err and "N016-budget-exceeded" in err and "hint:" in err
+
+
+def test_validate_doctor_plan_never_import_heavy_modules(tmp_path):
+    script = (
+        "import json, sys\n"
+        "from orchestrator import cli\n"
+        "sys.argv = ['orchestrator'] + sys.argv[1:]\n"
+        "try:\n    cli.main()\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
+        "heavy = sorted(m for m in ('torch', 'torch_xla', 'pandas', 'matplotlib', 'timm') if m in sys.modules)\n"
+        "print(json.dumps({'code': code, 'heavy': heavy}), file=sys.stderr)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(tmp_path))
+    config = str(ROOT / "configs" / "vit-trn1-2xlarge.yaml")
+    for args in (["validate", config], ["doctor", config], ["plan", config], ["plan", config, "--json"]):
+        done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+        report = json.loads(done.stderr.strip().splitlines()[-1])
+        assert report == {"code": 0, "heavy": []}, (args, done.stderr)

@@ -1,0 +1,126 @@
+"""The source archive: byte-for-byte reproducible, with the layout the toolkit runs."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from entrypoints import contract
+from orchestrator import sourcedir
+from orchestrator.errors import OrchestratorError
+
+JOB = {"schema": 1, "job_name": "vit-abc-1a2b3c4d", "spec_hash": "f" * 64, "spec": {"name": "vit-abc"},
+       "instance": {"type": "ml.trn1.2xlarge"}, "workers_per_node": 2,
+       "compile_cache": {"uri": None, "mode": "off"}, "results_uri": None, "environment": {}, "tags": {}}
+
+
+@pytest.fixture
+def fake_root(tmp_path) -> Path:
+    root = tmp_path / "entrypoints"
+    (root / "sub").mkdir(parents=True)
+    (root / "__pycache__").mkdir()
+    (root / "__init__.py").write_text("")
+    (root / "launch.py").write_text("print('launch')\n")
+    (root / "train.py").write_text("print('train')\n")
+    (root / "sub" / "__init__.py").write_text("")
+    (root / "sub" / "helper.py").write_text("X = 1\n")
+    (root / "__pycache__" / "train.cpython-312.pyc").write_bytes(b"\0junk")
+    (root / "notes.txt").write_text("not python")
+    return root
+
+
+def _members(data: bytes) -> list[tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return tar.getmembers()
+
+
+def _read(data: bytes, name: str) -> bytes:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        return tar.extractfile(name).read()
+
+
+def test_same_inputs_give_the_same_bytes(fake_root):
+    first = sourcedir.build_archive(JOB, root=fake_root)
+    # Touching the files (new mtimes) must not change anything.
+    for path in fake_root.rglob("*.py"):
+        path.touch()
+    second = sourcedir.build_archive(JOB, root=fake_root)
+    assert first == second
+    assert sourcedir.archive_sha256(first) == sourcedir.archive_sha256(second)
+
+
+def test_entries_are_sorted_with_fixed_owners_times_and_modes(fake_root):
+    members = _members(sourcedir.build_archive(JOB, root=fake_root))
+    names = [m.name for m in members]
+    assert names == sorted(names)
+    for m in members:
+        assert m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" and m.gname == ""
+        assert m.mode == (0o755 if m.isdir() else 0o644)
+
+
+def test_gzip_header_has_no_name_and_no_time(fake_root):
+    data = sourcedir.build_archive(JOB, root=fake_root)
+    assert data[:2] == b"\x1f\x8b"
+    flags, mtime = data[3], int.from_bytes(data[4:8], "little")
+    assert flags & 0x08 == 0  # FNAME
+    assert mtime == 0
+    assert gzip.decompress(data)  # a valid stream
+
+
+def test_contents_layout(fake_root):
+    data = sourcedir.build_archive(JOB, root=fake_root)
+    names = {m.name for m in _members(data) if m.isfile()}
+    assert names == {
+        "launch.py", "job.json", "requirements.txt",
+        "entrypoints/__init__.py", "entrypoints/launch.py", "entrypoints/train.py",
+        "entrypoints/sub/__init__.py", "entrypoints/sub/helper.py",
+    }
+    dirs = {m.name for m in _members(data) if m.isdir()}
+    assert dirs == {"entrypoints", "entrypoints/sub"}
+    assert _read(data, "launch.py") == (fake_root / "launch.py").read_bytes()
+    assert json.loads(_read(data, contract.JOB_FILE)) == JOB
+    requirements = _read(data, "requirements.txt").decode().split()
+    assert any(r.startswith("timm>=") and "<" in r for r in requirements)
+    assert not any(r.startswith(("torch", "torch-xla")) for r in requirements)
+
+
+def test_content_changes_change_the_hash(fake_root):
+    base = sourcedir.archive_sha256(sourcedir.build_archive(JOB, root=fake_root))
+    other_job = sourcedir.archive_sha256(sourcedir.build_archive(dict(JOB, job_name="vit-abc-other"), root=fake_root))
+    (fake_root / "train.py").write_text("print('changed')\n")
+    other_source = sourcedir.archive_sha256(sourcedir.build_archive(JOB, root=fake_root))
+    assert len({base, other_job, other_source}) == 3
+
+
+def test_missing_launch_py_is_a_clear_error(fake_root):
+    (fake_root / "launch.py").unlink()
+    with pytest.raises(OrchestratorError) as info:
+        sourcedir.build_archive(JOB, root=fake_root)
+    assert "launch.py" in info.value.message and info.value.hint
+
+
+def test_real_entrypoints_package_is_packed_whole(tmp_path):
+    root = sourcedir.entrypoints_dir()
+    data = sourcedir.build_archive(JOB)
+    names = {m.name for m in _members(data) if m.isfile()}
+    expected = {f"entrypoints/{p.relative_to(root).as_posix()}" for p in root.rglob("*.py")
+                if "__pycache__" not in p.parts}
+    assert expected <= names
+    assert "entrypoints/contract.py" in names
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+    assert _read(data, "launch.py") == (root / "launch.py").read_bytes()
+    # Unpacked as the toolkit does, the program imports its package from the working dir.
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", "import entrypoints.contract as c; print(c.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert Path(found.stdout.strip()).resolve() == (tmp_path / "entrypoints" / "contract.py").resolve()
