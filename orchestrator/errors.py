@@ -58,9 +58,40 @@ class SpecError(InputError):
 
 
 class BackendError(OrchestratorError):
-    """The backend (SageMaker, S3, the local runner) refused or failed: exit 1."""
+    """The backend (SageMaker, S3, the local runner) refused or failed: exit 1.
+
+    `code` is the service's machine-readable error code ("ThrottlingException",
+    "ResourceLimitExceeded", "ResourceInUse", ...) and `http_status` its HTTP status: given to
+    the constructor, or read from the botocore error this one was raised from (`raise ... from
+    exc`); None when neither says. Callers that retry (sweeps, results) decide by these, not by
+    the message text.
+    """
 
     exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None, code: str | None = None,
+                 http_status: int | None = None):
+        super().__init__(message, hint)
+        self._code = code
+        self._http_status = http_status
+
+    def _response(self) -> dict:
+        response = getattr(self.__cause__, "response", None)
+        return response if isinstance(response, dict) else {}
+
+    @property
+    def code(self) -> str | None:
+        if self._code is not None:
+            return self._code
+        found = self._response().get("Error", {}).get("Code")
+        return str(found) if found else None
+
+    @property
+    def http_status(self) -> int | None:
+        if self._http_status is not None:
+            return self._http_status
+        found = self._response().get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return found if isinstance(found, int) else None
 
 
 class JobFailed(OrchestratorError):

@@ -73,3 +73,25 @@ class Backend(Protocol):
         """Log lines of every host of the job, in time order; with follow, until it ends."""
 
     def stop(self, job_name: str) -> None: ...
+
+
+def create(name: str, *, region: str | None = None, **clients) -> Backend:
+    """The backend called `name`, built lazily (boto3 is imported only for sagemaker).
+
+    sagemaker: `sagemaker_client`, `s3_client` and `logs_client` may be passed in (tests do);
+    unless all three are, they are built for `region` with botocore's retry config (adaptive,
+    AWS_RETRY_MODE / AWS_MAX_ATTEMPTS honoured). `ledger`, `sleep` and `poll_seconds` pass
+    through to `SageMakerBackend`.
+    local: `orchestrator.backends.local.LocalBackend(**clients)`; `region` is not used.
+    """
+    if name == "sagemaker":
+        from orchestrator.backends.sagemaker import SageMakerBackend
+
+        return SageMakerBackend.connect(region, **clients)
+    if name == "local":
+        from orchestrator.backends.local import LocalBackend
+
+        return LocalBackend(**clients)
+    from orchestrator.errors import InputError
+
+    raise InputError(f"unknown backend {name!r}", hint="use sagemaker or local")

@@ -1,0 +1,73 @@
+"""How fast `validate` answers, relative to the cost of importing botocore.
+
+Runs `python -m orchestrator validate <config>` and `python -c "import botocore.session"`
+alternately (interleaved, so both see the same machine load), RUNS times each, and prints
+one JSON object: both medians, their ratio, the goal (ratio at most 1.5) and the run count.
+The config is configs/vit-trn1-2xlarge.yaml, or a minimal spec written to a temporary
+directory when the checkout lacks it. Run from anywhere: `python bench/cli_latency.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "vit-trn1-2xlarge.yaml"
+RUNS = int(os.environ.get("BENCH_RUNS", "15"))
+GOAL = 1.5
+FALLBACK_SPEC = """\
+name: vit-bench
+backend: sagemaker
+region: us-east-1
+role_arn: arn:aws:iam::123456789012:role/orchestrator-training
+instance: {type: ml.trn1.2xlarge}
+compile_cache: {uri: s3://bench-bucket/compile-cache}
+output: {uri: s3://bench-bucket/jobs}
+"""
+
+
+def timed(argv: list[str], env: dict, cwd: Path) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = CONFIG
+        if not config.exists():
+            config = Path(tmp) / "spec.yaml"
+            config.write_text(FALLBACK_SPEC)
+        env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(Path(tmp) / "home"))
+        validate = [sys.executable, "-m", "orchestrator", "validate", str(config)]
+        botocore = [sys.executable, "-c", "import botocore.session"]
+        # One untimed run of each writes the bytecode caches both then use.
+        timed(validate, env, ROOT)
+        timed(botocore, env, ROOT)
+        v, b = [], []
+        for _ in range(RUNS):
+            v.append(timed(validate, env, ROOT))
+            b.append(timed(botocore, env, ROOT))
+    v_med, b_med = statistics.median(v), statistics.median(b)
+    print(json.dumps({
+        "validate_median_s": round(v_med, 4),
+        "botocore_import_median_s": round(b_med, 4),
+        "ratio": round(v_med / b_med, 3),
+        "goal": GOAL,
+        "runs": RUNS,
+        "config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else "fallback spec",
+    }))
+
+
+if __name__ == "__main__":
+    main()

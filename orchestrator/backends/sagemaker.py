@@ -1,0 +1,484 @@
+"""The SageMaker backend: submit, status, logs and stop of training jobs through boto3.
+
+Contract:
+- Clients (sagemaker, s3, logs) come from the constructor; `connect(region)` builds them with
+  botocore's retry config (adaptive mode, several attempts), so throttling is retried by
+  botocore itself before it ever reaches us.
+- `submit` follows the ledger's intent-first protocol: the row (with the exact request) is
+  written before anything in AWS changes; the source archive is uploaded only when its
+  content-addressed key is absent; then `CreateTrainingJob`; then the row moves to
+  `submitted`. A row left in `submitting` (a process killed between intent and create) is
+  reconciled with `DescribeTrainingJob` on the next submit: an existing job carrying our
+  spec-hash tag is adopted (`Submitted.created` is False), never created a second time. A
+  row already `submitted` or later is returned as is. A row in `planned` (written ahead by a
+  caller that wants its sweep/trial ids on it, or left by a create that AWS refused with a
+  4xx) is submitted. A 5xx or transport failure of the create leaves `submitting` behind,
+  since the job may exist.
+- `status` maps SageMaker's states onto ours through one table (`_status_of`) and moves the
+  ledger row forward as a side effect.
+- `logs` merges the CloudWatch streams of every host in timestamp order; with `follow` it
+  polls (through the injected `sleep`) until the job is terminal and no new events arrive.
+- Every botocore error is translated in one place (`translate`) into our errors with hints.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted
+from orchestrator.errors import BackendError, InputError, OrchestratorError
+from orchestrator.ledger import Ledger
+from orchestrator.request import TAG_SPEC_HASH as SPEC_HASH_TAG
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+DEFAULT_RETRY_MODE = "adaptive"
+DEFAULT_MAX_ATTEMPTS = 10
+
+# SageMaker's SecondaryStatus values that mean "the job exists but no training step runs yet".
+_STARTING = frozenset({
+    "Starting", "LaunchingMLInstances", "PreparingTrainingStack", "Downloading",
+    "DownloadingTrainingImage", "Restarting", "Interrupted",
+})
+# TrainingJobStatus -> ours, for every status except InProgress (which depends on the secondary).
+_PRIMARY = {"Completed": "completed", "Failed": "failed", "Stopping": "stopping", "Stopped": "stopped"}
+# Our status -> the ledger state it implies (the ledger has no pending/starting/stopping).
+_LEDGER_STATE = {
+    "pending": "submitted", "starting": "submitted", "running": "running", "stopping": "running",
+    "completed": "completed", "failed": "failed", "stopped": "stopped",
+}
+_NOT_TERMINAL_LEDGER = ("submitting", "submitted", "running")
+
+# The IAM action behind each API call we make, for AccessDenied hints.
+_IAM_ACTION = {
+    "CreateTrainingJob": "sagemaker:CreateTrainingJob (and iam:PassRole on the execution role)",
+    "DescribeTrainingJob": "sagemaker:DescribeTrainingJob",
+    "StopTrainingJob": "sagemaker:StopTrainingJob",
+    "ListTags": "sagemaker:ListTags",
+    "HeadObject": "s3:GetObject (and s3:ListBucket, without which a missing key reads as 403)",
+    "PutObject": "s3:PutObject",
+    "DescribeLogStreams": "logs:DescribeLogStreams",
+    "GetLogEvents": "logs:GetLogEvents",
+}
+_ACCESS_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "403", "Forbidden"})
+_THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
+                        "SlowDown", "ProvisionedThroughputExceededException"})
+_NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "NotFound", "404"})
+_JOB_OPERATIONS = frozenset({"DescribeTrainingJob", "StopTrainingJob", "ListTags"})
+
+
+def retry_config() -> dict:
+    """botocore's retry settings for our clients: AWS_RETRY_MODE / AWS_MAX_ATTEMPTS when the
+    user set them, else adaptive mode with DEFAULT_MAX_ATTEMPTS attempts. Attempts count the
+    first call too, as AWS_MAX_ATTEMPTS does (botocore's `total_max_attempts`; its
+    `max_attempts` would count retries only)."""
+    mode = os.environ.get("AWS_RETRY_MODE") or DEFAULT_RETRY_MODE
+    raw = os.environ.get("AWS_MAX_ATTEMPTS") or str(DEFAULT_MAX_ATTEMPTS)
+    if mode not in ("standard", "adaptive", "legacy"):
+        raise InputError(f"AWS_RETRY_MODE={mode!r} is not a botocore retry mode",
+                         hint="use standard or adaptive (or unset it)")
+    if not raw.isdigit() or int(raw) < 1:
+        raise InputError(f"AWS_MAX_ATTEMPTS={raw!r} is not a positive integer", hint="e.g. AWS_MAX_ATTEMPTS=10")
+    return {"mode": mode, "total_max_attempts": int(raw)}
+
+
+def make_clients(region: str | None) -> dict:
+    """sagemaker, s3 and logs clients for `region` with our retry config. The endpoint follows
+    botocore's own settings (AWS_ENDPOINT_URL in tests)."""
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(region_name=region)
+    if not session.region_name:
+        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_REGION")
+    config = Config(retries=retry_config(), connect_timeout=10, read_timeout=70,
+                    user_agent_extra="trainium-vit-orchestrator")
+    return {name + "_client": session.client(name, config=config) for name in ("sagemaker", "s3", "logs")}
+
+
+def translate(exc: Exception, *, operation: str, job_name: str | None = None, region: str | None = None,
+              instance_type: str | None = None) -> OrchestratorError:
+    """Our error for a botocore error raised by `operation`: what failed, and how to fix it."""
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+    from botocore.exceptions import ConnectionError as AWSConnectionError
+
+    where = f" in {region}" if region else ""
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return BackendError(f"{operation}: no usable AWS credentials ({exc})",
+                            hint="configure credentials (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/"
+                            "AWS_SECRET_ACCESS_KEY) for the account that holds the stack")
+    if isinstance(exc, AWSConnectionError):
+        return BackendError(f"{operation}: cannot reach the AWS endpoint ({exc})",
+                            hint="check the network, the region, and AWS_ENDPOINT_URL if it is set")
+    if not isinstance(exc, ClientError):
+        return BackendError(f"{operation} failed: {exc}",
+                            hint="a network or SDK error; rerunning is safe (a submit is reconciled through the ledger)")
+
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", "Unknown"))
+    message = error.get("Message") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+    job = f" {job_name}" if job_name else ""
+    if code in _ACCESS_DENIED:
+        action = _IAM_ACTION.get(operation, operation)
+        return BackendError(f"{operation}{job}: access denied{where}: {message}",
+                            hint=f"the caller needs {action}; `orchestrator infra policy` prints the IAM "
+                            "policy the orchestrator needs")
+    if code == "ResourceLimitExceeded":
+        what = f"{instance_type} for training job usage" if instance_type else "the instance type's training quota"
+        return BackendError(f"{operation}{job}: service quota reached{where}: {message}",
+                            hint=f"raise the SageMaker quota '{what}' (or '... for spot training job usage' "
+                            f"with spot){where}: Service Quotas console > Amazon SageMaker > request increase, "
+                            "or `aws service-quotas request-service-quota-increase --service-code sagemaker`")
+    if code == "ResourceInUse":
+        return BackendError(f"{operation}{job}: a training job with this name already exists{where}: {message}",
+                            hint="job names are unique per account and region; change the spec's name")
+    if code in _THROTTLED:
+        attempts = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
+        return BackendError(f"{operation}{job}: still throttled after {attempts + 1} attempts{where}: {message}",
+                            hint="lower the sweep's concurrency, or raise AWS_MAX_ATTEMPTS; rerunning is safe")
+    if operation in _JOB_OPERATIONS and _is_not_found(exc):
+        return InputError(f"no SageMaker training job named{job}{where}",
+                          hint="check the job name (as printed by submit) and the region (--region)")
+    if code == "NoSuchBucket":
+        return BackendError(f"{operation}: the bucket does not exist{where}: {message}",
+                            hint="deploy the stack (see infra/README.md) or fix the spec's s3:// URIs")
+    if code in ("ValidationException", "ValidationError"):
+        hint = ("run `orchestrator plan SPEC` to see the exact request; fix the spec field behind it"
+                if operation == "CreateTrainingJob" else None)
+        return BackendError(f"{operation}{job}: SageMaker refused the request: {message}", hint=hint)
+    return BackendError(f"{operation}{job} failed{where}: {code}: {message}")
+
+
+def _is_not_found(exc: Exception) -> bool:
+    """Whether a ClientError says the named resource does not exist. SageMaker answers a
+    describe of an unknown job with ValidationException "Requested resource not found"."""
+    error = getattr(exc, "response", {}).get("Error", {})
+    code = str(error.get("Code", ""))
+    text = str(error.get("Message", "")).lower()
+    if code in _NOT_FOUND:
+        return True
+    return code in ("ValidationException", "ValidationError") and ("not found" in text or "could not find" in text)
+
+
+def _is_definite_refusal(exc: Exception) -> bool:
+    """True when AWS answered and refused (a 4xx): the job was certainly not created. False for
+    5xx answers and transport errors, after which the job may exist."""
+    status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return isinstance(status, int) and 400 <= status < 500
+
+
+def _code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def _epoch(value) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise InputError(f"not an s3://bucket/key URI: {uri!r}")
+    bucket, key = uri[5:].split("/", 1)
+    return bucket, key
+
+
+def _status_of(primary: str, secondary: str | None) -> str:
+    """The one table from SageMaker's (TrainingJobStatus, SecondaryStatus) to our status."""
+    if primary in _PRIMARY:
+        return _PRIMARY[primary]
+    if primary == "InProgress":
+        if secondary == "Pending":
+            return "pending"
+        if secondary in _STARTING:
+            return "starting"
+        if secondary == "Stopping":
+            return "stopping"
+        return "running"
+    raise BackendError(f"SageMaker reported an unknown training job status {primary!r}",
+                       hint="the orchestrator may be older than the service; please report it")
+
+
+_STREAM_HOST = re.compile(r"^(.+-\d+)-\d+$")
+
+
+def host_of(stream_name: str, job_name: str) -> str:
+    """"algo-1" from the stream "<job>/algo-1-1700000000"."""
+    rest = stream_name[len(job_name) + 1:] if stream_name.startswith(job_name + "/") else stream_name
+    found = _STREAM_HOST.match(rest)
+    return found.group(1) if found else rest
+
+
+class _Cursor:
+    """Where we are in one log stream; reading resumes from the last forward token."""
+
+    def __init__(self, logs_client, stream: str, host: str, aws):
+        self.logs = logs_client
+        self.stream = stream
+        self.host = host
+        self.token: str | None = None
+        self._aws = aws
+
+    def read(self, seq: int) -> Iterator[tuple[int, int, str, str]]:
+        """(timestamp, seq, host, message) of events after the cursor, in stream order."""
+        while True:
+            args = {"logGroupName": LOG_GROUP, "logStreamName": self.stream, "startFromHead": True}
+            if self.token:
+                args["nextToken"] = self.token
+            with self._aws("GetLogEvents"):
+                page = self.logs.get_log_events(**args)
+            for event in page.get("events", []):
+                seq += 1
+                yield (event.get("timestamp", 0), seq, self.host, event.get("message", "").rstrip("\n"))
+            nxt = page.get("nextForwardToken")
+            if not nxt or nxt == self.token:
+                return
+            self.token = nxt
+
+
+class SageMakerBackend:
+    """Training jobs on Amazon SageMaker. See the module docstring for the contract."""
+
+    name = "sagemaker"
+
+    def __init__(self, sagemaker_client, s3_client, logs_client, ledger: Ledger | None = None,
+                 sleep: Callable[[float], None] = time.sleep, poll_seconds: float = 5.0):
+        self.sm = sagemaker_client
+        self.s3 = s3_client
+        self.logs_client = logs_client
+        self._ledger = ledger
+        self.sleep = sleep
+        self.poll_seconds = poll_seconds
+        self.region = sagemaker_client.meta.region_name
+
+    @classmethod
+    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, **clients) -> SageMakerBackend:
+        """A backend on clients built by `make_clients(region)`, except those passed in."""
+        needed = ("sagemaker_client", "s3_client", "logs_client")
+        if not all(name in clients for name in needed):
+            built = make_clients(region)
+            clients = {**built, **clients}
+        return cls(clients["sagemaker_client"], clients["s3_client"], clients["logs_client"], ledger=ledger,
+                   **{k: v for k, v in clients.items() if k not in needed})
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger()
+        return self._ledger
+
+    @contextmanager
+    def _aws(self, operation: str, *, job_name: str | None = None, instance_type: str | None = None):
+        """Raise our error (`translate`) for any botocore error raised inside."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, operation=operation, job_name=job_name, region=self.region,
+                            instance_type=instance_type) from exc
+
+    # --- submit ---------------------------------------------------------------------------
+
+    def submit(self, prepared) -> Submitted:
+        """Create the job `prepared` describes, once. See the module docstring."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        name = prepared.job_name
+        entry = self.ledger.record_intent(name, backend=self.name, region=self.region,
+                                          spec_hash=prepared.spec_hash, request=prepared.request)
+        if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
+            raise InputError(f"the job name {name} is already in the ledger for another spec "
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             hint="change the spec's name so the job name differs")
+        if entry.state not in ("planned", "submitting"):
+            return Submitted(name, created=False)
+        if entry.state == "planned":  # recorded ahead (a sweep), or refused earlier
+            self.ledger.transition(name, "submitting", expect=("planned",))
+        # This call just wrote the intent, or an earlier one died after writing it: only
+        # SageMaker knows whether the job was created in between.
+        existing = self._describe_or_none(name)
+        if existing is not None:
+            return self._adopt(existing, prepared)
+
+        self.upload_source(prepared)
+        instance_type = prepared.request.get("ResourceConfig", {}).get("InstanceType")
+        try:
+            response = self.sm.create_training_job(**prepared.request)
+        except (ClientError, BotoCoreError) as exc:
+            if _code(exc) == "ResourceInUse":
+                existing = self._describe_or_none(name)
+                if existing is not None:
+                    return self._adopt(existing, prepared)
+            error = translate(exc, operation="CreateTrainingJob", job_name=name, region=self.region,
+                              instance_type=instance_type)
+            if _is_definite_refusal(exc):
+                # Refused, so nothing exists: back to planned, and a later submit tries again.
+                self.ledger.transition(name, "planned", detail=error.message, expect=("submitting",))
+            raise error from exc
+        self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
+        return Submitted(name, created=True, arn=response.get("TrainingJobArn"))
+
+    def _adopt(self, described: dict, prepared) -> Submitted:
+        """Take over an existing job of this name if it carries our spec-hash tag."""
+        name = prepared.job_name
+        arn = described.get("TrainingJobArn")
+        ours = {t["Key"]: t["Value"] for t in prepared.request.get("Tags", [])}.get(SPEC_HASH_TAG,
+                                                                                     prepared.spec_hash)
+        theirs = self._tags(arn, name).get(SPEC_HASH_TAG) if arn else None
+        if theirs != ours:
+            self.ledger.transition(name, "planned", detail="name taken by another job", expect=("submitting",))
+            raise BackendError(
+                f"a SageMaker training job named {name} already exists in {self.region} and was not "
+                f"created from this spec (its {SPEC_HASH_TAG} tag is {theirs!r})",
+                hint="job names are unique per account and region; change the spec's name")
+        self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
+        return Submitted(name, created=False, arn=arn)
+
+    def upload_source(self, prepared) -> bool:
+        """Put the source archive at its content-addressed URI unless it is there already;
+        returns whether this call uploaded it. The conditional put makes a concurrent upload
+        of the same bytes harmless."""
+        from botocore.exceptions import ClientError
+
+        bucket, key = _split_s3(prepared.source_uri)
+        with self._aws("HeadObject"):
+            try:
+                self.s3.head_object(Bucket=bucket, Key=key)
+                return False
+            except ClientError as exc:
+                if not _is_not_found(exc):
+                    raise
+        digest = bytes.fromhex(prepared.archive_sha256)
+        with self._aws("PutObject"):
+            try:
+                self.s3.put_object(Bucket=bucket, Key=key, Body=prepared.archive, IfNoneMatch="*",
+                                   ContentType="application/gzip",
+                                   ChecksumSHA256=base64.b64encode(digest).decode(),
+                                   Metadata={"sha256": prepared.archive_sha256})
+            except ClientError as exc:
+                if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    return False  # someone uploaded the same content-addressed object meanwhile
+                raise
+        return True
+
+    # --- status -----------------------------------------------------------------------------
+
+    def _describe(self, job_name: str) -> dict:
+        with self._aws("DescribeTrainingJob", job_name=job_name):
+            return self.sm.describe_training_job(TrainingJobName=job_name)
+
+    def _describe_or_none(self, job_name: str) -> dict | None:
+        from botocore.exceptions import ClientError
+
+        with self._aws("DescribeTrainingJob", job_name=job_name):
+            try:
+                return self.sm.describe_training_job(TrainingJobName=job_name)
+            except ClientError as exc:
+                if _is_not_found(exc):
+                    return None
+                raise
+
+    def _tags(self, arn: str, job_name: str) -> dict[str, str]:
+        tags: dict[str, str] = {}
+        args = {"ResourceArn": arn}
+        while True:
+            with self._aws("ListTags", job_name=job_name):
+                page = self.sm.list_tags(**args)
+            tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
+            if not page.get("NextToken"):
+                return tags
+            args["NextToken"] = page["NextToken"]
+
+    def status(self, job_name: str) -> JobStatus:
+        """The job as SageMaker sees it, in our words; moves the ledger row forward."""
+        described = self._describe(job_name)
+        return self._job_status(described, tags=self._tags(described["TrainingJobArn"], job_name))
+
+    def _job_status(self, d: dict, tags: dict[str, str]) -> JobStatus:
+        name = d["TrainingJobName"]
+        secondary = d.get("SecondaryStatus")
+        ours = _status_of(d["TrainingJobStatus"], secondary)
+        resources = d.get("ResourceConfig", {})
+        groups = resources.get("InstanceGroups") or []
+        instance_type = resources.get("InstanceType") or (groups[0].get("InstanceType") if groups else None)
+        count = resources.get("InstanceCount") or sum(g.get("InstanceCount", 0) for g in groups) or None
+        output = d.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+        if not output and d.get("OutputDataConfig", {}).get("S3OutputPath"):
+            output = f"{d['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output/model.tar.gz"
+        status = JobStatus(
+            job_name=name, status=ours, secondary=secondary, failure_reason=d.get("FailureReason"),
+            billable_seconds=d.get("BillableTimeInSeconds"), training_seconds=d.get("TrainingTimeInSeconds"),
+            instance_type=instance_type, instance_count=count, spot=bool(d.get("EnableManagedSpotTraining")),
+            created=_epoch(d.get("CreationTime")), started=_epoch(d.get("TrainingStartTime")),
+            ended=_epoch(d.get("TrainingEndTime")), output_uri=output, tags=tags,
+        )
+        self._record(status)
+        return status
+
+    def _record(self, status: JobStatus) -> None:
+        entry = self.ledger.get(status.job_name)
+        target = _LEDGER_STATE[status.status]
+        if entry is None or entry.state == target or entry.backend != self.name:
+            return
+        self.ledger.transition(status.job_name, target, detail=status.failure_reason, expect=_NOT_TERMINAL_LEDGER)
+
+    # --- logs ---------------------------------------------------------------------------------
+
+    def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """Lines "[host] message" of every host's stream, merged by timestamp. With follow,
+        polls every `poll_seconds` until the job is terminal and a last read finds nothing new."""
+        self._describe(job_name)  # an unknown job is an error, not an empty log
+        cursors: dict[str, _Cursor] = {}
+        terminal = False
+        while True:
+            for stream in self._streams(job_name):
+                if stream not in cursors:
+                    cursors[stream] = _Cursor(self.logs_client, stream, host_of(stream, job_name), self._aws)
+            # Each stream is in time order; a k-way merge keeps the whole output in time order
+            # without holding every event in memory.
+            merged = heapq.merge(*(c.read(i << 40) for i, c in enumerate(cursors.values())))
+            seen = 0
+            for _, _, host, message in merged:
+                seen += 1
+                yield f"[{host}] {message}"
+            if not follow or (terminal and not seen):
+                return
+            if not terminal:
+                terminal = _status_of(*self._primary(job_name)) in TERMINAL_STATUSES
+            self.sleep(self.poll_seconds)
+
+    def _primary(self, job_name: str) -> tuple[str, str | None]:
+        d = self._describe(job_name)
+        return d["TrainingJobStatus"], d.get("SecondaryStatus")
+
+    def _streams(self, job_name: str) -> list[str]:
+        from botocore.exceptions import ClientError
+
+        names: list[str] = []
+        args = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{job_name}/"}
+        while True:
+            with self._aws("DescribeLogStreams", job_name=job_name):
+                try:
+                    page = self.logs_client.describe_log_streams(**args)
+                except ClientError as exc:
+                    if _is_not_found(exc):
+                        return names  # no job has logged in this region yet
+                    raise
+            names.extend(s["logStreamName"] for s in page.get("logStreams", []))
+            token = page.get("nextToken")
+            if not token or token == args.get("nextToken"):
+                return names
+            args["nextToken"] = token
+
+    # --- stop -------------------------------------------------------------------------------------
+
+    def stop(self, job_name: str) -> None:
+        """Ask SageMaker to stop the job; it passes through Stopping to Stopped."""
+        with self._aws("StopTrainingJob", job_name=job_name):
+            self.sm.stop_training_job(TrainingJobName=job_name)

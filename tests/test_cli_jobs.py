@@ -1,0 +1,290 @@
+"""`orchestrator submit / status / logs / stop` against a loopback moto server: in-process
+through `cli.main()`, and end to end as subprocesses reaching moto through AWS_ENDPOINT_URL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from orchestrator import backends, request, spec
+from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend
+from orchestrator.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "vit-trn1-2xlarge.yaml"
+BUCKET = "orchestrator-example-bucket"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    from orchestrator import cli
+
+    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    captured = capsys.readouterr()
+    return info.value.code or 0, captured.out, captured.err
+
+
+def _moto_jobs() -> dict:
+    from moto.sagemaker.models import sagemaker_backends
+
+    return sagemaker_backends[ACCOUNT][REGION].training_jobs
+
+
+@pytest.fixture
+def aws(moto_server, orch_home, monkeypatch):
+    """The moto server with the example config's bucket; yields the CreateTrainingJob
+    parameters the CLI's backend sent (hooked where the CLI builds its clients)."""
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    sent: list[dict] = []
+
+    def record(params, **_):
+        sent.append(json.loads(json.dumps(params, default=str)))
+
+    real_connect = SageMakerBackend.connect.__func__
+
+    def connect(cls, region=None, **kw):
+        backend = real_connect(cls, region, **kw)
+        backend.sm.meta.events.register("provide-client-params.sagemaker.CreateTrainingJob", record)
+        return backend
+
+    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+    return sent
+
+
+@pytest.fixture
+def prepared():
+    return request.prepare(spec.load(CONFIG))
+
+
+# --- submit -------------------------------------------------------------------------------------
+
+
+def test_submit_creates_the_job_plan_showed(aws, prepared, monkeypatch, capsys):
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG))
+    assert code == 0, err
+    assert out.strip() == prepared.job_name
+    assert aws == [json.loads(json.dumps(prepared.request))]
+    assert prepared.estimate.describe() in err
+    assert f"submitted to sagemaker in {REGION}" in err
+    assert Ledger().get(prepared.job_name).state == "submitted"
+
+    # Again: same name, nothing new.
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG))
+    assert code == 0 and out.strip() == prepared.job_name
+    assert "nothing created" in err
+    assert len(aws) == 1
+
+
+def test_submit_dry_run_prints_what_plan_prints_and_sends_nothing(aws, monkeypatch, capsys):
+    code, planned, _ = _cli(monkeypatch, capsys, "plan", str(CONFIG))
+    assert code == 0
+    code, dry, _ = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--dry-run")
+    assert code == 0
+    assert dry == planned
+    assert aws == [] and _moto_jobs() == {}
+    assert Ledger().entries() == []
+
+
+def test_submit_refuses_a_spec_over_budget_once_with_exit_2(aws, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "pricey.yaml"
+    path.write_text(CONFIG.read_text().replace("max_cost_usd: 25", "max_cost_usd: 0.5"))
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 2 and out == ""
+    assert err.count("N016-budget-exceeded") == 1
+    assert f"{path}:" in err  # located in the spec
+    assert aws == [] and Ledger().entries() == []
+
+
+def test_submit_refuses_doctor_errors_with_exit_2(aws, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "inf2.yaml"
+    path.write_text(CONFIG.read_text().replace("type: ml.trn1.2xlarge", "type: ml.inf2.xlarge"))
+    code, _, err = _cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 2
+    assert "ml.trn1.2xlarge" in err
+    assert aws == []
+
+
+def test_submit_wait_follows_the_job_to_completion(aws, prepared, monkeypatch, capsys):
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "0.05")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == prepared.job_name
+    assert "status    completed (Completed)" in lines
+    assert f"{prepared.job_name}: completed (Completed)" in err
+
+
+def test_submit_wait_exits_1_with_the_failure_reason(aws, prepared, monkeypatch, capsys):
+    progress = iter([("InProgress", "Downloading", None), ("InProgress", "Training", None),
+                     ("Failed", "Failed", "AlgorithmError: NEFF is invalid")])
+
+    def advance(**_):
+        job = _moto_jobs().get(prepared.job_name)
+        step = next(progress, None) if job is not None else None  # not before the job exists
+        if step is not None:
+            job.training_job_status, job.secondary_status, failure = step
+            if failure:
+                job.failure_reason = failure
+
+    real_connect = SageMakerBackend.connect.__func__
+
+    def connect(cls, region=None, **kw):
+        backend = real_connect(cls, region, **kw)
+        backend.sm.meta.events.register("before-call.sagemaker.DescribeTrainingJob", advance)
+        return backend
+
+    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "0.05")
+    assert code == 1
+    assert "failure   AlgorithmError: NEFF is invalid" in out
+    assert f"error: job {prepared.job_name} failed: AlgorithmError: NEFF is invalid" in err
+    assert f"orchestrator logs {prepared.job_name}" in err
+    # Every change was shown once, in order.
+    shown = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[") and "m" in line[:8]]
+    assert shown == [f"{prepared.job_name}: starting (Downloading)", f"{prepared.job_name}: running (Training)",
+                     f"{prepared.job_name}: failed (Failed)"]
+    assert Ledger().get(prepared.job_name).state == "failed"
+
+
+# --- status, logs, stop ------------------------------------------------------------------------
+
+
+def test_status_json_and_text_for_a_failed_job_exit_0(aws, prepared, monkeypatch, capsys):
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0
+    job = _moto_jobs()[prepared.job_name]
+    job.training_job_status, job.secondary_status = "Failed", "Failed"
+    job.failure_reason, job.billable_time_in_seconds = "OutOfMemory on algo-1", 77
+
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name, "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert (data["status"], data["secondary"], data["failure_reason"]) == ("failed", "Failed", "OutOfMemory on algo-1")
+    assert (data["billable_seconds"], data["backend"], data["terminal"]) == (77, "sagemaker", True)
+    assert data["tags"]["orchestrator:spec-hash"] == prepared.spec_hash
+
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name)
+    assert code == 0
+    assert "status    failed (Failed)" in out and "failure   OutOfMemory on algo-1" in out
+    assert "billable  77 s" in out
+
+
+def test_status_of_a_job_outside_the_ledger_uses_region(aws, prepared, monkeypatch, capsys):
+    boto3.client("sagemaker", region_name=REGION).create_training_job(**prepared.request)
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name, "--region", REGION)
+    assert code == 0 and "status    completed" in out
+    code, _, err = _cli(monkeypatch, capsys, "status", prepared.job_name, "--region", "eu-west-1")
+    assert code == 2
+    assert f"no SageMaker training job named {prepared.job_name} in eu-west-1" in err
+
+
+def test_logs_prints_every_host_merged(aws, prepared, monkeypatch, capsys):
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0
+    _seed(prepared.job_name, {"algo-1": ["a", "c"], "algo-2": ["b"]}, order=["a", "b", "c"])
+    code, out, _ = _cli(monkeypatch, capsys, "logs", prepared.job_name)
+    assert code == 0
+    assert out.splitlines() == ["[algo-1] a", "[algo-2] b", "[algo-1] c"]
+
+
+def test_stop_asks_sagemaker_to_stop(orch_home, monkeypatch, capsys):
+    client = boto3.client("sagemaker", region_name=REGION)
+    stub = Stubber(client)
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": "vit-1"})
+    stub.activate()
+    real = backends.create
+
+    def create(name, *, region=None, **clients):
+        assert (name, region) == ("sagemaker", "eu-central-1")
+        return real(name, region=region, sagemaker_client=client, s3_client=None, logs_client=None, **clients)
+
+    monkeypatch.setattr(backends, "create", create)
+    code, out, _ = _cli(monkeypatch, capsys, "stop", "vit-1", "--region", "eu-central-1")
+    assert code == 0 and out.strip() == "vit-1: stop requested"
+    stub.assert_no_pending_responses()
+
+
+def test_stop_refused_by_sagemaker_exits_1(orch_home, monkeypatch, capsys):
+    client = boto3.client("sagemaker", region_name=REGION)
+    stub = Stubber(client)
+    stub.add_client_error("stop_training_job", service_error_code="ValidationException",
+                          service_message="The training job is in status Completed.")
+    stub.activate()
+    real = backends.create
+    monkeypatch.setattr(backends, "create", lambda name, *, region=None, **kw: real(
+        name, region=region, sagemaker_client=client, s3_client=None, logs_client=None, **kw))
+    code, _, err = _cli(monkeypatch, capsys, "stop", "vit-1")
+    assert code == 1
+    assert "error: StopTrainingJob vit-1: SageMaker refused the request: The training job is in status Completed." in err
+
+
+# --- end to end: subprocesses reaching moto through AWS_ENDPOINT_URL ------------------------------
+
+
+def _run(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_end_to_end_in_subprocesses(moto_server, orch_home, prepared):
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    assert env["AWS_ENDPOINT_URL"] == moto_server and moto_server.startswith("http://127.0.0.1:")
+
+    done = _run("submit", str(CONFIG), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == prepared.job_name
+    # What reached the (fake) service is our request: the archive at its content address, the job.
+    bucket, key = prepared.source_uri[5:].split("/", 1)
+    assert boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key=key)["Body"].read() == prepared.archive
+    job = _moto_jobs()[prepared.job_name]
+    assert job.resource_config == prepared.request["ResourceConfig"]
+    assert job.hyper_parameters == prepared.request["HyperParameters"]
+    assert Ledger().get(prepared.job_name).request == prepared.request
+
+    job.training_job_status, job.secondary_status = "InProgress", "Training"
+    done = _run("status", prepared.job_name, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert (json.loads(done.stdout)["status"], json.loads(done.stdout)["secondary"]) == ("running", "Training")
+    assert Ledger().get(prepared.job_name).state == "running"
+
+    _seed(prepared.job_name, {"algo-1": ["step 10 loss=6.9"], "algo-2": ["step 10 loss=6.8"]},
+          order=["step 10 loss=6.8", "step 10 loss=6.9"])
+    job.training_job_status, job.secondary_status = "Completed", "Completed"
+    done = _run("logs", prepared.job_name, "--follow", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[algo-2] step 10 loss=6.8", "[algo-1] step 10 loss=6.9"]
+
+    done = _run("status", "no-such-job", env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "no SageMaker training job named no-such-job in us-east-1" in done.stderr
+
+
+def test_cli_unreachable_endpoint_is_exit_1_without_traceback(orch_home, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_MAX_ATTEMPTS="1")
+    done = _run("status", "vit-1", env=env)
+    assert done.returncode == 1
+    assert "cannot reach the AWS endpoint" in done.stderr and "Traceback" not in done.stderr
+
+
+def _seed(job: str, hosts: dict[str, list[str]], order: list[str]) -> None:
+    """Put each host's messages in its stream, timestamped so that `order` is the time order."""
+    logs = boto3.client("logs", region_name=REGION)
+    try:
+        logs.create_log_group(logGroupName=LOG_GROUP)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    base = int(time.time() * 1000) - 60_000  # CloudWatch drops events older than 14 days
+    for host, messages in hosts.items():
+        stream = f"{job}/{host}-1700000000"
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
+                            logEvents=[{"timestamp": base + 10 * order.index(m), "message": m} for m in messages])

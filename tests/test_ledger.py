@@ -1,0 +1,156 @@
+"""The ledger: intent-first rows, guarded transitions, and two processes writing at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from orchestrator.ledger import Ledger, home
+
+REQUEST = {"TrainingJobName": "vit-abc", "Environment": {"A": "1"}, "Tags": [{"Key": "k", "Value": "v"}]}
+
+
+def _intent(ledger: Ledger, name: str = "vit-abc", **kw):
+    args = {"backend": "sagemaker", "region": "us-east-1", "spec_hash": "ab" * 32, "request": REQUEST}
+    args.update(kw)
+    return ledger.record_intent(name, **args)
+
+
+def test_home_defaults_to_orchestrator_home(orch_home):
+    assert home() == orch_home
+    ledger = Ledger()
+    assert ledger.path == orch_home / "ledger.sqlite3"
+    assert ledger.path.exists()
+
+
+def test_intent_is_written_first_with_the_exact_request(orch_home):
+    ledger = Ledger()
+    entry = _intent(ledger)
+    assert entry.state == "submitting"
+    assert entry.request == REQUEST
+    assert Ledger().get("vit-abc") == entry  # visible to a second handle (another process)
+
+
+def test_intent_is_idempotent_and_never_forgets_the_first(orch_home):
+    ledger = Ledger()
+    first = _intent(ledger)
+    ledger.transition("vit-abc", "submitted")
+    again = _intent(ledger, spec_hash="cd" * 32, request={"other": True})
+    assert again.state == "submitted"
+    assert again.spec_hash == first.spec_hash
+    assert again.request == REQUEST
+    assert again.created_at == first.created_at
+    assert len(ledger.entries()) == 1
+
+
+def test_transition_with_expect_only_moves_matching_rows(orch_home):
+    ledger = Ledger()
+    _intent(ledger)
+    assert ledger.transition("vit-abc", "submitted", expect=("submitting",))
+    assert not ledger.transition("vit-abc", "submitted", expect=("submitting",))
+    assert ledger.transition("vit-abc", "failed", detail="OOM", expect=("submitted", "running"))
+    # A terminal row is not moved back by a stale status read.
+    assert not ledger.transition("vit-abc", "running", expect=("submitting", "submitted", "running"))
+    entry = ledger.get("vit-abc")
+    assert (entry.state, entry.detail) == ("failed", "OOM")
+    # detail is kept when a later transition gives none.
+    ledger.transition("vit-abc", "stopped")
+    assert ledger.get("vit-abc").detail == "OOM"
+
+
+def test_transition_of_a_missing_row_changes_nothing(orch_home):
+    ledger = Ledger()
+    assert not ledger.transition("nope", "running")
+    assert ledger.get("nope") is None
+
+
+def test_unknown_states_are_refused(orch_home):
+    ledger = Ledger()
+    with pytest.raises(ValueError, match="unknown ledger state"):
+        _intent(ledger, state="bogus")
+    _intent(ledger)
+    with pytest.raises(ValueError, match="unknown ledger state"):
+        ledger.transition("vit-abc", "exploded")
+    assert ledger.get("vit-abc").state == "submitting"
+
+
+def test_entries_filter_by_sweep_state_and_backend(orch_home):
+    ledger = Ledger()
+    _intent(ledger, "a", sweep_id="s1", trial_id="t0")
+    _intent(ledger, "b", sweep_id="s1", trial_id="t1", backend="local")
+    _intent(ledger, "c")
+    ledger.transition("b", "completed")
+    assert [e.job_name for e in ledger.entries()] == ["a", "b", "c"]
+    assert [e.job_name for e in ledger.entries(sweep_id="s1")] == ["a", "b"]
+    assert [e.job_name for e in ledger.entries(states=("completed",))] == ["b"]
+    assert [e.job_name for e in ledger.entries(backend="sagemaker")] == ["a", "c"]
+    assert [e.job_name for e in ledger.entries(sweep_id="s1", backend="sagemaker")] == ["a"]
+
+
+def test_key_values_round_trip(orch_home):
+    ledger = Ledger()
+    assert ledger.get_value("cursor", default=7) == 7
+    ledger.put_value("cursor", {"at": "2026-01-01T03:00"})
+    ledger.put_value("cursor", {"at": "2026-01-08T03:00"})
+    assert Ledger().get_value("cursor") == {"at": "2026-01-08T03:00"}
+
+
+def test_the_database_is_in_wal_mode(orch_home):
+    Ledger()
+    db = sqlite3.connect(orch_home / "ledger.sqlite3")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+JOBS_PER_WORKER = 40
+STEPS = ("submitted", "running", "completed")
+
+
+def _writer(path: str, worker: int, shared: str, start, errors) -> None:
+    """One CLI-like process: its own handle, many short transactions, racing the other."""
+    try:
+        start.wait(30)
+        ledger = Ledger(path)
+        for i in range(JOBS_PER_WORKER):
+            name = f"w{worker}-{i}"
+            _intent(ledger, name, sweep_id=f"sweep-{worker}", trial_id=str(i))
+            for state in STEPS:
+                ledger.transition(name, state)
+            # Both processes fight over the same row and the same key as well.
+            _intent(ledger, shared)
+            ledger.transition(shared, "running")
+            ledger.put_value(f"count-{worker}", i + 1)
+            ledger.entries(sweep_id=f"sweep-{1 - worker}")
+        ledger.close()
+    except Exception as exc:  # reported to the parent, which fails the test with it
+        errors.put(f"worker {worker}: {type(exc).__name__}: {exc}")
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path):
+    path = str(tmp_path / "ledger.sqlite3")
+    Ledger(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    start, errors = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(path, w, "shared-job", start, errors)) for w in (0, 1)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(120)
+    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    problems = []
+    while not errors.empty():
+        problems.append(errors.get())
+    assert problems == []  # in particular no "database is locked"
+
+    ledger = Ledger(path)
+    entries = ledger.entries()
+    assert len(entries) == 2 * JOBS_PER_WORKER + 1
+    for worker in (0, 1):
+        rows = ledger.entries(sweep_id=f"sweep-{worker}")
+        assert sorted(int(e.trial_id) for e in rows) == list(range(JOBS_PER_WORKER))
+        assert {e.state for e in rows} == {"completed"}
+        assert ledger.get_value(f"count-{worker}") == JOBS_PER_WORKER
+    assert ledger.get("shared-job").state == "running"
