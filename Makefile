@@ -34,4 +34,4 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check orchestrator entrypoints tests bench
-	$(PY) -m cfnlint infra/stack.yaml
+	$(VENV)/bin/cfn-lint infra/stack.yaml

@@ -8,11 +8,13 @@ SageMaker training accepts is read from the installed botocore's service model
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from orchestrator.errors import InputError
+from orchestrator.paths import home
 
 DATA = Path(__file__).parent / "data"
 
@@ -108,11 +110,30 @@ def instance(type_: str) -> Instance | None:
 
 @cache
 def training_instance_types() -> frozenset[str]:
-    """Instance types SageMaker training accepts, from botocore's sagemaker service model."""
+    """Instance types SageMaker training accepts, from botocore's sagemaker service model.
+
+    Loading that model costs a few hundred milliseconds, so the enum is cached in
+    ORCHESTRATOR_HOME per botocore version: a new botocore reads its own model again.
+    """
+    import botocore
+
+    cache_file = home() / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
+    try:
+        return frozenset(json.loads(cache_file.read_text()))
+    except (OSError, ValueError):
+        pass
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("sagemaker")
-    return frozenset(model.shape_for("TrainingInstanceType").enum)
+    types = frozenset(model.shape_for("TrainingInstanceType").enum)
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(sorted(types)))
+        os.replace(tmp, cache_file)
+    except OSError:
+        pass  # a read-only home only costs the next run the same lookup
+    return types
 
 
 def images() -> dict[str, Image]:
@@ -153,18 +174,14 @@ def version_key(version: str) -> tuple[int, ...]:
 
 def _price_rows() -> list[dict]:
     override = _override_prices_path()
-    if override is not None and override.exists():
+    if override.exists():
         return json.loads(override.read_text())["prices"]
     return _load("prices.json")["prices"]
 
 
-def _override_prices_path() -> Path | None:
+def _override_prices_path() -> Path:
     """A refreshed price file in ORCHESTRATOR_HOME takes precedence over the shipped one."""
-    import os
-
-    home = os.environ.get("ORCHESTRATOR_HOME")
-    base = Path(home) if home else Path.home() / ".orchestrator"
-    return base / "prices.json"
+    return home() / "prices.json"
 
 
 def price(type_: str, region: str) -> Price | None:

@@ -14,13 +14,14 @@ by creating a second one.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from orchestrator.paths import home
 
 STATES = ("planned", "submitting", "submitted", "running", "completed", "failed", "stopped")
 TERMINAL = frozenset({"completed", "failed", "stopped"})
@@ -46,14 +47,6 @@ CREATE TABLE IF NOT EXISTS kv (
     value TEXT NOT NULL
 );
 """
-
-
-def home() -> Path:
-    """ORCHESTRATOR_HOME, default ~/.orchestrator (created on first use)."""
-    raw = os.environ.get("ORCHESTRATOR_HOME")
-    path = Path(raw).expanduser() if raw else Path.home() / ".orchestrator"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,372 @@
+"""Least privilege in infra/stack.yaml, checked statement by statement.
+
+Every identity policy (the execution role's, and the operator's managed policy both in the
+template and as `infra policy` prints it) is walked: no wildcard in any action, "Resource":
+"*" only for the actions whose API allows nothing narrower, PassRole only on the role and
+only to SageMaker, S3 only on the tool's prefixes. The bucket's settings that moto does not
+apply (versioning, lifecycle, public access block, the TLS-only bucket policy) are asserted
+on the parsed template; cfn-lint must be clean.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+
+import boto3
+import botocore.session
+import pytest
+
+from orchestrator import infra
+
+pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..S3..BucketPolicy")
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+STACK = "orchestrator"
+BUCKET = "orchestrator-bucket-abc123"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/orchestrator-ExecutionRole-XYZ"
+KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+PREFIXES = ("compile-cache/", "jobs/", "data/")
+# The only actions allowed on "Resource": "*": their APIs support no resource-level permission.
+STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs"}
+# Actions that exist in IAM only (no API operation of that name in botocore's models).
+IAM_ONLY_ACTIONS = {"s3:ListBucket", "iam:PassRole", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
+SERVICE_MODELS = {"sagemaker": "sagemaker", "s3": "s3", "ecr": "ecr", "logs": "logs", "cloudwatch": "cloudwatch",
+                  "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts"}
+OPERATOR_ACTIONS = {
+    "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs",
+    "sagemaker:StopTrainingJob", "sagemaker:AddTags", "sagemaker:ListTags", "iam:PassRole",
+    "logs:GetLogEvents", "logs:DescribeLogStreams", "logs:FilterLogEvents",
+    "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "cloudformation:DescribeStacks",
+}
+ROLE_ACTIONS = {
+    "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
+    "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
+    "ecr:BatchGetImage", "logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams",
+    "logs:PutLogEvents", "cloudwatch:PutMetricData",
+}
+
+
+def context() -> dict[str, str]:
+    return {
+        "AWS::Partition": "aws", "AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::StackName": STACK,
+        "Bucket": BUCKET, "Bucket.Arn": f"arn:aws:s3:::{BUCKET}", "ExecutionRole.Arn": ROLE_ARN,
+        "EncryptionKey.Arn": KEY_ARN, "OperatorPolicy": f"arn:aws:iam::{ACCOUNT}:policy/op",
+        "ImageRegistryAccount": "763104351884", "BucketName": "",
+        "UseKms": "false", "CompileCacheNoncurrentDays": "30", "AbortIncompleteUploadDays": "7",
+    }
+
+
+def resolved_template(use_kms: bool) -> dict:
+    return infra.resolve(infra.load_template(), context(), {"UseKmsKey": use_kms, "HasBucketName": False})
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+# --- the walker -------------------------------------------------------------------------
+
+
+def identity_policy_problems(doc: dict, where: str, role_arn: str = ROLE_ARN, bucket: str = BUCKET,
+                             account: str = ACCOUNT) -> list[str]:
+    """Why a (resolved) identity policy grants more than the tool needs; empty when it does not."""
+    problems = []
+    log_group = f"arn:aws:logs:{REGION}:{account}:log-group:/aws/sagemaker/TrainingJobs"
+    if doc.get("Version") != "2012-10-17":
+        problems.append(f"{where}: Version must be '2012-10-17'")
+    bucket_arn = f"arn:aws:s3:::{bucket}"
+    for i, st in enumerate(doc.get("Statement", [])):
+        at = f"{where} statement {st.get('Sid', i)}"
+        for forbidden in ("NotAction", "NotResource", "NotPrincipal", "Principal"):
+            if forbidden in st:
+                problems.append(f"{at}: uses {forbidden}")
+        if st.get("Effect") != "Allow":
+            problems.append(f"{at}: identity policies here only allow")
+        actions = as_list(st.get("Action", []))
+        resources = as_list(st.get("Resource", []))
+        condition = st.get("Condition", {})
+        for action in actions:
+            if not re.fullmatch(r"[a-z0-9-]+:[A-Za-z]+", action):
+                problems.append(f"{at}: action {action!r} has a wildcard or is malformed")
+        if "*" in resources:
+            if resources != ["*"]:
+                problems.append(f"{at}: '*' mixed with other resources")
+            for action in actions:
+                if action not in STAR_EXCEPTIONS:
+                    problems.append(f"{at}: {action} on Resource '*' (not a listed exception)")
+            if "cloudwatch:PutMetricData" in actions and condition != {
+                    "StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/TrainingJobs"}}:
+                problems.append(f"{at}: PutMetricData without the SageMaker namespace condition")
+        elif any("*" in r.split(":", 5)[-1].split("/", 1)[0] for r in resources):
+            problems.append(f"{at}: a resource wildcards more than a path")
+        if any(a.startswith("iam:") for a in actions):
+            if actions != ["iam:PassRole"] or resources != [role_arn] or condition != {
+                    "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}:
+                problems.append(f"{at}: IAM access other than PassRole of the role to SageMaker")
+        for resource in resources:
+            if resource.startswith("arn:aws:s3:::"):
+                if resource == bucket_arn:
+                    prefixes = condition.get("StringLike", {}).get("s3:prefix")
+                    if actions != ["s3:ListBucket"] or not prefixes or any(
+                            not p.startswith(PREFIXES) for p in as_list(prefixes)):
+                        problems.append(f"{at}: bucket-level access other than ListBucket on the tool's prefixes")
+                elif not any(resource == f"{bucket_arn}/{p}*" for p in PREFIXES):
+                    problems.append(f"{at}: S3 resource {resource} outside the tool's prefixes")
+            elif resource.startswith("arn:aws:logs:") and resource not in (log_group, f"{log_group}:log-stream:*"):
+                problems.append(f"{at}: logs resource {resource} outside /aws/sagemaker/TrainingJobs")
+            elif resource.startswith("arn:aws:sagemaker:") and not resource.endswith(":training-job/*"):
+                problems.append(f"{at}: SageMaker resource {resource} is not training jobs")
+            elif resource.startswith("arn:aws:ecr:") and not resource.endswith(":repository/pytorch-training-neuronx"):
+                problems.append(f"{at}: ECR resource {resource} is not the Neuron training images")
+            elif resource.startswith("arn:aws:cloudformation:") and f":stack/{STACK}/" not in resource:
+                problems.append(f"{at}: CloudFormation resource {resource} is not this stack")
+    return problems
+
+
+def actions_of(doc: dict) -> set[str]:
+    return {a for st in doc["Statement"] for a in as_list(st["Action"])}
+
+
+def role_policies(template: dict) -> list[tuple[str, dict]]:
+    found = []
+    for name, resource in template["Resources"].items():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::IAM::Role":
+            found += [(f"{name}/{p['PolicyName']}", p["PolicyDocument"]) for p in props.get("Policies", [])]
+        elif resource["Type"] == "AWS::IAM::Policy" and name != infra.OPERATOR_POLICY_RESOURCE:
+            found.append((name, props["PolicyDocument"]))
+    return found
+
+
+def operator_document(template: dict) -> dict:
+    return template["Resources"][infra.OPERATOR_POLICY_RESOURCE]["Properties"]["PolicyDocument"]
+
+
+# --- the walker catches what it should --------------------------------------------------
+
+
+def test_the_walker_flags_each_kind_of_over_grant():
+    bad = {"Version": "2012-10-17", "Statement": [
+        {"Sid": "Star", "Effect": "Allow", "Action": "*", "Resource": "*"},
+        {"Sid": "ServiceStar", "Effect": "Allow", "Action": "s3:*", "Resource": f"arn:aws:s3:::{BUCKET}/jobs/*"},
+        {"Sid": "Prefix", "Effect": "Allow", "Action": "s3:Get*", "Resource": f"arn:aws:s3:::{BUCKET}/jobs/*"},
+        {"Sid": "StarResource", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"},
+        {"Sid": "WholeBucket", "Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{BUCKET}/*"},
+        {"Sid": "AnyRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": ROLE_ARN},
+        {"Sid": "Metrics", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*"},
+        {"Sid": "Logs", "Effect": "Allow", "Action": "logs:GetLogEvents", "Resource": "arn:aws:logs:*:*:*"},
+    ]}
+    problems = "\n".join(identity_policy_problems(bad, "bad"))
+    for sid in ("Star", "ServiceStar", "Prefix", "StarResource", "WholeBucket", "AnyRole", "Metrics", "Logs"):
+        assert f"statement {sid}:" in problems
+
+
+# --- identity policies ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_kms", [False, True])
+def test_execution_role_policies_grant_only_what_a_job_does(use_kms):
+    template = resolved_template(use_kms)
+    policies = role_policies(template)
+    assert [name for name, _ in policies] == ["ExecutionRole/training-job"]
+    for name, doc in policies:
+        assert identity_policy_problems(doc, name) == []
+    doc = policies[0][1]
+    assert actions_of(doc) == ROLE_ACTIONS
+    written = {r for st in doc["Statement"] if "s3:PutObject" in as_list(st["Action"]) for r in as_list(st["Resource"])}
+    # Training data is read-only for jobs.
+    assert written == {f"arn:aws:s3:::{BUCKET}/compile-cache/*", f"arn:aws:s3:::{BUCKET}/jobs/*"}
+    ecr = next(st for st in doc["Statement"] if "ecr:BatchGetImage" in as_list(st["Action"]))
+    assert ecr["Resource"] == f"arn:aws:ecr:{REGION}:763104351884:repository/pytorch-training-neuronx"
+
+
+@pytest.mark.parametrize("use_kms", [False, True])
+def test_operator_policy_grants_exactly_what_the_orchestrator_calls(use_kms):
+    doc = operator_document(resolved_template(use_kms))
+    assert identity_policy_problems(doc, "OperatorPolicy") == []
+    assert actions_of(doc) == OPERATOR_ACTIONS
+    passrole = [st for st in doc["Statement"] if "iam:PassRole" in as_list(st["Action"])]
+    assert passrole == [{"Sid": "PassTheExecutionRoleToSageMakerOnly", "Effect": "Allow", "Action": "iam:PassRole",
+                         "Resource": ROLE_ARN,
+                         "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}}]
+
+
+def test_every_action_exists_in_aws():
+    session = botocore.session.get_session()
+    template = resolved_template(True)
+    documents = [doc for _, doc in role_policies(template)] + [operator_document(template)]
+    documents.append(template["Resources"]["ExecutionRole"]["Properties"]["AssumeRolePolicyDocument"])
+    documents.append(template["Resources"]["EncryptionKey"]["Properties"]["KeyPolicy"])
+    operations = {}
+    for doc in documents:
+        for action in actions_of(doc):
+            if action in IAM_ONLY_ACTIONS:
+                continue
+            service, operation = action.split(":")
+            if service not in operations:
+                operations[service] = set(session.get_service_model(SERVICE_MODELS[service]).operation_names)
+            assert operation in operations[service], f"{action} is not an operation of {service}"
+
+
+def test_printed_operator_policy_is_the_templates_filled_in():
+    outputs = infra.StackOutputs(stack_name=STACK, region=REGION, role_arn=ROLE_ARN, bucket=BUCKET,
+                                 compile_cache_uri=f"s3://{BUCKET}/compile-cache", output_uri=f"s3://{BUCKET}/jobs",
+                                 operator_policy_arn=f"arn:aws:iam::{ACCOUNT}:policy/op")
+    printed = infra.operator_policy(outputs)
+    assert printed == operator_document(resolved_template(False))
+    assert identity_policy_problems(printed, "infra policy") == []
+    placeholders = infra.operator_policy(None, stack_name=STACK, region=REGION)
+    assert identity_policy_problems(placeholders, "placeholders", role_arn=placeholders["Statement"][2]["Resource"],
+                                    bucket="<BUCKET>", account="<ACCOUNT_ID>") == []
+    assert "<ACCOUNT_ID>" in json.dumps(placeholders) and "<BUCKET>" in json.dumps(placeholders)
+
+
+def test_deployed_policies_pass_the_walk_and_match_infra_policy(moto_server, moto_change_set_outputs, monkeypatch,
+                                                                capsys):
+    """What CloudFormation (moto) created from the template passes the same walk, and
+    `infra policy` prints exactly the operator policy the stack created."""
+    from orchestrator import cli
+
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    plan = infra.prepare(cfn, STACK, {}, sleep=lambda s: None)
+    outputs = infra.execute(cfn, plan, sleep=lambda s: None)
+    iam = boto3.client("iam")
+    role_name = outputs.role_arn.rsplit("/", 1)[1]
+    inline = iam.get_role_policy(RoleName=role_name, PolicyName="training-job")["PolicyDocument"]
+    if isinstance(inline, str):
+        # moto 5.2.5 stores a CloudFormation role's inline policy as the Python repr of a dict.
+        inline = ast.literal_eval(inline)
+    assert identity_policy_problems(inline, "deployed role", outputs.role_arn, outputs.bucket) == []
+    policy = iam.get_policy(PolicyArn=outputs.operator_policy_arn)["Policy"]
+    deployed = iam.get_policy_version(PolicyArn=outputs.operator_policy_arn,
+                                      VersionId=policy["DefaultVersionId"])["PolicyVersion"]["Document"]
+    assert identity_policy_problems(deployed, "deployed operator", outputs.role_arn, outputs.bucket) == []
+
+    monkeypatch.setattr("sys.argv", ["orchestrator", "infra", "policy"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code in (0, None)
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == deployed
+    assert outputs.operator_policy_arn in captured.err
+
+
+# --- resource policies and the bucket (asserted on the template: moto skips them) ----------
+
+
+def test_role_is_trusted_only_by_sagemaker_of_this_account():
+    trust = infra.load_template()["Resources"]["ExecutionRole"]["Properties"]["AssumeRolePolicyDocument"]
+    assert trust["Version"] == "2012-10-17"
+    (statement,) = trust["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert statement["Action"] == "sts:AssumeRole"
+    assert statement["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+
+
+def test_bucket_encryption_is_sse_s3_by_default_and_sse_kms_with_the_stacks_key():
+    template = infra.load_template()
+    assert template["Parameters"]["UseKms"]["Default"] == "false"
+    assert template["Conditions"]["UseKmsKey"] == {"Fn::Equals": [{"Ref": "UseKms"}, "true"]}
+    key = template["Resources"]["EncryptionKey"]
+    assert key["Condition"] == "UseKmsKey"
+    assert key["Properties"]["EnableKeyRotation"] is True
+    sse_s3 = resolved_template(False)["Resources"]["Bucket"]["Properties"]["BucketEncryption"]
+    assert sse_s3 == {"ServerSideEncryptionConfiguration": [
+        {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
+    sse_kms = resolved_template(True)["Resources"]["Bucket"]["Properties"]["BucketEncryption"]
+    assert sse_kms == {"ServerSideEncryptionConfiguration": [
+        {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": KEY_ARN},
+         "BucketKeyEnabled": True}]}
+
+
+def test_key_policy_has_no_wildcard_action_and_lets_only_this_account_use_it_through_s3():
+    policy = resolved_template(True)["Resources"]["EncryptionKey"]["Properties"]["KeyPolicy"]
+    assert policy["Version"] == "2012-10-17"
+    for st in policy["Statement"]:
+        assert st["Effect"] == "Allow"
+        assert all(re.fullmatch(r"kms:[A-Za-z]+", a) for a in as_list(st["Action"])), st["Sid"]
+        assert st["Resource"] == "*"  # in a key policy: this key
+        if st["Principal"] == {"AWS": "*"}:
+            assert st["Condition"] == {"StringEquals": {"kms:CallerAccount": ACCOUNT,
+                                                        "kms:ViaService": f"s3.{REGION}.amazonaws.com"}}
+            assert not {"kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:CreateGrant"} & set(st["Action"])
+        else:
+            assert st["Principal"] == {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}
+    # The account can still administer the key (no lock-out).
+    assert any("kms:PutKeyPolicy" in st["Action"] for st in policy["Statement"])
+
+
+def test_bucket_versioning_public_access_block_and_ownership():
+    props = infra.load_template()["Resources"]["Bucket"]["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert props["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+
+
+def test_bucket_lifecycle_aborts_uploads_and_expires_old_compile_cache_versions():
+    template = infra.load_template()
+    rules = {r["Id"]: r for r in template["Resources"]["Bucket"]["Properties"]["LifecycleConfiguration"]["Rules"]}
+    assert all(rule["Status"] == "Enabled" for rule in rules.values())
+    abort = rules["abort-incomplete-multipart-uploads"]
+    assert abort["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": {"Ref": "AbortIncompleteUploadDays"}}
+    assert "Prefix" not in abort and "Filter" not in abort  # the whole bucket
+    cache = rules["expire-noncurrent-compile-cache"]
+    assert cache["Prefix"] == "compile-cache/"
+    assert cache["NoncurrentVersionExpiration"] == {"NoncurrentDays": {"Ref": "CompileCacheNoncurrentDays"}}
+    days = template["Parameters"]["CompileCacheNoncurrentDays"]
+    assert days["Type"] == "Number" and days["MinValue"] >= 1
+    assert set(rules) == {"abort-incomplete-multipart-uploads", "expire-noncurrent-compile-cache"}
+
+
+def test_bucket_policy_denies_every_request_without_tls():
+    template = infra.load_template()
+    policy = template["Resources"]["BucketPolicy"]
+    assert policy["Properties"]["Bucket"] == {"Ref": "Bucket"}
+    doc = infra.resolve(policy["Properties"]["PolicyDocument"], context(), {})
+    assert doc == {"Version": "2012-10-17", "Statement": [{
+        "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+        "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
+
+
+def test_outputs_name_what_the_tool_reads():
+    outputs = infra.load_template()["Outputs"]
+    assert set(infra.REQUIRED_OUTPUTS) <= set(outputs)
+    assert set(outputs) <= set(infra.OUTPUT_KEYS)
+    resolved = infra.resolve(outputs, context(), {"UseKmsKey": True})
+    assert resolved["CompileCacheUri"]["Value"] == f"s3://{BUCKET}/compile-cache"
+    assert resolved["OutputUri"]["Value"] == f"s3://{BUCKET}/jobs"
+    assert resolved["RoleArn"]["Value"] == ROLE_ARN
+
+
+def test_each_wildcard_resource_is_explained_in_a_comment_above_it():
+    lines = infra.TEMPLATE.read_text().splitlines()
+    for action in STAR_EXCEPTIONS:
+        at = next(i for i, line in enumerate(lines) if line.strip() == f"Action: {action}")
+        sid = max(i for i in range(at) if lines[i].strip().startswith("- Sid:"))
+        comment = []
+        for line in reversed(lines[:sid]):
+            if not line.strip().startswith("#"):
+                break
+            comment.append(line)
+        text = " ".join(comment)
+        assert action in text and '"*"' in text, f"no comment explains {action} on Resource '*'"
+
+
+# --- cfn-lint ---------------------------------------------------------------------------
+
+
+def test_cfn_lint_is_clean_and_would_notice_a_problem(tmp_path):
+    from cfnlint.api import lint_all, lint_file
+
+    assert [str(m) for m in lint_file(infra.TEMPLATE)] == []
+    broken = copy.deepcopy(infra.TEMPLATE.read_text()).replace("Status: Enabled\n      PublicAccessBlock",
+                                                                "Status: Enabledd\n      PublicAccessBlock")
+    assert broken != infra.TEMPLATE.read_text()
+    assert lint_all(broken)
