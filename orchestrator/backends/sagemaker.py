@@ -96,7 +96,7 @@ def make_clients(region: str | None) -> dict:
 
     session = boto3.session.Session(region_name=region)
     if not session.region_name:
-        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_REGION")
+        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
     config = Config(retries=retry_config(), connect_timeout=10, read_timeout=70,
                     user_agent_extra="trainium-vit-orchestrator")
     return {name + "_client": session.client(name, config=config) for name in ("sagemaker", "s3", "logs")}
