@@ -1,0 +1,236 @@
+"""Refresh SageMaker training prices from the AWS Price List API into ORCHESTRATOR_HOME.
+
+`fetch(pricing_client, types, regions, today)` asks `GetProducts` (ServiceCode
+"AmazonSageMaker", the us-east-1 endpoint) for each instance type and region, filtered on
+product family "ML Instance", `instanceName`, `regionCode` and `component` "Training", follows
+`NextToken`, and reads the OnDemand hourly USD price out of each PriceList JSON document.
+`write(found)` merges the prices into the override file the catalog reads
+(`$ORCHESTRATOR_HOME/prices.json`, same format as `orchestrator/data/prices.json`), atomically:
+rows for other types and regions are kept, so a partial refresh loses nothing.
+
+A type the API has no training price for is reported in `Refresh.missing`, never guessed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import catalog
+from orchestrator.errors import BackendError, InputError
+
+SERVICE_CODE = "AmazonSageMaker"
+SOURCE = "AWS Price List API (AmazonSageMaker)"
+KIND = "sagemaker-on-demand"
+# The Price List API is served from us-east-1 (and a few others); prices cover every region.
+PRICING_REGION = "us-east-1"
+_HOURLY_UNITS = frozenset({"hrs", "hr", "hour", "hours"})
+
+
+@dataclass(frozen=True)
+class Found:
+    """One training price from the API."""
+
+    type: str
+    region: str
+    usd_per_hour: float
+    sku: str
+    description: str
+
+    def as_row(self, as_of: str) -> dict:
+        return {"type": self.type, "region": self.region, "usd_per_hour": self.usd_per_hour,
+                "source": SOURCE, "as_of": as_of, "kind": KIND}
+
+
+@dataclass
+class Refresh:
+    """The outcome of a refresh: prices found, (type, region) pairs without one, and notes
+    (e.g. products skipped because they carried no USD hourly price)."""
+
+    as_of: str
+    found: list[Found] = field(default_factory=list)
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    path: Path | None = None
+
+
+def default_types() -> list[str]:
+    """The catalog's instance types that SageMaker training accepts."""
+    accepted = catalog.training_instance_types()
+    return sorted(t for t in catalog.instances() if t in accepted)
+
+
+def check(types: Iterable[str], regions: Iterable[str]) -> None:
+    """InputError naming the first instance type SageMaker training does not accept, or the
+    first region that is not a region name."""
+    import difflib
+    import re
+
+    accepted = catalog.training_instance_types()
+    for type_ in types:
+        if type_ not in accepted:
+            if type_.startswith("ml.inf2."):
+                hint = ("inf2 is offered for hosting and batch transform only; ml.trn1.2xlarge has the same "
+                        "NeuronCore-v2 and trains")
+            else:
+                close = difflib.get_close_matches(type_, sorted(accepted), n=1, cutoff=0.8)
+                hint = f"did you mean {close[0]}?" if close else f"e.g. {', '.join(default_types())}"
+            raise InputError(f"--types: {type_!r} is not a SageMaker training instance type", hint=hint)
+    for region in regions:
+        if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
+            raise InputError(f"--region: {region!r} is not an AWS region name", hint="e.g. us-east-1")
+
+
+def client():
+    """A boto3 pricing client on the Price List API's endpoint region."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client("pricing", region_name=PRICING_REGION,
+                                          config=Config(retries={"mode": "standard", "max_attempts": 8}))
+
+
+def filters(type_: str, region: str) -> list[dict]:
+    """The GetProducts filters for one instance type's training price in one region."""
+    return [
+        {"Type": "TERM_MATCH", "Field": "productFamily", "Value": "ML Instance"},
+        {"Type": "TERM_MATCH", "Field": "instanceName", "Value": type_},
+        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
+        {"Type": "TERM_MATCH", "Field": "component", "Value": "Training"},
+    ]
+
+
+def _on_demand_usd_per_hour(doc: dict) -> tuple[float, str] | None:
+    """The OnDemand hourly USD price of one PriceList document, and its description."""
+    for term in (doc.get("terms", {}).get("OnDemand") or {}).values():
+        for dim in (term.get("priceDimensions") or {}).values():
+            unit = str(dim.get("unit", "")).lower()
+            usd = (dim.get("pricePerUnit") or {}).get("USD")
+            if unit not in _HOURLY_UNITS or usd is None:
+                continue
+            try:
+                value = float(usd)
+            except ValueError:
+                continue
+            if value > 0:
+                return value, str(dim.get("description", ""))
+    return None
+
+
+def _products(pricing, type_: str, region: str) -> Iterable[dict]:
+    token = None
+    seen: set[str] = set()
+    while True:
+        kwargs = {"ServiceCode": SERVICE_CODE, "Filters": filters(type_, region), "FormatVersion": "aws_v1",
+                  "MaxResults": 100}
+        if token:
+            kwargs["NextToken"] = token
+        response = pricing.get_products(**kwargs)
+        for item in response.get("PriceList", []):
+            yield json.loads(item) if isinstance(item, str) else item
+        token = response.get("NextToken")
+        if not token or token in seen:  # a repeated token would loop forever
+            return
+        seen.add(token)
+
+
+def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date | None = None) -> Refresh:
+    """Ask the Price List API for each type in each region (see the module docstring).
+
+    Raises BackendError when the API refuses (credentials, permissions, throttled past the
+    client's retries), naming the type and region it was asking about.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    refresh = Refresh(as_of=(today or dt.date.today()).isoformat())
+    for region in regions:
+        for type_ in types:
+            candidates: list[tuple[float, str, str, str]] = []
+            try:
+                for doc in _products(pricing, type_, region):
+                    product = doc.get("product", {})
+                    attrs = product.get("attributes", {})
+                    if attrs.get("instanceName") != type_ or attrs.get("regionCode", region) != region:
+                        continue
+                    if str(attrs.get("component", "Training")).lower() != "training":
+                        continue
+                    price = _on_demand_usd_per_hour(doc)
+                    sku = product.get("sku", "?")
+                    if price is None:
+                        refresh.notes.append(f"{type_} {region}: product {sku} has no OnDemand USD hourly price; skipped")
+                        continue
+                    candidates.append((price[0], sku, price[1], str(attrs.get("usagetype", ""))))
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                raise BackendError(f"Price List API refused GetProducts for {type_} in {region}: "
+                                   f"{error.get('Code')}: {error.get('Message')}",
+                                   hint="the caller needs pricing:GetProducts; the catalog's prices stay as they were") from None
+            except BotoCoreError as exc:
+                raise BackendError(f"Price List API unreachable asking for {type_} in {region}: {exc}") from None
+            if not candidates:
+                refresh.missing.append((type_, region))
+                continue
+            # The plain training usage type ("USE1-Train:ml.x") wins over variants (e.g. spot).
+            plain = [c for c in candidates if c[3].endswith(f"Train:{type_}")]
+            chosen = min(plain or candidates)
+            if len({c[0] for c in (plain or candidates)}) > 1:
+                refresh.notes.append(f"{type_} {region}: {len(plain or candidates)} training prices; "
+                                     f"took the lowest, {chosen[0]} USD/h (SKU {chosen[1]})")
+            refresh.found.append(Found(type=type_, region=region, usd_per_hour=chosen[0], sku=chosen[1],
+                                       description=chosen[2]))
+    return refresh
+
+
+def override_path() -> Path:
+    from orchestrator.ledger import home
+
+    return home() / "prices.json"
+
+
+def write(refresh: Refresh, path: Path | None = None) -> Path:
+    """Merge the refreshed prices into the override file, atomically; return its path.
+
+    The file starts from the current override (or the shipped prices) so that types and
+    regions not refreshed keep their price. Raises InputError if an existing override is
+    not valid JSON of the expected shape (the user can delete it to start over).
+    """
+    path = path or override_path()
+    base_rows: list[dict]
+    if path.exists():
+        try:
+            existing = json.loads(path.read_text())
+            base_rows = list(existing["prices"])
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"{path}: not a prices file (expected JSON with a 'prices' list)",
+                             hint=f"delete {path} to start again from the shipped prices") from None
+    else:
+        base_rows = list(json.loads((catalog.DATA / "prices.json").read_text())["prices"])
+    fresh = {(f.type, f.region): f.as_row(refresh.as_of) for f in refresh.found}
+    rows = [r for r in base_rows if (r.get("type"), r.get("region")) not in fresh] + list(fresh.values())
+    rows.sort(key=lambda r: (r.get("type", ""), r.get("region", "")))
+    doc = {
+        "currency": "USD",
+        "unit": "instance-hour",
+        "note": "Written by `orchestrator prices refresh`; rows whose source is not the Price List API "
+                "come from the shipped file.",
+        "prices": rows,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".prices-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(doc, handle, indent=1)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    refresh.path = path
+    return path

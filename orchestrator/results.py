@@ -1,0 +1,750 @@
+"""Price-performance results: read `results.json` objects, join SageMaker and prices, render.
+
+Two halves, kept apart so each can be tested alone:
+
+- `collect(prefix, ...)` -> `Collection` (a list of `Row`): reads every
+  `<prefix>/results/<job>/results.json` (schema "orchestrator.results/v1", written by the
+  entrypoint), in parallel, joins `DescribeTrainingJob` for SageMaker jobs (status, billable
+  and training seconds, managed spot) and the catalog's price for the instance type.
+  It needs no ledger: everything comes from the store and from SageMaker, so it works from a
+  machine that never submitted the jobs.
+- `render_table`, `render_csv`, `render_json`, `render_plot` turn rows into a string (or PNG
+  bytes). They never print; `cli.py` does.
+
+Contracts:
+
+- No job is silently dropped. A results object that is missing, truncated (not JSON) or of an
+  unknown schema becomes a row with status "missing" or "unreadable" and a note. Throttling,
+  5xx and connection errors are retried, by botocore (the backends' retry config) and
+  then again per job (`attempts`, jittered exponential backoff); a job that still fails is a
+  row with status "error" and the error as its note.
+- Prices: `price_per_hour` is the instance price times the instance count. For managed spot
+  with known seconds, it is the effective price, `price x billable / training seconds`.
+  Local-backend jobs have no price (their rows say so) and take part in no ranking.
+- `relative` is the row's samples per dollar over the best completed row's (best = 1.0).
+- Rows are sorted best first; rows without a ranking follow (see `rank`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator import catalog
+from orchestrator.errors import BackendError, InputError
+
+SCHEMA = "orchestrator.results/v1"
+RESULTS_DIR = "results"
+RESULTS_FILE = "results.json"
+SWEEP_TAG = "orchestrator:sweep"
+TRIAL_TAG = "orchestrator:trial"
+# Objects larger than this are not results.json files (they are a few KiB): refuse to read them.
+MAX_RESULTS_BYTES = 4 * 1024 * 1024
+DEFAULT_WORKERS = 16
+# Statuses of rows that carry no results from a job.
+MISSING, UNREADABLE, ERROR = "missing", "unreadable", "error"
+
+_RETRYABLE_CODES = frozenset({
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+    "RequestThrottledException", "TooManyRequestsException", "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded", "SlowDown", "BandwidthLimitExceeded", "EC2ThrottledException",
+    "InternalError", "InternalFailure", "InternalServerError", "ServiceUnavailable",
+    "ServiceUnavailableException", "RequestTimeout", "RequestTimeoutException",
+})
+
+
+# --- results.json, as this module reads it ------------------------------------------------
+# Extra keys are ignored (a newer writer may add some); the keys read here must have the
+# right types, or the object is reported as unreadable with the offending field.
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Instance(_Lenient):
+    type: str
+    count: int = Field(ge=1)
+    neuron_cores: int | None = Field(None, ge=0)
+
+
+class _StepTime(_Lenient):
+    p50: float | None = None
+
+
+class _Cache(_Lenient):
+    mode: str | None = None
+    hit_entries: int | None = Field(None, ge=0)
+    new_entries: int | None = Field(None, ge=0)
+
+
+class ResultsV1(_Lenient):
+    schema_: str = Field(alias="schema")
+    job_name: str
+    status: str
+    failure_reason: str | None = None
+    backend: str | None = None  # None from an older writer: a SageMaker job
+    region: str | None = None
+    instance: _Instance
+    runtime: str | None = None
+    precision: str | None = None
+    global_batch: int | None = Field(None, ge=0)
+    step_time_s: _StepTime | None = None
+    samples_per_s: float | None = None
+    compile_s: float | None = None
+    cache: _Cache | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class Unreadable(Exception):
+    """A results object that exists but cannot be used; the message says why."""
+
+
+def parse(data: bytes) -> ResultsV1:
+    """Parse one results.json object. Raises `Unreadable` with a reason a user can act on."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"not UTF-8 text (byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        truncated = "" if data.rstrip().endswith((b"}", b"]")) else " (truncated?)"
+        raise Unreadable(f"not valid JSON{truncated}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(doc, dict):
+        raise Unreadable(f"not a JSON object but {type(doc).__name__}")
+    found = doc.get("schema")
+    if found != SCHEMA:
+        raise Unreadable(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}")
+    try:
+        return ResultsV1.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise Unreadable(f"field {where}: {first['msg']}{more}") from None
+
+
+# --- rows ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    """One job in the price-performance table. Fields that are unknown are None.
+
+    `price_per_hour` is for all instances of the job (effective price for managed spot when
+    its seconds are known); `cost_usd` is what the job billed (billable seconds x that
+    price), when SageMaker says; `relative` is samples per dollar over the best row's.
+    """
+
+    job: str
+    status: str
+    backend: str | None = None
+    region: str | None = None
+    sweep: str | None = None
+    trial: str | None = None
+    instance: str | None = None
+    count: int | None = None
+    cores: int | None = None
+    runtime: str | None = None
+    precision: str | None = None
+    global_batch: int | None = None
+    step_time_p50_s: float | None = None
+    samples_per_s: float | None = None
+    price_per_hour: float | None = None
+    price_source: str | None = None
+    spot: bool = False
+    spot_savings: float | None = None
+    billable_s: int | None = None
+    training_s: int | None = None
+    cost_usd: float | None = None
+    cost_per_million_samples: float | None = None
+    samples_per_dollar: float | None = None
+    relative: float | None = None
+    compile_s: float | None = None
+    cache_hit_ratio: float | None = None
+    note: str | None = None
+    uri: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status not in (MISSING, UNREADABLE, ERROR)
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What `collect` found: rows (best first), where it looked, and how much it retried."""
+
+    prefix: str
+    rows: list[Row]
+    retries: int = 0
+
+    @property
+    def errors(self) -> list[Row]:
+        return [r for r in self.rows if r.status == ERROR]
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
+              price: catalog.Price | None, note: str | None = None) -> Row:
+    """The row for one job from its results, its DescribeTrainingJob answer (None when there
+    is none: local jobs, or no such SageMaker job) and the catalog price of one instance."""
+    inst = results.instance
+    notes = [note] if note else []
+    status = results.status
+    spot = False
+    billable = training = None
+    if describe is not None:
+        status = our_status(describe)
+        spot = bool(describe.get("EnableManagedSpotTraining"))
+        billable = describe.get("BillableTimeInSeconds")
+        training = describe.get("TrainingTimeInSeconds")
+        if describe.get("FailureReason") and status == "failed":
+            notes.append(str(describe["FailureReason"]))
+    elif results.failure_reason:
+        notes.append(results.failure_reason)
+
+    local = results.backend == "local"
+    price_per_hour = price_source = spot_savings = None
+    if local:
+        price_source = "local: no cloud cost"
+    elif price is None:
+        notes.append(f"no price for {inst.type} in {results.region}; run `orchestrator prices refresh`")
+    else:
+        price_per_hour = price.usd_per_hour * inst.count
+        price_source = f"{price.source}, {price.as_of}"
+        if spot:
+            if billable is not None and training:
+                spot_savings = max(0.0, 1.0 - billable / training)
+                price_per_hour *= billable / training
+                price_source += f"; spot, {spot_savings:.0%} saved"
+            else:
+                notes.append("spot savings unknown: on-demand price shown")
+
+    sps = _finite(results.samples_per_s)
+    samples_per_dollar = cost_per_million = None
+    if price_per_hour is not None and sps is not None and sps > 0 and price_per_hour > 0:
+        samples_per_dollar = sps * 3600.0 / price_per_hour
+        cost_per_million = 1e6 / samples_per_dollar
+    cost_usd = None
+    if not local and price is not None and billable is not None:
+        cost_usd = billable / 3600.0 * price.usd_per_hour * inst.count
+
+    hit_ratio = None
+    cache = results.cache
+    if cache is not None and cache.hit_entries is not None and cache.new_entries is not None:
+        total = cache.hit_entries + cache.new_entries
+        hit_ratio = cache.hit_entries / total if total else None
+
+    return Row(
+        job=job, status=status, backend=results.backend, region=results.region,
+        sweep=results.tags.get(SWEEP_TAG), trial=results.tags.get(TRIAL_TAG),
+        instance=inst.type, count=inst.count,
+        cores=None if inst.neuron_cores is None else inst.neuron_cores * inst.count,
+        runtime=results.runtime, precision=results.precision, global_batch=results.global_batch,
+        step_time_p50_s=_finite(results.step_time_s.p50) if results.step_time_s else None,
+        samples_per_s=sps, price_per_hour=price_per_hour, price_source=price_source, spot=spot,
+        spot_savings=spot_savings, billable_s=billable, training_s=training, cost_usd=cost_usd,
+        cost_per_million_samples=cost_per_million, samples_per_dollar=samples_per_dollar,
+        compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio,
+        note="; ".join(notes) or None, uri=uri,
+    )
+
+
+def rank(rows: Iterable[Row]) -> list[Row]:
+    """Rows with `relative` filled in (best completed row = 1.0), sorted best first; then
+    unranked rows with results, fastest first; then rows without results."""
+    rows = list(rows)
+    best = max((r.samples_per_dollar for r in rows if r.status == "completed" and r.samples_per_dollar), default=None)
+    ranked = [replace(r, relative=(r.samples_per_dollar / best if best and r.samples_per_dollar
+                                   and r.status == "completed" else None)) for r in rows]
+    return sorted(ranked, key=lambda r: (r.relative is None, -(r.relative or 0.0), not r.ok,
+                                         -(r.samples_per_s or 0.0), r.job))
+
+
+# --- where results live -------------------------------------------------------------------
+
+def local_store_uri() -> str:
+    """Where local-backend jobs write: file://$ORCHESTRATOR_HOME/store/jobs."""
+    from orchestrator.ledger import home
+
+    return (home() / "store" / "jobs").as_uri()
+
+
+def has_results(file_prefix: str) -> bool:
+    """Whether a file:// prefix holds any job's results folder."""
+    return bool(_FileStore(file_prefix).jobs())
+
+
+def results_uri(prefix: str, job: str) -> str:
+    return f"{prefix.rstrip('/')}/{RESULTS_DIR}/{job}/{RESULTS_FILE}"
+
+
+class _Store(Protocol):
+    """The results prefix of one output.uri: which jobs have a folder, and their object
+    (None when the job has none; `Unreadable` when it cannot be a results object)."""
+
+    def jobs(self) -> list[str]: ...
+
+    def get(self, job: str) -> bytes | None: ...
+
+    def uri(self, job: str) -> str: ...
+
+
+class _FileStore:
+    def __init__(self, prefix: str):
+        self.prefix = prefix.rstrip("/")
+        parsed = urlparse(prefix)
+        self.root = Path(unquote(parsed.netloc + parsed.path) if parsed.netloc else unquote(parsed.path))
+
+    def jobs(self) -> list[str]:
+        base = self.root / RESULTS_DIR
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir())
+
+    def get(self, job: str) -> bytes | None:
+        path = self.root / RESULTS_DIR / job / RESULTS_FILE
+        try:
+            if path.stat().st_size > MAX_RESULTS_BYTES:
+                raise Unreadable(f"{path.stat().st_size} bytes: too large for a results object")
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def uri(self, job: str) -> str:
+        return results_uri(self.prefix, job)
+
+
+class _S3Store:
+    def __init__(self, prefix: str, client):
+        parsed = urlparse(prefix)
+        self.prefix = prefix.rstrip("/")
+        self.bucket = parsed.netloc
+        key = parsed.path.lstrip("/").rstrip("/")
+        self.base = f"{key}/{RESULTS_DIR}/" if key else f"{RESULTS_DIR}/"
+        self.client = client
+
+    def jobs(self) -> list[str]:
+        names = set()
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.base):
+            for obj in page.get("Contents", []):
+                rest = obj["Key"][len(self.base):]
+                if "/" in rest:
+                    names.add(rest.split("/", 1)[0])
+        return sorted(names)
+
+    def get(self, job: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        key = f"{self.base}{job}/{RESULTS_FILE}"
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        if response.get("ContentLength", 0) > MAX_RESULTS_BYTES:
+            response["Body"].close()
+            raise Unreadable(f"{response['ContentLength']} bytes: too large for a results object")
+        return response["Body"].read()
+
+    def uri(self, job: str) -> str:
+        return results_uri(self.prefix, job)
+
+
+def client_config(workers: int):
+    """botocore config for collection: the backends' retry settings (adaptive mode, or
+    AWS_RETRY_MODE / AWS_MAX_ATTEMPTS), and a connection pool as large as our thread pool."""
+    from botocore.config import Config
+
+    from orchestrator.backends.sagemaker import retry_config
+
+    return Config(retries=retry_config(), max_pool_connections=max(10, workers + 2), connect_timeout=10,
+                  read_timeout=30, user_agent_extra="trainium-vit-orchestrator")
+
+
+def our_status(described: dict) -> str:
+    """Our status name for a DescribeTrainingJob answer, by the sagemaker backend's table."""
+    from orchestrator.backends.sagemaker import _status_of
+
+    primary = str(described.get("TrainingJobStatus", ""))
+    try:
+        return _status_of(primary, described.get("SecondaryStatus"))
+    except BackendError:
+        return primary.lower() or "unknown"
+
+
+# --- retries ------------------------------------------------------------------------------
+
+def retryable(exc: BaseException) -> bool:
+    """Throttling, 5xx, timeouts and dropped connections: worth another try."""
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        return error.get("Code") in _RETRYABLE_CODES or status >= 500 or status == 429
+    return isinstance(exc, (ConnectionError, HTTPClientError))
+
+
+# --- collection ---------------------------------------------------------------------------
+
+class _Collector:
+    def __init__(self, store: _Store, *, region: str | None, sagemaker, workers: int, attempts: int,
+                 sleep: Callable[[float], None]):
+        self.store = store
+        self.region = region
+        self.workers = workers
+        self.attempts = attempts
+        self.sleep = sleep
+        self._sagemaker = {}
+        if sagemaker is not None:
+            self._sagemaker[sagemaker.meta.region_name] = sagemaker
+        self._lock = threading.Lock()
+        self._prices: dict[tuple[str, str], catalog.Price | None] = {}
+        self.retries = 0
+
+    def sagemaker(self, region: str):
+        with self._lock:
+            client = self._sagemaker.get(region)
+            if client is None:
+                import boto3
+
+                client = boto3.session.Session().client("sagemaker", region_name=region,
+                                                        config=client_config(self.workers))
+                self._sagemaker[region] = client
+            return client
+
+    def price(self, type_: str, region: str) -> catalog.Price | None:
+        key = (type_, region)
+        if key not in self._prices:
+            self._prices[key] = catalog.price(type_, region)
+        return self._prices[key]
+
+    def retry(self, what: Callable[[], Any]) -> Any:
+        """Call `what`, again after a jittered exponential backoff while it fails retryably."""
+        attempt = 1
+        while True:
+            try:
+                return what()
+            except Exception as exc:
+                if attempt >= self.attempts or not retryable(exc):
+                    raise
+            with self._lock:
+                self.retries += 1
+            self.sleep(random.uniform(0.5, 1.0) * min(8.0, 0.25 * 2 ** (attempt - 1)))
+            attempt += 1
+
+    def describe(self, job: str, region: str) -> tuple[dict | None, str | None]:
+        """DescribeTrainingJob, or (None, why) when SageMaker has no such job."""
+        from botocore.exceptions import ClientError
+
+        client = self.sagemaker(region)
+        try:
+            return self.retry(lambda: client.describe_training_job(TrainingJobName=job)), None
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") in ("ValidationException", "ResourceNotFound"):
+                return None, f"no SageMaker job {job} in {region}"
+            raise
+
+    def row(self, job: str, sweep: str | None) -> Row | None:
+        """The row of one job; None when the sweep filter excludes it."""
+        uri = self.store.uri(job)
+        try:
+            data = self.retry(lambda: self.store.get(job))
+        except Unreadable as exc:
+            return Row(job=job, status=UNREADABLE, note=str(exc), uri=uri) if _name_in(job, sweep) else None
+        except Exception as exc:
+            return Row(job=job, status=ERROR, note=f"reading results failed: {_reason(exc)}", uri=uri)
+        if data is None:
+            if not _name_in(job, sweep):
+                return None
+            return Row(job=job, status=MISSING, note=f"no {RESULTS_FILE} at {uri}", uri=uri)
+        try:
+            results = parse(data)
+        except Unreadable as exc:
+            if not _name_in(job, sweep):
+                return None
+            return Row(job=job, status=UNREADABLE, note=str(exc), uri=uri)
+        tagged = results.tags.get(SWEEP_TAG)
+        if sweep is not None and (tagged != sweep if tagged is not None else not _name_in(job, sweep)):
+            return None
+        note = None if results.job_name == job else f"results name {results.job_name!r} differs"
+        region = results.region or self.region or "us-east-1"
+        describe = None
+        if results.backend != "local":
+            try:
+                describe, why = self.describe(job, region)
+            except Exception as exc:
+                base = build_row(job, results, uri, None, self.price(results.instance.type, region), note)
+                return replace(base, status=ERROR, note=f"DescribeTrainingJob failed: {_reason(exc)}")
+            note = "; ".join(n for n in (note, why) if n) or None
+        return build_row(job, results, uri, describe, self.price(results.instance.type, region), note)
+
+    def run(self, jobs: list[str], sweep: str | None, progress: Callable[[int, int], None] | None) -> list[Row]:
+        rows: list[Row] = []
+        total = len(jobs)
+        if progress:
+            progress(0, total)
+        if self.workers <= 1:
+            for done, job in enumerate(jobs, 1):
+                row = self._safe_row(job, sweep)
+                if row is not None:
+                    rows.append(row)
+                if progress:
+                    progress(done, total)
+            return rows
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="results") as pool:
+            futures = [pool.submit(self._safe_row, job, sweep) for job in jobs]
+            for done, future in enumerate(as_completed(futures), 1):
+                row = future.result()
+                if row is not None:
+                    rows.append(row)
+                if progress:
+                    progress(done, total)
+        return rows
+
+    def _safe_row(self, job: str, sweep: str | None) -> Row | None:
+        try:
+            return self.row(job, sweep)
+        except Exception as exc:  # a bug or an odd answer for one job must not lose the others
+            return Row(job=job, status=ERROR, note=f"{type(exc).__name__}: {exc}", uri=self.store.uri(job))
+
+
+def _name_in(job: str, sweep: str | None) -> bool:
+    return sweep is None or job.startswith(f"{sweep}-")
+
+
+def _reason(exc: BaseException) -> str:
+    from botocore.exceptions import ClientError
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', 'error')}: {error.get('Message', '')}".rstrip(": ")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _sagemaker_jobs(collector: _Collector, sweep: str, region: str) -> list[str]:
+    """Names of this sweep's SageMaker jobs (by name prefix), so that jobs without a results
+    object yet still appear as rows."""
+    client = collector.sagemaker(region)
+
+    def names() -> list[str]:
+        found = []
+        for page in client.get_paginator("list_training_jobs").paginate(NameContains=sweep):
+            found.extend(s["TrainingJobName"] for s in page.get("TrainingJobSummaries", []))
+        return found
+
+    return [n for n in collector.retry(names) if n.startswith(f"{sweep}-")]
+
+
+def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, region: str | None = None,
+            s3=None, sagemaker=None, workers: int = DEFAULT_WORKERS, attempts: int = 4,
+            progress: Callable[[int, int], None] | None = None,
+            sleep: Callable[[float], None] | None = None) -> Collection:
+    """Rows for the jobs under `prefix` (an output.uri: s3://bucket/jobs or file:///...).
+
+    `job` limits to one job (a row even when its object is missing); `sweep` to jobs tagged
+    with that sweep id or named `<sweep>-...` (on S3 also this sweep's SageMaker jobs with no
+    results yet). `s3` and `sagemaker` are boto3 clients (created with `client_config` when
+    None; SageMaker ones per job region). `workers` 1 collects sequentially. `progress(done,
+    total)` is called as jobs finish. Raises InputError for an unusable prefix or filter.
+    """
+    if job is not None and sweep is not None:
+        raise InputError("--job and --sweep select different things; give one",
+                         hint="a job's row already shows its sweep")
+    scheme = urlparse(prefix).scheme
+    if scheme == "s3":
+        if not urlparse(prefix).netloc:
+            raise InputError(f"{prefix}: no bucket in the results prefix", hint="e.g. s3://my-bucket/jobs")
+        if s3 is None:
+            import boto3
+
+            s3 = boto3.session.Session().client("s3", config=client_config(workers))
+        store: _Store = _S3Store(prefix, s3)
+    elif scheme == "file":
+        store = _FileStore(prefix)
+    else:
+        raise InputError(f"{prefix}: a results prefix is s3://bucket/prefix or file:///path",
+                         hint="give the job spec's output.uri")
+    collector = _Collector(store, region=region, sagemaker=sagemaker, workers=max(1, workers),
+                           attempts=max(1, attempts), sleep=sleep or time.sleep)
+    if job is not None:
+        jobs = [job]
+    else:
+        try:
+            jobs = collector.retry(store.jobs)
+        except Exception as exc:
+            raise BackendError(f"cannot list {prefix}: {_reason(exc)}",
+                               hint="check the prefix (the job spec's output.uri) and your credentials") from None
+        if sweep is not None and scheme == "s3":
+            where = region or _default_region()
+            try:
+                listed = _sagemaker_jobs(collector, sweep, where)
+            except Exception as exc:
+                # Without this list, a sweep's jobs that have no results yet would vanish unseen.
+                raise BackendError(f"cannot list SageMaker training jobs of sweep {sweep} in {where}: {_reason(exc)}",
+                                   hint="the caller needs sagemaker:ListTrainingJobs; or pass --region") from None
+            jobs = sorted(set(jobs) | set(listed))
+    rows = collector.run(jobs, sweep, progress)
+    return Collection(prefix=prefix, rows=rank(rows), retries=collector.retries)
+
+
+def _default_region() -> str:
+    import os
+
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+COLUMNS = (
+    # (header, Row attribute, format)
+    ("job", "job", "s"),
+    ("instance", "instance", "s"),
+    ("n", "count", "d"),
+    ("cores", "cores", "d"),
+    ("runtime", "runtime", "s"),
+    ("prec", "precision", "s"),
+    ("batch", "global_batch", "d"),
+    ("step p50 s", "step_time_p50_s", ".4f"),
+    ("samples/s", "samples_per_s", ",.1f"),
+    ("USD/h", "price_per_hour", ".4f"),
+    ("USD/M samples", "cost_per_million_samples", ".4f"),
+    ("samples/USD", "samples_per_dollar", ",.0f"),
+    ("rel.", "relative", ".2f"),
+    ("compile s", "compile_s", ".1f"),
+    ("cache hit", "cache_hit_ratio", ".0%"),
+    ("status", "status", "s"),
+)
+
+
+def _cell(row: Row, attr: str, fmt: str) -> str:
+    value = getattr(row, attr)
+    if value is None:
+        return "local" if attr == "price_per_hour" and row.backend == "local" else "-"
+    return format(value, fmt) if fmt != "s" else str(value)
+
+
+def render_table(collection: Collection, width: int | None = None, color: bool = False) -> str:
+    """A rich table (as text) of the rows, then one line per note and the price sources.
+    `width` caps the table's width (cells fold); by default it takes its natural width."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"results under {collection.prefix}", title_justify="left")
+    for header, _, fmt in COLUMNS:
+        table.add_column(header, justify="left" if fmt == "s" else "right", overflow="fold")
+    for row in collection.rows:
+        style = None if row.ok else "red"
+        table.add_row(*(_cell(row, attr, fmt) for _, attr, fmt in COLUMNS), style=style)
+    buffer = io.StringIO()
+    # 16 columns squeezed into a narrow terminal become unreadable: by default the table takes
+    # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
+    console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
+                      color_system="auto" if color else None)
+    console.print(table)
+    for row in collection.rows:
+        if row.note:
+            console.print(f"{row.job}: {row.note}", markup=False, highlight=False)
+    sources = sorted({r.price_source for r in collection.rows if r.price_source})
+    for source in sources:
+        console.print(f"price: {source}", markup=False, highlight=False)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def _record(row: Row) -> dict:
+    return asdict(row)
+
+
+def render_csv(collection: Collection) -> str:
+    """CSV with a header of Row field names; unknown values are empty cells."""
+    buffer = io.StringIO()
+    names = [f.name for f in fields(Row)]
+    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in collection.rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in _record(row).items()})
+    return buffer.getvalue()
+
+
+def render_json(collection: Collection) -> str:
+    """{"prefix", "retries", "rows": [Row fields...]}; unknown values are null."""
+    return json.dumps({"prefix": collection.prefix, "retries": collection.retries,
+                       "rows": [_record(r) for r in collection.rows]}, indent=2)
+
+
+def _label(row: Row) -> str:
+    parts = [f"{row.instance} x{row.count}" if row.instance else "?"]
+    if row.global_batch is not None:
+        parts.append(f"b{row.global_batch}")
+    if row.precision:
+        parts.append(row.precision)
+    if row.runtime:
+        parts.append(row.runtime)
+    return f"{row.job}\n{' '.join(parts)}"
+
+
+def render_plot(collection: Collection) -> bytes:
+    """A PNG: samples per dollar (left) and samples/s (right) per job and configuration.
+
+    Raises InputError when no row has a throughput to plot.
+    """
+    rows = [r for r in collection.rows if r.samples_per_s is not None]
+    if not rows:
+        raise InputError("nothing to plot: no job has a measured samples/s",
+                         hint="wait for jobs to complete, or check the rows' status and notes")
+    # The Agg canvas directly, not pyplot: no global backend switch, no GUI, thread-safe enough.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    labels = [_label(r) for r in rows]
+    ys = list(range(len(rows)))
+    height = max(3.0, 0.6 * len(rows) + 1.5)
+    fig = Figure(figsize=(13, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, sharey=True)
+    per_dollar = [r.samples_per_dollar or 0.0 for r in rows]
+    bars = left.barh(ys, per_dollar, color=["#2a7ab0" if r.samples_per_dollar else "#cccccc" for r in rows])
+    for bar, row in zip(bars, rows, strict=True):
+        text = (f"{row.samples_per_dollar:,.0f} ({row.relative:.2f})" if row.relative is not None
+                else f"{row.samples_per_dollar:,.0f}" if row.samples_per_dollar else
+                ("local job: no cloud cost" if row.backend == "local" else "no price known"))
+        left.annotate(text, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                      textcoords="offset points", va="center", fontsize=8)
+    left.set_yticks(ys, labels, fontsize=8)
+    left.invert_yaxis()
+    if any(per_dollar):
+        left.set_xlim(0, max(per_dollar) * 1.4)  # room for the labels right of the bars
+    else:
+        left.set_xlim(0, 1)
+        left.set_xticks([])
+    left.set_xlabel("samples per dollar (relative to best)")
+    left.set_title("price-performance")
+    throughput = [r.samples_per_s for r in rows]
+    right.barh(ys, throughput, color="#e08a2c")
+    for y, value in zip(ys, throughput, strict=True):
+        right.annotate(f"{value:,.1f}", (value, y), xytext=(3, 0), textcoords="offset points", va="center",
+                       fontsize=8)
+    right.set_xlabel("samples/s (global)")
+    right.set_title("throughput")
+    right.set_xlim(0, max(throughput) * 1.25 or 1.0)
+    fig.suptitle(f"results under {collection.prefix}", fontsize=9)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()

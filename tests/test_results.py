@@ -1,0 +1,644 @@
+"""results: collection from S3 (moto server) and file:// stores, the arithmetic, faults, output.
+
+Prices come from an override file written into ORCHESTRATOR_HOME, so every expected figure
+below is computed by hand from round numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator import results as res
+from orchestrator.cli import app
+from orchestrator.errors import InputError
+
+BUCKET = "results-bucket"
+PREFIX = f"s3://{BUCKET}/jobs"
+ROLE = "arn:aws:iam::123456789012:role/orchestrator-training"
+
+
+def results_doc(job: str, *, sps: float = 100.0, type_: str = "ml.trn1.2xlarge", count: int = 1, cores: int = 2,
+                backend: str = "sagemaker", status: str = "completed", sweep: str | None = None,
+                hit: int = 1, new: int = 3, global_batch: int = 64) -> dict:
+    tags = {"team": "vision", "orchestrator:job": job}
+    if sweep:
+        tags["orchestrator:sweep"] = sweep
+        tags["orchestrator:trial"] = job.rsplit("-", 1)[-1]
+    return {
+        "schema": "orchestrator.results/v1", "job_name": job, "spec_hash": "ab" * 32, "status": status,
+        "failure_reason": None if status == "completed" else "boom", "backend": backend, "region": "us-east-1",
+        "instance": {"type": type_, "count": count, "neuron_cores": cores, "logical_cores": cores,
+                     "workers_per_node": cores},
+        "world_size": cores * count, "runtime": "xla", "compile": False, "precision": "bf16", "batch_size": 32,
+        "global_batch": global_batch, "steps": 500, "warmup_steps": 10, "steps_done": 500,
+        "model": {"arch": "vit_base_patch16_224", "image_size": 224, "patch_embed": "linear"},
+        "step_time_s": {"p50": global_batch / sps, "p90": 1.0, "mean": global_batch / sps, "n": 490},
+        "samples_per_s": sps, "time_to_first_step_s": 30.0, "compile_s": 28.5,
+        "cache": {"mode": "tarball", "uri": "s3://b/c", "key": "k", "hit_entries": hit, "new_entries": new,
+                  "pull_bytes": 0, "pull_s": 0.0, "push_bytes": 1, "push_s": 0.1, "warnings": []},
+        "final_loss": 6.9, "versions": {"python": "3.12.3", "torch": "2.9.0", "torch_xla": "2.9.0",
+                                        "timm": "1.0.0", "neuronx_cc": None},
+        "started_at": "2026-11-29T22:00:00Z", "ended_at": "2026-11-29T22:05:00Z", "duration_s": 300.0,
+        "tags": tags, "warnings": [],
+    }
+
+
+@pytest.fixture
+def prices(orch_home):
+    """Round prices for the instance types the tests use, as the catalog's override file."""
+    rows = [
+        {"type": "ml.trn1.2xlarge", "region": "us-east-1", "usd_per_hour": 2.0, "source": "test prices",
+         "as_of": "2026-01-01", "kind": "sagemaker-on-demand"},
+        {"type": "ml.trn1.32xlarge", "region": "us-east-1", "usd_per_hour": 20.0, "source": "test prices",
+         "as_of": "2026-01-01", "kind": "sagemaker-on-demand"},
+    ]
+    (orch_home / "prices.json").write_text(json.dumps({"prices": rows}))
+    return orch_home
+
+
+@pytest.fixture
+def aws(moto_server):
+    import boto3
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    sm = boto3.client("sagemaker", region_name="us-east-1")
+    s3.create_bucket(Bucket=BUCKET)
+    return s3, sm
+
+
+def put_results(s3, job: str, doc: dict | bytes) -> None:
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    s3.put_object(Bucket=BUCKET, Key=f"jobs/results/{job}/results.json", Body=body)
+
+
+def create_job(sm, job: str, *, type_: str = "ml.trn1.2xlarge", count: int = 1, spot: bool = False,
+               billable: int | None = None, training: int | None = None, status: str | None = None,
+               failure: str | None = None) -> None:
+    args = {
+        "TrainingJobName": job,
+        "AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/x:1",
+                                   "TrainingInputMode": "File"},
+        "RoleArn": ROLE,
+        "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/jobs"},
+        "ResourceConfig": {"InstanceType": type_, "InstanceCount": count, "VolumeSizeInGB": 100},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600, **({"MaxWaitTimeInSeconds": 7200} if spot else {})},
+        "EnableManagedSpotTraining": spot,
+    }
+    sm.create_training_job(**args)
+    # moto completes jobs at once and reports no seconds: set what SageMaker would report.
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sagemaker.models import sagemaker_backends
+
+    fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[job]
+    if billable is not None:
+        fake.billable_time_in_seconds = billable
+    if training is not None:
+        fake.training_time_in_seconds = training
+    if status is not None:
+        fake.training_job_status = status
+    if failure is not None:
+        fake.failure_reason = failure
+
+
+def by_job(collection: res.Collection) -> dict[str, res.Row]:
+    rows = {r.job: r for r in collection.rows}
+    assert len(rows) == len(collection.rows)
+    return rows
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+def test_parse_reads_v1_and_ignores_unknown_keys():
+    doc = results_doc("j-1")
+    doc["something_new"] = {"x": 1}
+    parsed = res.parse(json.dumps(doc).encode())
+    assert parsed.job_name == "j-1" and parsed.instance.count == 1 and parsed.cache.hit_entries == 1
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b'{"schema": "orchestrator.results/v1", "job_na', "not valid JSON (truncated?)"),
+    (b"", "not valid JSON (truncated?)"),
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"schema": "orchestrator.results/v9", "job_name": "x"}', "unknown schema 'orchestrator.results/v9'"),
+    (b'{"job_name": "x"}', "unknown schema None"),
+])
+def test_parse_rejects_with_a_reason(data, reason):
+    with pytest.raises(res.Unreadable, match=None) as info:
+        res.parse(data)
+    assert reason in str(info.value)
+
+
+def test_parse_names_a_bad_field():
+    doc = results_doc("j-1")
+    doc["instance"]["count"] = "two"
+    with pytest.raises(res.Unreadable) as info:
+        res.parse(json.dumps(doc).encode())
+    assert "field instance.count" in str(info.value)
+
+
+# --- the arithmetic -----------------------------------------------------------------------
+
+def test_price_performance_from_s3_and_sagemaker(aws, prices):
+    s3, sm = aws
+    # a: 1 x 2.0 USD/h at 100 samples/s -> 180,000 samples/USD, 5.5556 USD per million.
+    put_results(s3, "a", results_doc("a", sps=100.0))
+    create_job(sm, "a", billable=900, training=900)
+    # b: 1 x 20.0 USD/h at 800 samples/s -> 144,000 samples/USD.
+    put_results(s3, "b", results_doc("b", sps=800.0, type_="ml.trn1.32xlarge", cores=32, hit=0, new=0))
+    create_job(sm, "b", type_="ml.trn1.32xlarge")
+    # c: 2 x 2.0 USD/h, managed spot billing 600 of 1000 s -> effective 2.4 USD/h; 180 samples/s
+    # -> 270,000 samples/USD: the best row. It billed 600 s x 4.0 USD/h = 0.6667 USD.
+    put_results(s3, "c", results_doc("c", sps=180.0, count=2))
+    create_job(sm, "c", count=2, spot=True, billable=600, training=1000)
+
+    collection = res.collect(PREFIX, workers=4)
+    rows = by_job(collection)
+    assert [r.job for r in collection.rows] == ["c", "a", "b"]
+    a, b, c = rows["a"], rows["b"], rows["c"]
+
+    assert a.price_per_hour == pytest.approx(2.0)
+    assert a.samples_per_dollar == pytest.approx(180_000)
+    assert a.cost_per_million_samples == pytest.approx(1e6 / 180_000)
+    assert a.relative == pytest.approx(180_000 / 270_000)
+    assert a.cost_usd == pytest.approx(900 / 3600 * 2.0)
+    assert a.cache_hit_ratio == pytest.approx(0.25)
+    assert (a.count, a.cores, a.global_batch, a.status) == (1, 2, 64, "completed")
+    assert a.step_time_p50_s == pytest.approx(0.64)
+
+    assert b.samples_per_dollar == pytest.approx(144_000)
+    assert b.relative == pytest.approx(144_000 / 270_000)
+    assert b.cores == 32 and b.cache_hit_ratio is None and b.cost_usd is None
+
+    assert c.spot and c.spot_savings == pytest.approx(0.4)
+    assert c.price_per_hour == pytest.approx(2.4)
+    assert c.samples_per_dollar == pytest.approx(270_000)
+    assert c.relative == pytest.approx(1.0)
+    assert c.cost_usd == pytest.approx(600 / 3600 * 4.0)
+    assert c.cores == 4 and c.billable_s == 600 and c.training_s == 1000
+    assert "spot, 40% saved" in c.price_source and "test prices" in c.price_source
+
+
+def test_status_comes_from_sagemaker_and_failed_rows_are_not_ranked(aws, prices):
+    s3, sm = aws
+    put_results(s3, "good", results_doc("good", sps=100.0))
+    create_job(sm, "good")
+    # The container wrote results, but SageMaker then failed the job: SageMaker's word wins.
+    put_results(s3, "late-fail", results_doc("late-fail", sps=1000.0))
+    create_job(sm, "late-fail", status="Failed", failure="AlgorithmError: exit 1")
+    rows = by_job(res.collect(PREFIX, workers=2))
+    assert rows["late-fail"].status == "failed"
+    assert rows["late-fail"].relative is None and "AlgorithmError" in rows["late-fail"].note
+    assert rows["good"].relative == pytest.approx(1.0)
+
+
+def test_spot_without_seconds_uses_on_demand_price_and_says_so(aws, prices):
+    s3, sm = aws
+    put_results(s3, "s", results_doc("s"))
+    create_job(sm, "s", spot=True)
+    row = res.collect(PREFIX).rows[0]
+    assert row.price_per_hour == pytest.approx(2.0) and row.spot_savings is None
+    assert "spot savings unknown" in row.note
+
+
+def test_unknown_price_and_missing_sagemaker_job(aws, prices):
+    s3, _ = aws
+    put_results(s3, "odd", results_doc("odd", type_="ml.trn2.48xlarge", cores=64))
+    row = res.collect(PREFIX).rows[0]
+    assert row.status == "completed"  # from results.json: SageMaker has no such job
+    assert row.price_per_hour is None and row.samples_per_dollar is None and row.relative is None
+    assert "no price for ml.trn2.48xlarge" in row.note and "no SageMaker job odd" in row.note
+
+
+def test_rank_by_hand():
+    rows = [res.Row(job="x", status="completed", samples_per_dollar=50.0, samples_per_s=1.0),
+            res.Row(job="y", status="completed", samples_per_dollar=200.0, samples_per_s=1.0),
+            res.Row(job="z", status="failed", samples_per_dollar=400.0, samples_per_s=9.0),
+            res.Row(job="w", status="unreadable"),
+            res.Row(job="v", status="completed", samples_per_s=5.0)]
+    ranked = res.rank(rows)
+    assert [r.job for r in ranked] == ["y", "x", "z", "v", "w"]
+    assert [r.relative for r in ranked] == [1.0, 0.25, None, None, None]
+
+
+# --- local jobs, file:// stores, no ledger ------------------------------------------------
+
+def write_local(root, job: str, doc: dict | bytes) -> None:
+    folder = root / "store" / "jobs" / "results" / job
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_bytes(doc if isinstance(doc, bytes) else json.dumps(doc).encode())
+
+
+def test_local_jobs_have_no_cost_and_need_no_aws(prices):
+    write_local(prices, "loc-1", results_doc("loc-1", backend="local", sps=40.0, hit=2, new=2))
+    write_local(prices, "loc-2", results_doc("loc-2", backend="local", sps=60.0, status="failed"))
+    collection = res.collect(res.local_store_uri(), workers=2)
+    rows = by_job(collection)
+    assert [r.job for r in collection.rows] == ["loc-2", "loc-1"]  # unranked: fastest first
+    assert rows["loc-1"].price_per_hour is None and rows["loc-1"].price_source == "local: no cloud cost"
+    assert rows["loc-1"].cache_hit_ratio == 0.5 and rows["loc-1"].status == "completed"
+    assert rows["loc-2"].status == "failed" and rows["loc-2"].note == "boom"
+    assert not (prices / "ledger.sqlite3").exists()
+
+
+def test_collects_from_a_prefix_without_any_ledger(aws, prices, tmp_path, monkeypatch):
+    s3, sm = aws
+    for job in ("p-1", "p-2", "p-3"):
+        put_results(s3, job, results_doc(job))
+        create_job(sm, job)
+    fresh_home = tmp_path / "never-submitted"
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(fresh_home))
+    collection = res.collect(PREFIX, workers=3)
+    assert sorted(r.job for r in collection.rows) == ["p-1", "p-2", "p-3"]
+    assert all(r.status == "completed" for r in collection.rows)
+    assert not (fresh_home / "ledger.sqlite3").exists()
+
+
+# --- filters ------------------------------------------------------------------------------
+
+def test_sweep_filter_by_tag_and_name_and_sagemaker_jobs_without_results(aws, prices):
+    s3, sm = aws
+    put_results(s3, "swa-t1", results_doc("swa-t1", sweep="swa"))
+    create_job(sm, "swa-t1")
+    # Tagged with the sweep, though the name does not say so.
+    put_results(s3, "renamed", results_doc("renamed", sweep="swa"))
+    # Named like the sweep but tagged with another one: the tag wins.
+    put_results(s3, "swa-x", results_doc("swa-x", sweep="swa-other"))
+    put_results(s3, "other-t1", results_doc("other-t1", sweep="other"))
+    put_results(s3, "swa-broken", b"{")
+    # Submitted, still running, no results object yet: still a row.
+    create_job(sm, "swa-t2", status="InProgress")
+    rows = by_job(res.collect(PREFIX, sweep="swa", region="us-east-1"))
+    assert set(rows) == {"swa-t1", "renamed", "swa-broken", "swa-t2"}
+    assert rows["swa-t2"].status == "missing" and "no results.json" in rows["swa-t2"].note
+    assert rows["swa-broken"].status == "unreadable"
+    assert rows["swa-t1"].sweep == "swa" and rows["swa-t1"].trial == "t1"
+
+
+def test_job_filter_and_a_missing_job(aws, prices):
+    s3, sm = aws
+    put_results(s3, "one", results_doc("one"))
+    put_results(s3, "two", results_doc("two"))
+    rows = res.collect(PREFIX, job="two").rows
+    assert [r.job for r in rows] == ["two"]
+    rows = res.collect(PREFIX, job="nope").rows
+    assert [(r.job, r.status) for r in rows] == [("nope", "missing")]
+
+
+def test_bad_filters_and_prefixes_are_input_errors(orch_home):
+    with pytest.raises(InputError, match="--job and --sweep"):
+        res.collect("file:///tmp/x", job="a", sweep="b")
+    with pytest.raises(InputError, match="s3://bucket/prefix or file://"):
+        res.collect("/just/a/path")
+    with pytest.raises(InputError, match="no bucket"):
+        res.collect("s3:///jobs")
+
+
+# --- unreadable objects never abort the table ---------------------------------------------
+
+def test_unreadable_objects_are_rows(aws, prices):
+    s3, sm = aws
+    put_results(s3, "fine", results_doc("fine"))
+    create_job(sm, "fine")
+    put_results(s3, "truncated", json.dumps(results_doc("truncated")).encode()[:200])
+    put_results(s3, "future", {**results_doc("future"), "schema": "orchestrator.results/v2"})
+    put_results(s3, "wrongtype", {**results_doc("wrongtype"), "samples_per_s": "fast"})
+    # A job folder holding something, but no results.json.
+    s3.put_object(Bucket=BUCKET, Key="jobs/results/nofile/output/failure", Body=b"x")
+    rows = by_job(res.collect(PREFIX, workers=4))
+    assert rows["fine"].status == "completed" and rows["fine"].relative == 1.0
+    assert rows["truncated"].status == "unreadable" and "truncated" in rows["truncated"].note
+    assert rows["future"].status == "unreadable" and "orchestrator.results/v2" in rows["future"].note
+    assert rows["wrongtype"].status == "unreadable" and "samples_per_s" in rows["wrongtype"].note
+    assert rows["nofile"].status == "missing"
+    assert rows["truncated"].uri == f"{PREFIX}/results/truncated/results.json"
+    table = res.render_table(res.Collection(PREFIX, list(rows.values())))
+    for job in rows:
+        assert job in table
+
+
+# --- throttling and 5xx -------------------------------------------------------------------
+
+def _client_error(code: str, status: int, operation: str):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "injected"},
+                        "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
+
+
+class Flaky:
+    """Wraps a boto3 client: the first `failures` calls of `method` for each job raise."""
+
+    def __init__(self, client, method: str, failures: int, code: str = "SlowDown", status: int = 503,
+                 only: set[str] | None = None):
+        self._client = client
+        self._method = method
+        self._failures = failures
+        self._code, self._status = code, status
+        self._only = only
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.injected = 0
+
+    def __getattr__(self, name):
+        attr = getattr(self._client, name)
+        if name != self._method:
+            return attr
+
+        def call(**kwargs):
+            key = kwargs.get("Key") or kwargs.get("TrainingJobName")
+            with self._lock:
+                count = self._seen.get(key, 0)
+                self._seen[key] = count + 1
+                fail = count < self._failures and (self._only is None or any(o in key for o in self._only))
+                if fail:
+                    self.injected += 1
+            if fail:
+                raise _client_error(self._code, self._status, self._method)
+            return attr(**kwargs)
+
+        return call
+
+
+def test_throttling_past_botocore_is_retried_per_job(aws, prices):
+    s3, sm = aws
+    jobs = [f"t-{i}" for i in range(12)]
+    for job in jobs:
+        put_results(s3, job, results_doc(job))
+        create_job(sm, job)
+    flaky_s3 = Flaky(s3, "get_object", failures=2, code="SlowDown", status=503)
+    flaky_sm = Flaky(sm, "describe_training_job", failures=1, code="ThrottlingException", status=400)
+    sleeps = []
+    collection = res.collect(PREFIX, s3=flaky_s3, sagemaker=flaky_sm, workers=6, sleep=sleeps.append)
+    assert sorted(r.job for r in collection.rows) == sorted(jobs)
+    assert all(r.status == "completed" for r in collection.rows), [r.note for r in collection.rows]
+    assert flaky_s3.injected == 24 and flaky_sm.injected == 12
+    assert collection.retries == 36 and len(sleeps) == 36
+    assert all(0 < s <= 8.0 for s in sleeps)
+
+
+def test_a_job_that_keeps_failing_is_a_row_not_a_gap(aws, prices):
+    s3, sm = aws
+    for job in ("ok-1", "ok-2", "bad-1"):
+        put_results(s3, job, results_doc(job))
+        create_job(sm, job)
+    flaky_s3 = Flaky(s3, "get_object", failures=100, code="InternalError", status=500, only={"bad-1"})
+    collection = res.collect(PREFIX, s3=flaky_s3, workers=3, attempts=3, sleep=lambda s: None)
+    rows = by_job(collection)
+    assert set(rows) == {"ok-1", "ok-2", "bad-1"}
+    assert rows["bad-1"].status == "error" and "InternalError" in rows["bad-1"].note
+    assert [r.job for r in collection.errors] == ["bad-1"]
+    assert flaky_s3.injected == 3  # attempts, then given up
+
+
+def test_describe_failure_keeps_the_results_and_says_error(aws, prices):
+    s3, sm = aws
+    put_results(s3, "d-1", results_doc("d-1"))
+    create_job(sm, "d-1")
+    flaky_sm = Flaky(sm, "describe_training_job", failures=100, code="AccessDeniedException", status=400)
+    row = res.collect(PREFIX, sagemaker=flaky_sm, sleep=lambda s: None).rows[0]
+    assert row.status == "error" and "AccessDeniedException" in row.note
+    assert row.samples_per_s == 100.0 and flaky_sm.injected == 1  # not retryable: asked once
+
+
+def test_botocore_retries_injected_503s(aws, prices, monkeypatch):
+    """503 SlowDown answers injected below botocore are retried by the client's own config."""
+    import boto3
+    from botocore.awsrequest import AWSResponse
+
+    s3_plain, sm = aws
+    for job in ("r-1", "r-2", "r-3"):
+        put_results(s3_plain, job, results_doc(job))
+        create_job(sm, job)
+    # Standard mode: adaptive mode would also rate-limit the client after throttling, slowly.
+    monkeypatch.setenv("AWS_RETRY_MODE", "standard")
+    s3 = boto3.client("s3", region_name="us-east-1", config=res.client_config(4))
+    assert s3.meta.config.retries["mode"] == "standard"
+    failed: set[str] = set()  # one 503 per object: botocore's backoff sleeps for real
+    lock = threading.Lock()
+
+    class Raw:
+        def stream(self, **kwargs):
+            yield b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"
+
+    def inject(request, **kwargs):
+        with lock:
+            if request.url in failed:
+                return None
+            failed.add(request.url)
+        return AWSResponse(request.url, 503, {}, Raw())
+
+    s3.meta.events.register("before-send.s3.GetObject", inject)
+    collection = res.collect(PREFIX, s3=s3, workers=3, sleep=lambda s: None)
+    assert len(failed) == 3
+    assert sorted(r.job for r in collection.rows) == ["r-1", "r-2", "r-3"]
+    assert all(r.status == "completed" for r in collection.rows)
+    assert collection.retries == 0  # botocore absorbed them
+
+
+def test_progress_reports_every_job(prices):
+    for i in range(5):
+        write_local(prices, f"pg-{i}", results_doc(f"pg-{i}", backend="local"))
+    seen = []
+    res.collect(res.local_store_uri(), workers=3, progress=lambda done, total: seen.append((done, total)))
+    assert seen[0] == (0, 5) and seen[-1] == (5, 5) and len(seen) == 6
+
+
+# --- output shapes ------------------------------------------------------------------------
+
+def sample_collection() -> res.Collection:
+    rows = [
+        res.Row(job="fast", status="completed", backend="sagemaker", instance="ml.trn1.2xlarge", count=1, cores=2,
+                runtime="xla", precision="bf16", global_batch=64, step_time_p50_s=0.1, samples_per_s=640.0,
+                price_per_hour=2.0, price_source="test prices, 2026-01-01", samples_per_dollar=1_152_000.0,
+                cost_per_million_samples=0.868, compile_s=28.0, cache_hit_ratio=0.25),
+        res.Row(job="slow", status="completed", backend="sagemaker", instance="ml.trn1.32xlarge", count=1,
+                cores=32, runtime="xla", precision="bf16", global_batch=1024, step_time_p50_s=0.2,
+                samples_per_s=5120.0, price_per_hour=20.0, price_source="test prices, 2026-01-01",
+                samples_per_dollar=921_600.0, cost_per_million_samples=1.085, compile_s=30.0),
+        res.Row(job="local-1", status="completed", backend="local", instance="ml.trn1.2xlarge", count=1,
+                samples_per_s=50.0, price_source="local: no cloud cost"),
+        res.Row(job="broken", status="unreadable", note="not valid JSON (truncated?)"),
+    ]
+    return res.Collection(PREFIX, res.rank(rows))
+
+
+def test_csv_shape():
+    text = res.render_csv(sample_collection())
+    records = list(csv.DictReader(io.StringIO(text)))
+    assert list(records[0]) == [f.name for f in res.fields(res.Row)]
+    assert [r["job"] for r in records] == ["fast", "slow", "local-1", "broken"]
+    assert records[0]["relative"] == "1.0" and float(records[1]["relative"]) == pytest.approx(0.8)
+    assert records[3]["samples_per_s"] == "" and records[3]["status"] == "unreadable"
+
+
+def test_json_shape():
+    doc = json.loads(res.render_json(sample_collection()))
+    assert doc["prefix"] == PREFIX and doc["retries"] == 0
+    assert [r["job"] for r in doc["rows"]] == ["fast", "slow", "local-1", "broken"]
+    assert doc["rows"][1]["relative"] == pytest.approx(0.8)
+    assert doc["rows"][2]["price_per_hour"] is None and doc["rows"][3]["note"].startswith("not valid JSON")
+
+
+def test_table_has_every_column_and_row():
+    text = res.render_table(sample_collection())
+    for header, _, _ in res.COLUMNS:
+        assert header in text
+    lines = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
+    assert set(lines) == {"fast", "slow", "local-1", "broken"}
+    assert "1.00" in lines["fast"] and "0.80" in lines["slow"] and "1,152,000" in lines["fast"]
+    assert "local" in lines["local-1"].split("│")[10]
+    assert "broken: not valid JSON (truncated?)" in text
+    assert "price: test prices, 2026-01-01" in text
+
+
+def test_plot_writes_a_png():
+    data = res.render_plot(sample_collection())
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 10_000
+
+
+def test_plot_refuses_when_nothing_has_throughput():
+    rows = [res.Row(job="broken", status="unreadable")]
+    with pytest.raises(InputError, match="nothing to plot"):
+        res.render_plot(res.Collection(PREFIX, rows))
+
+
+# --- the command --------------------------------------------------------------------------
+
+def test_cli_results_local_default_table_csv_json_and_plot(prices, tmp_path):
+    write_local(prices, "c-1", results_doc("c-1", backend="local", sps=40.0))
+    write_local(prices, "c-2", results_doc("c-2", backend="local", sps=60.0))
+    write_local(prices, "c-3", b'{"schema": ')
+    runner = CliRunner()
+    out = tmp_path / "out.png"
+    result = runner.invoke(app, ["results", "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "c-1" in result.stdout and "c-3" in result.stdout and "unreadable" in result.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    result = runner.invoke(app, ["results", "--format", "csv"])
+    assert result.exit_code == 0
+    assert [r["job"] for r in csv.DictReader(io.StringIO(result.stdout))] == ["c-2", "c-1", "c-3"]
+
+    result = runner.invoke(app, ["results", "--format", "json", "--job", "c-2"])
+    assert result.exit_code == 0
+    assert [r["job"] for r in json.loads(result.stdout)["rows"]] == ["c-2"]
+
+
+def test_cli_results_from_s3_prefix(aws, prices):
+    s3, sm = aws
+    put_results(s3, "s-1", results_doc("s-1", sps=100.0))
+    create_job(sm, "s-1")
+    result = CliRunner().invoke(app, ["results", "--prefix", PREFIX, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.stdout)["rows"][0]
+    assert row["samples_per_dollar"] == pytest.approx(180_000) and row["relative"] == 1.0
+
+
+def test_cli_results_bad_input_is_an_input_error(orch_home):
+    runner = CliRunner()
+    result = runner.invoke(app, ["results", "--format", "xml", "--prefix", "file:///tmp"])
+    assert isinstance(result.exception, InputError) and "--format 'xml'" in result.exception.message
+    # An empty local store and no --prefix: nothing to guess for SageMaker jobs.
+    result = runner.invoke(app, ["results"])
+    assert isinstance(result.exception, InputError) and "--prefix" in result.exception.hint
+    result = runner.invoke(app, ["results", "--sweep", "nothing", "--prefix", (orch_home / "empty").as_uri()])
+    assert isinstance(result.exception, InputError)
+    assert "no results for sweep nothing" in result.exception.message
+
+
+def test_cli_results_exit_codes_through_main(orch_home):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--job", "a", "--sweep", "b",
+                           "--prefix", "file:///tmp"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert "error: --job and --sweep" in done.stderr
+
+
+def test_cli_results_exit_1_when_a_job_could_not_be_read(prices, monkeypatch):
+    write_local(prices, "e-1", results_doc("e-1", backend="local"))
+    real = res._FileStore.get
+
+    def failing(self, job):
+        if job == "e-1":
+            raise _client_error("InternalError", 500, "GetObject")
+        return real(self, job)
+
+    monkeypatch.setattr(res._FileStore, "get", failing)
+    monkeypatch.setattr(res.time, "sleep", lambda s: None)
+    result = CliRunner().invoke(app, ["results", "--format", "csv"])
+    assert result.exit_code == 1
+    assert "e-1,error" in result.stdout
+
+
+def test_an_unlistable_prefix_is_a_backend_error(moto_server, prices):
+    from orchestrator.errors import BackendError
+
+    with pytest.raises(BackendError, match="cannot list s3://no-such-bucket/jobs: NoSuchBucket"):
+        res.collect("s3://no-such-bucket/jobs", sleep=lambda s: None)
+
+
+def test_sweep_discovery_failure_is_a_backend_error_not_a_gap(aws, prices):
+    from orchestrator.errors import BackendError
+
+    s3, sm = aws
+    put_results(s3, "sw-t1", results_doc("sw-t1", sweep="sw"))
+
+    class Refusing:
+        meta = sm.meta
+
+        def get_paginator(self, name):
+            raise _client_error("AccessDeniedException", 400, "ListTrainingJobs")
+
+    refusing = Refusing()
+    with pytest.raises(BackendError, match="sweep sw") as info:
+        res.collect(PREFIX, sweep="sw", sagemaker=refusing, sleep=lambda s: None)
+    assert "sagemaker:ListTrainingJobs" in info.value.hint
+
+
+def test_cli_results_takes_the_prefix_and_region_from_a_spec(prices, tmp_path):
+    write_local(prices, "spec-1", results_doc("spec-1", backend="local"))
+    spec_file = tmp_path / "local.yaml"
+    spec_file.write_text("name: spec\nbackend: local\n")
+    result = CliRunner().invoke(app, ["results", "--spec", str(spec_file), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["prefix"] == res.local_store_uri() and [r["job"] for r in doc["rows"]] == ["spec-1"]
+
+
+def test_reads_what_the_entrypoint_writes(prices):
+    """The launcher's own results document (entrypoints/launch.py) parses and becomes a row."""
+    from entrypoints import contract, launch
+
+    job = {"schema": 1, "job_name": "ep-1", "spec_hash": "cd" * 32,
+           "spec": {"backend": "local", "region": "us-east-1", "training": {"batch_size": 8, "runtime": "native",
+                                                                            "precision": "fp32", "steps": 20}},
+           "instance": {"type": "ml.trn1.2xlarge", "neuron_cores": 2, "logical_cores": 2},
+           "workers_per_node": 1, "compile_cache": {"uri": None, "mode": "off"},
+           "tags": {"orchestrator:sweep": "sw", "orchestrator:trial": "t1"}}
+    ctr = contract.Contract.from_env({"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"})
+    stats = {0: {"world_size": 1, "batch_size": 8, "step_times_s": [0.1, 0.1, 0.2, 0.1], "steps_done": 20,
+                 "runtime": "native", "precision": "fp32", "compile_s": 4.0, "time_to_first_step_s": 5.0}}
+    cache = {"mode": "tarball", "uri": "file:///c", "key": "k", "hit_entries": 3, "new_entries": 1, "pull_bytes": 0,
+             "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "warnings": []}
+    doc = launch.build_results(job, ctr, stats, status="completed", reason=None, cache=cache, started=0.0,
+                               ended=10.0, warnings=[])
+    write_local(prices, "ep-1", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    row = res.collect(res.local_store_uri()).rows[0]
+    assert (row.job, row.status, row.backend, row.sweep, row.trial) == ("ep-1", "completed", "local", "sw", "t1")
+    assert row.global_batch == 8 and row.samples_per_s == pytest.approx(8 / 0.125)
+    assert row.step_time_p50_s == pytest.approx(0.1) and row.compile_s == 4.0 and row.cache_hit_ratio == 0.75
+    assert row.cores == 2 and row.price_per_hour is None
