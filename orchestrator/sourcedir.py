@@ -102,7 +102,7 @@ def build_archive(job: dict, root: Path | None = None) -> bytes:
                 data = files[name]
                 tar.addfile(_info(name, directory=False, size=len(data)), io.BytesIO(data))
     packed = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=9) as gz:
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=6) as gz:
         gz.write(raw.getvalue())
     return packed.getvalue()
 

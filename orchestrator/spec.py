@@ -516,3 +516,250 @@ def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
 def json_schema() -> dict:
     """The JSON Schema of job specs (for editors), built from the field descriptions."""
     return JobSpec.model_json_schema()
+
+
+# --- Sweep specs --------------------------------------------------------------------------
+#
+# A sweep names a base job spec (a path relative to the sweep file) and axes over the base's
+# dotted field paths. `load_sweep(path)` returns a frozen `SweepSpec` (with the base spec
+# loaded) or raises SpecError with located problems: unknown paths (with "did you mean"),
+# paths that may not vary, duplicate or overlapping axes, zero trials, a bad cron. Expanding
+# the axes into trials (and checking each trial's values) is `orchestrator.sweep`'s job.
+
+# Every trial of a sweep runs on one backend in one region: the runner holds one client.
+UNSWEEPABLE = {
+    "backend": "all trials of a sweep share one backend",
+    "region": "all trials of a sweep share one region",
+    "infra": "infra outputs are applied when the base spec loads, not per trial",
+}
+MAX_TRIALS = 10_000
+CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
+class RandomParam(_Strict):
+    """One randomly sampled axis: exactly one of uniform, loguniform, int, choice."""
+
+    uniform: tuple[float, float] | None = Field(None, description="[low, high]: a float drawn uniformly.")
+    loguniform: tuple[float, float] | None = Field(
+        None, description="[low, high], both > 0: a float whose logarithm is drawn uniformly.")
+    int_: tuple[int, int] | None = Field(None, alias="int", description="[low, high]: an integer, both ends included.")
+    choice: list[Any] | None = Field(None, min_length=1, description="One of these values, each equally likely.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RandomParam:
+        given = [k for k in ("uniform", "loguniform", "int_", "choice") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise _cross("", "give exactly one of uniform, loguniform, int, choice")
+        low_high = self.uniform or self.loguniform or self.int_
+        if low_high is not None and low_high[0] > low_high[1]:
+            raise _cross(given[0].rstrip("_"), f"low {low_high[0]} is above high {low_high[1]}")
+        if self.loguniform is not None and self.loguniform[0] <= 0:
+            raise _cross("loguniform", "loguniform bounds must be above 0")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k.rstrip("_") for k in ("uniform", "loguniform", "int_", "choice") if getattr(self, k) is not None)
+
+
+class RandomSpec(_Strict):
+    trials: int = Field(..., ge=1, le=MAX_TRIALS, description="Random trials (per grid point when a grid is given).")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the sampler: same seed, same trials.")
+    params: dict[str, RandomParam] = Field(..., min_length=1, description="Dotted field path -> distribution.")
+
+
+class ScheduleSpec(_Strict):
+    cron: str = Field(..., min_length=1, description="Five-field cron expression (or @daily, @hourly, ...).")
+    catchup: Literal["latest", "all", "none"] = Field(
+        "latest",
+        description="Ticks missed while the machine slept: latest submits only the most recent, all "
+        "submits each (at most max_catchup), none skips them.",
+    )
+    max_catchup: int = Field(24, ge=1, le=1000, description="catchup: all submits at most this many missed ticks.")
+    timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in; tick ids are UTC.")
+
+
+class SweepBudgetSpec(_Strict):
+    max_total_cost_usd: float | None = Field(
+        None, gt=0, description="Refuse a sweep whose trials' cost bounds add up to more; also caps retries.")
+
+
+class SweepSpec(_Strict):
+    sweep: str = Field(..., min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN,
+                       description="Sweep name: letters, digits and single dashes.")
+    base: str = Field(..., min_length=1, description="Base job spec, relative to this file.")
+    grid: dict[str, list[Any]] = Field(default_factory=dict,
+                                       description="Dotted field path -> values; every combination is a trial.")
+    random: RandomSpec | None = Field(None, description="Seeded random trials (crossed with the grid).")
+    concurrency: int = Field(4, ge=1, le=1000, description="Jobs of this sweep in flight at once, on any machine.")
+    failover: dict[Literal["instance.type"], list[str]] = Field(
+        default_factory=dict,
+        description="On a capacity error, retry the trial with the next of these instance types.")
+    schedule: ScheduleSpec | None = Field(None, description="Run the sweep on a cron schedule.")
+    budget: SweepBudgetSpec = Field(default_factory=SweepBudgetSpec, description="Cost guard for the whole sweep.")
+    max_retries: int = Field(2, ge=0, le=10, description="Resubmissions of a trial after a retryable failure "
+                             "(capacity, spot interruption, internal error); user errors are never retried.")
+
+    _source: SourceMap | None = PrivateAttr(default=None)
+    _path: Path | None = PrivateAttr(default=None)
+    _base: JobSpec | None = PrivateAttr(default=None)
+
+    @property
+    def base_spec(self) -> JobSpec:
+        """The loaded base job spec (set by `load_sweep`)."""
+        if self._base is None:
+            raise ValueError("this SweepSpec was not loaded with load_sweep; no base spec")
+        return self._base
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    def locate(self, *path: str) -> tuple[str, int, int]:
+        """(file, line, column) of a path of YAML keys ("grid", "instance.type", "0")."""
+        if self._source is None:
+            return ("", 0, 0)
+        line, col = self._source.find(tuple(path))
+        return (self._source.file, line, col)
+
+    def axis_paths(self) -> list[str]:
+        """Every varied dotted path, grid first, in file order."""
+        return list(self.grid) + (sorted(self.random.params) if self.random else [])
+
+
+def job_field_paths(model: type[BaseModel] = JobSpec, prefix: str = "") -> dict[str, Any]:
+    """Dotted path -> annotation of every leaf field of `model` (sub-models are walked)."""
+    out: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        dotted = f"{prefix}{name}"
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(job_field_paths(annotation, dotted + "."))
+        else:
+            out[dotted] = annotation
+    return out
+
+
+def _check_axis_path(dotted: str, where: tuple, smap: SourceMap) -> Problem | None:
+    leaves = job_field_paths()
+    line, col = smap.find(where, prefer_key=True)
+    parts = dotted.split(".")
+    if dotted in leaves or (len(parts) == 2 and parts[0] in ("tags", "environment") and parts[1]):
+        if parts[0] in UNSWEEPABLE:
+            return Problem(smap.file, line, col, dotted, f"{dotted} cannot vary in a sweep: {UNSWEEPABLE[parts[0]]}")
+        return None
+    parent = ".".join(parts[:-1])
+    siblings = {p.rsplit(".", 1)[-1]: p for p in leaves if (p.rsplit(".", 1)[0] if "." in p else "") == parent}
+    if siblings:
+        # The parent exists: suggest among its fields, as for an unknown key in a job spec.
+        close = [siblings[c] for c in difflib.get_close_matches(parts[-1], list(siblings), n=1, cutoff=0.6)]
+    else:
+        close = difflib.get_close_matches(dotted, list(leaves), n=1, cutoff=0.6)
+    if close:
+        hint = f"; did you mean {close[0]!r}?"
+    else:
+        under = [p for p in leaves if p.startswith(parts[0] + ".")]
+        hint = f"; fields under {parts[0]!r}: {', '.join(under)}" if under else ""
+    return Problem(smap.file, line, col, dotted, f"{dotted!r} is not a field of the job spec{hint}")
+
+
+def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
+    """The checks pydantic cannot locate well: paths, overlaps, trial count, cron."""
+    import re
+
+    problems: list[Problem] = []
+    axes: list[tuple[str, tuple]] = [(p, ("grid", p)) for p in sweep.grid]
+    if sweep.random:
+        axes += [(p, ("random", "params", p)) for p in sweep.random.params]
+    for dotted, where in axes:
+        found = _check_axis_path(dotted, where, smap)
+        if found:
+            problems.append(found)
+    for i, (a, where_a) in enumerate(axes):
+        for b, where_b in axes[:i]:
+            if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+                line, col = smap.find(where_a, prefer_key=True)
+                first = smap.find(where_b, prefer_key=True)[0]
+                problems.append(Problem(smap.file, line, col, a, f"duplicate axis: {a} is also varied by "
+                                        f"{'.'.join(where_b[:-1])} {b!r} (line {first})"))
+    for dotted, values in sweep.grid.items():
+        if not values:
+            line, col = smap.find(("grid", dotted))
+            problems.append(Problem(smap.file, line, col, f"grid.{dotted}",
+                                    "an axis with no values gives zero trials; give at least one value"))
+    grid_points = 1
+    for values in sweep.grid.values():
+        grid_points *= max(len(values), 1)
+    total = grid_points * (sweep.random.trials if sweep.random else 1)
+    if total > MAX_TRIALS:
+        line, col = smap.find(("grid",))
+        problems.append(Problem(smap.file, line, col, "grid", f"{total} trials; at most {MAX_TRIALS}"))
+    for dotted, values in sweep.failover.items():
+        line, col = smap.find(("failover", dotted))
+        if not values:
+            problems.append(Problem(smap.file, line, col, f"failover.{dotted}", "give at least one fallback"))
+        for i, value in enumerate(values):
+            if not isinstance(value, str) or not re.fullmatch(r"ml\.[a-z0-9]+\.[a-z0-9]+", value):
+                vline, vcol = smap.find(("failover", dotted, str(i)))
+                problems.append(Problem(smap.file, vline, vcol, f"failover.{dotted}",
+                                        f"{value!r} is not an instance type like ml.trn1.32xlarge"))
+    if sweep.schedule is not None:
+        problems += _schedule_problems(sweep.schedule, smap)
+    return problems
+
+
+def _schedule_problems(schedule: ScheduleSpec, smap: SourceMap) -> list[Problem]:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from croniter import croniter
+
+    problems = []
+    expr = schedule.cron.strip()
+    fields = expr.split()
+    line, col = smap.find(("schedule", "cron"))
+    if expr.startswith("@"):
+        valid = expr in CRON_ALIASES
+        why = f"unknown alias; use one of {', '.join(CRON_ALIASES)}"
+    else:
+        valid = len(fields) == 5 and croniter.is_valid(expr)
+        why = ("expected five fields: minute hour day-of-month month day-of-week, e.g. \"0 3 * * 1\""
+               if len(fields) != 5 else "a field is out of range or malformed")
+    if not valid:
+        problems.append(Problem(smap.file, line, col, "schedule.cron", f"cannot parse cron {expr!r}: {why}"))
+    try:
+        ZoneInfo(schedule.timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        tline, tcol = smap.find(("schedule", "timezone"))
+        problems.append(Problem(smap.file, tline, tcol, "schedule.timezone",
+                                f"unknown time zone {schedule.timezone!r}; use an IANA name like Europe/Paris"))
+    return problems
+
+
+def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = None) -> SweepSpec:
+    """Load a sweep spec from YAML text, and its base job spec from `base_dir / base`."""
+    data, smap = read_yaml(text, filename)
+    sweep = validate(SweepSpec, data, smap)
+    problems = _sweep_problems(sweep, smap)
+    if problems:
+        raise SpecError(problems)
+    base_path = (base_dir or Path.cwd()) / sweep.base
+    if not base_path.is_file():
+        line, col = smap.find(("base",))
+        raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} does not exist")],
+                        hint="base is a path relative to the sweep file")
+    sweep._base = load(base_path)
+    sweep._source = smap
+    sweep._path = Path(filename)
+    return sweep
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Load a sweep spec file and its base job spec. Raises SpecError with located problems."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([Problem(str(path), 0, 0, "", f"not UTF-8 text (byte {exc.start})")]) from None
+    return loads_sweep(text, str(path), base_dir=path.parent)

@@ -1,0 +1,251 @@
+"""Cron schedules for sweeps, kept from a laptop (`schedule run`) or from system cron (`schedule tick`).
+
+Contract:
+- The spec's `schedule.cron` (five fields or an @alias, read in `schedule.timezone`) names
+  the ticks. A tick at time T runs the sweep as a sweep of its own, id
+  `<sweep>-<8 hex>-<YYYYMMDDHHMM>` (T in UTC, minute resolution), so its job names depend
+  only on the sweep's content and T. A tick is therefore submitted at most once: a restart
+  finds the tick's rows in the ledger, and a second machine's CreateTrainingJob for the same
+  name is answered ResourceInUse, which the backend reconciles instead of retrying under a
+  new name.
+- Bookkeeping lives in the ledger's kv table under `schedule:<sweep>-<8 hex>`: the last tick
+  handled, when the schedule was first evaluated, and the tick sweeps not yet finished. It
+  is written after a tick's sweep is saved, so a crash in between re-plans the same tick
+  (same ids, nothing twice).
+- Missed ticks (the machine slept or was off): `catchup: latest` submits the most recent
+  one, `all` each of them (at most `max_catchup`, the most recent), `none` only a tick
+  evaluated within ON_TIME_SECONDS of its time. On the first evaluation ever, only a tick
+  within ON_TIME_SECONDS counts: a schedule does not owe ticks from before it existed.
+- `evaluate()` is one pass (what `schedule tick` runs): submit due ticks, then advance every
+  unfinished tick sweep by one runner step. `run()` repeats it, sleeping in slices of at
+  most a minute so that a laptop waking from sleep notices missed ticks at once.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from orchestrator import sweep as sweeps
+from orchestrator.backends import Backend
+from orchestrator.errors import InputError
+from orchestrator.ledger import Ledger, home
+from orchestrator.spec import ScheduleSpec, SweepSpec
+
+ON_TIME_SECONDS = 300
+MAX_SLEEP_SECONDS = 60.0
+# Walking back through missed ticks stops here (a per-minute cron after a month away).
+MAX_SCAN = 100_000
+KEEP_HISTORY = 50
+
+
+def _utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, timezone.utc)
+
+
+def _iter(schedule: ScheduleSpec, start: datetime):
+    from zoneinfo import ZoneInfo
+
+    from croniter import croniter
+
+    return croniter(schedule.cron.strip(), start.astimezone(ZoneInfo(schedule.timezone)))
+
+
+def next_fires(schedule: ScheduleSpec, now: datetime, count: int) -> list[datetime]:
+    """The next `count` tick times strictly after `now`, in UTC."""
+    it = _iter(schedule, now)
+    return [it.get_next(datetime).astimezone(timezone.utc) for _ in range(count)]
+
+
+def ticks_between(schedule: ScheduleSpec, after: datetime, until: datetime) -> tuple[list[datetime], bool]:
+    """Tick times in (after, until], oldest first, and whether the scan hit MAX_SCAN."""
+    it = _iter(schedule, until + timedelta(seconds=1))
+    found: list[datetime] = []
+    while len(found) < MAX_SCAN:
+        tick = it.get_prev(datetime).astimezone(timezone.utc)
+        if tick <= after or tick > until:
+            if tick <= after:
+                return found[::-1], False
+            continue
+        found.append(tick)
+    return found[::-1], True
+
+
+@dataclass(frozen=True)
+class Due:
+    """What one evaluation found: ticks to submit now (oldest first), ticks passed over."""
+
+    submit: list[datetime]
+    skipped: list[datetime]
+    newest: datetime | None
+    truncated: bool = False
+
+
+def due(schedule: ScheduleSpec, now: datetime, last: datetime | None) -> Due:
+    """Apply the catchup policy to the ticks since `last` (see the module docstring)."""
+    after = last if last is not None else now - timedelta(seconds=ON_TIME_SECONDS)
+    ticks, truncated = ticks_between(schedule, after, now)
+    if not ticks:
+        return Due([], [], None, truncated)
+    newest = ticks[-1]
+    on_time = [t for t in ticks if (now - t).total_seconds() <= ON_TIME_SECONDS]
+    if schedule.catchup == "latest":
+        chosen = [newest]
+    elif schedule.catchup == "all":
+        chosen = ticks[-schedule.max_catchup:]
+    else:
+        chosen = on_time[-1:]
+    return Due(chosen, [t for t in ticks if t not in chosen], newest, truncated)
+
+
+@dataclass
+class TickReport:
+    now: datetime
+    planned: list[str] = field(default_factory=list)  # sweep ids of ticks submitted in this pass
+    skipped: list[datetime] = field(default_factory=list)
+    progress: list[sweeps.Progress] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # tick sweeps another process is running
+    next_fire: datetime | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def active(self) -> int:
+        return sum(1 for p in self.progress if not p.done)
+
+
+def schedule_key(sweep: SweepSpec) -> str:
+    return f"schedule:{sweeps.identify(sweep).sweep_id}"
+
+
+class Scheduler:
+    """Keeps one sweep's schedule. See the module docstring.
+
+    `backend` serves every tick sweep (one backend and region per sweep); `clock` and
+    `sleep` are injectable so tests drive time; `runner_options` go to each `sweeps.Runner`.
+    """
+
+    def __init__(self, sweep: SweepSpec, backend: Backend, ledger: Ledger, *,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 runner_options: dict | None = None, on_report: Callable[[TickReport], None] | None = None):
+        if sweep.schedule is None:
+            file, line, _ = sweep.locate()
+            raise InputError(f"{file}:{line}: sweep {sweep.sweep} has no schedule",
+                             hint="add e.g. `schedule: {cron: \"0 3 * * *\", catchup: latest}`")
+        self.sweep = sweep
+        self.schedule = sweep.schedule
+        self.backend = backend
+        self.ledger = ledger
+        self.clock = clock
+        self.sleep = sleep
+        self.runner_options = dict(runner_options or {})
+        self.on_report = on_report
+        self.key = schedule_key(sweep)
+
+    def state(self) -> dict:
+        value = self.ledger.get_value(self.key)
+        return value if isinstance(value, dict) else {}
+
+    def _runner(self, sweep_id: str) -> sweeps.Runner:
+        definition = sweeps.load_definition(self.ledger, sweep_id)
+        return sweeps.Runner(definition, self.backend, self.ledger, clock=self.clock, sleep=self.sleep,
+                             **self.runner_options)
+
+    def evaluate(self) -> TickReport:
+        """One pass: submit due ticks, advance unfinished tick sweeps (see the module docstring)."""
+        now = _utc(self.clock())
+        report = TickReport(now)
+        state = self.state()
+        last = datetime.fromisoformat(state["last"]) if state.get("last") else None
+        found = due(self.schedule, now, last)
+        if found.truncated:
+            report.notes.append(f"more than {MAX_SCAN} ticks were missed; only the most recent were considered")
+        report.skipped = found.skipped
+        active = list(state.get("active", []))
+        history = list(state.get("ticks", []))
+        for tick in found.submit:
+            planned = sweeps.plan(self.sweep, tick=tick)
+            sweeps.check_budget(planned)
+            definition = sweeps.save(planned, self.ledger)
+            if definition.sweep_id not in active:
+                active.append(definition.sweep_id)
+            if definition.sweep_id not in history:
+                history.append(definition.sweep_id)
+            report.planned.append(definition.sweep_id)
+            state.update(last=tick.isoformat(), active=active, ticks=history[-KEEP_HISTORY:])
+            state.setdefault("since", now.isoformat())
+            self.ledger.put_value(self.key, state)
+        if found.newest is not None and (last is None or found.newest > last):
+            state["last"] = found.newest.isoformat()
+        state.setdefault("since", now.isoformat())
+        self.ledger.put_value(self.key, state)
+        still = []
+        for sweep_id in active:
+            try:
+                with sweeps.runner_lock(sweep_id):
+                    progress = self._runner(sweep_id).step()
+            except InputError as exc:
+                if "being run by another process" not in exc.message:
+                    raise
+                report.busy.append(sweep_id)
+                still.append(sweep_id)
+                continue
+            report.progress.append(progress)
+            if not progress.done and not progress.stopped:
+                still.append(sweep_id)
+        state = {**self.state(), "active": still}
+        self.ledger.put_value(self.key, state)
+        report.next_fire = next_fires(self.schedule, now, 1)[0]
+        return report
+
+    def run(self, *, poll_seconds: float = 30.0, max_passes: int | None = None) -> None:
+        """Evaluate, then sleep until the next tick (or the next poll while tick sweeps are
+        unfinished), in slices of at most MAX_SLEEP_SECONDS; repeat."""
+        passes = 0
+        while True:
+            report = self.evaluate()
+            passes += 1
+            if self.on_report:
+                self.on_report(report)
+            if max_passes is not None and passes >= max_passes:
+                return
+            target = report.next_fire.timestamp()
+            if report.active or report.busy:
+                target = min(target, self.clock() + poll_seconds)
+            while True:
+                remaining = target - self.clock()
+                if remaining <= 0:
+                    break
+                self.sleep(min(remaining, MAX_SLEEP_SECONDS))
+
+
+def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str | None = None,
+                 orchestrator_home: Path | None = None) -> str:
+    """The crontab entry (with a comment line) that runs `schedule tick` on the spec's cron."""
+    if sweep.schedule is None or sweep.path is None:
+        raise InputError(f"sweep {sweep.sweep} has no schedule", hint="add schedule: {cron: ...}")
+    project = (project or Path.cwd()).resolve()
+    python = python or sys.executable
+    orch_home = (orchestrator_home or home()).resolve()
+    logs = orch_home / "schedules"
+    log = logs / f"{sweep.sweep}.log"
+    expr = sweep.schedule.cron.strip()
+    command = (f"cd {shlex.quote(str(project))} && ORCHESTRATOR_HOME={shlex.quote(str(orch_home))} "
+               f"PYTHONPATH={shlex.quote(str(project))} {shlex.quote(str(Path(python).absolute()))} "
+               f"-m orchestrator schedule tick {shlex.quote(str(sweep.path.resolve()))} "
+               f">> {shlex.quote(str(log))} 2>&1")
+    zone = sweep.schedule.timezone
+    comment = (f"# orchestrator: sweep {sweep.sweep}, cron {expr!r} ({zone}); system cron reads the "
+               f"expression in the machine's time zone, and `schedule tick` submits what is due in {zone}; "
+               f"its log folder is {logs}.")
+    return f"{comment}\n{expr} {command}"
+
+
+def ensure_log_dir() -> Path:
+    path = home() / "schedules"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,1004 @@
+"""Sweeps: many jobs from one spec, run to completion from a laptop that sleeps and crashes.
+
+Contract:
+- `expand(sweep)` turns a `SweepSpec` into trials: every grid combination crossed with the
+  seeded random draws, each a full `JobSpec`. Identical trials are merged. A value that fails
+  validation raises SpecError located at the sweep file's axis, naming the trial index, the
+  field and the reason; every failing trial is listed.
+- `plan(sweep)` doctor-checks every trial and every failover variant of it, and prepares
+  each trial's first job (the exact request and its cost bound). Any doctor error refuses the
+  whole sweep (SpecError listing the failing trials) before anything is submitted.
+  `check_budget(plan)` refuses a plan above `budget.max_total_cost_usd`.
+- Identity: the sweep id is `<sweep>-<8 hex>`, the hex hashing the sweep name and its trials'
+  spec hashes (run policy such as concurrency or budget can change between runs without
+  making a new sweep); a scheduled tick appends `-<YYYYMMDDHHMM>` (UTC). A trial id is `t`
+  plus 8 hex of the trial's spec hash. A job name is `<sweep id>-<trial>` with `-r<N>` for
+  the N-th resubmission; the sweep part is truncated (never the trial part) to keep it within
+  63 characters. Every job carries the tags `orchestrator:sweep`, `orchestrator:trial` and
+  (from `request`) `orchestrator:spec-hash`.
+- `Runner` drives one ledger row per job through planned -> submitting -> submitted ->
+  running -> completed | failed | stopped. The sweep's definition (its trials as JSON) is
+  kept in the ledger's kv table, so `resume` needs only the sweep id. All decisions are
+  derived from the ledger on every step, never from memory, so the runner can be killed at
+  any instant and started again: a row left in `submitting` is reconciled by the backend
+  (DescribeTrainingJob, ResourceInUse adopted) instead of being created twice, and a failed
+  job whose retry row was not yet written gets it on the next step.
+- Retries: throttling and ResourceLimitExceeded wait with jittered exponential backoff; a
+  capacity error fails over to the next instance type of `failover` (a new job `-rN`);
+  capacity, spot interruption and internal errors are resubmitted as `-rN` up to
+  `max_retries`; user errors (validation, access denied, an algorithm error) never are.
+  A retry that would take the sweep's cost bounds above its budget is not submitted.
+- At most `concurrency` jobs are in flight, counting jobs of this sweep that another machine
+  started (SageMaker: ListTrainingJobs by name, cross-checked by the sweep tag).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from orchestrator import cost, doctor, request
+from orchestrator.backends import Backend
+from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
+from orchestrator.ledger import Entry, Ledger, home
+from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, spec_hash, with_overrides
+
+TAG_SWEEP = "orchestrator:sweep"
+TAG_TRIAL = "orchestrator:trial"
+TRIAL_HEX = 8
+# "-t" + 8 hex, then at most "-r99": the sweep part gets what is left of SageMaker's 63.
+_TRIAL_PART = 2 + TRIAL_HEX
+_RETRY_PART = 4
+MAX_JOB_NAME = 63
+MAX_PREFIX = MAX_JOB_NAME - _TRIAL_PART - _RETRY_PART
+MAX_LISTED_PROBLEMS = 50
+DEFINITION_SCHEMA = 1
+
+# Error codes, as SageMaker (and botocore) spell them.
+THROTTLE_CODES = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException",
+                            "RequestLimitExceeded", "SlowDown"})
+QUOTA_CODES = frozenset({"ResourceLimitExceeded"})
+CAPACITY_CODES = frozenset({"InsufficientCapacityError", "InsufficientCapacity", "CapacityError",
+                            "InsufficientInstanceCapacity"})
+USER_CODES = frozenset({"ValidationException", "ValidationError", "AccessDenied", "AccessDeniedException",
+                        "UnauthorizedOperation", "ResourceInUse", "NoSuchBucket", "ResourceNotFound"})
+
+# Failure kinds. The ledger's `detail` of a failure the runner decided starts with "[kind] ";
+# a failure reported by the backend is classified from its reason text.
+RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
+_REASON_KINDS = (
+    ("capacity", re.compile(r"capacity|unable to provision", re.I)),
+    ("spot", re.compile(r"spot.{0,40}interrupt|interrupt.{0,40}spot|spotinterruption", re.I)),
+    ("internal", re.compile(r"internal ?(server ?)?error|internalfailure|internal failure|"
+                            r"serviceunavailable|service unavailable|an internal", re.I)),
+)
+_KIND_PREFIX = re.compile(r"^\[([a-z]+)\] ")
+
+
+# --- trials --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One point of the sweep: its index in expansion order, its overrides and full spec."""
+
+    index: int
+    trial_id: str
+    overrides: dict[str, Any]
+    spec: JobSpec
+    spec_hash: str
+
+
+def _round(value: float, low: float, high: float) -> float:
+    """Six significant digits (readable plans, stable hashes), kept inside [low, high]."""
+    return min(max(float(f"{value:.6g}"), low), high)
+
+
+def sample(random_spec: RandomSpec) -> list[dict[str, Any]]:
+    """The random draws: `trials` dicts of path -> value, the same for the same seed.
+
+    Each draw takes one uniform number per parameter (parameters in sorted order) and maps
+    it onto the distribution itself, so the result depends only on Python's Mersenne
+    Twister, not on library sampling routines that change between versions.
+    """
+    rng = random.Random(random_spec.seed)
+    draws = []
+    for _ in range(random_spec.trials):
+        draw: dict[str, Any] = {}
+        for path in sorted(random_spec.params):
+            param = random_spec.params[path]
+            u = rng.random()
+            if param.uniform is not None:
+                low, high = param.uniform
+                draw[path] = _round(low + u * (high - low), low, high)
+            elif param.loguniform is not None:
+                low, high = param.loguniform
+                draw[path] = _round(math.exp(math.log(low) + u * (math.log(high) - math.log(low))), low, high)
+            elif param.int_ is not None:
+                low, high = param.int_
+                draw[path] = low + min(int(u * (high - low + 1)), high - low)
+            else:
+                choices = param.choice or []
+                draw[path] = choices[min(int(u * len(choices)), len(choices) - 1)]
+        draws.append(draw)
+    return draws
+
+
+def _points(sweep: SweepSpec) -> Iterator[tuple[dict[str, Any], dict[str, tuple]]]:
+    """(overrides, path -> where in the sweep file each value came from), in trial order."""
+    axes = list(sweep.grid.items())
+    draws = sample(sweep.random) if sweep.random else [{}]
+    for combo in itertools.product(*[list(enumerate(values)) for _, values in axes]):
+        grid = {path: value for (path, _), (_, value) in zip(axes, combo, strict=True)}
+        where = {path: ("grid", path, str(i)) for (path, _), (i, _) in zip(axes, combo, strict=True)}
+        for draw in draws:
+            rwhere = {path: ("random", "params", path) for path in draw}
+            yield {**grid, **draw}, {**where, **rwhere}
+
+
+def _problem_at(sweep: SweepSpec, where: dict[str, tuple], field_path: str, message: str) -> Problem:
+    """A problem located at the axis that produced `field_path` (or the nearest one)."""
+    chosen = None
+    for path, location in where.items():
+        if field_path == path or field_path.startswith(path + ".") or path.startswith(field_path + "."):
+            chosen = location
+            break
+    if chosen is None:
+        chosen = next(iter(where.values()), ("base",))
+    file, line, col = sweep.locate(*chosen)
+    return Problem(file or str(sweep.path or "<sweep>"), line, col, field_path, message)
+
+
+def _describe_overrides(overrides: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+
+
+def _raise_problems(problems: list[Problem], failing: int, what: str, hint: str) -> None:
+    if not problems:
+        return
+    shown = problems[:MAX_LISTED_PROBLEMS]
+    if len(problems) > len(shown):
+        last = shown[-1]
+        shown.append(Problem(last.file, 0, 0, "", f"... and {len(problems) - len(shown)} more problems"))
+    raise SpecError(shown, hint=f"{failing} {what}; {hint}")
+
+
+def trial_id_of(digest: str) -> str:
+    return "t" + digest[:TRIAL_HEX]
+
+
+def expand(sweep: SweepSpec) -> tuple[list[Trial], list[tuple[int, int]]]:
+    """The sweep's distinct trials, and (index, same-as-index) for each merged duplicate.
+
+    Raises SpecError listing every trial whose values do not validate.
+    """
+    base = sweep.base_spec
+    trials: list[Trial] = []
+    duplicates: list[tuple[int, int]] = []
+    seen: dict[str, int] = {}
+    ids: dict[str, str] = {}
+    problems: list[Problem] = []
+    failing = 0
+    for index, (overrides, where) in enumerate(_points(sweep)):
+        try:
+            spec = with_overrides(base, overrides)
+        except SpecError as exc:
+            failing += 1
+            for p in exc.problems:
+                problems.append(_problem_at(sweep, where, p.path,
+                                            f"trial {index} ({_describe_overrides(overrides)}): {p.message}"))
+            continue
+        digest = spec_hash(spec)
+        if digest in seen:
+            duplicates.append((index, seen[digest]))
+            continue
+        seen[digest] = index
+        tid = trial_id_of(digest)
+        if tid in ids and ids[tid] != digest:
+            raise InputError(f"trials {seen[ids[tid]]} and {index} share the id {tid}",
+                             hint="a 32-bit hash collision: change random.seed")
+        ids[tid] = digest
+        trials.append(Trial(index, tid, dict(overrides), spec, digest))
+    _raise_problems(problems, failing, "trial(s) do not validate", "fix the values named above")
+    return trials, duplicates
+
+
+# --- identity ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A sweep's id and the job names derived from it (see the module docstring)."""
+
+    name: str
+    digest: str
+    tick: str | None = None  # YYYYMMDDHHMM, UTC
+
+    @property
+    def suffix(self) -> str:
+        return self.digest if self.tick is None else f"{self.digest}-{self.tick}"
+
+    @property
+    def sweep_id(self) -> str:
+        return f"{self.name}-{self.suffix}"
+
+    @property
+    def job_prefix(self) -> str:
+        room = MAX_PREFIX - len(self.suffix) - 1
+        return f"{self.name[:room].rstrip('-')}-{self.suffix}"
+
+    def job_name(self, trial_id: str, attempt: int = 0) -> str:
+        name = f"{self.job_prefix}-{trial_id}"
+        return name if attempt == 0 else f"{name}-r{attempt}"
+
+    def tags(self, trial_id: str) -> dict[str, str]:
+        return {TAG_SWEEP: self.sweep_id, TAG_TRIAL: trial_id}
+
+    def owns(self, job_name: str) -> bool:
+        """Whether `job_name` has the shape of a job of this sweep (any trial, any attempt)."""
+        pattern = rf"{re.escape(self.job_prefix)}-t[0-9a-f]{{{TRIAL_HEX}}}(-r\d+)?"
+        return re.fullmatch(pattern, job_name) is not None
+
+
+def tick_label(when: datetime) -> str:
+    """A tick's time as it appears in sweep ids: UTC, minute resolution."""
+    return when.astimezone(timezone.utc).strftime("%Y%m%d%H%M")
+
+
+def identity(sweep_name: str, trials: list[Trial], tick: datetime | None = None) -> Identity:
+    canonical = json.dumps({"sweep": sweep_name, "trials": [t.spec_hash for t in trials]}, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:8]
+    return Identity(sweep_name, digest, tick_label(tick) if tick is not None else None)
+
+
+def identify(sweep: SweepSpec, tick: datetime | None = None) -> Identity:
+    """The sweep's identity without planning (expands the trials, prepares nothing)."""
+    trials, _ = expand(sweep)
+    return identity(sweep.sweep, trials, tick)
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    trial: Trial
+    job_name: str
+    prepared: request.Prepared
+    chain: tuple[str, ...]  # instance types: the trial's own, then its failover order
+
+    @property
+    def usd_max(self) -> float:
+        return self.prepared.estimate.usd_max
+
+
+@dataclass
+class Plan:
+    sweep: SweepSpec
+    identity: Identity
+    trials: list[PlannedTrial]
+    duplicates: list[tuple[int, int]] = field(default_factory=list)
+    warnings: dict[str, list[str]] = field(default_factory=dict)  # "rule: message" -> trial ids
+
+    @property
+    def sweep_id(self) -> str:
+        return self.identity.sweep_id
+
+    @property
+    def total_usd(self) -> float:
+        return sum(t.usd_max for t in self.trials)
+
+    def prepared(self) -> dict[str, request.Prepared]:
+        """Job name -> prepared request of each trial's first job (for `Runner(prepared=...)`)."""
+        return {t.job_name: t.prepared for t in self.trials}
+
+    def to_json(self) -> dict:
+        total = self.total_usd
+        return {
+            "sweep_id": self.sweep_id,
+            "backend": self.sweep.base_spec.backend,
+            "region": self.sweep.base_spec.region,
+            "concurrency": self.sweep.concurrency,
+            "max_retries": self.sweep.max_retries,
+            "trials": [{
+                "index": t.trial.index, "trial_id": t.trial.trial_id, "job_name": t.job_name,
+                "overrides": t.trial.overrides, "instance_type": t.trial.spec.instance.type,
+                "instance_count": t.trial.spec.instance.count, "failover": list(t.chain[1:]),
+                "usd_max": t.prepared.estimate.to_json()["usd_max"], "spec_hash": t.trial.spec_hash,
+            } for t in self.trials],
+            "duplicates": [{"index": a, "same_as": b} for a, b in self.duplicates],
+            "warnings": self.warnings,
+            "total_usd_max": round(total, 4) if math.isfinite(total) else None,
+            "budget_usd": self.sweep.budget.max_total_cost_usd,
+        }
+
+
+def failover_chain(sweep: SweepSpec, spec: JobSpec) -> tuple[str, ...]:
+    own = spec.instance.type
+    return (own, *[t for t in sweep.failover.get("instance.type", []) if t != own])
+
+
+def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
+    """Expand, doctor-check and prepare every trial (see the module docstring)."""
+    trials, duplicates = expand(sweep)
+    ident = identity(sweep.sweep, trials, tick)
+    where_of = {i: w for i, (_, w) in enumerate(_points(sweep))} if sweep.grid or sweep.random else {}
+    planned: list[PlannedTrial] = []
+    warnings: dict[str, list[str]] = {}
+    problems: list[Problem] = []
+    failing = 0
+    for trial in trials:
+        name = ident.job_name(trial.trial_id)
+        where = where_of.get(trial.index, {})
+        label = f"trial {trial.index} {trial.trial_id} ({_describe_overrides(trial.overrides)})"
+        bad: list[Problem] = []
+        try:
+            prepared = request.prepare(trial.spec, job_name=name, extra_tags=ident.tags(trial.trial_id))
+        except SpecError as exc:
+            bad += [_problem_at(sweep, where, p.path, f"{label}: {p.message}") for p in exc.problems]
+        except InputError as exc:
+            bad.append(_problem_at(sweep, where, "", f"{label}: {exc.message}"))
+        else:
+            for finding in prepared.findings:
+                if finding.severity == "error":
+                    bad.append(_problem_at(sweep, where, finding.path,
+                                           f"{label}: {finding.message} [{finding.rule}]; fix: {finding.fix}"))
+                elif finding.severity == "warning":
+                    warnings.setdefault(f"{finding.rule}: {finding.message}", []).append(trial.trial_id)
+        chain = failover_chain(sweep, trial.spec)
+        for fallback in chain[1:]:
+            variant = with_overrides(trial.spec, {"instance.type": fallback})
+            for finding in doctor.errors(doctor.check(variant)):
+                file, line, col = sweep.locate("failover", "instance.type", str(
+                    sweep.failover["instance.type"].index(fallback)))
+                bad.append(Problem(file, line, col, finding.path,
+                                   f"{label} failing over to {fallback}: {finding.message} [{finding.rule}]; "
+                                   f"fix: {finding.fix}"))
+        if bad:
+            failing += 1
+            problems += bad
+            continue
+        planned.append(PlannedTrial(trial, name, prepared, chain))
+    _raise_problems(problems, failing, "trial(s) fail the doctor's checks; nothing was submitted",
+                    "fix the base spec or the sweep's values")
+    return Plan(sweep, ident, planned, duplicates, warnings)
+
+
+def check_budget(planned: Plan) -> None:
+    """Refuse (SpecError at the budget line, exit 2) a plan above budget.max_total_cost_usd."""
+    budget = planned.sweep.budget.max_total_cost_usd
+    total = planned.total_usd
+    if budget is None or total <= budget:
+        return
+    file, line, col = planned.sweep.locate("budget", "max_total_cost_usd")
+    shown = f"{total:.2f} USD" if math.isfinite(total) else "an unknown amount (a price is missing)"
+    raise SpecError([Problem(file, line, col, "budget.max_total_cost_usd",
+                             f"{len(planned.trials)} trials cost at most {shown}, above the budget of "
+                             f"{budget:g} USD")],
+                    hint="raise budget.max_total_cost_usd, shrink the grid or random.trials, "
+                    "or lower max_run_minutes in the base spec")
+
+
+# --- the persisted definition --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialDef:
+    index: int
+    trial_id: str
+    overrides: dict[str, Any]
+    spec: JobSpec
+    chain: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What the runner needs, as stored in the ledger's kv table under `sweep:<id>`."""
+
+    identity: Identity
+    backend: str
+    region: str
+    concurrency: int
+    max_retries: int
+    budget_usd: float | None
+    trials: tuple[TrialDef, ...]
+    file: str | None = None
+
+    @property
+    def sweep_id(self) -> str:
+        return self.identity.sweep_id
+
+    def to_json(self) -> dict:
+        return {
+            "schema": DEFINITION_SCHEMA, "name": self.identity.name, "digest": self.identity.digest,
+            "tick": self.identity.tick, "backend": self.backend, "region": self.region,
+            "concurrency": self.concurrency, "max_retries": self.max_retries, "budget_usd": self.budget_usd,
+            "file": self.file,
+            "trials": [{"index": t.index, "trial_id": t.trial_id, "overrides": t.overrides,
+                        "spec": t.spec.model_dump(mode="json"), "chain": list(t.chain)} for t in self.trials],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Definition:
+        if data.get("schema") != DEFINITION_SCHEMA:
+            raise InputError(f"the ledger holds a sweep definition of schema {data.get('schema')!r}; "
+                             f"this orchestrator reads {DEFINITION_SCHEMA}")
+        trials = tuple(TrialDef(t["index"], t["trial_id"], t["overrides"], JobSpec.model_validate(t["spec"]),
+                                tuple(t["chain"])) for t in data["trials"])
+        return cls(Identity(data["name"], data["digest"], data.get("tick")), data["backend"], data["region"],
+                   data["concurrency"], data["max_retries"], data.get("budget_usd"), trials, data.get("file"))
+
+    @classmethod
+    def of(cls, planned: Plan) -> Definition:
+        sweep = planned.sweep
+        return cls(planned.identity, sweep.base_spec.backend, sweep.base_spec.region, sweep.concurrency,
+                   sweep.max_retries, sweep.budget.max_total_cost_usd,
+                   tuple(TrialDef(t.trial.index, t.trial.trial_id, t.trial.overrides, t.trial.spec, t.chain)
+                         for t in planned.trials),
+                   str(sweep.path.resolve()) if sweep.path else None)
+
+
+def _key(sweep_id: str, what: str = "") -> str:
+    return f"sweep:{sweep_id}" + (f":{what}" if what else "")
+
+
+def save(planned: Plan, ledger: Ledger) -> Definition:
+    """Persist the plan: its definition, then one `planned` row per trial (idempotent: a
+    second save of the same sweep keeps existing rows and their states)."""
+    definition = Definition.of(planned)
+    ledger.put_value(_key(definition.sweep_id), definition.to_json())
+    for t in planned.trials:
+        ledger.record_intent(t.job_name, backend=definition.backend, region=definition.region,
+                             spec_hash=t.prepared.spec_hash, request=t.prepared.request, state="planned",
+                             sweep_id=definition.sweep_id, trial_id=t.trial.trial_id, attempt=0)
+    return definition
+
+
+def load_definition(ledger: Ledger, sweep_id: str) -> Definition:
+    data = ledger.get_value(_key(sweep_id))
+    if not isinstance(data, dict):
+        known = sweep_ids(ledger)
+        raise InputError(f"no sweep {sweep_id!r} in the ledger {ledger.path}",
+                         hint=("known sweeps: " + ", ".join(known[-10:])) if known else
+                         "start one with `orchestrator sweep run SWEEP.yaml`")
+    return Definition.from_json(data)
+
+
+def sweep_ids(ledger: Ledger) -> list[str]:
+    """Sweep ids with rows in the ledger, oldest first."""
+    return list(dict.fromkeys(e.sweep_id for e in ledger.entries() if e.sweep_id))
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+def classify(detail: str | None) -> str:
+    """The kind of a failure: capacity, spot, internal, lost (retryable) or user, budget."""
+    text = detail or ""
+    found = _KIND_PREFIX.match(text)
+    if found:
+        return found.group(1)
+    for kind, pattern in _REASON_KINDS:
+        if pattern.search(text):
+            return kind
+    return "user"
+
+
+def submit_error_kind(exc: OrchestratorError) -> str:
+    """What a failed submit means: throttled, quota (wait and try again), capacity (fail
+    over), user (never retried), transient (the job may or may not exist: reconcile)."""
+    if not isinstance(exc, BackendError):
+        return "user"
+    code = exc.code
+    if code in THROTTLE_CODES:
+        return "throttled"
+    if code in QUOTA_CODES:
+        return "quota"
+    if code in CAPACITY_CODES:
+        return "capacity"
+    if code in USER_CODES or "already exists" in exc.message:
+        return "user"
+    status = exc.http_status
+    if status is not None and 400 <= status < 500:
+        return "user"
+    return "transient"
+
+
+# --- the runner --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """A trial as the ledger sees it: its latest job."""
+
+    trial: TrialDef
+    job_name: str
+    attempt: int
+    state: str
+    detail: str | None
+    instance_type: str
+    final: bool  # terminal, and no retry will follow
+
+
+@dataclass(frozen=True)
+class Progress:
+    sweep_id: str
+    total: int
+    counts: dict[str, int]
+    in_flight: int
+    elsewhere: int
+    waiting_until: float | None
+    waiting_reason: str | None
+    events: tuple[str, ...]
+    done: bool
+    stopped: bool = False
+    event_count: int = 0  # events so far in this process; `events` holds the last 20
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get("failed", 0)
+
+
+def lock_path(sweep_id: str) -> Path:
+    folder = home() / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{sweep_id}.lock"
+
+
+def log_path(sweep_id: str) -> Path:
+    return lock_path(sweep_id).with_suffix(".log")
+
+
+@contextmanager
+def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0, sleep: Callable[[float], None] = time.sleep):
+    """Hold the sweep's runner lock (one runner per sweep on this machine). The OS drops it
+    when the process dies, so a killed runner never blocks the next one."""
+    import fcntl
+
+    path = lock_path(sweep_id)
+    handle = open(path, "a+")
+    deadline = time.monotonic() + wait_seconds
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise InputError(f"sweep {sweep_id} is being run by another process on this machine",
+                                     hint=f"watch it with `orchestrator sweep status {sweep_id}`, or stop it "
+                                     f"with `orchestrator sweep stop {sweep_id}`") from None
+                sleep(0.2)
+        yield path
+    finally:
+        handle.close()
+
+
+class Runner:
+    """Drives one sweep to completion. See the module docstring for the protocol.
+
+    `sleep`, `clock` and `rng` are injectable so tests control time and jitter; `prepared`
+    may hand over the plan's prepared first jobs (`Plan.prepared()`). `step()` does
+    one non-blocking round (refresh, retry, submit); `run()` loops it until every trial is
+    final, the sweep is stopped, or `max_steps` is reached.
+    """
+
+    def __init__(self, definition: Definition, backend: Backend, ledger: Ledger, *,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
+                 backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
+                 count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None):
+        self.d = definition
+        self.ident = definition.identity
+        self.backend = backend
+        self.ledger = ledger
+        self.sleep = sleep
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.poll_seconds = poll_seconds
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.on_progress = on_progress
+        self.count_elsewhere = count_elsewhere
+        self._trials = {t.trial_id: t for t in definition.trials}
+        # Job name -> its prepared request; `prepared` (from `plan`) spares preparing again.
+        self._prepared: dict[str, request.Prepared] = dict(prepared or {})
+        self._failures = 0
+        self._not_before = 0.0
+        self._waiting_reason: str | None = None
+        self._events: list[str] = []
+        self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
+        self._last_elsewhere = 0
+        self._acted = 0
+        self._event_count = 0
+
+    # -- ledger views --
+
+    def _rows(self) -> dict[str, list[Entry]]:
+        rows: dict[str, list[Entry]] = {}
+        for entry in self.ledger.entries(sweep_id=self.d.sweep_id):
+            rows.setdefault(entry.trial_id or "", []).append(entry)
+        for history in rows.values():
+            history.sort(key=lambda e: e.attempt)
+        return rows
+
+    def _attempt_info(self, trial: TrialDef, entry: Entry) -> dict:
+        if entry.attempt == 0:
+            return {"instance_type": trial.chain[0], "failover": False}
+        info = self.ledger.get_value(_key(self.d.sweep_id, f"attempt:{entry.job_name}"))
+        if not isinstance(info, dict):
+            raise OrchestratorError(f"the ledger lost the attempt record of {entry.job_name}")
+        return info
+
+    def _next_attempt(self, trial: TrialDef, history: list[Entry]) -> tuple[str, bool] | str:
+        """(instance type, is failover) of the resubmission after the failed latest attempt,
+        or the reason there is none."""
+        latest = history[-1]
+        kind = classify(latest.detail)
+        if latest.state != "failed":
+            return "not failed"
+        if kind not in RETRYABLE:
+            return f"{kind} error: not retried"
+        current = self._attempt_info(trial, latest)["instance_type"]
+        if kind == "capacity" and current in trial.chain and trial.chain.index(current) + 1 < len(trial.chain):
+            return trial.chain[trial.chain.index(current) + 1], True
+        used = sum(1 for e in history[1:] if not self._attempt_info(trial, e)["failover"])
+        if used >= self.d.max_retries:
+            return f"gave up after {used} retr{'y' if used == 1 else 'ies'} (max_retries {self.d.max_retries})"
+        return current, False
+
+    def views(self) -> list[TrialView]:
+        """Every trial's latest job, in trial order (no backend calls)."""
+        rows = self._rows()
+        out = []
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history:
+                out.append(TrialView(trial, self.ident.job_name(trial.trial_id), 0, "planned", None,
+                                     trial.chain[0], False))
+                continue
+            latest = history[-1]
+            final = latest.state in ("completed", "stopped") or (
+                latest.state == "failed" and isinstance(self._next_attempt(trial, history), str))
+            out.append(TrialView(trial, latest.job_name, latest.attempt, latest.state, latest.detail,
+                                 self._attempt_info(trial, latest)["instance_type"], final))
+        return out
+
+    # -- one round --
+
+    def _event(self, text: str) -> None:
+        stamp = datetime.fromtimestamp(self.clock(), timezone.utc).strftime("%H:%M:%S")
+        self._events.append(f"{stamp} {text}")
+        del self._events[:-20]
+        self._event_count += 1
+
+    def stop_requested(self) -> bool:
+        return bool(self.ledger.get_value(_key(self.d.sweep_id, "stop"), False))
+
+    def _attempt_spec(self, trial: TrialDef, entry: Entry) -> JobSpec:
+        """The trial's spec on the instance type this attempt runs on."""
+        instance_type = self._attempt_info(trial, entry)["instance_type"]
+        if instance_type == trial.spec.instance.type:
+            return trial.spec
+        return with_overrides(trial.spec, {"instance.type": instance_type})
+
+    def _prepare(self, trial: TrialDef, entry: Entry) -> request.Prepared:
+        cached = self._prepared.get(entry.job_name)
+        if cached is not None:
+            return cached
+        prepared = request.prepare(self._attempt_spec(trial, entry), job_name=entry.job_name,
+                                   extra_tags=self.ident.tags(trial.trial_id))
+        self._prepared[entry.job_name] = prepared
+        return prepared
+
+    def _backoff(self, reason: str) -> None:
+        self._failures += 1
+        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
+        delay = self.rng.uniform(ceiling / 2, ceiling)
+        self._not_before = self.clock() + delay
+        self._waiting_reason = reason
+        self._event(f"backing off {delay:.1f}s: {reason}")
+
+    def refresh(self) -> None:
+        """Ask the backend about every job of this sweep in flight; record what changed."""
+        for history in self._rows().values():
+            latest = history[-1]
+            if latest.state not in ("submitted", "running"):
+                continue
+            try:
+                status = self.backend.status(latest.job_name)
+            except BackendError as exc:
+                if submit_error_kind(exc) in ("throttled", "quota", "transient"):
+                    self._backoff(f"status of {latest.job_name}: {exc.message}")
+                    return
+                raise
+            except InputError as exc:
+                # The job the ledger says exists is gone (deleted account data, wrong region):
+                # the trial is not lost, it is resubmitted as a retry.
+                self.ledger.transition(latest.job_name, "failed", detail=f"[lost] {exc.message}",
+                                       expect=("submitted", "running"))
+                self._event(f"{latest.job_name}: lost ({exc.message})")
+                continue
+            # Backends record non-terminal progress in the ledger themselves, each by its own
+            # table; the runner only makes sure the row ends where the job ended, and marks
+            # a job that is certainly training as running.
+            if status.terminal:
+                target = status.status
+            elif status.status == "running" and latest.state == "submitted":
+                target = "running"
+            else:
+                continue
+            detail = status.failure_reason if target == "failed" else None
+            self.ledger.transition(latest.job_name, target, detail=detail, expect=("submitted", "running"))
+            self._event(f"{latest.job_name}: {target}" + (f" ({detail})" if detail else ""))
+
+    def _spent_bound(self, rows: dict[str, list[Entry]]) -> float:
+        """The sum of the cost bounds of every job this sweep has planned so far."""
+        total = 0.0
+        for trial_id, history in rows.items():
+            trial = self._trials.get(trial_id)
+            if trial is None:
+                continue
+            for entry in history:
+                total += cost.estimate(self._attempt_spec(trial, entry)).usd_max
+        return total
+
+    def plan_retries(self) -> None:
+        """Write the next attempt's row for each trial whose latest job failed retryably."""
+        rows = self._rows()
+        spent: float | None = None
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history or history[-1].state != "failed":
+                continue
+            nxt = self._next_attempt(trial, history)
+            if isinstance(nxt, str):
+                continue
+            instance_type, failover = nxt
+            latest = history[-1]
+            attempt = latest.attempt + 1
+            name = self.ident.job_name(trial.trial_id, attempt)
+            self.ledger.put_value(_key(self.d.sweep_id, f"attempt:{name}"),
+                                  {"instance_type": instance_type, "failover": failover})
+            stub = Entry(name, self.d.backend, self.d.region, "", "planned", {}, self.d.sweep_id,
+                         trial.trial_id, attempt, None, 0.0, 0.0)
+            prepared = self._prepare(trial, stub)
+            if self.d.budget_usd is not None:
+                spent = self._spent_bound(rows) if spent is None else spent
+                if spent + prepared.estimate.usd_max > self.d.budget_usd:
+                    self.ledger.transition(latest.job_name, "failed", detail=(
+                        f"[budget] {latest.detail or 'failed'}; a retry would take the sweep's cost bound to "
+                        f"{spent + prepared.estimate.usd_max:.2f} USD, above budget.max_total_cost_usd "
+                        f"{self.d.budget_usd:g}"), expect=("failed",))
+                    self._event(f"{trial.trial_id}: not retried (budget)")
+                    continue
+                spent += prepared.estimate.usd_max
+            self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
+                                      spec_hash=prepared.spec_hash, request=prepared.request, state="planned",
+                                      sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
+            self._acted += 1
+            how = f"failing over to {instance_type}" if failover else "retrying"
+            self._event(f"{trial.trial_id}: {how} as {name} after: {latest.detail}")
+
+    def _elsewhere(self, own: set[str]) -> set[str]:
+        """Names of this sweep's jobs in progress that this ledger does not count in flight."""
+        if not self.count_elsewhere:
+            return set()
+        # Only SageMaker has jobs another machine may have started; the Backend protocol has
+        # no listing, so this asks the backend's own client and translates with its function.
+        lister = getattr(self.backend, "sm", None)
+        if lister is None:
+            return set()
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from orchestrator.backends.sagemaker import translate
+
+        names: set[str] = set()
+        args = {"NameContains": self.ident.job_prefix, "StatusEquals": "InProgress", "MaxResults": 100}
+        while True:
+            try:
+                page = lister.list_training_jobs(**args)
+            except (ClientError, BotoCoreError) as exc:
+                raise translate(exc, operation="ListTrainingJobs", region=self.d.region) from exc
+            names.update(j["TrainingJobName"] for j in page.get("TrainingJobSummaries", []))
+            if not page.get("NextToken"):
+                break
+            args["NextToken"] = page["NextToken"]
+        known = {e.job_name for e in self.ledger.entries(sweep_id=self.d.sweep_id)}
+        out = set()
+        for name in names - own:
+            if not self.ident.owns(name):
+                continue
+            if name not in known and name not in self._foreign:
+                try:
+                    tags = self.backend.status(name).tags
+                except (BackendError, InputError):
+                    continue
+                self._foreign[name] = tags.get(TAG_SWEEP) == self.d.sweep_id
+            if name in known or self._foreign.get(name):
+                out.add(name)
+        return out
+
+    def submit_ready(self) -> None:
+        """Reconcile rows left in `submitting`, then submit planned rows while there is room."""
+        if self.clock() < self._not_before:
+            return
+        rows = self._rows()
+        latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
+        for entry in latest:
+            if entry.state == "submitting" and self.clock() >= self._not_before:
+                self._submit(entry, reconcile=True)
+        if self.clock() < self._not_before:
+            return
+        rows = self._rows()
+        latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
+        own = {e.job_name for e in latest if e.state in ("submitting", "submitted", "running")}
+        try:
+            elsewhere = self._elsewhere(own)
+        except BackendError as exc:
+            if submit_error_kind(exc) not in ("throttled", "quota", "transient"):
+                raise
+            self._backoff(f"listing this sweep's jobs: {exc.message}")
+            return
+        room = self.d.concurrency - len(own) - len(elsewhere)
+        adopted = set()
+        for entry in latest:
+            if entry.state == "planned" and entry.job_name in elsewhere:
+                # Another machine created this very job: adopt it instead of creating it.
+                if self.ledger.transition(entry.job_name, "submitted", detail="adopted: submitted elsewhere",
+                                          expect=("planned",)):
+                    self._event(f"{entry.job_name}: adopted (submitted by another machine)")
+                adopted.add(entry.job_name)
+        self._last_elsewhere = len(elsewhere - adopted)
+        for entry in latest:
+            if entry.state != "planned" or entry.job_name in adopted:
+                continue
+            if room <= 0 or self.clock() < self._not_before or self.stop_requested():
+                return
+            if self._submit(entry, reconcile=False):
+                room -= 1
+                self._acted += 1
+
+    def _submit(self, entry: Entry, *, reconcile: bool) -> bool:
+        trial = self._trials[entry.trial_id or ""]
+        prepared = self._prepare(trial, entry)
+        try:
+            result = self.backend.submit(prepared)
+        except OrchestratorError as exc:
+            kind = submit_error_kind(exc)
+            if kind in ("throttled", "quota", "transient"):
+                self._backoff(f"{entry.job_name}: {exc.message}")
+                return False
+            detail = f"[{kind}] {exc.message}"
+            self.ledger.transition(entry.job_name, "failed", detail=detail, expect=("planned", "submitting"))
+            self._event(f"{entry.job_name}: {kind} error at submit: {exc.message}")
+            return False
+        self._failures = 0
+        self._waiting_reason = None
+        self.ledger.transition(entry.job_name, "submitted", expect=("planned", "submitting"))
+        verb = "submitted" if result.created else "reconciled (it existed)"
+        self._event(f"{entry.job_name}: {verb}" + (" after a crash" if reconcile and result.created else ""))
+        return True
+
+    def step(self) -> Progress:
+        """One round: refresh in-flight jobs, plan retries, submit what fits."""
+        self._last_elsewhere = 0
+        self._acted = 0
+        if self.stop_requested():
+            return self.progress(stopped=True)
+        self.refresh()
+        self.plan_retries()
+        self.submit_ready()
+        return self.progress()
+
+    def progress(self, stopped: bool = False) -> Progress:
+        views = self.views()
+        counts: dict[str, int] = {}
+        for view in views:
+            counts[view.state] = counts.get(view.state, 0) + 1
+        in_flight = sum(1 for v in views if v.state in ("submitting", "submitted", "running"))
+        waiting = self._not_before if self._not_before > self.clock() else None
+        return Progress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
+                        waiting, self._waiting_reason if waiting else None, tuple(self._events),
+                        done=all(v.final for v in views), stopped=stopped, event_count=self._event_count)
+
+    def run(self, *, max_steps: int | None = None) -> Progress:
+        """Step until every trial is final or the sweep is stopped, sleeping between rounds."""
+        steps = 0
+        while True:
+            progress = self.step()
+            steps += 1
+            if self.on_progress:
+                self.on_progress(progress)
+            if progress.done or progress.stopped or (max_steps is not None and steps >= max_steps):
+                return progress
+            wait = self.poll_seconds
+            if progress.waiting_until is not None:
+                wait = min(wait, max(0.0, progress.waiting_until - self.clock()))
+            if self._acted and progress.counts.get("planned", 0) and progress.waiting_until is None \
+                    and progress.in_flight + progress.elsewhere < self.d.concurrency:
+                wait = 0.0  # a retry was just planned and there is room: submit it at once
+            self.sleep(wait)
+
+
+# --- stop ------------------------------------------------------------------------------------
+
+
+def request_stop(ledger: Ledger, sweep_id: str) -> None:
+    ledger.put_value(_key(sweep_id, "stop"), True)
+
+
+def clear_stop(ledger: Ledger, sweep_id: str) -> None:
+    ledger.put_value(_key(sweep_id, "stop"), False)
+
+
+def record_runner(ledger: Ledger, sweep_id: str, pid: int) -> None:
+    ledger.put_value(_key(sweep_id, "runner"), {"pid": pid, "host": os.uname().nodename})
+
+
+def runner_pid(ledger: Ledger, sweep_id: str) -> int | None:
+    info = ledger.get_value(_key(sweep_id, "runner"))
+    if isinstance(info, dict) and info.get("host") == os.uname().nodename and isinstance(info.get("pid"), int):
+        return info["pid"]
+    return None
+
+
+@dataclass(frozen=True)
+class StopReport:
+    stopped_jobs: list[str]
+    cancelled: list[str]
+    errors: list[str]
+
+
+def stop(runner: Runner) -> StopReport:
+    """Stop the sweep: planned trials become stopped, in-flight jobs are asked to stop.
+
+    The caller holds the runner lock (so no runner of this machine submits meanwhile) and has
+    set the stop flag (so a runner started later does nothing).
+    """
+    stopped_jobs, cancelled, errors = [], [], []
+    for history in runner._rows().values():
+        entry = history[-1]
+        if entry.state == "planned":
+            if runner.ledger.transition(entry.job_name, "stopped", detail="[stopped] by sweep stop",
+                                        expect=("planned",)):
+                cancelled.append(entry.job_name)
+            continue
+        if entry.state not in ("submitting", "submitted", "running"):
+            continue
+        try:
+            status = runner.backend.status(entry.job_name)
+        except InputError:
+            # A submit that never reached the backend: nothing runs.
+            runner.ledger.transition(entry.job_name, "stopped", detail="[stopped] by sweep stop (never created)",
+                                     expect=("submitting", "submitted", "running"))
+            cancelled.append(entry.job_name)
+            continue
+        except BackendError as exc:
+            errors.append(f"{entry.job_name}: {exc.message}")
+            continue
+        if status.terminal:
+            runner.ledger.transition(entry.job_name, status.status, detail=status.failure_reason,
+                                     expect=("submitting", "submitted", "running"))
+            continue
+        try:
+            runner.backend.stop(entry.job_name)
+        except OrchestratorError as exc:
+            errors.append(f"{entry.job_name}: {exc.message}")
+            continue
+        runner.ledger.transition(entry.job_name, "stopped", detail="[stopped] by sweep stop",
+                                 expect=("submitting", "submitted", "running"))
+        stopped_jobs.append(entry.job_name)
+    return StopReport(stopped_jobs, cancelled, errors)

@@ -1,0 +1,263 @@
+"""Schedules: fire times, catchup after a sleep, a tick submitted once across restarts and
+across two machines, the sleeping loop, and the crontab line. Time is an injected clock."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from test_sweep import BASE, Clock, FakeCloud, moto_backend
+
+from orchestrator import schedule as schedules
+from orchestrator import spec
+from orchestrator import sweep as sweeps
+from orchestrator.backends.local import process_alive
+from orchestrator.errors import InputError
+from orchestrator.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NIGHTLY = """\
+sweep: nightly
+base: base.yaml
+grid:
+  training.batch_size: [16, 32]
+concurrency: 4
+schedule: {cron: "0 3 * * *", catchup: CATCHUP}
+"""
+
+
+def utc(*args) -> datetime:
+    return datetime(*args, tzinfo=timezone.utc)
+
+
+def load(tmp_path: Path, catchup: str = "latest", extra: str = "") -> spec.SweepSpec:
+    (tmp_path / "base.yaml").write_text(BASE)
+    path = tmp_path / "nightly.yaml"
+    path.write_text(NIGHTLY.replace("CATCHUP", catchup) + extra)
+    return spec.load_sweep(path)
+
+
+def at(clock: Clock, when: datetime) -> None:
+    clock.now = when.timestamp()
+
+
+# --- fire times and catchup ---------------------------------------------------------------------
+
+
+def test_next_fires_in_utc_and_in_a_time_zone(tmp_path):
+    sweep = load(tmp_path)
+    assert schedules.next_fires(sweep.schedule, utc(2026, 1, 5, 3, 0), 3) == [
+        utc(2026, 1, 6, 3), utc(2026, 1, 7, 3), utc(2026, 1, 8, 3)]
+    paris = load(tmp_path, extra="").schedule.model_copy(update={"timezone": "Europe/Paris"})
+    # 03:00 in Paris is 02:00 UTC in winter and 01:00 UTC in summer.
+    assert schedules.next_fires(paris, utc(2026, 1, 5, 12), 1) == [utc(2026, 1, 6, 2)]
+    assert schedules.next_fires(paris, utc(2026, 7, 5, 12), 1) == [utc(2026, 7, 6, 1)]
+
+
+def test_first_evaluation_owes_only_an_on_time_tick(tmp_path):
+    schedule = load(tmp_path).schedule
+    assert schedules.due(schedule, utc(2026, 1, 5, 3, 4), None).submit == [utc(2026, 1, 5, 3)]
+    late = schedules.due(schedule, utc(2026, 1, 5, 3, 6), None)
+    assert late.submit == [] and late.newest is None
+
+
+@pytest.mark.parametrize("catchup, submitted", [
+    ("latest", [utc(2026, 1, 8, 3)]),
+    ("all", [utc(2026, 1, 6, 3), utc(2026, 1, 7, 3), utc(2026, 1, 8, 3)]),
+    ("none", []),
+])
+def test_catchup_after_three_missed_nights(tmp_path, catchup, submitted):
+    schedule = load(tmp_path, catchup).schedule
+    found = schedules.due(schedule, utc(2026, 1, 8, 10, 30), utc(2026, 1, 5, 3))
+    assert found.submit == submitted
+    assert sorted(found.submit + found.skipped) == [utc(2026, 1, 6, 3), utc(2026, 1, 7, 3), utc(2026, 1, 8, 3)]
+    assert found.newest == utc(2026, 1, 8, 3)
+
+
+def test_catchup_none_still_submits_a_tick_on_time(tmp_path):
+    schedule = load(tmp_path, "none").schedule
+    assert schedules.due(schedule, utc(2026, 1, 8, 3, 2), utc(2026, 1, 5, 3)).submit == [utc(2026, 1, 8, 3)]
+
+
+def test_catchup_all_is_bounded(tmp_path):
+    schedule = load(tmp_path, "all", extra="").schedule.model_copy(update={"max_catchup": 2})
+    found = schedules.due(schedule, utc(2026, 1, 20, 4), utc(2026, 1, 5, 3))
+    assert found.submit == [utc(2026, 1, 19, 3), utc(2026, 1, 20, 3)] and len(found.skipped) == 13
+
+
+def test_a_very_long_absence_is_scanned_boundedly(tmp_path, monkeypatch):
+    monkeypatch.setattr(schedules, "MAX_SCAN", 50)
+    schedule = load(tmp_path).schedule.model_copy(update={"cron": "* * * * *"})
+    found = schedules.due(schedule, utc(2026, 3, 1), utc(2026, 1, 1))
+    assert found.truncated and found.submit == [utc(2026, 3, 1)] and len(found.skipped) == 49
+
+
+# --- the scheduler ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cloud_rig(tmp_path, orch_home):
+    ledger = Ledger()
+    return ledger, FakeCloud(ledger), Clock()
+
+
+def test_a_tick_is_submitted_once_across_restarts(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    sweep = load(tmp_path)
+    at(clock, utc(2026, 1, 5, 3, 0, 30))
+    report = schedules.Scheduler(sweep, cloud, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    [sweep_id] = report.planned
+    assert re.fullmatch(r"nightly-[0-9a-f]{8}-202601050300", sweep_id)
+    assert sorted(cloud.creates) == sorted(f"{sweep_id}-{t.trial_id}" for t in sweeps.expand(sweep)[0])
+    for name in cloud.creates:
+        assert len(name) <= 63
+        assert {t["Key"]: t["Value"] for t in cloud.jobs[name]["request"]["Tags"]}["orchestrator:sweep"] == sweep_id
+    for minute in (1, 2, 30):
+        at(clock, utc(2026, 1, 5, 3, minute))
+        again = schedules.Scheduler(load(tmp_path), cloud, ledger, clock=clock, sleep=clock.sleep).evaluate()
+        assert again.planned == []
+    assert set(cloud.creates.values()) == {1} and len(cloud.creates) == 2
+    cloud.finish_all()
+    at(clock, utc(2026, 1, 5, 4))
+    done = schedules.Scheduler(sweep, cloud, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    assert [p.done for p in done.progress] == [True]
+    assert schedules.Scheduler(sweep, cloud, ledger, clock=clock).state()["active"] == []
+
+
+def test_a_crash_between_saving_a_tick_and_its_bookkeeping_replans_the_same_tick(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    sweep = load(tmp_path)
+    at(clock, utc(2026, 1, 5, 3, 0, 30))
+    planned = sweeps.plan(sweep, tick=utc(2026, 1, 5, 3))
+    sweeps.save(planned, ledger)  # the process died here: kv still says nothing
+    report = schedules.Scheduler(sweep, cloud, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    assert report.planned == [planned.sweep_id]
+    assert len(ledger.entries(sweep_id=planned.sweep_id)) == 2 and len(cloud.creates) == 2
+
+
+def test_after_a_sleep_catchup_latest_submits_only_the_newest_tick(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    sweep = load(tmp_path)
+    scheduler = schedules.Scheduler(sweep, cloud, ledger, clock=clock, sleep=clock.sleep)
+    at(clock, utc(2026, 1, 5, 3, 1))
+    scheduler.evaluate()
+    at(clock, utc(2026, 1, 8, 9))  # the laptop was closed for three days
+    report = scheduler.evaluate()
+    assert [p[-12:] for p in report.planned] == ["202601080300"]
+    assert report.skipped == [utc(2026, 1, 6, 3), utc(2026, 1, 7, 3)]
+    assert len(cloud.creates) == 4
+
+
+def test_two_machines_submit_each_tick_job_once(tmp_path, orch_home, moto_server):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="sweep-bucket")
+    sweep = load(tmp_path)
+    creates: Counter = Counter()
+    clock = Clock()
+    at(clock, utc(2026, 1, 5, 3, 0, 20))
+    reports = []
+    for laptop in ("a", "b"):
+        ledger = Ledger(tmp_path / f"laptop-{laptop}.sqlite3")
+        backend, _ = moto_backend(ledger, creates)
+        scheduler = schedules.Scheduler(sweep, backend, ledger, clock=clock, sleep=clock.sleep,
+                                        runner_options={"count_elsewhere": False})
+        reports.append(scheduler.evaluate())
+        assert {e.state for e in ledger.entries(sweep_id=reports[-1].planned[0])} == {"submitted"}
+    assert reports[0].planned == reports[1].planned
+    assert len(creates) == 2 and set(creates.values()) == {1}
+
+
+def test_run_sleeps_in_slices_and_wakes_at_the_tick(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    at(clock, utc(2026, 1, 5, 2, 50))
+    reports = []
+    scheduler = schedules.Scheduler(load(tmp_path), cloud, ledger, clock=clock, sleep=clock.sleep,
+                                    on_report=reports.append)
+    scheduler.run(max_passes=2)
+    assert reports[0].planned == [] and reports[0].next_fire == utc(2026, 1, 5, 3)
+    assert len(reports[1].planned) == 1
+    assert max(clock.sleeps) <= schedules.MAX_SLEEP_SECONDS and len(clock.sleeps) == 10
+    assert clock.now == utc(2026, 1, 5, 3).timestamp()
+
+
+def test_a_sweep_without_schedule_is_refused(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    (tmp_path / "base.yaml").write_text(BASE)
+    path = tmp_path / "plain.yaml"
+    path.write_text("sweep: plain\nbase: base.yaml\n")
+    with pytest.raises(InputError):
+        schedules.Scheduler(spec.load_sweep(path), cloud, ledger)
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_crontab_line_calls_schedule_tick_with_absolute_paths(tmp_path, orch_home):
+    sweep = load(tmp_path)
+    comment, line = schedules.crontab_line(sweep, project=ROOT, python="/opt/py/bin/python3").splitlines()
+    assert comment.startswith("# orchestrator: sweep nightly")
+    assert line.startswith("0 3 * * * cd ")
+    assert f"cd {ROOT} &&" in line and f"ORCHESTRATOR_HOME={orch_home}" in line
+    assert "/opt/py/bin/python3 -m orchestrator schedule tick " + str((tmp_path / "nightly.yaml").resolve()) in line
+    assert line.endswith(f">> {orch_home / 'schedules' / 'nightly.log'} 2>&1")
+
+
+def _cli(*args, env):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env=env)
+
+
+def test_cli_schedule_next_crontab_and_errors(tmp_path, orch_home):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    load(tmp_path)
+    path = str(tmp_path / "nightly.yaml")
+    shown = _cli("schedule", "next", path, "-n", "3", env=env)
+    assert shown.returncode == 0, shown.stderr
+    times = [datetime.strptime(line[:16], "%Y-%m-%d %H:%M") for line in shown.stdout.splitlines()]
+    assert len(times) == 3 and all(t.hour == 3 and t.minute == 0 for t in times) and times == sorted(times)
+    crontab = _cli("schedule", "crontab", path, env=env)
+    assert crontab.returncode == 0 and "schedule tick" in crontab.stdout and (orch_home / "schedules").is_dir()
+    (tmp_path / "nightly.yaml").write_text(NIGHTLY.replace("0 3 * * *", "0 25 * * *").replace("CATCHUP", "latest"))
+    bad = _cli("schedule", "next", path, env=env)
+    assert bad.returncode == 2 and "nightly.yaml:6:" in bad.stderr and "cron" in bad.stderr
+
+
+def test_cli_schedule_tick_submits_the_current_minute_once(tmp_path, orch_home, moto_server):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="sweep-bucket")
+    load(tmp_path, extra="")
+    path = tmp_path / "nightly.yaml"
+    path.write_text(path.read_text().replace("0 3 * * *", "* * * * *").replace("concurrency: 4", "concurrency: 1"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    first = _cli("schedule", "tick", str(path), "--no-follow", env=env)
+    assert first.returncode == 0, first.stderr
+    sweep_id = re.search(r"tick planned: sweep (nightly-[0-9a-f]{8}-\d{12})", first.stdout).group(1)
+    assert "followed in the background" not in first.stdout
+    # Again (as cron would, maybe within the same minute): nothing new for that tick; the
+    # unfinished tick sweep goes to a background runner, which ends once moto's jobs have.
+    second = _cli("schedule", "tick", str(path), "--poll", "0.1", env=env)
+    assert second.returncode == 0, second.stderr
+    assert re.search(rf"{sweep_id}: followed in the background \(pid \d+", second.stdout)
+    # (If the minute turned between the two calls, the new minute's tick is followed too.)
+    deadline = time.monotonic() + 60
+    for pid in map(int, re.findall(r"followed in the background \(pid (\d+)", second.stdout)):
+        while process_alive(pid):
+            assert time.monotonic() < deadline, (orch_home / "sweeps" / f"{sweep_id}.log").read_text()
+            time.sleep(0.2)
+    sm = boto3.client("sagemaker", region_name="us-east-1")
+    names = [j["TrainingJobName"] for j in sm.list_training_jobs(MaxResults=100)["TrainingJobSummaries"]]
+    assert len([n for n in names if n.startswith(sweep_id)]) == 2
+    ledger = Ledger(orch_home / "ledger.sqlite3")
+    entries = ledger.entries(sweep_id=sweep_id)
+    assert {e.job_name for e in entries} == {n for n in names if n.startswith(sweep_id)}
+    assert {e.state for e in entries} == {"completed"}

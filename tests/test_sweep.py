@@ -1,0 +1,912 @@
+"""Sweeps: the sweep spec's located errors, trial expansion, identity, the doctor gate, the
+budget, and the runner's state machine (concurrency, backoff, failover, retries, stop).
+
+The runner's logic is driven through `FakeCloud`, an in-memory backend that behaves like
+SageMaker where it matters (names are unique; a create either happens or is refused), so
+every decision can be scripted and counted. The real SageMaker backend is exercised against
+the moto server for what needs it: a create whose answer is lost, a job started by another
+machine, and two machines running one sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator import spec
+from orchestrator import sweep as sweeps
+from orchestrator.backends import JobStatus, Submitted
+from orchestrator.errors import BackendError, InputError, SpecError
+from orchestrator.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """\
+name: vit-base
+backend: sagemaker
+region: us-east-1
+role_arn: arn:aws:iam::123456789012:role/orchestrator-training
+instance: {type: ml.trn1.2xlarge, count: 1}
+image: {neuron_sdk: "2.30.0"}
+model: {arch: vit_base_patch16_224, patch_embed: linear}
+training:
+  runtime: xla
+  steps: 100
+  warmup_steps: 5
+  batch_size: 32
+  optimizer: {name: adam, lr: 1.0e-4}
+compile_cache: {uri: s3://sweep-bucket/compile-cache, mode: tarball}
+output: {uri: s3://sweep-bucket/jobs}
+max_run_minutes: 60
+"""
+
+SWEEP = """\
+sweep: demo
+base: base.yaml
+grid:
+  instance.type: [ml.trn1.2xlarge, ml.trn1.32xlarge]
+  training.batch_size: [16, 32]
+concurrency: 2
+"""
+
+
+def write(tmp_path: Path, sweep_text: str, base_text: str = BASE) -> Path:
+    (tmp_path / "base.yaml").write_text(base_text)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(sweep_text)
+    return path
+
+
+def load(tmp_path: Path, sweep_text: str, base_text: str = BASE) -> spec.SweepSpec:
+    return spec.load_sweep(write(tmp_path, sweep_text, base_text))
+
+
+def problems_of(tmp_path: Path, sweep_text: str, base_text: str = BASE) -> list:
+    with pytest.raises(SpecError) as info:
+        sweeps.plan(load(tmp_path, sweep_text, base_text))
+    return info.value.problems
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+# --- the sweep spec ---------------------------------------------------------------------------
+
+
+def test_unknown_path_is_located_with_did_you_mean(tmp_path):
+    text = SWEEP.replace("training.batch_size", "training.bach_size")
+    [problem] = problems_of(tmp_path, text)
+    assert problem.file.endswith("sweep.yaml")
+    assert (problem.line, problem.column) == (line_of(text, "bach_size"), 3)
+    assert "did you mean 'training.batch_size'" in problem.message
+
+
+def test_unknown_path_without_close_match_lists_the_fields_below(tmp_path):
+    [problem] = problems_of(tmp_path, SWEEP.replace("training.batch_size", "training.zzz"))
+    assert "fields under 'training'" in problem.message and "training.optimizer.lr" in problem.message
+
+
+def test_backend_and_region_cannot_vary(tmp_path):
+    [problem] = problems_of(tmp_path, SWEEP + "random: {trials: 2, params: {region: {choice: [us-east-1, us-west-2]}}}\n")
+    assert problem.path == "region" and "one region" in problem.message
+
+
+def test_duplicate_and_overlapping_axes_are_refused(tmp_path):
+    text = SWEEP + "random:\n  trials: 2\n  params:\n    training.batch_size: {int: [8, 64]}\n"
+    [problem] = problems_of(tmp_path, text)
+    assert "duplicate axis" in problem.message and problem.line == line_of(text, "batch_size: {int")
+    text = SWEEP + "random:\n  trials: 2\n  params:\n    tags: {choice: [{a: b}]}\n    tags.team: {choice: [x]}\n"
+    assert any("duplicate axis" in p.message for p in problems_of(tmp_path, text))
+
+
+def test_zero_trials_are_refused_where_they_come_from(tmp_path):
+    text = SWEEP.replace("[16, 32]", "[]")
+    [problem] = problems_of(tmp_path, text)
+    assert problem.line == line_of(text, "[]") and "zero trials" in problem.message
+    text = SWEEP + "random: {trials: 0, params: {training.optimizer.lr: {uniform: [0.1, 0.2]}}}\n"
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == "random.trials" and problem.line == line_of(text, "trials: 0")
+
+
+def test_random_distributions_are_checked(tmp_path):
+    cases = {
+        "{uniform: [0.2, 0.1]}": "above high",
+        "{loguniform: [0, 0.1]}": "above 0",
+        "{uniform: [0.1, 0.2], choice: [1]}": "exactly one",
+        "{normal: [0, 1]}": "normal",
+    }
+    for dist, expected in cases.items():
+        text = SWEEP + f"random: {{trials: 2, params: {{training.optimizer.lr: {dist}}}}}\n"
+        found = problems_of(tmp_path, text)
+        assert any(expected in p.message for p in found), (dist, found)
+        assert all(p.line == line_of(text, "random:") for p in found)
+
+
+@pytest.mark.parametrize("cron, reason", [("0 3 * *", "five fields"), ("61 3 * * *", "out of range"),
+                                          ("@sometimes", "unknown alias"), ("0 3 * * * *", "five fields")])
+def test_unparseable_cron_is_located(tmp_path, cron, reason):
+    text = SWEEP + f'schedule: {{cron: "{cron}", catchup: latest}}\n'
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == "schedule.cron" and problem.line == line_of(text, "schedule:")
+    assert reason in problem.message
+
+
+def test_bad_timezone_catchup_and_failover_key(tmp_path):
+    text = SWEEP + 'schedule: {cron: "0 3 * * *", timezone: Mars/Olympus}\n'
+    assert "unknown time zone" in problems_of(tmp_path, text)[0].message
+    text = SWEEP + 'schedule: {cron: "0 3 * * *", catchup: sometimes}\n'
+    assert problems_of(tmp_path, text)[0].path == "schedule.catchup"
+    text = SWEEP + "failover: {training.batch_size: [8]}\n"
+    assert problems_of(tmp_path, text)[0].line == line_of(text, "failover")
+    text = SWEEP + "failover: {instance.type: [trn1]}\n"
+    assert "not an instance type" in problems_of(tmp_path, text)[0].message
+
+
+def test_missing_base_is_located(tmp_path):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP.replace("base.yaml", "nowhere.yaml"))
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(path)
+    [problem] = info.value.problems
+    assert problem.path == "base" and problem.line == 2 and "does not exist" in problem.message
+
+
+def test_values_failing_validation_name_the_trial_and_the_value(tmp_path):
+    text = SWEEP.replace("[16, 32]", "[16, 0]")
+    found = problems_of(tmp_path, text)
+    # trials 1 and 3 have batch_size 0 (one per instance type); both are listed.
+    assert [re.match(r"trial (\d+)", p.message).group(1) for p in found] == ["1", "3"]
+    for p in found:
+        assert p.path == "training.batch_size" and "greater than or equal to 1" in p.message
+        assert (p.line, p.column) == (line_of(text, "[16, 0]"), text.splitlines()[line_of(text, "[16, 0]") - 1].index("0]") + 1)
+
+
+def test_cross_field_failure_points_at_the_axis(tmp_path):
+    text = "sweep: demo\nbase: base.yaml\ngrid:\n  training.steps: [100, 3]\n"
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == "training.warmup_steps" and "trial 1" in problem.message
+    assert problem.line == 4
+
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 100), st.floats(allow_nan=True),
+                     st.sampled_from(["ml.trn1.2xlarge", "x", "", "0 3 * * *", "bf16", "base.yaml"]))
+_PATHS = st.sampled_from(["training.batch_size", "instance.type", "training.optimizer.lr", "tags.team", "nope",
+                          "training", "region", "model.depth", "training.steps"])
+_DISTS = st.one_of(st.fixed_dictionaries({"uniform": st.lists(_SCALARS, max_size=3)}),
+                   st.fixed_dictionaries({"int": st.lists(st.integers(-3, 70), max_size=3)}),
+                   st.fixed_dictionaries({"choice": st.lists(_SCALARS, max_size=3)}), _SCALARS)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.fixed_dictionaries({"sweep": st.sampled_from(["s", "bad name", 3]), "base": st.just("base.yaml")}, optional={
+    "grid": st.one_of(_SCALARS, st.dictionaries(_PATHS, st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3)),
+                                                max_size=3)),
+    "random": st.one_of(_SCALARS, st.fixed_dictionaries(
+        {"trials": st.one_of(_SCALARS, st.integers(0, 5))},
+        optional={"seed": st.integers(-1, 5), "params": st.dictionaries(_PATHS, _DISTS, max_size=3)})),
+    "failover": st.one_of(_SCALARS, st.dictionaries(st.sampled_from(["instance.type", "x"]),
+                                                    st.lists(_SCALARS, max_size=2), max_size=2)),
+    "schedule": st.one_of(_SCALARS, st.fixed_dictionaries({"cron": _SCALARS})),
+    "concurrency": _SCALARS,
+}))
+def test_fuzz_sweep_specs_raise_only_located_spec_errors(tmp_path, orch_home, document):
+    import yaml
+
+    path = write(tmp_path, yaml.safe_dump(document))
+    try:
+        planned = sweeps.plan(spec.load_sweep(path))
+    except SpecError as exc:
+        assert exc.problems and all(p.file for p in exc.problems)
+        return
+    assert planned.trials and all(len(t.job_name) <= 63 for t in planned.trials)
+
+
+# --- expansion and identity -------------------------------------------------------------------
+
+
+def test_grid_is_the_cross_product_in_file_order(tmp_path):
+    trials, duplicates = sweeps.expand(load(tmp_path, SWEEP))
+    assert [t.overrides for t in trials] == [
+        {"instance.type": "ml.trn1.2xlarge", "training.batch_size": 16},
+        {"instance.type": "ml.trn1.2xlarge", "training.batch_size": 32},
+        {"instance.type": "ml.trn1.32xlarge", "training.batch_size": 16},
+        {"instance.type": "ml.trn1.32xlarge", "training.batch_size": 32},
+    ]
+    assert duplicates == []
+    assert trials[3].spec.instance.type == "ml.trn1.32xlarge" and trials[3].spec.training.batch_size == 32
+    assert trials[3].spec.training.optimizer.lr == 1e-4  # the rest comes from the base
+
+
+def test_random_draws_are_seeded_bounded_and_crossed_with_the_grid(tmp_path):
+    params = ("{training.optimizer.lr: {loguniform: [1.0e-5, 1.0e-2]}, training.steps: {int: [50, 52]},"
+              " training.optimizer.weight_decay: {uniform: [0.0, 0.1]}, training.precision: {choice: [bf16, fp32]}}")
+    text = SWEEP + f"random: {{trials: 40, seed: 7, params: {params}}}\n"
+    trials, _ = sweeps.expand(load(tmp_path, text))
+    assert len(trials) == 4 * 40
+    again, _ = sweeps.expand(load(tmp_path, text))
+    assert [t.spec_hash for t in trials] == [t.spec_hash for t in again]
+    other, _ = sweeps.expand(load(tmp_path, text.replace("seed: 7", "seed: 8")))
+    assert [t.overrides for t in other] != [t.overrides for t in trials]
+    draws = [t.overrides for t in trials[:40]]
+    assert all(1e-5 <= d["training.optimizer.lr"] <= 1e-2 for d in draws)
+    assert {d["training.steps"] for d in draws} == {50, 51, 52}  # both ends included
+    assert {d["training.precision"] for d in draws} == {"bf16", "fp32"}
+    assert all(0.0 <= d["training.optimizer.weight_decay"] <= 0.1 for d in draws)
+    # Every grid point gets the same draws (a paired comparison).
+    assert [{k: v for k, v in t.overrides.items() if k.startswith("training.optimizer")} for t in trials[40:80]] == \
+        [{k: v for k, v in d.items() if k.startswith("training.optimizer")} for d in draws]
+    # loguniform spreads over the decades rather than crowding the top one.
+    lrs = [d["training.optimizer.lr"] for d in draws]
+    assert sum(lr < 1e-3 for lr in lrs) >= 20
+
+
+def test_identical_trials_are_merged(tmp_path):
+    text = "sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16, 32, 16]\n"
+    trials, duplicates = sweeps.expand(load(tmp_path, text))
+    assert len(trials) == 2 and duplicates == [(2, 0)]
+
+
+def test_sweep_id_follows_the_trials_not_the_run_policy(tmp_path):
+    first = sweeps.identify(load(tmp_path, SWEEP))
+    assert re.fullmatch(r"demo-[0-9a-f]{8}", first.sweep_id)
+    assert sweeps.identify(load(tmp_path, SWEEP)).sweep_id == first.sweep_id
+    policy = SWEEP.replace("concurrency: 2", "concurrency: 9") + "budget: {max_total_cost_usd: 999}\nmax_retries: 5\n"
+    assert sweeps.identify(load(tmp_path, policy)).sweep_id == first.sweep_id
+    assert sweeps.identify(load(tmp_path, SWEEP.replace("[16, 32]", "[16, 64]"))).sweep_id != first.sweep_id
+    assert sweeps.identify(load(tmp_path, SWEEP, BASE.replace("steps: 100", "steps: 101"))).sweep_id != first.sweep_id
+
+
+def test_job_names_fit_sagemaker_and_keep_the_trial_part():
+    long_name = "a" * 54
+    for tick in (None, "202601050300"):
+        ident = sweeps.Identity(long_name, "0123abcd", tick)
+        for attempt in (0, 1, 99):
+            name = ident.job_name("t89abcdef", attempt)
+            assert len(name) <= 63
+            assert re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", name)
+            assert name.endswith("-t89abcdef" + (f"-r{attempt}" if attempt else ""))
+            assert ident.suffix in name
+            assert ident.owns(name)
+    ident = sweeps.Identity("demo", "0123abcd")
+    assert ident.job_name("t89abcdef") == "demo-0123abcd-t89abcdef"
+    assert not ident.owns("demo-0123abcd-202601050300-t89abcdef")  # a tick of the same sweep
+    assert not ident.owns("demo-0123abcd-t89abcdef-extra")
+
+
+# --- plan: the doctor gate and the budget ------------------------------------------------------
+
+
+def test_plan_prepares_each_trial_with_sweep_tags(tmp_path, orch_home):
+    planned = sweeps.plan(load(tmp_path, SWEEP))
+    assert len(planned.trials) == 4
+    for t in planned.trials:
+        tags = {tag["Key"]: tag["Value"] for tag in t.prepared.request["Tags"]}
+        assert tags["orchestrator:sweep"] == planned.sweep_id
+        assert tags["orchestrator:trial"] == t.trial.trial_id == "t" + t.trial.spec_hash[:8]
+        assert tags["orchestrator:spec-hash"] == t.trial.spec_hash
+        assert t.prepared.request["TrainingJobName"] == t.job_name == f"{planned.sweep_id}-{t.trial.trial_id}"
+        assert t.prepared.request["ResourceConfig"]["InstanceType"] == t.trial.overrides["instance.type"]
+    costs = [t.usd_max for t in planned.trials]
+    assert costs[0] == costs[1] < costs[2] == costs[3]
+    assert planned.total_usd == pytest.approx(sum(costs))
+
+
+def test_one_trial_failing_the_doctor_refuses_the_sweep(tmp_path):
+    text = SWEEP.replace("ml.trn1.32xlarge]", "ml.inf2.xlarge]")
+    found = problems_of(tmp_path, text)
+    assert {re.match(r"trial (\d+)", p.message).group(1) for p in found} == {"2", "3"}
+    assert all("N001" in p.message and p.line == line_of(text, "instance.type") for p in found)
+
+
+def test_a_failover_type_failing_the_doctor_refuses_the_sweep(tmp_path):
+    text = SWEEP + "failover: {instance.type: [ml.trn1n.32xlarge, ml.inf2.xlarge]}\n"
+    found = problems_of(tmp_path, text)
+    assert len(found) == 4 and all("failing over to ml.inf2.xlarge" in p.message for p in found)
+    assert all(p.line == line_of(text, "failover") for p in found)
+
+
+def test_budget_refuses_with_the_location(tmp_path):
+    text = SWEEP + "budget:\n  max_total_cost_usd: 10\n"
+    planned = sweeps.plan(load(tmp_path, text))
+    with pytest.raises(SpecError) as info:
+        sweeps.check_budget(planned)
+    [problem] = info.value.problems
+    assert problem.line == line_of(text, "max_total_cost_usd") and "above the budget of 10 USD" in problem.message
+    sweeps.check_budget(sweeps.plan(load(tmp_path, text.replace(": 10", ": 100"))))
+
+
+def _cli(*args, env=None, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=env)
+
+
+def test_cli_sweep_plan_prints_trials_and_refuses_above_budget(tmp_path, orch_home):
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ok = _cli("sweep", "plan", str(write(tmp_path, SWEEP)), env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.count("demo-") >= 4 and "total: at most" in ok.stdout
+    over = _cli("sweep", "plan", str(write(tmp_path, SWEEP + "budget: {max_total_cost_usd: 1}\n")), env=env)
+    assert over.returncode == 2 and "sweep.yaml:7:" in over.stderr and "above the budget" in over.stderr
+    assert "demo-" in over.stdout  # the table is shown before the refusal
+    bad = _cli("sweep", "plan", str(write(tmp_path, SWEEP.replace("batch_size", "bach_size"))), env=env)
+    assert bad.returncode == 2 and "sweep.yaml:5:3" in bad.stderr
+    as_json = json.loads(_cli("sweep", "plan", "--json", str(write(tmp_path, SWEEP)), env=env).stdout)
+    assert len(as_json["trials"]) == 4 and as_json["total_usd_max"] > 0
+
+
+def test_shipped_sweep_configs_plan_within_budget(orch_home):
+    for name in ("sweep-instances", "sweep-nightly", "sweep-local"):
+        planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / f"{name}.yaml"))
+        sweeps.check_budget(planned)
+        assert planned.trials
+    nightly = spec.load_sweep(ROOT / "configs" / "sweep-nightly.yaml")
+    assert nightly.schedule is not None and nightly.schedule.cron == "0 3 * * *"
+    instances = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
+    assert {t.trial.spec.instance.type for t in instances.trials} == {"ml.trn1.2xlarge", "ml.trn1.32xlarge"}
+    assert all(t.chain[1:] == ("ml.trn1n.32xlarge",) for t in instances.trials)
+
+
+# --- the runner, on an in-memory cloud ---------------------------------------------------------
+
+
+class FakeCloud:
+    """A backend with SageMaker's name uniqueness and the intent-first ledger protocol; jobs
+    move only when the test says so. `refuse` holds errors the next submits raise."""
+
+    name = "sagemaker"
+
+    def __init__(self, ledger: Ledger):
+        self.ledger = ledger
+        self.jobs: dict[str, dict] = {}
+        self.creates: Counter = Counter()
+        self.refuse: list[BackendError] = []
+        self.stopped: list[str] = []
+        self.max_in_flight = 0
+        self.submit_calls = 0
+
+    def submit(self, prepared) -> Submitted:
+        self.submit_calls += 1
+        name = prepared.job_name
+        entry = self.ledger.record_intent(name, backend=self.name, region="us-east-1", spec_hash=prepared.spec_hash,
+                                          request=prepared.request)
+        if entry.state not in ("planned", "submitting"):
+            return Submitted(name, created=False)
+        self.ledger.transition(name, "submitting", expect=("planned",))
+        if name in self.jobs:
+            self.ledger.transition(name, "submitted", expect=("submitting",))
+            return Submitted(name, created=False)
+        if self.refuse:
+            error = self.refuse.pop(0)
+            if error.http_status and error.http_status < 500:
+                self.ledger.transition(name, "planned", expect=("submitting",))
+            raise error
+        self.jobs[name] = {"status": "pending", "reason": None, "request": prepared.request}
+        self.creates[name] += 1
+        self.ledger.transition(name, "submitted", expect=("submitting",))
+        self.max_in_flight = max(self.max_in_flight, self.in_flight())
+        return Submitted(name, created=True)
+
+    def in_flight(self) -> int:
+        return sum(1 for j in self.jobs.values() if j["status"] in ("pending", "starting", "running"))
+
+    def status(self, job_name: str) -> JobStatus:
+        if job_name not in self.jobs:
+            raise InputError(f"no job {job_name}")
+        job = self.jobs[job_name]
+        tags = {t["Key"]: t["Value"] for t in job["request"]["Tags"]}
+        return JobStatus(job_name, job["status"], failure_reason=job["reason"], tags=tags,
+                         instance_type=job["request"]["ResourceConfig"]["InstanceType"])
+
+    def stop(self, job_name: str) -> None:
+        self.stopped.append(job_name)
+        self.jobs[job_name]["status"] = "stopped"
+
+    def finish(self, job_name: str, status: str = "completed", reason: str | None = None) -> None:
+        self.jobs[job_name].update(status=status, reason=reason)
+
+    def finish_all(self) -> None:
+        for job in self.jobs.values():
+            if job["status"] in ("pending", "running"):
+                job["status"] = "completed"
+
+    def instance_of(self, job_name: str) -> str:
+        return self.jobs[job_name]["request"]["ResourceConfig"]["InstanceType"]
+
+
+def refusal(code: str, status: int = 400) -> BackendError:
+    return BackendError(f"CreateTrainingJob: {code}", code=code, http_status=status)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_800_000_000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def rig(tmp_path, orch_home):
+    """(runner factory, cloud, clock): a saved sweep on a FakeCloud with a fake clock."""
+    ledger = Ledger()
+    cloud = FakeCloud(ledger)
+    clock = Clock()
+
+    def make(text: str = SWEEP, base: str = BASE, **options) -> sweeps.Runner:
+        planned = sweeps.plan(load(tmp_path, text, base))
+        definition = sweeps.save(planned, ledger)
+        options.setdefault("poll_seconds", 5.0)
+        return sweeps.Runner(definition, cloud, ledger, sleep=clock.sleep, clock=clock,
+                             rng=random.Random(0), **options)
+
+    return make, cloud, clock
+
+
+def states(runner: sweeps.Runner) -> dict[str, str]:
+    return {v.job_name: v.state for v in runner.views()}
+
+
+def test_runner_caps_concurrency_and_completes_every_trial(rig):
+    make, cloud, clock = rig
+    runner = make()
+    runner.step()
+    assert len(cloud.jobs) == 2 and set(states(runner).values()) == {"submitted", "planned"}
+    runner.step()
+    assert len(cloud.jobs) == 2  # nothing finished: no room
+    first = sorted(cloud.jobs)[0]
+    cloud.jobs[first]["status"] = "running"
+    runner.step()
+    assert states(runner)[first] == "running" and len(cloud.jobs) == 2
+    cloud.finish(first)
+    runner.step()
+    assert states(runner)[first] == "completed" and len(cloud.jobs) == 3
+    while not runner.step().done:
+        cloud.finish_all()
+    assert cloud.max_in_flight == 2
+    assert set(cloud.creates.values()) == {1} and len(cloud.creates) == 4
+    assert set(states(runner).values()) == {"completed"}
+
+
+def test_throttling_and_quota_back_off_with_growing_jittered_waits(rig):
+    make, cloud, clock = rig
+    runner = make(SWEEP.replace("concurrency: 2", "concurrency: 4"), backoff_base=2.0, backoff_cap=60.0)
+    cloud.refuse = [refusal("ThrottlingException"), refusal("ResourceLimitExceeded"),
+                    refusal("ThrottlingException")]
+    progress = runner.step()
+    assert progress.waiting_reason and "ThrottlingException" in progress.waiting_reason
+    assert cloud.jobs == {} and set(states(runner).values()) == {"planned"}
+    waits = []
+    while len(cloud.jobs) < 4:
+        before = clock.now
+        progress = runner.step()
+        if progress.waiting_until:
+            waits.append(progress.waiting_until - before)
+            clock.sleep(progress.waiting_until - clock.now)
+    # Ceilings 2, 4, 8 s; each wait is drawn from [ceiling/2, ceiling].
+    assert 1.0 <= waits[0] <= 2.0 and 2.0 <= waits[1] <= 4.0 and 4.0 <= waits[2] <= 8.0
+    assert cloud.submit_calls == 4 + 3 and set(cloud.creates.values()) == {1}
+
+
+def test_capacity_at_submit_fails_over_to_the_next_type(rig):
+    make, cloud, _ = rig
+    text = "sweep: demo\nbase: base.yaml\nfailover: {instance.type: [ml.trn1n.32xlarge, ml.trn1.32xlarge]}\n"
+    runner = make(text)
+    cloud.refuse = [refusal("InsufficientCapacityError")]
+    runner.step()
+    [view] = runner.views()
+    assert view.state == "failed" and not view.final and view.detail.startswith("[capacity]")
+    runner.step()
+    [view] = runner.views()
+    assert view.attempt == 1 and view.job_name.endswith("-r1") and view.state == "submitted"
+    assert cloud.instance_of(view.job_name) == "ml.trn1n.32xlarge"
+    tags = {t["Key"]: t["Value"] for t in cloud.jobs[view.job_name]["request"]["Tags"]}
+    assert tags["orchestrator:trial"] == view.trial.trial_id
+    assert tags["orchestrator:spec-hash"] != view.trial.trial_id[1:]  # the failover spec differs
+
+
+def test_capacity_failures_walk_the_failover_list_then_use_retries(rig):
+    make, cloud, _ = rig
+    text = ("sweep: demo\nbase: base.yaml\nfailover: {instance.type: [ml.trn1n.32xlarge]}\nmax_retries: 1\n")
+    runner = make(text)
+    reason = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type."
+    seen = []
+    for _ in range(6):
+        runner.step()
+        [view] = runner.views()
+        if view.state == "submitted":
+            seen.append((view.job_name, cloud.instance_of(view.job_name)))
+            cloud.finish(view.job_name, "failed", reason)
+    [view] = runner.views()
+    assert [instance for _, instance in seen] == ["ml.trn1.2xlarge", "ml.trn1n.32xlarge", "ml.trn1n.32xlarge"]
+    assert [name.rsplit("-", 1)[-1] for name, _ in seen][1:] == ["r1", "r2"]
+    assert view.final and view.state == "failed" and view.attempt == 2
+
+
+@pytest.mark.parametrize("reason, retried", [
+    ("Spot instance interruption: the capacity was reclaimed", True),
+    ("InternalServerError: We encountered an internal error. Please try again.", True),
+    ("AlgorithmError: ExecuteUserScriptError: RuntimeError: boom", False),
+    ("ClientError: Please ensure the S3 path exists", False),
+])
+def test_job_failures_are_retried_only_when_retryable(rig, reason, retried):
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 2\n")
+    runner.step()
+    [first] = cloud.jobs
+    cloud.finish(first, "failed", reason)
+    runner.step()
+    [view] = runner.views()
+    if retried:
+        assert view.job_name == first + "-r1" and view.state == "submitted"
+        assert cloud.instance_of(view.job_name) == "ml.trn1.2xlarge"
+    else:
+        assert view.job_name == first and view.final and view.state == "failed" and len(cloud.jobs) == 1
+
+
+def test_retries_stop_at_max_retries(rig):
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 2\n")
+    for _ in range(10):
+        runner.step()
+        for name, job in cloud.jobs.items():
+            if job["status"] == "pending":
+                cloud.finish(name, "failed", "InternalServerError: internal error")
+    [view] = runner.views()
+    assert len(cloud.jobs) == 3 and view.attempt == 2 and view.final
+    assert runner.progress().done
+
+
+def test_user_errors_at_submit_are_never_retried(rig):
+    make, cloud, clock = rig
+    runner = make("sweep: demo\nbase: base.yaml\n")
+    cloud.refuse = [refusal("ValidationException")]
+    final = runner.run(max_steps=5)
+    [view] = runner.views()
+    assert final.done and view.state == "failed" and view.detail.startswith("[user]")
+    assert cloud.submit_calls == 1 and cloud.jobs == {}
+
+
+def test_a_lost_answer_leaves_submitting_and_is_reconciled_not_duplicated(rig):
+    make, cloud, clock = rig
+    runner = make("sweep: demo\nbase: base.yaml\n")
+    cloud.refuse = [refusal("InternalFailure", status=503)]
+    runner.step()
+    [view] = runner.views()
+    assert view.state == "submitting"  # a 5xx: the job may exist; never planned again blindly
+    runner.step()
+    assert cloud.submit_calls == 1  # backing off
+    clock.sleep(10)
+    runner.step()
+    assert sum(cloud.creates.values()) == 1 and runner.views()[0].state == "submitted"
+
+
+def test_budget_caps_retries(rig):
+    make, cloud, _ = rig
+    # One trn1.2xlarge hour is about 1.34 USD: room for the first job, not for a retry.
+    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 3\nbudget: {max_total_cost_usd: 2}\n")
+    runner.step()
+    [first] = cloud.jobs
+    cloud.finish(first, "failed", "InternalServerError: internal error")
+    runner.step()
+    [view] = runner.views()
+    assert view.final and view.detail.startswith("[budget]") and len(cloud.jobs) == 1
+
+
+def test_stop_cancels_planned_trials_and_stops_jobs_in_flight(rig):
+    make, cloud, _ = rig
+    runner = make()
+    runner.step()
+    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
+    report = sweeps.stop(runner)
+    assert sorted(report.stopped_jobs) == sorted(cloud.jobs) and len(report.cancelled) == 2
+    assert set(states(runner).values()) == {"stopped"}
+    assert runner.step().stopped and len(cloud.jobs) == 2  # a runner started later submits nothing
+
+
+def test_run_resumes_from_the_ledger_alone(rig):
+    make, cloud, clock = rig
+    runner = make()
+    runner.step()
+    definition = sweeps.load_definition(runner.ledger, runner.d.sweep_id)
+    assert definition.to_json() == runner.d.to_json()
+    fresh = sweeps.Runner(definition, cloud, runner.ledger, sleep=clock.sleep, clock=clock, poll_seconds=1)
+    cloud.finish_all()
+    while not fresh.step().done:
+        cloud.finish_all()
+    assert len(cloud.creates) == 4 and set(cloud.creates.values()) == {1}
+
+
+def test_unknown_sweep_id_names_the_known_ones(rig):
+    make, _, _ = rig
+    runner = make()
+    with pytest.raises(InputError) as info:
+        sweeps.load_definition(runner.ledger, "nope-00000000")
+    assert runner.d.sweep_id in info.value.hint
+
+
+def test_classify_failure_reasons():
+    assert sweeps.classify("[capacity] CreateTrainingJob refused") == "capacity"
+    assert sweeps.classify("CapacityError: Unable to provision requested ML compute capacity") == "capacity"
+    assert sweeps.classify("Job was interrupted by a spot interruption") == "spot"
+    assert sweeps.classify("InternalServerError: We encountered an internal error") == "internal"
+    assert sweeps.classify("AlgorithmError: see logs") == "user"
+    assert sweeps.classify(None) == "user"
+
+
+# --- the real SageMaker backend on the moto server --------------------------------------------
+
+
+class UniqueNames:
+    """A sagemaker client that answers a second create of a name with ResourceInUse, as
+    SageMaker does (moto overwrites silently), and can lose the answer of the next create."""
+
+    def __init__(self, client, creates: Counter):
+        self._client = client
+        self.creates = creates
+        self.lose_next_answer = False
+        self.refuse: list[str] = []  # error codes the next creates answer with
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def create_training_job(self, **request):
+        from botocore.exceptions import ClientError, EndpointConnectionError
+
+        name = request["TrainingJobName"]
+        if self.refuse:
+            code = self.refuse.pop(0)
+            raise ClientError({"Error": {"Code": code, "Message": f"{code} (scripted)"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "CreateTrainingJob")
+        if self.creates[name]:
+            raise ClientError({"Error": {"Code": "ResourceInUse", "Message": f"Training job {name} already exists"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "CreateTrainingJob")
+        answer = self._client.create_training_job(**request)
+        self.creates[name] += 1
+        if self.lose_next_answer:
+            self.lose_next_answer = False
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1")
+        return answer
+
+
+def moto_backend(ledger: Ledger, creates: Counter):
+    import boto3
+
+    from orchestrator.backends.sagemaker import SageMakerBackend
+
+    sm = UniqueNames(boto3.client("sagemaker", region_name="us-east-1"), creates)
+    return SageMakerBackend(sm, boto3.client("s3", region_name="us-east-1"),
+                            boto3.client("logs", region_name="us-east-1"), ledger=ledger), sm
+
+
+def set_moto_status(name: str, status: str) -> None:
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sagemaker.models import sagemaker_backends
+
+    sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[name].training_job_status = status
+
+
+@pytest.fixture
+def bucket(moto_server):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="sweep-bucket")
+    return "sweep-bucket"
+
+
+def test_moto_lost_create_answer_is_reconciled_by_describe(tmp_path, orch_home, bucket):
+    ledger = Ledger()
+    creates: Counter = Counter()
+    backend, sm = moto_backend(ledger, creates)
+    definition = sweeps.save(sweeps.plan(load(tmp_path, SWEEP)), ledger)
+    clock = Clock()
+    runner = sweeps.Runner(definition, backend, ledger, sleep=clock.sleep, clock=clock, poll_seconds=1,
+                           rng=random.Random(1))
+    sm.lose_next_answer = True
+    runner.step()
+    lost = [v for v in runner.views() if v.state == "submitting"]
+    assert len(lost) == 1
+    final = runner.run(max_steps=20)
+    assert final.done and set(states(runner).values()) == {"completed"}
+    assert set(creates.values()) == {1} and len(creates) == 4
+    assert any(f"{lost[0].job_name}: reconciled" in line for line in final.events)
+
+
+def test_moto_quota_and_user_errors_are_told_apart_through_the_backend(tmp_path, orch_home, bucket):
+    """The backend's translated errors keep botocore's code: ResourceLimitExceeded and
+    throttling wait and succeed, a ValidationException fails the trial for good."""
+    ledger = Ledger()
+    creates: Counter = Counter()
+    backend, sm = moto_backend(ledger, creates)
+    text = "sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16, 32]\nconcurrency: 1\n"
+    definition = sweeps.save(sweeps.plan(load(tmp_path, text)), ledger)
+    clock = Clock()
+    runner = sweeps.Runner(definition, backend, ledger, sleep=clock.sleep, clock=clock, poll_seconds=1,
+                           rng=random.Random(2))
+    sm.refuse = ["ResourceLimitExceeded", "ThrottlingException"]
+    runner.step()
+    assert runner.progress().waiting_reason and "service quota" in runner.progress().waiting_reason
+    while len(creates) < 1:
+        runner.run(max_steps=1)
+        clock.sleep(5)
+    first = next(iter(creates))
+    assert states(runner)[first] in ("submitted", "completed")
+    sm.refuse = ["ValidationException"]
+    final = runner.run(max_steps=10)
+    assert final.done and len(creates) == 1
+    [failed] = [v for v in runner.views() if v.state == "failed"]
+    assert failed.detail.startswith("[user]") and "ValidationException" in failed.detail
+
+
+def test_moto_jobs_started_elsewhere_count_against_concurrency(tmp_path, orch_home, bucket):
+    """Another machine runs two of this sweep's trials: with concurrency 2 this runner waits,
+    adopts those two instead of creating them, and submits the rest as they finish."""
+    other, mine = Ledger(tmp_path / "other.sqlite3"), Ledger()
+    creates: Counter = Counter()
+    planned = sweeps.plan(load(tmp_path, SWEEP))
+    theirs, _ = moto_backend(other, creates)
+    other_runner = sweeps.Runner(sweeps.save(planned, other), theirs, other, sleep=lambda s: None, poll_seconds=0)
+    other_runner.submit_ready()
+    started = sorted(creates)
+    assert len(started) == 2
+    for name in started:
+        set_moto_status(name, "InProgress")
+    ours, _ = moto_backend(mine, creates)
+    runner = sweeps.Runner(sweeps.save(planned, mine), ours, mine, sleep=lambda s: None, poll_seconds=0)
+    progress = runner.step()
+    assert progress.elsewhere == 0 and progress.in_flight == 2  # adopted: now in this ledger too
+    assert sorted(creates) == started and {states(runner)[n] for n in started} == {"submitted"}
+    runner.step()
+    assert sorted(creates) == started  # still no room
+    for name in started:
+        set_moto_status(name, "Completed")
+    final = runner.run(max_steps=10)
+    assert final.done and len(creates) == 4 and set(creates.values()) == {1}
+
+
+def test_moto_foreign_jobs_need_the_sweep_tag_to_count(tmp_path, orch_home, bucket):
+    ledger = Ledger()
+    creates: Counter = Counter()
+    backend, _ = moto_backend(ledger, creates)
+    planned = sweeps.plan(load(tmp_path, SWEEP))
+    definition = sweeps.save(planned, ledger)
+    import boto3
+
+    sm = boto3.client("sagemaker", region_name="us-east-1")
+    request = dict(planned.trials[0].prepared.request)
+    for suffix, tagged in (("t00000000", True), ("t11111111", False)):
+        name = f"{planned.identity.job_prefix}-{suffix}"
+        tags = [t for t in request["Tags"] if tagged or t["Key"] != "orchestrator:sweep"]
+        sm.create_training_job(**{**request, "TrainingJobName": name, "Tags": tags})
+        set_moto_status(name, "InProgress")
+    runner = sweeps.Runner(definition, backend, ledger, sleep=lambda s: None, poll_seconds=0)
+    progress = runner.step()
+    assert progress.elsewhere == 1 and progress.in_flight == 1  # 2 - 1 counted from elsewhere
+
+
+def test_moto_two_machines_run_one_sweep_and_create_each_job_once(tmp_path, orch_home, bucket):
+    creates: Counter = Counter()
+    planned = sweeps.plan(load(tmp_path, SWEEP.replace("concurrency: 2", "concurrency: 4")))
+    runners = []
+    for name in ("laptop-a", "laptop-b"):
+        ledger = Ledger(tmp_path / f"{name}.sqlite3")
+        backend, _ = moto_backend(ledger, creates)
+        runners.append(sweeps.Runner(sweeps.save(planned, ledger), backend, ledger, sleep=lambda s: None,
+                                     poll_seconds=0, count_elsewhere=False))
+    runners[0].submit_ready()
+    runners[1].submit_ready()  # every create answered ResourceInUse, adopted by tag
+    for runner in runners:
+        assert runner.run(max_steps=10).done
+        assert set(states(runner).values()) == {"completed"}
+    assert len(creates) == 4 and set(creates.values()) == {1}
+
+
+# --- end to end on the local backend -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_local_sweep_runs_to_completion_and_results_tabulate_it(tmp_path, orch_home):
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    run = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "run", "configs/sweep-local.yaml",
+                          "--poll", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    sweep_id = re.search(r"sweep (local-[0-9a-f]{8})", run.stderr + run.stdout).group(1)
+    ledger = Ledger(orch_home / "ledger.sqlite3")
+    entries = ledger.entries(sweep_id=sweep_id)
+    assert len(entries) == 4 and {e.state for e in entries} == {"completed"}
+    status = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "status", sweep_id, "--json"],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert status.returncode == 0, status.stderr
+    assert {t["state"] for t in json.loads(status.stdout)["trials"]} == {"completed"}
+    plot = tmp_path / "out.png"
+    results = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--sweep", sweep_id, "--plot",
+                              str(plot), "--format", "json"], capture_output=True, text=True, timeout=300,
+                             cwd=ROOT, env=env)
+    assert results.returncode == 0, results.stderr
+    rows = json.loads(results.stdout)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert len(rows) == 4
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+LOCAL_BASE = """\
+name: fake
+backend: local
+instance: {type: ml.trn1.2xlarge, count: 1}
+model: {arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, embed_dim: 64, num_heads: 2, num_classes: 10}
+training: {runtime: native, steps: 6, warmup_steps: 1, batch_size: 4, precision: fp32, workers_per_node: 1}
+data: {source: synthetic, num_workers: 0}
+compile_cache: {mode: "off"}
+max_run_minutes: 10
+"""
+
+
+def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fake_train, monkeypatch):
+    """`sweep run --detach` returns at once; the background runner submits up to the cap;
+    `sweep stop` ends the runner, stops the jobs in flight and cancels the rest."""
+    import os
+    import time
+
+    from orchestrator.backends.local import LocalBackend, process_alive
+
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "60")
+    path = write(tmp_path, "sweep: bg\nbase: base.yaml\ngrid:\n  training.batch_size: [4, 8, 16]\nconcurrency: 2\n",
+                 LOCAL_BASE)
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home))
+    started = _cli("sweep", "run", str(path), "--detach", "--poll", "0.2", env=env)
+    assert started.returncode == 0, started.stderr
+    sweep_id = re.search(r"sweep (bg-[0-9a-f]{8}): running in the background \(pid (\d+)\)", started.stdout)
+    sweep_id, pid = sweep_id.group(1), int(sweep_id.group(2))
+    log = orch_home / "sweeps" / f"{sweep_id}.log"
+    assert str(log) in started.stdout
+
+    def trials():
+        shown = _cli("sweep", "status", sweep_id, "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        return json.loads(shown.stdout)["trials"]
+
+    deadline = time.monotonic() + 90
+    while sum(t["state"] in ("submitted", "running") for t in trials()) < 2:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.5)
+    assert [t["state"] for t in trials()].count("planned") == 1  # the cap holds
+    assert process_alive(pid)
+    again = _cli("sweep", "resume", sweep_id, env=env)
+    assert again.returncode == 2 and "being run by another process" in again.stderr
+
+    stopped = _cli("sweep", "stop", sweep_id, env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "2 job(s) stopping, 1 trial(s) cancelled" in stopped.stdout
+    assert {t["state"] for t in trials()} == {"stopped"}
+    deadline = time.monotonic() + 30
+    while process_alive(pid):
+        assert time.monotonic() < deadline, "the detached runner did not exit"
+        time.sleep(0.2)
+    assert "submitted" in log.read_text()
+    ledger = Ledger(orch_home / "ledger.sqlite3")
+    jobs = [e.job_name for e in ledger.entries(sweep_id=sweep_id) if e.state == "stopped"]
+    backend = LocalBackend(ledger=ledger)
+    deadline = time.monotonic() + 60
+    for name in jobs:
+        if (backend.job_dir(name) / "status.json").exists():
+            while backend.status(name).status != "stopped":
+                assert time.monotonic() < deadline, f"{name} did not stop"
+                time.sleep(0.5)
