@@ -8,13 +8,12 @@ SageMaker training accepts is read from the installed botocore's service model
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from orchestrator.errors import InputError
-from orchestrator.paths import home
+from orchestrator.paths import home, write_atomic
 
 DATA = Path(__file__).parent / "data"
 
@@ -127,10 +126,7 @@ def training_instance_types() -> frozenset[str]:
     model = botocore.session.get_session().get_service_model("sagemaker")
     types = frozenset(model.shape_for("TrainingInstanceType").enum)
     try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(sorted(types)))
-        os.replace(tmp, cache_file)
+        write_atomic(cache_file, json.dumps(sorted(types)))
     except OSError:
         pass  # a read-only home only costs the next run the same lookup
     return types

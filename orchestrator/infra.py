@@ -27,10 +27,8 @@ client is always passed in.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import secrets
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ from typing import Any
 import yaml
 
 from orchestrator.errors import BackendError, InputError
+from orchestrator.paths import write_atomic
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "infra" / "stack.yaml"
 DEFAULT_STACK = "orchestrator"
@@ -498,17 +497,7 @@ def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
               "# A job spec's `infra:` key points here; keys: see orchestrator/spec.py INFRA_FIELDS.\n")
     text = header + yaml.safe_dump(outputs.infra_file(), sort_keys=False, default_flow_style=False)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, text)
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import catalog
 from orchestrator.errors import BackendError, InputError
+from orchestrator.paths import write_atomic
 
 SERVICE_CODE = "AmazonSageMaker"
 SOURCE = "AWS Price List API (AmazonSageMaker)"
@@ -220,17 +219,6 @@ def write(refresh: Refresh, path: Path | None = None) -> Path:
                 "come from the shipped file.",
         "prices": rows,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".prices-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle, indent=1)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
     refresh.path = path
     return path

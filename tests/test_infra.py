@@ -22,7 +22,7 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from orchestrator import infra, spec
+from orchestrator import infra, paths, spec
 from orchestrator.errors import BackendError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -582,7 +582,7 @@ def test_outputs_file_replaces_atomically_and_leaves_no_temp_file(tmp_path, monk
         def fail(src, dst):
             raise OSError(28, "No space left on device")
 
-        patched.setattr(infra.os, "replace", fail)
+        patched.setattr(paths.os, "replace", fail)
         with pytest.raises(InputError, match="No space left on device"):
             infra.write_outputs_file(sample_outputs(), target)
     assert target.read_text() == "role_arn: old\n"
