@@ -1,0 +1,272 @@
+"""Inspect and prune compile caches in a store: `orchestrator cache ls | show | prune`.
+
+Reads the layout `entrypoints.compile_cache` writes: under the store URI one folder per
+cache key, `<key>/manifest.json` plus content-addressed `<key>/archives/<sha256>.tar`.
+Nothing here prints; `cli.py` renders the values these functions return.
+
+Prune is safe against pushes running at the same time. A push uploads its archive first and
+publishes the manifest naming it a moment later (seconds, even after conflict retries), so:
+
+- an archive is deleted only when no manifest names it AND it is older than the grace period
+  (default one hour); prune lists the archives before it reads the manifest, so an archive
+  listed as old was uploaded before that read, and a push that published it in time shows up
+  in the manifest;
+- deleting a whole key (`--key`, `--older-than`) removes its manifest first, then only the
+  archives older than the grace period; younger ones belong to pushes in flight and are left
+  for a later prune;
+- should a prune still delete an archive a push has just re-uploaded (identical content), the
+  push notices after publishing and uploads it again, and a pull meeting a missing archive
+  warns and compiles;
+- in a file:// store it also removes the temporary files of interrupted writes older than the
+  grace period (on S3, the bucket's lifecycle rule aborts unfinished multipart uploads).
+
+Bad URIs and unknown keys raise InputError (exit 2); store failures raise BackendError (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from entrypoints import compile_cache
+from entrypoints.storage import FileStore, ObjectInfo, StorageError, Store, open_store
+from orchestrator.errors import BackendError, InputError
+
+DEFAULT_GRACE_S = 3600.0
+_ARCHIVE_PREFIX = f"{compile_cache.ARCHIVE_DIR}/"
+
+
+def default_uri() -> str:
+    """The local store's compile caches: file://$ORCHESTRATOR_HOME/store/compile-cache."""
+    from orchestrator.ledger import home
+
+    return f"file://{home()}/store/compile-cache"
+
+
+def _open(uri: str | None, s3_client=None) -> Store:
+    uri = uri or default_uri()
+    try:
+        return open_store(uri.rstrip("/"), s3_client=s3_client)
+    except ValueError as exc:
+        raise InputError(f"bad cache URI: {exc}",
+                         hint="use s3://bucket/prefix or file:///absolute/path") from exc
+
+
+def _backend(exc: StorageError) -> BackendError:
+    return BackendError(str(exc), hint="check the URI, your credentials and the network")
+
+
+@dataclass
+class _KeyObjects:
+    manifest: ObjectInfo | None = None
+    archives: dict[str, ObjectInfo] = field(default_factory=dict)  # "archives/<name>" -> info
+    others: list[ObjectInfo] = field(default_factory=list)
+
+
+def _group(objects: list[ObjectInfo]) -> dict[str, _KeyObjects]:
+    keys: dict[str, _KeyObjects] = {}
+    for info in objects:
+        name, sep, rest = info.key.partition("/")
+        if not sep:
+            continue  # an object at the root is none of ours
+        group = keys.setdefault(name, _KeyObjects())
+        if rest == compile_cache.MANIFEST:
+            group.manifest = info
+        elif rest.startswith(_ARCHIVE_PREFIX):
+            group.archives[rest] = info
+        else:
+            group.others.append(info)
+    return keys
+
+
+def _manifest(store: Store, key: str) -> tuple[dict | None, str | None]:
+    """(manifest, problem): the parsed manifest, or None and why it is unusable."""
+    raw = store.get_bytes(f"{key}/{compile_cache.MANIFEST}")
+    if raw is None:
+        return None, "no manifest"
+    try:
+        doc, warnings = compile_cache.parse_manifest(raw)
+    except ValueError as exc:
+        return None, str(exc)
+    return doc, "; ".join(warnings) or None
+
+
+@dataclass(frozen=True)
+class KeySummary:
+    key: str
+    entries: int
+    entry_bytes: int
+    archives: int
+    archive_bytes: int
+    updated_at: str | None
+    problem: str | None
+
+
+def list_keys(uri: str | None = None, *, s3_client=None) -> tuple[str, list[KeySummary]]:
+    """(store URI, one summary per key folder, sorted by key)."""
+    store = _open(uri, s3_client)
+    try:
+        groups = _group(store.list(with_etags=False))
+        summaries = []
+        for key, group in sorted(groups.items()):
+            doc, problem = _manifest(store, key) if group.manifest else (None, "no manifest")
+            entries = doc["entries"] if doc else {}
+            summaries.append(KeySummary(
+                key=key,
+                entries=len(entries),
+                entry_bytes=sum(entry["bytes"] for entry in entries.values()),
+                archives=len(group.archives),
+                archive_bytes=sum(info.size for info in group.archives.values()),
+                updated_at=doc.get("updated_at") if doc else None,
+                problem=problem,
+            ))
+    except StorageError as exc:
+        raise _backend(exc) from exc
+    return store.uri_root, summaries
+
+
+@dataclass(frozen=True)
+class KeyDetail:
+    key: str
+    manifest_uri: str
+    fields: dict
+    updated_at: str | None
+    entries: list[tuple[str, str, int]]  # (entry name, archive, entry bytes)
+    archives: list[tuple[str, int, bool]]  # (archive, bytes, referenced by the manifest)
+    warnings: list[str]
+
+
+def show(uri: str | None, key: str, *, s3_client=None) -> KeyDetail:
+    """One key's manifest: its key fields, entries, and the archives stored beside it."""
+    store = _open(uri, s3_client)
+    if not key or "/" in key or key in (".", ".."):
+        raise InputError(f"bad cache key {key!r}", hint="use a key folder name as `orchestrator cache ls` shows it")
+    manifest_key = f"{key}/{compile_cache.MANIFEST}"
+    try:
+        raw = store.get_bytes(manifest_key)
+        if raw is None:
+            raise InputError(f"no manifest for cache key {key!r} under {store.uri_root}",
+                             hint="`orchestrator cache ls` lists the keys there")
+        try:
+            doc, warnings = compile_cache.parse_manifest(raw)
+        except ValueError as exc:
+            raise BackendError(f"{store.uri(manifest_key)}: {exc}",
+                               hint="the next push replaces an unusable manifest; prune --key removes it") from exc
+        stored = _group(store.list(f"{key}/", with_etags=False)).get(key, _KeyObjects()).archives
+    except StorageError as exc:
+        raise _backend(exc) from exc
+    referenced = {entry["archive"] for entry in doc["entries"].values()}
+    return KeyDetail(
+        key=key,
+        manifest_uri=store.uri(manifest_key),
+        fields=doc.get("key") if isinstance(doc.get("key"), dict) else {},
+        updated_at=doc.get("updated_at"),
+        entries=sorted((name, entry["archive"], entry["bytes"]) for name, entry in doc["entries"].items()),
+        archives=sorted((name, info.size, name in referenced) for name, info in stored.items()),
+        warnings=warnings + [f"{name} is named by the manifest but missing" for name in sorted(referenced - set(stored))],
+    )
+
+
+@dataclass(frozen=True)
+class PruneAction:
+    uri: str
+    bytes: int
+    reason: str
+
+
+@dataclass
+class PruneReport:
+    store_uri: str
+    dry_run: bool
+    deleted: list[PruneAction] = field(default_factory=list)
+    kept_young: int = 0
+    skipped: list[str] = field(default_factory=list)  # keys left alone, with why
+
+    @property
+    def bytes(self) -> int:
+        return sum(action.bytes for action in self.deleted)
+
+
+def prune(uri: str | None = None, *, key: str | None = None, older_than_days: float | None = None,
+          grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: float | None = None,
+          s3_client=None) -> PruneReport:
+    """Delete unreferenced archives older than `grace_s`, and whole keys when asked.
+
+    `key`: delete that key (manifest, then archives past the grace period). `older_than_days`:
+    delete every key whose manifest (or, without one, newest object) is older than that.
+    Without either, only unreferenced archives go. `dry_run` reports without deleting.
+    """
+    if older_than_days is not None and older_than_days < 0:
+        raise InputError(f"--older-than must be zero or more days, got {older_than_days}")
+    if grace_s < 0:
+        raise InputError(f"the grace period must be zero or more, got {grace_s}")
+    store = _open(uri, s3_client)
+    now = time.time() if now is None else now
+    report = PruneReport(store.uri_root, dry_run)
+    try:
+        # Listing comes before reading manifests: see the module docstring.
+        groups = _group(store.list(f"{key}/" if key else "", with_etags=False))
+        if key is not None and key not in groups:
+            raise InputError(f"no cache key {key!r} under {store.uri_root}",
+                             hint="`orchestrator cache ls` lists the keys there")
+        if isinstance(store, FileStore) and key is None:
+            for path, size in store.stale_temporaries(grace_s, now=now):
+                if not dry_run:
+                    try:
+                        path.unlink(missing_ok=True)
+                    except OSError as exc:
+                        raise BackendError(f"cannot delete {path}: {exc.strerror or exc}") from exc
+                report.deleted.append(PruneAction(f"file://{path}", size, "left by an interrupted write"))
+        for name, group in sorted(groups.items()):
+            whole = key is not None
+            if older_than_days is not None:
+                newest = group.manifest or max([*group.archives.values(), *group.others],
+                                               key=lambda info: info.last_modified)
+                whole = whole or now - newest.last_modified > older_than_days * 86400
+            if whole:
+                _drop_key(store, group, now, grace_s, report)
+            else:
+                _drop_unreferenced(store, name, group, now, grace_s, report)
+    except StorageError as exc:
+        raise _backend(exc) from exc
+    return report
+
+
+def _delete(store: Store, key: str, size: int, reason: str, report: PruneReport) -> None:
+    if not report.dry_run:
+        store.delete(key)
+    report.deleted.append(PruneAction(store.uri(key), size, reason))
+
+
+def _drop_key(store: Store, group: _KeyObjects, now: float, grace_s: float, report: PruneReport) -> None:
+    if group.manifest is not None:
+        _delete(store, group.manifest.key, group.manifest.size, "key removed", report)
+    for info in [*group.archives.values(), *group.others]:
+        if now - info.last_modified > grace_s:
+            _delete(store, info.key, info.size, "key removed", report)
+        else:
+            report.kept_young += 1
+
+
+def _drop_unreferenced(store: Store, name: str, group: _KeyObjects, now: float, grace_s: float,
+                       report: PruneReport) -> None:
+    referenced: set[str] = set()
+    if group.archives:
+        # Read even when the listing showed no manifest: a push may have published it since.
+        raw = store.get_bytes(f"{name}/{compile_cache.MANIFEST}")
+        if raw is not None:
+            try:
+                doc = json.loads(raw)
+                referenced = {entry["archive"] for entry in doc["entries"].values()}
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # Which archives it names is unknown: keep them all.
+                report.skipped.append(f"{name}: unreadable manifest ({type(exc).__name__}); archives kept")
+                return
+    for archive, info in sorted(group.archives.items()):
+        if archive in referenced:
+            continue
+        if now - info.last_modified > grace_s:
+            _delete(store, info.key, info.size, "not referenced by the manifest", report)
+        else:
+            report.kept_young += 1

@@ -1,0 +1,285 @@
+"""`orchestrator cache ls | show | prune` (orchestrator/cache.py + cli.py) on file:// and S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoints import compile_cache as cc
+from entrypoints import storage
+from orchestrator import cache
+from orchestrator.errors import BackendError, InputError
+
+NEURON = cc.CacheKey("neuronx-cc", "2.22.1", "xla", "", "trn1", 2)
+INDUCTOR = cc.CacheKey("inductor", "2.9.0+cpu", "native", "", "cpu", 2)
+HOUR = 3600.0
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_uri(request, tmp_path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path}/store"
+    return f"s3://{request.getfixturevalue('moto_bucket')}/compile-cache"
+
+
+def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    from orchestrator import cli
+
+    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    captured = capsys.readouterr()
+    return info.value.code or 0, captured.out, captured.err
+
+
+def neuron_entries(root: Path, *modules: str) -> None:
+    for module in modules:
+        folder = root / "neuronxcc-2.22.1" / f"MODULE_{module}+00"
+        folder.mkdir(parents=True)
+        (folder / "model.neff").write_bytes(b"n" * 1000)
+        (folder / "model.done").write_text("")
+
+
+def populate(uri: str, tmp_path: Path) -> None:
+    """Two keys: neuron with 3 entries in 2 archives, inductor with 2 entries."""
+    source = tmp_path / "neuron-src"
+    neuron_entries(source, "a", "b")
+    cc.push(uri, NEURON, source)
+    neuron_entries(source, "c")
+    cc.push(uri, NEURON, source)
+    inductor = tmp_path / "inductor-src"
+    (inductor / "ab").mkdir(parents=True)
+    (inductor / "ab" / "cab.py").write_bytes(b"x" * 100)
+    (inductor / "ab" / "cab.so").write_bytes(b"y" * 200)
+    cc.push(uri, INDUCTOR, inductor)
+
+
+def orphan(uri: str, key: cc.CacheKey = NEURON, data: bytes = b"orphan archive") -> str:
+    """An archive no manifest names, as a push killed before publishing leaves it."""
+    name = f"archives/{'0' * 64}.tar"
+    storage.open_store(uri).put_bytes(f"{key.digest()}/{name}", data)
+    return name
+
+
+def test_ls_lists_keys_with_counts_and_sizes(store_uri, tmp_path, monkeypatch, capsys):
+    populate(store_uri, tmp_path)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "ls", store_uri)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["KEY", "ENTRIES", "ENTRY"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert set(rows) == {NEURON.digest(), INDUCTOR.digest()}
+    assert rows[NEURON.digest()][1] == "3" and rows[NEURON.digest()][4] == "2"  # entries, archives
+    assert rows[INDUCTOR.digest()][1:3] == ["2", "300"]
+
+
+def test_list_keys_reports_what_the_manifest_says(store_uri, tmp_path):
+    populate(store_uri, tmp_path)
+    root, keys = cache.list_keys(store_uri)
+    assert root == store_uri
+    by_key = {k.key: k for k in keys}
+    assert by_key[NEURON.digest()].entries == 3
+    assert by_key[NEURON.digest()].entry_bytes == 3 * 1000
+    assert by_key[NEURON.digest()].archives == 2
+    assert by_key[INDUCTOR.digest()].entry_bytes == 300
+    assert all(k.problem is None and k.updated_at for k in keys)
+
+
+def test_ls_defaults_to_the_local_store(orch_home, tmp_path, monkeypatch, capsys):
+    uri = f"file://{orch_home}/store/compile-cache"
+    assert cache.default_uri() == uri
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "ls")
+    assert code == 0 and "no compile caches under" in out and uri in out
+    populate(uri, tmp_path)
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "ls")
+    assert code == 0 and NEURON.digest() in out
+
+
+def test_ls_flags_a_key_without_a_usable_manifest(tmp_path, monkeypatch, capsys):
+    uri = f"file://{tmp_path}/store"
+    orphan(uri)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "ls", uri)
+    assert code == 0 and NEURON.digest() in out and "no manifest" in err
+
+
+def test_show_lists_entries_and_archives(store_uri, tmp_path, monkeypatch, capsys):
+    populate(store_uri, tmp_path)
+    orphan(store_uri)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "show", store_uri, NEURON.digest())
+    assert code == 0, err
+    assert f"manifest: {store_uri}/{NEURON.digest()}/manifest.json" in out
+    assert "  compiler_version: 2.22.1" in out and "  world_size: 2" in out
+    for module in "abc":
+        assert f"neuronxcc-2.22.1/MODULE_{module}+00" in out
+    assert "3 entries; 3 archives" in out and "1 not referenced" in out
+    detail = cache.show(store_uri, NEURON.digest())
+    assert [used for _, _, used in detail.archives].count(False) == 1
+    assert {archive for _, archive, _ in detail.entries} == {name for name, _, used in detail.archives if used}
+
+
+def test_show_with_the_default_uri_takes_just_a_key(orch_home, tmp_path, monkeypatch, capsys):
+    populate(cache.default_uri(), tmp_path)
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "show", INDUCTOR.digest())
+    assert code == 0 and "ab/cab.so" in out
+
+
+def test_show_warns_about_a_missing_archive(tmp_path, monkeypatch, capsys):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    for path in (tmp_path / "store" / INDUCTOR.digest() / "archives").iterdir():
+        path.unlink()
+    code, _, err = _cli(monkeypatch, capsys, "cache", "show", uri, INDUCTOR.digest())
+    assert code == 0 and "named by the manifest but missing" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["cache", "show", "FILE_STORE", "no-such-key"], "no manifest for cache key 'no-such-key'"),
+    (["cache", "show", "FILE_STORE", "../escape"], "bad cache key"),
+    (["cache", "ls", "http://example.com/cache"], "bad cache URI"),
+    (["cache", "ls", "file://relative/path"], "bad cache URI"),
+    (["cache", "prune", "FILE_STORE", "--key", "no-such-key"], "no cache key 'no-such-key'"),
+    (["cache", "show", "a", "b", "c"], "takes [URI] KEY"),
+])
+def test_bad_input_exits_2(tmp_path, monkeypatch, capsys, args, message):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    code, _, err = _cli(monkeypatch, capsys, *[uri if a == "FILE_STORE" else a for a in args])
+    assert code == 2 and message in err
+
+
+def test_store_failure_exits_1(moto_server, monkeypatch, capsys):
+    code, _, err = _cli(monkeypatch, capsys, "cache", "ls", "s3://no-such-bucket/cache")
+    assert code == 1 and "no-such-bucket" in err and "hint:" in err
+    with pytest.raises(BackendError):
+        cache.prune("s3://no-such-bucket/cache")
+
+
+def test_prune_deletes_only_old_unreferenced_archives(store_uri, tmp_path):
+    populate(store_uri, tmp_path)
+    name = orphan(store_uri)
+    before = {info.key for info in storage.open_store(store_uri).list()}
+    young = cache.prune(store_uri)
+    assert young.deleted == [] and young.kept_young == 1
+    dry = cache.prune(store_uri, now=time.time() + 2 * HOUR, dry_run=True)
+    assert [a.uri for a in dry.deleted] == [f"{store_uri}/{NEURON.digest()}/{name}"]
+    assert {info.key for info in storage.open_store(store_uri).list()} == before
+    report = cache.prune(store_uri, now=time.time() + 2 * HOUR)
+    assert [a.uri for a in report.deleted] == [f"{store_uri}/{NEURON.digest()}/{name}"]
+    assert report.bytes == len(b"orphan archive")
+    assert {info.key for info in storage.open_store(store_uri).list()} == before - {f"{NEURON.digest()}/{name}"}
+    for key in (NEURON, INDUCTOR):
+        assert cc.pull(store_uri, key, tmp_path / f"pull-{key.kind}").warnings == []
+
+
+def test_prune_cli_reports_and_dry_run_keeps(tmp_path, monkeypatch, capsys):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    name = orphan(uri)
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri, "--dry-run", "--grace-hours", "0")
+    assert code == 0 and f"would delete {uri}/{NEURON.digest()}/{name}" in out
+    assert storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri)
+    assert code == 0 and "kept 1 archive(s) younger than the grace period" in out
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0")
+    assert code == 0 and f"deleted {uri}/{NEURON.digest()}/{name}" in out and "deleted 1 object(s)" in out
+    assert not storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+
+
+def test_prune_a_whole_key(store_uri, tmp_path, monkeypatch, capsys):
+    populate(store_uri, tmp_path)
+    report = cache.prune(store_uri, key=NEURON.digest())
+    # The manifest goes at once; archives younger than the grace period stay for now.
+    assert [a.uri.rsplit("/", 1)[1] for a in report.deleted] == ["manifest.json"]
+    assert report.kept_young == 2
+    assert cc.pull(store_uri, NEURON, tmp_path / "cold").hit_entries == 0
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", store_uri, "--key", NEURON.digest(),
+                        "--grace-hours", "0")
+    assert code == 0 and "deleted 2 object(s)" in out
+    keys = [k.key for k in cache.list_keys(store_uri)[1]]
+    assert keys == [INDUCTOR.digest()]
+
+
+def test_prune_keys_older_than(store_uri, tmp_path):
+    populate(store_uri, tmp_path)
+    assert cache.prune(store_uri, older_than_days=1).deleted == []
+    report = cache.prune(store_uri, older_than_days=1, now=time.time() + 2 * 86400)
+    assert len(report.deleted) == 2 + 3 and report.kept_young == 0  # two manifests, three archives
+    assert cache.list_keys(store_uri)[1] == []
+
+
+def test_prune_keeps_archives_a_push_publishes_while_prune_runs(tmp_path, monkeypatch):
+    """Prune lists, then reads manifests: a manifest published in between protects its archive."""
+    uri = f"file://{tmp_path}/store"
+    source = tmp_path / "src"
+    neuron_entries(source, "a")
+    real_publish = cc._publish
+    monkeypatch.setattr(cc, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        cc.push(uri, NEURON, source)  # the archive is up, the manifest not yet
+    monkeypatch.setattr(cc, "_publish", real_publish)
+    store = storage.open_store(uri)
+    archive = store.list(f"{NEURON.digest()}/archives/")[0]
+    old = time.time() - 3 * HOUR
+    os.utime(store.path(archive.key), (old, old))
+    real_open = cache._open
+
+    class PublishAfterListing:
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def list(self, *args, **kwargs):
+            listed = self._inner.list(*args, **kwargs)
+            assert cc.push(uri, NEURON, source).new_entries == 1  # the push completes now
+            return listed
+
+    monkeypatch.setattr(cache, "_open", lambda *a: PublishAfterListing(real_open(*a)))
+    report = cache.prune(uri)
+    assert report.deleted == []
+    assert cc.pull(uri, NEURON, tmp_path / "after").hit_entries == 1
+
+
+def test_prune_removes_old_temporaries_of_interrupted_writes(tmp_path):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    folder = tmp_path / "store"
+    old_temp, young_temp = folder / ".storage-tmp.1234abcd", folder / NEURON.digest() / ".storage-tmp.5678.manifest.json"
+    old_temp.write_bytes(b"x" * 10)
+    young_temp.write_bytes(b"y")
+    old = time.time() - 3 * HOUR
+    os.utime(old_temp, (old, old))
+    report = cache.prune(uri)
+    assert [(a.uri, a.bytes) for a in report.deleted] == [(f"file://{old_temp}", 10)]
+    assert not old_temp.exists() and young_temp.exists()
+    assert all(cc.pull(uri, k, tmp_path / k.kind).warnings == [] for k in (NEURON, INDUCTOR))
+
+
+def test_prune_leaves_archives_of_an_unreadable_manifest(tmp_path):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    name = orphan(uri)
+    storage.open_store(uri).put_bytes(f"{NEURON.digest()}/manifest.json", b"{broken")
+    report = cache.prune(uri, now=time.time() + 2 * HOUR)
+    assert report.deleted == [] and "unreadable manifest" in report.skipped[0]
+    assert storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+
+
+def test_prune_refuses_negative_periods(tmp_path):
+    with pytest.raises(InputError):
+        cache.prune(f"file://{tmp_path}/s", older_than_days=-1)
+    with pytest.raises(InputError):
+        cache.prune(f"file://{tmp_path}/s", grace_s=-1)
+
+
+def test_show_rejects_an_unusable_manifest(tmp_path):
+    uri = f"file://{tmp_path}/store"
+    storage.open_store(uri).put_bytes(f"{NEURON.digest()}/manifest.json", json.dumps({"schema": 7}).encode())
+    with pytest.raises(BackendError, match="schema"):
+        cache.show(uri, NEURON.digest())
