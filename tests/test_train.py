@@ -1,0 +1,319 @@
+"""entrypoints/train.py, runtime.py, data.py: the per-rank loop, as launch.py runs it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from entrypoints import contract, data, runtime, train
+
+ROOT = Path(__file__).resolve().parents[1]
+STATS_FIELDS = {"rank", "world_size", "local_rank", "steps_done", "start_step", "resumed_from", "step_times_s",
+                "time_to_first_step_s", "compile_s", "final_loss", "samples_per_s", "runtime", "precision",
+                "batch_size", "versions"}
+
+
+def tiny_spec(**training) -> dict:
+    spec = {
+        "name": "tiny",
+        "backend": "local",
+        "model": {"arch": "vit_tiny_patch16_224", "patch_embed": "linear", "image_size": 32, "num_classes": 5,
+                  "patch_size": 8, "depth": 1, "embed_dim": 32, "num_heads": 2},
+        "training": {"runtime": "native", "compile": False, "steps": 6, "warmup_steps": 2, "batch_size": 4,
+                     "precision": "fp32", "seed": 3, "checkpoint_every": 0, "log_every": 2,
+                     "optimizer": {"name": "adamw", "lr": 1e-3, "weight_decay": 0.01, "momentum": 0.9}},
+        "data": {"source": "synthetic", "num_workers": 0},
+    }
+    spec["training"].update(training)
+    return spec
+
+
+def write_job(path: Path, spec: dict) -> Path:
+    job = {"schema": contract.JOB_FILE_SCHEMA, "job_name": "tiny-test", "spec_hash": "0" * 64, "spec": spec,
+           "instance": {"type": "ml.trn1.2xlarge"}, "workers_per_node": 1,
+           "compile_cache": {"uri": None, "mode": "off"}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(job))
+    return path
+
+
+class Job:
+    """A job's files under tmp: job.json, the SM_* dirs, and how to run train.py on them."""
+
+    def __init__(self, root: Path, spec: dict, channels: dict[str, Path] | None = None) -> None:
+        self.root = root
+        self.job = write_job(root / "job.json", spec)
+        self.stats = root / "stats"
+        self.model = root / "model"
+        self.checkpoints = root / "checkpoints"
+        self.env = dict(os.environ, PYTHONPATH=str(ROOT), SM_MODEL_DIR=str(self.model),
+                        SM_CHECKPOINT_DIR=str(self.checkpoints), SM_OUTPUT_DATA_DIR=str(root / "output"),
+                        SM_CHANNELS=json.dumps(sorted(channels or {})))
+        self.env.pop(train.STOP_AT_STEP_ENV, None)
+        for name, path in (channels or {}).items():
+            self.env[contract.channel_env(name)] = str(path)
+
+    def run(self, *, torchrun_procs: int = 0, extra_env: dict | None = None, timeout: int = 300):
+        args = ["-m", "entrypoints.train", "--job", str(self.job), "--stats-dir", str(self.stats)]
+        if torchrun_procs:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            args = ["-m", "torch.distributed.run", "--nnodes", "1", "--node_rank", "0", "--nproc_per_node",
+                    str(torchrun_procs), "--master_addr", "127.0.0.1", "--master_port", str(port)] + args
+        return subprocess.run([sys.executable, *args], cwd=ROOT, env=dict(self.env, **(extra_env or {})),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def rank_stats(self, rank: int = 0) -> dict:
+        return json.loads((self.stats / f"rank-{rank}.json").read_text())
+
+
+def metric_values(output: str, tag: str, key: str) -> list[float]:
+    return [float(m) for m in re.findall(contract.metric_regex(tag, key), output)]
+
+
+def test_native_single_process_trains_and_reports(tmp_path):
+    job = Job(tmp_path, tiny_spec())
+    proc = job.run()
+    assert proc.returncode == 0, proc.stderr
+    stats = job.rank_stats()
+    assert STATS_FIELDS <= set(stats)
+    assert stats["error"] is None
+    assert (stats["rank"], stats["world_size"], stats["local_rank"]) == (0, 1, 0)
+    assert stats["steps_done"] == 6 and stats["start_step"] == 0 and stats["resumed_from"] is None
+    assert len(stats["step_times_s"]) == 6 - 2
+    assert math.isfinite(stats["final_loss"])
+    assert stats["samples_per_s"] > 0 and stats["time_to_first_step_s"] > 0 and stats["compile_s"] >= 0
+    assert (stats["runtime"], stats["precision"], stats["batch_size"]) == ("native", "fp32", 4)
+    assert set(stats["versions"]) == {"python", "torch", "torch_xla", "timm", "neuronx_cc"}
+    assert stats["versions"]["torch"] == torch.__version__
+    # Every metric the request's MetricDefinitions name is in the log, as SageMaker parses it.
+    for name, (tag, key) in contract.METRIC_NAMES.items():
+        assert metric_values(proc.stdout, tag, key), f"{name} not found in the log"
+    assert [int(v) for v in metric_values(proc.stdout, contract.METRICS_TAG, "step")] == [2, 4, 6]
+    losses = metric_values(proc.stdout, contract.METRICS_TAG, "loss")
+    assert losses[-1] == pytest.approx(stats["final_loss"], rel=1e-4)
+    weights = torch.load(job.model / "model.pt", weights_only=True)
+    assert weights["patch_embed.proj.weight"].shape == (32, 3 * 8 * 8)
+    assert not job.checkpoints.exists()
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    # Resuming at step 6 (not a multiple of the synthetic pool size) proves the batch of a step
+    # follows its index, not the restart.
+    assert 6 % data.POOL_SIZE
+    spec = tiny_spec(steps=8, checkpoint_every=3)
+    whole = Job(tmp_path / "whole", spec)
+    assert whole.run().returncode == 0
+    assert sorted(p.name for p in whole.checkpoints.iterdir()) == ["ckpt-000000006.pt", "ckpt-000000008.pt"]
+
+    broken = Job(tmp_path / "broken", spec)
+    killed = broken.run(extra_env={train.STOP_AT_STEP_ENV: "7"})
+    assert killed.returncode == -signal.SIGKILL
+    assert not (broken.model / "model.pt").exists()
+    assert sorted(p.name for p in broken.checkpoints.iterdir()) == ["ckpt-000000003.pt", "ckpt-000000006.pt"]
+
+    again = broken.run()
+    assert again.returncode == 0, again.stderr
+    stats = broken.rank_stats()
+    assert (stats["start_step"], stats["resumed_from"], stats["steps_done"]) == (6, 6, 2)
+    assert "resumed from checkpoint step 6" in again.stdout
+    expected = torch.load(whole.model / "model.pt", weights_only=True)
+    got = torch.load(broken.model / "model.pt", weights_only=True)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+    final_opt = torch.load(whole.checkpoints / "ckpt-000000008.pt", weights_only=False)["optimizer"]
+    resumed_opt = torch.load(broken.checkpoints / "ckpt-000000008.pt", weights_only=False)["optimizer"]
+    for index, state in final_opt["state"].items():
+        assert torch.equal(state["exp_avg_sq"], resumed_opt["state"][index]["exp_avg_sq"])
+
+
+def test_unreadable_or_foreign_newest_checkpoint_is_skipped(tmp_path):
+    spec = tiny_spec(steps=4, checkpoint_every=2)
+    job = {"spec": spec}
+    first = train.Trainer(job, runtime.Dist(), checkpoint_dir=tmp_path, log=lambda line: None)
+    first.run(train.RankStats(0, 1, 0, "native", "fp32", 4), 0.0)
+    assert [s for s, _ in train.list_checkpoints(tmp_path)] == [4, 2]
+    train.checkpoint_path(tmp_path, 4).write_bytes(train.checkpoint_path(tmp_path, 4).read_bytes()[:1000])
+    other = tiny_spec(steps=4)
+    other["model"]["depth"] = 2
+    foreign = train.Trainer({"spec": other}, runtime.Dist(), checkpoint_dir=tmp_path / "x", log=lambda line: None)
+    foreign.save_checkpoint(6)
+    (tmp_path / "x" / "ckpt-000000006.pt").rename(tmp_path / "ckpt-000000006.pt")
+    (tmp_path / ".ckpt-000000008.pt.tmp-1").write_bytes(b"half written")
+
+    lines: list[str] = []
+    resumed = train.Trainer(job, runtime.Dist(), checkpoint_dir=tmp_path, log=lines.append)
+    assert (resumed.start_step, resumed.resumed_from) == (2, 2)
+    assert any("ckpt-000000006.pt belongs to another model" in line for line in lines)
+    assert any("ckpt-000000004.pt does not load" in line for line in lines)
+
+
+def test_an_exception_writes_stats_with_the_error_and_exits_non_zero(tmp_path):
+    job = Job(tmp_path, dict(tiny_spec(), data={"source": f"file://{tmp_path}/no-such-dir", "num_workers": 0}))
+    proc = job.run()
+    assert proc.returncode != 0
+    stats = job.rank_stats()
+    assert stats["error"].startswith("FileNotFoundError")
+    assert "no-such-dir" in stats["error"]
+    assert stats["steps_done"] == 0
+    assert "Traceback" in proc.stderr
+
+    job.job.write_text(json.dumps({"schema": 99}))
+    proc = job.run()
+    assert proc.returncode != 0
+    stats = job.rank_stats()
+    assert stats["error"].startswith("ValueError") and "schema 99" in stats["error"]
+    assert (stats["rank"], stats["world_size"]) == (0, 1)
+
+
+def test_sigterm_ends_through_the_error_path(tmp_path):
+    job = Job(tmp_path, tiny_spec(steps=1_000_000, log_every=1))
+    args = [sys.executable, "-m", "entrypoints.train", "--job", str(job.job), "--stats-dir", str(job.stats)]
+    proc = subprocess.Popen(args, cwd=ROOT, env=job.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith(contract.METRICS_TAG):
+                proc.terminate()
+                break
+        assert proc.wait(timeout=60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stats = job.rank_stats()
+    assert stats["error"] == "SystemExit: terminated by SIGTERM"
+    assert stats["steps_done"] >= 1
+
+
+@pytest.mark.slow
+def test_two_ranks_with_gloo_through_torchrun(tmp_path):
+    job = Job(tmp_path, tiny_spec(steps=4, warmup_steps=1, checkpoint_every=2))
+    proc = job.run(torchrun_procs=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [job.rank_stats(r) for r in (0, 1)]
+    assert [(s["rank"], s["world_size"], s["local_rank"]) for s in ranks] == [(0, 2, 0), (1, 2, 1)]
+    assert all(s["steps_done"] == 4 and s["error"] is None for s in ranks)
+    # Global throughput: both ranks' samples per step.
+    step_time = ranks[0]["step_times_s"]
+    assert ranks[0]["samples_per_s"] == pytest.approx(4 * 2 * len(step_time) / sum(step_time))
+    # Only rank 0 logs: one metrics line per log step, one summary.
+    assert len(metric_values(proc.stdout, contract.METRICS_TAG, "step")) == 2
+    assert len(metric_values(proc.stdout, contract.SUMMARY_TAG, "samples_per_s")) == 1
+    assert (job.model / "model.pt").exists()
+    assert [s for s, _ in train.list_checkpoints(job.checkpoints)] == [4, 2]
+
+
+@pytest.mark.slow
+def test_xla_runtime_on_cpu(tmp_path):
+    job = Job(tmp_path, tiny_spec(runtime="xla", precision="bf16", steps=3, warmup_steps=1, log_every=1))
+    proc = job.run(extra_env={"PJRT_DEVICE": "CPU"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = job.rank_stats()
+    assert (stats["runtime"], stats["precision"], stats["steps_done"]) == ("xla", "bf16", 3)
+    assert stats["graphs_compiled"] >= 1
+    assert math.isfinite(stats["final_loss"])
+    assert len(metric_values(proc.stdout, contract.METRICS_TAG, "loss")) == 3
+    assert torch.load(job.model / "model.pt", weights_only=True)["head.weight"].device.type == "cpu"
+
+
+def make_image_folder(root: Path, classes: int = 2, per_class: int = 6) -> Path:
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(0)
+    for c in range(classes):
+        folder = root / f"class{c}"
+        folder.mkdir(parents=True)
+        for i in range(per_class):
+            height, width = 20 + i, 28 - i  # odd sizes: the transform must resize
+            pixels = torch.randint(0, 256, (height, width, 3), generator=gen, dtype=torch.uint8)
+            Image.fromarray(pixels.numpy()).save(folder / f"img{i}.png")
+    return root
+
+
+def test_training_on_an_image_folder_channel(tmp_path):
+    images = make_image_folder(tmp_path / "train")
+    job = Job(tmp_path / "job", dict(tiny_spec(steps=4, warmup_steps=1),
+                                     data={"source": "s3://bucket/train", "num_workers": 1}),
+              channels={"train": images})
+    proc = job.run()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = job.rank_stats()
+    assert stats["steps_done"] == 4 and math.isfinite(stats["final_loss"])
+
+
+def test_image_folder_batches_are_static_sharded_and_resumable(tmp_path):
+    root = make_image_folder(tmp_path / "train", per_class=7)
+    rt = runtime.NativeRuntime(runtime.Dist(), "fp32")
+
+    def source(rank: int, world: int) -> data.ImageFolderSource:
+        return data.ImageFolderSource(rt, root, batch_size=3, image_size=16, num_classes=5, seed=1,
+                                      dist=runtime.Dist(rank=rank, world_size=world), num_workers=0)
+
+    single = source(0, 1)
+    assert single.steps_per_epoch == 14 // 3
+    stream = single.batches(0)
+    run = [next(stream) for _ in range(7)]  # crosses an epoch boundary
+    assert all(images.shape == (3, 3, 16, 16) and labels.shape == (3,) for images, labels in run)
+    resumed = single.batches(5)
+    for step in (5, 6):
+        images, labels = next(resumed)
+        assert torch.equal(images, run[step][0]) and torch.equal(labels, run[step][1])
+
+    halves = [source(r, 2) for r in (0, 1)]
+    indices = [list(h.sampler) for h in halves]
+    assert len(indices[0]) == len(indices[1]) == 7
+    assert not set(indices[0]) & set(indices[1])
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        data.ImageFolderSource(rt, root, batch_size=8, image_size=16, num_classes=5, seed=1,
+                               dist=runtime.Dist(rank=0, world_size=2), num_workers=0)
+    with pytest.raises(ValueError, match="has 2 classes but model.num_classes is 1"):
+        data.ImageFolderSource(rt, root, batch_size=2, image_size=16, num_classes=1, seed=1,
+                               dist=runtime.Dist(), num_workers=0)
+
+
+def test_synthetic_pool_is_made_once_and_indexed_by_step():
+    rt = runtime.NativeRuntime(runtime.Dist(), "fp32")
+    rank0 = data.SyntheticSource(rt, 2, 8, 10, seed=0, dist=runtime.Dist(), pool_size=3)
+    rank1 = data.SyntheticSource(rt, 2, 8, 10, seed=0, dist=runtime.Dist(rank=1, world_size=2), pool_size=3)
+    first = [next(rank0.batches(s)) for s in range(7)]
+    assert first[0][0] is first[3][0] is first[6][0]  # the same tensors, no new data per step
+    assert not torch.equal(first[0][0], first[1][0])
+    assert not torch.equal(first[0][0], next(rank1.batches(0))[0])
+    again = data.SyntheticSource(rt, 2, 8, 10, seed=0, dist=runtime.Dist(), pool_size=3)
+    assert torch.equal(next(again.batches(4))[0], first[4][0])
+
+
+def test_dist_from_env():
+    assert runtime.Dist.from_env({}) == runtime.Dist(0, 1, 0, 1, 0)
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
+    dist = runtime.Dist.from_env(env)
+    assert (dist.rank, dist.world_size, dist.local_rank, dist.node_rank) == (3, 4, 1, 1)
+    assert not dist.is_main and not dist.is_node_main
+    with pytest.raises(ValueError, match="inconsistent"):
+        runtime.Dist.from_env({"RANK": "2", "WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match="RANK='x'"):
+        runtime.Dist.from_env({"RANK": "x"})
+
+
+def test_runtime_choices_are_checked():
+    with pytest.raises(ValueError, match="fp16 is not supported"):
+        runtime.create("xla", runtime.Dist(), "fp16")
+    with pytest.raises(ValueError, match="xla or native"):
+        runtime.create("tpu", runtime.Dist(), "fp32")
+    with pytest.raises(ValueError, match="adam, adamw or sgd"):
+        train.make_optimizer([torch.zeros(1, requires_grad=True)], {"name": "lion"})
+    sgd = train.make_optimizer([torch.zeros(1, requires_grad=True)], {"name": "sgd", "lr": 0.1, "momentum": 0.5})
+    assert sgd.param_groups[0]["momentum"] == 0.5
