@@ -44,11 +44,985 @@ def schema() -> None:
 
 @app.command()
 def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
-    """Check a job spec: fields, types and cross-field rules. Exit 2 with locations if wrong."""
+    """Check a job spec: fields, types, cross-field and Neuron rules. Exit 2 with locations if wrong."""
+    from orchestrator import doctor as doctor_rules
     from orchestrator import spec
 
     loaded = spec.load(path)
+    findings = doctor_rules.check(loaded)
+    for finding in findings:
+        if finding.severity != "error":
+            _err(_finding_text(loaded, finding))
+    doctor_rules.raise_for(loaded, findings)
     _out(f"{path}: ok ({loaded.name}, {loaded.backend}, {loaded.instance.type} x{loaded.instance.count})")
+
+
+def _finding_text(loaded, finding) -> str:
+    file, line, column = loaded.locate(finding.path)
+    where = f"{file}:{line}:{column}" if line else (file or "<spec>")
+    return f"{finding.severity}: {finding.rule} {where} {finding.path}: {finding.message}\n  fix: {finding.fix}"
+
+
+@app.command()
+def doctor(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
+    """Run the Neuron-aware rules on a job spec. Exit 2 when any finding is an error."""
+    from orchestrator import doctor as doctor_rules
+    from orchestrator import spec
+
+    loaded = spec.load(path)
+    findings = doctor_rules.check(loaded)
+    for finding in findings:
+        _out(_finding_text(loaded, finding))
+    bad = doctor_rules.errors(findings)
+    _out(f"{path}: {len(bad)} error(s), {len(findings) - len(bad)} other finding(s)")
+    if bad:
+        raise typer.Exit(code=2)
+
+
+@app.command()
+def plan(
+    path: Path = typer.Argument(..., help="Job spec YAML."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: request, estimate, findings."),
+) -> None:
+    """Show the exact CreateTrainingJob request that submit sends, and its cost bound."""
+    from orchestrator import doctor as doctor_rules
+    from orchestrator import request, spec
+
+    loaded = spec.load(path)
+    prepared = request.prepare(loaded)
+    doctor_rules.raise_for(loaded, prepared.findings)
+    for finding in prepared.findings:
+        _err(_finding_text(loaded, finding))
+    if as_json:
+        _out(json.dumps({
+            "request": prepared.request,
+            "estimate": prepared.estimate.to_json(),
+            "findings": [f.to_json(loaded) for f in prepared.findings],
+            "source_uri": prepared.source_uri,
+            "archive_sha256": prepared.archive_sha256,
+        }, indent=2))
+        return
+    _out(json.dumps(prepared.request, indent=2))
+    _out(f"source archive: {prepared.source_uri} ({len(prepared.archive)} bytes, sha256 {prepared.archive_sha256})")
+    _out(prepared.estimate.describe())
+
+
+@app.command()
+def smoke(
+    path: Path = typer.Argument(..., help="Job spec YAML."),
+    steps: int = typer.Option(5, "--steps", help="Training steps to run (the first 2 may compile)."),
+) -> None:
+    """Run a few steps of the spec's model here (XLA on PJRT_DEVICE=CPU) and fail, exit 1,
+    if graphs are still compiled after warmup (dynamic shapes)."""
+    from orchestrator import smoke as smoke_check
+    from orchestrator import spec
+
+    loaded = spec.load(path)
+    result = smoke_check.run(loaded, steps, on_progress=_out)
+    _out(f"{path}: ok: {result.message}")
+
+
+# --- jobs: submit, status, logs, stop -------------------------------------------------------
+
+_JOB_REGION_OPTION = typer.Option(None, "--region", help="Region of a job the ledger does not know "
+                                  "(default: AWS_REGION, else us-east-1).")
+
+
+def _job_backend(job: str, region: str | None):
+    """The backend that owns `job`: the one the ledger recorded, else SageMaker in --region."""
+    import os
+
+    from orchestrator import backends
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger()
+    entry = ledger.get(job)
+    if entry is not None:
+        return backends.create(entry.backend, region=region or entry.region, ledger=ledger)
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return backends.create("sagemaker", region=region, ledger=ledger)
+
+
+def _status_lines(st) -> list[str]:
+    lines = [f"job       {st.job_name}",
+             f"status    {st.status}" + (f" ({st.secondary})" if st.secondary else "")]
+    if st.failure_reason:
+        lines.append(f"failure   {st.failure_reason}")
+    if st.billable_seconds is not None:
+        savings = f" (spot saved {st.spot_savings:.0%})" if st.spot_savings is not None else ""
+        lines.append(f"billable  {st.billable_seconds} s{savings}")
+    if st.instance_type:
+        lines.append(f"instance  {st.instance_type} x{st.instance_count or 1}{' spot' if st.spot else ''}")
+    if st.output_uri:
+        lines.append(f"output    {st.output_uri}")
+    return lines
+
+
+def _wait(backend, job_name: str, interval: float):
+    """Poll until the job ends, showing status, secondary status and elapsed time; raise
+    JobFailed when it failed or stopped."""
+    import time
+
+    from rich.console import Console
+
+    from orchestrator.errors import JobFailed
+
+    console = Console(stderr=True, highlight=False)
+    start = time.monotonic()
+    last = None
+    with console.status(f"{job_name}: waiting") as line:
+        while True:
+            st = backend.status(job_name)
+            elapsed = int(time.monotonic() - start)
+            text = f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
+            line.update(f"{text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
+            if (st.status, st.secondary) != last:
+                console.print(f"[{elapsed // 60:d}m{elapsed % 60:02d}s] {text}", markup=False)
+                last = (st.status, st.secondary)
+            if st.terminal:
+                break
+            time.sleep(interval)
+    for text in _status_lines(st):
+        _out(text)
+    if st.status != "completed":
+        reason = f": {st.failure_reason}" if st.failure_reason else ""
+        raise JobFailed(f"job {job_name} {st.status}{reason}", hint=f"`orchestrator logs {job_name}` shows its output")
+    return st
+
+
+@app.command()
+def submit(
+    path: Path = typer.Argument(..., help="Job spec YAML."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what `plan` prints (the exact request); submit "
+                                 "nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Show the job's progress until it ends; exit 1 if it fails or "
+                              "is stopped."),
+    interval: float = typer.Option(15.0, "--interval", min=0.05, help="Seconds between status polls (--wait)."),
+) -> None:
+    """Submit a job: doctor and budget checks, then the spec's backend. Prints the job name.
+
+    Submitting the same spec again creates nothing: the job name comes from the spec's hash and
+    the ledger (and SageMaker) already know it.
+    """
+    if dry_run:
+        plan(path, as_json=False)
+        return
+    from orchestrator import backends, request, spec
+    from orchestrator import doctor as doctor_rules
+    from orchestrator.errors import InputError
+
+    loaded = spec.load(path)
+    prepared = request.prepare(loaded)
+    doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
+    for finding in prepared.findings:
+        _err(_finding_text(loaded, finding))
+    budget = loaded.budget.max_cost_usd
+    if budget is not None and prepared.estimate.usd_max > budget:
+        raise InputError(f"{path}: estimated cost above budget.max_cost_usd {budget:g}: "
+                         f"{prepared.estimate.describe()}", hint="raise budget.max_cost_usd or max_run_minutes")
+    _err(prepared.estimate.describe())
+    backend = backends.create(loaded.backend, region=loaded.region)
+    result = backend.submit(prepared)
+    where = f"{loaded.backend} in {loaded.region}" if loaded.backend == "sagemaker" else loaded.backend
+    _err(f"submitted to {where}" if result.created else f"already submitted to {where} earlier; nothing created")
+    _out(result.job_name)
+    if wait:
+        _wait(backend, result.job_name, interval)
+
+
+@app.command()
+def status(
+    job: str = typer.Argument(..., help="Job name (as printed by submit)."),
+    region: str | None = _JOB_REGION_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Show a job's status, secondary status, failure reason and billable seconds.
+
+    Exit 0 whenever the status could be read, also for a failed job.
+    """
+    import dataclasses
+
+    backend = _job_backend(job, region)
+    st = backend.status(job)
+    if as_json:
+        _out(json.dumps({**dataclasses.asdict(st), "backend": backend.name, "terminal": st.terminal,
+                         "spot_savings": st.spot_savings}, indent=2))
+        return
+    for text in _status_lines(st):
+        _out(text)
+
+
+@app.command()
+def logs(
+    job: str = typer.Argument(..., help="Job name (as printed by submit)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
+    region: str | None = _JOB_REGION_OPTION,
+) -> None:
+    """Print the job's log lines from every host ("[algo-N] ..."), in time order."""
+    backend = _job_backend(job, region)
+    try:
+        for text in backend.logs(job, follow=follow):
+            _out(text)
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+
+
+@app.command()
+def stop(
+    job: str = typer.Argument(..., help="Job name (as printed by submit)."),
+    region: str | None = _JOB_REGION_OPTION,
+) -> None:
+    """Ask the backend to stop a job; `status` then shows stopping, and stopped."""
+    backend = _job_backend(job, region)
+    backend.stop(job)
+    _out(f"{job}: stop requested")
+
+
+# --- infra: the bucket and the execution role (infra/stack.yaml) -------------------------
+
+infra_app = typer.Typer(no_args_is_help=True, help="Deploy and read the AWS set-up: bucket, execution role, "
+                        "operator policy (infra/stack.yaml).")
+app.add_typer(infra_app, name="infra")
+
+_STACK_OPTION = typer.Option("orchestrator", "--stack-name", help="CloudFormation stack name.")
+_REGION_OPTION = typer.Option(None, "--region", help="AWS region (default: AWS_REGION / your AWS config).")
+
+
+@infra_app.command("deploy")
+def infra_deploy(
+    stack_name: str = _STACK_OPTION,
+    region: str | None = _REGION_OPTION,
+    kms: bool | None = typer.Option(None, "--kms/--no-kms", help="Encrypt the bucket with a KMS key the stack "
+                                    "creates (SSE-KMS) instead of SSE-S3. Unset: keep the deployed choice."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Execute the change set without asking."),
+    param: list[str] = typer.Option([], "--param", help="Template parameter NAME=VALUE (repeatable), e.g. "
+                                    "CompileCacheNoncurrentDays=14, BucketName=my-bucket."),
+) -> None:
+    """Create or update the stack through a change set, shown before it runs."""
+    from orchestrator import infra
+    from orchestrator.errors import InputError
+
+    params = infra.parse_parameters(param, kms=kms)
+    cfn = infra.make_client("cloudformation", region)
+    plan = infra.prepare(cfn, stack_name, params)
+    if plan.nothing_to_do:
+        _out(f"stack {stack_name}: nothing to do (the deployed stack already matches the template and parameters)")
+        return
+    _out(f"change set {plan.change_set_name} ({plan.kind} stack {stack_name}"
+         f"{' in ' + plan.region if plan.region else ''}):")
+    for change in plan.changes:
+        replace = f"  replacement: {change.replacement}" if change.replacement else ""
+        _out(f"  {change.action:<8} {change.logical_id:<24} {change.resource_type}{replace}")
+    if not plan.changes:
+        _out("  no resource changes (parameters or outputs only)")
+    for key, value in sorted(plan.parameters.items()):
+        _out(f"  parameter {key}={value}")
+    if not yes:
+        try:
+            go = typer.confirm("Execute this change set?", default=False)
+        except typer.Abort:
+            # No terminal to answer (CI) or Ctrl-C: leave nothing half-made behind.
+            infra.discard(cfn, plan)
+            raise InputError("no answer to the confirmation; the change set was deleted, nothing changed",
+                             hint="pass --yes to deploy without asking") from None
+        if not go:
+            infra.discard(cfn, plan)
+            _out("not executed; the change set was deleted")
+            return
+
+    def progress(event) -> None:
+        when = event.timestamp.strftime("%H:%M:%S") if event.timestamp else "--:--:--"
+        reason = f"  {event.reason}" if event.reason else ""
+        _out(f"  {when} {event.status:<28} {event.logical_id} ({event.resource_type}){reason}")
+
+    outputs = infra.execute(cfn, plan, on_event=progress)
+    _out(f"stack {stack_name}: deployed")
+    _print_infra_outputs(outputs)
+    _out("next: python -m orchestrator infra outputs --write configs/infra.yaml  (then `infra: infra.yaml` in a "
+         "job spec)")
+
+
+def _print_infra_outputs(outputs) -> None:
+    rows = [("role_arn", outputs.role_arn), ("bucket", outputs.bucket),
+            ("compile_cache_uri", outputs.compile_cache_uri), ("output_uri", outputs.output_uri),
+            ("data_uri", outputs.data_uri), ("operator_policy_arn", outputs.operator_policy_arn),
+            ("kms_key_arn", outputs.kms_key_arn), ("region", outputs.region)]
+    for key, value in rows:
+        if value:
+            _out(f"  {key:<20} {value}")
+
+
+@infra_app.command("outputs")
+def infra_outputs(
+    stack_name: str = _STACK_OPTION,
+    region: str | None = _REGION_OPTION,
+    write: Path | None = typer.Option(None, "--write", help="Also write them as YAML for a job spec's `infra:` key."),
+) -> None:
+    """Print the stack's outputs (role ARN, bucket, suggested URIs)."""
+    from orchestrator import infra
+
+    outputs = infra.read_outputs(infra.make_client("cloudformation", region), stack_name)
+    _out(f"stack {stack_name}:")
+    _print_infra_outputs(outputs)
+    if write is not None:
+        infra.write_outputs_file(outputs, write)
+        _out(f"wrote {write}; a job spec takes role_arn and the URIs from it with `infra: <path relative to the spec>`")
+
+
+@infra_app.command("policy")
+def infra_policy(stack_name: str = _STACK_OPTION, region: str | None = _REGION_OPTION) -> None:
+    """Print the operator (laptop/CI) IAM policy JSON, filled in from the deployed stack."""
+    from orchestrator import infra
+    from orchestrator.errors import InputError
+
+    cfn = infra.make_client("cloudformation", region)
+    try:
+        outputs = infra.read_outputs(cfn, stack_name)
+    except InputError as exc:
+        outputs = None
+        _err(f"note: {exc.message}; printing the policy with <PLACEHOLDERS> to fill in")
+    _out(json.dumps(infra.operator_policy(outputs, stack_name=stack_name, region=cfn.meta.region_name), indent=2))
+    if outputs is not None:
+        _err(f"note: the stack already created this policy as {outputs.operator_policy_arn}; attach that to the "
+             "user or CI role instead of copying it")
+
+
+# --- results: the price-performance table -------------------------------------------------
+
+def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | None) -> tuple[str, str | None]:
+    """(results prefix, region): --prefix, else the spec's output.uri, else the local store."""
+    from orchestrator import results as res
+    from orchestrator.errors import InputError
+
+    if prefix is not None and spec_path is not None:
+        raise InputError("--prefix and --spec both say where results live; give one")
+    if prefix is not None:
+        return prefix, region
+    if spec_path is not None:
+        from orchestrator import request, spec
+
+        loaded = spec.load(spec_path)
+        return request.output_uri(loaded), region or loaded.region
+    local = res.local_store_uri()
+    if not res.has_results(local):
+        raise InputError(f"no --prefix given, and the local store ({local}) holds no results",
+                         hint="for SageMaker jobs pass --prefix with the jobs' output.uri (s3://bucket/jobs) "
+                              "or --spec with their job spec")
+    return local, region
+
+
+@app.command()
+def results(
+    sweep: str | None = typer.Option(None, "--sweep", help="Only this sweep's jobs (tag orchestrator:sweep, "
+                                     "or named <sweep>-...)."),
+    job: str | None = typer.Option(None, "--job", help="Only this job."),
+    prefix: str | None = typer.Option(None, "--prefix", help="The jobs' output.uri (s3://bucket/jobs or "
+                                      "file:///...). Default: --spec's, else the local store."),
+    spec_path: Path | None = typer.Option(None, "--spec", help="A job spec whose output.uri and region to use."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
+    region: str | None = typer.Option(None, "--region", help="Region of jobs whose results name none, and "
+                                      "where a sweep's SageMaker jobs are listed (default: AWS_REGION)."),
+    workers: int = typer.Option(16, "--workers", min=1, max=128, help="Parallel reads."),
+) -> None:
+    """Price-performance table from the jobs' results.json objects, SageMaker and prices.
+
+    Needs no ledger: works from any machine that can read the results prefix. Exit 1 when a
+    job's results could not be fetched even after retries (its row says why).
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import results as res
+    from orchestrator.errors import InputError
+
+    renderers = {"table": None, "csv": res.render_csv, "json": res.render_json}
+    if fmt not in renderers:
+        raise InputError(f"--format {fmt!r}: use table, csv or json")
+    where, region = _results_prefix(prefix, spec_path, region)
+    stderr = Console(stderr=True)
+    with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("results", total=None)
+        collection = res.collect(where, job=job, sweep=sweep, region=region, workers=workers,
+                                 progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if not collection.rows:
+        what = f" for sweep {sweep}" if sweep else ""
+        raise InputError(f"no results{what} under {where}",
+                         hint="check --sweep / --prefix (results live at <output.uri>/results/<job>/results.json)")
+    if fmt == "table":
+        _out(res.render_table(collection, color=sys.stdout.isatty()).rstrip("\n"))
+    else:
+        _out(renderers[fmt](collection).rstrip("\n"))
+    if plot is not None:
+        data = res.render_plot(collection)
+        try:
+            plot.write_bytes(data)
+        except OSError as exc:
+            raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}") from None
+        _err(f"wrote {plot} ({len(data)} bytes)")
+    if collection.retries:
+        _err(f"note: {collection.retries} throttled or failed request(s) were retried")
+    if collection.errors:
+        _err(f"error: {len(collection.errors)} job(s) could not be read; their rows say why")
+        raise typer.Exit(code=1)
+
+
+# --- prices: refresh from the AWS Price List API -------------------------------------------
+
+prices_app = typer.Typer(no_args_is_help=True, help="Instance prices: refresh them from the AWS Price List API.")
+app.add_typer(prices_app, name="prices")
+
+
+@prices_app.command("refresh")
+def prices_refresh(
+    region: list[str] = typer.Option([], "--region", help="Region to price (repeatable; default: AWS_REGION, "
+                                     "else us-east-1)."),
+    types: list[str] = typer.Option([], "--types", help="Instance types (repeatable or comma-separated; "
+                                    "default: the catalog's training types)."),
+) -> None:
+    """Fetch SageMaker training prices and write $ORCHESTRATOR_HOME/prices.json (atomic, merged)."""
+    import os
+
+    from orchestrator import prices
+    from orchestrator.errors import BackendError
+
+    wanted = [t.strip() for item in types for t in item.split(",") if t.strip()] or prices.default_types()
+    regions = region or [os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"]
+    prices.check(wanted, regions)
+    refresh = prices.fetch(prices.client(), wanted, regions)
+    for found in refresh.found:
+        _out(f"{found.type:<20} {found.region:<14} {found.usd_per_hour:>10.4f} USD/h  (SKU {found.sku})")
+    for type_, where in refresh.missing:
+        _err(f"warning: no SageMaker training price for {type_} in {where}; its price is unchanged")
+    for note in refresh.notes:
+        _err(f"note: {note}")
+    if not refresh.found:
+        raise BackendError("the Price List API returned no training price for any type asked; nothing written",
+                           hint="check --types and --region")
+    path = prices.write(refresh)
+    _out(f"wrote {path} ({len(refresh.found)} price(s), source {prices.SOURCE}, as of {refresh.as_of})")
+
+
+# --- sweep: many jobs from one spec ----------------------------------------------------------
+
+sweep_app = typer.Typer(no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
+                        "run with a concurrency cap, retries and crash safety.")
+app.add_typer(sweep_app, name="sweep")
+_POLL_OPTION = typer.Option(None, "--poll", min=0.0, help="Seconds between status polls "
+                            "(default: 30 on SageMaker, 2 locally).")
+
+
+def _sweep_backend(definition, ledger):
+    from orchestrator import backends
+
+    return backends.create(definition.backend, region=definition.region, ledger=ledger)
+
+
+def _sweep_id_of(target: str, ledger) -> str:
+    """A sweep id, given one or the sweep's YAML file."""
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
+
+    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
+        return sweeps.identify(spec.load_sweep(target)).sweep_id
+    sweeps.load_definition(ledger, target)  # an unknown id is an InputError naming the known ones
+    return target
+
+
+def _plan_table(planned) -> str:
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
+                  f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}")
+    for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound"):
+        table.add_column(column, justify="right" if column in ("#", "cost bound") else "left")
+    for t in planned.trials:
+        overrides = ", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) or "(base)"
+        usd = t.usd_max
+        table.add_row(str(t.trial.index), t.trial.trial_id, t.job_name, overrides,
+                      f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
+                      f"{usd:.2f} USD" if usd == usd and usd != float("inf") else "unknown")
+    console = Console(width=max(100, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get().rstrip("\n")
+
+
+def _plan_summary(planned) -> list[str]:
+    total = planned.total_usd
+    budget = planned.sweep.budget.max_total_cost_usd
+    lines = [f"total: at most {total:.2f} USD" if total != float("inf") else "total: unknown (a price is missing)"]
+    if budget is not None:
+        lines[-1] += f" (budget {budget:g} USD)"
+    first = planned.trials[0].prepared.estimate if planned.trials else None
+    if first is not None and first.price is not None:
+        lines.append(f"prices: {first.price.source}, {first.price.as_of}; {first.note}")
+    for index, same in planned.duplicates:
+        lines.append(f"note: trial {index} is identical to trial {same}; it runs once")
+    for finding, trial_ids in planned.warnings.items():
+        lines.append(f"warning: {finding} (trials {', '.join(trial_ids)})")
+    return lines
+
+
+@sweep_app.command("plan")
+def sweep_plan(
+    path: Path = typer.Argument(..., help="Sweep spec YAML."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Expand and check every trial; print each with its cost bound, and the total.
+
+    Exit 2 when a trial does not validate or fails the doctor, or when the total is above
+    budget.max_total_cost_usd. Submits nothing.
+    """
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
+
+    planned = sweeps.plan(spec.load_sweep(path))
+    if as_json:
+        _out(json.dumps(planned.to_json(), indent=2))
+    else:
+        _out(_plan_table(planned))
+        for line in _plan_summary(planned):
+            _out(line)
+    sweeps.check_budget(planned)
+
+
+class _SweepDisplay:
+    """Progress of a running sweep: a live rich table on a terminal, event lines elsewhere."""
+
+    def __init__(self, runner):
+        from rich.console import Console
+
+        self.runner = runner
+        self.console = Console()
+        self.live = None
+        self.printed = 0
+        self.interactive = self.console.is_terminal
+
+    def __enter__(self):
+        if self.interactive:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def _render(self, progress):
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        counts = "  ".join(f"{state} {n}" for state, n in sorted(progress.counts.items()))
+        head = f"sweep {progress.sweep_id}: {progress.total} trials  {counts}  in flight {progress.in_flight}"
+        if progress.elsewhere:
+            head += f" (+{progress.elsewhere} from elsewhere)"
+        if progress.waiting_reason:
+            head += f"\nbacking off: {progress.waiting_reason}"
+        table = Table(show_edge=False)
+        for column in ("trial", "job", "instance", "state", "detail"):
+            table.add_column(column)
+        for view in self.runner.views():
+            table.add_row(view.trial.trial_id, view.job_name, view.instance_type, view.state,
+                          (view.detail or "")[:80])
+        events = Text("\n".join(progress.events[-5:]), style="dim")
+        return Group(Text(head), table, events)
+
+    def __call__(self, progress) -> None:
+        if self.live is not None:
+            self.live.update(self._render(progress))
+            return
+        fresh = min(progress.event_count - self.printed, len(progress.events))
+        for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
+            _out(line)
+        self.printed = progress.event_count
+
+
+def _drive(definition, ledger, poll: float | None, prepared: dict | None = None) -> None:
+    """Run a saved sweep to the end in this process, with the progress display."""
+    import os
+
+    from orchestrator import sweep as sweeps
+    from orchestrator.errors import JobFailed
+
+    backend = _sweep_backend(definition, ledger)
+    poll_seconds = poll if poll is not None else (2.0 if definition.backend == "local" else 30.0)
+    with sweeps.runner_lock(definition.sweep_id):
+        sweeps.clear_stop(ledger, definition.sweep_id)
+        sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
+        runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared)
+        try:
+            with _SweepDisplay(runner) as display:
+                runner.on_progress = display
+                final = runner.run()
+        except KeyboardInterrupt:
+            _err(f"interrupted; continue with `orchestrator sweep resume {definition.sweep_id}` "
+                 "(jobs already submitted keep running)")
+            raise typer.Exit(code=130) from None
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(final.counts.items()))
+    _out(f"sweep {definition.sweep_id}: {counts}")
+    if final.stopped:
+        _out("stopped (sweep stop)")
+        return
+    if final.failed:
+        raise JobFailed(f"sweep {definition.sweep_id}: {final.failed} trial(s) failed",
+                        hint=f"see `orchestrator sweep status {definition.sweep_id}` for the reasons")
+
+
+def _spawn_runner(sweep_id: str, ledger, poll: float | None) -> tuple[int, Path]:
+    """Start `sweep resume ID` as a detached process logging under ORCHESTRATOR_HOME/sweeps.
+    Refuses (exit 2) while a runner of this machine holds the sweep."""
+    import os
+    import subprocess
+
+    from orchestrator import sweep as sweeps
+
+    with sweeps.runner_lock(sweep_id):
+        pass
+    log = sweeps.log_path(sweep_id)
+    command = [sys.executable, "-m", "orchestrator", "sweep", "resume", sweep_id]
+    if poll is not None:
+        command += ["--poll", str(poll)]
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(ledger.path.parent))
+    with open(log, "ab") as handle:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                 env=env, start_new_session=True)
+    sweeps.record_runner(ledger, sweep_id, child.pid)
+    return child.pid, log
+
+
+@sweep_app.command("run")
+def sweep_run(
+    path: Path = typer.Argument(..., help="Sweep spec YAML."),
+    detach: bool = typer.Option(False, "--detach", help="Run in a background process; log under "
+                                "ORCHESTRATOR_HOME/sweeps/."),
+    poll: float | None = _POLL_OPTION,
+) -> None:
+    """Plan, check, then submit and follow every trial to the end (idempotent: run it again,
+    or `sweep resume`, after a crash). Exit 1 when a trial failed for good."""
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
+    from orchestrator.ledger import Ledger
+
+    planned = sweeps.plan(spec.load_sweep(path))
+    sweeps.check_budget(planned)
+    ledger = Ledger()
+    definition = sweeps.save(planned, ledger)
+    _err(f"sweep {definition.sweep_id}: {len(planned.trials)} trials, {_plan_summary(planned)[0]}")
+    if not detach:
+        _drive(definition, ledger, poll, planned.prepared())
+        return
+    pid, log = _spawn_runner(definition.sweep_id, ledger, poll)
+    _out(f"sweep {definition.sweep_id}: running in the background (pid {pid})")
+    _out(f"log: {log}")
+    _out(f"follow with `orchestrator sweep status {definition.sweep_id}`; "
+         f"stop with `orchestrator sweep stop {definition.sweep_id}`")
+
+
+@sweep_app.command("resume")
+def sweep_resume(
+    target: str = typer.Argument(..., help="Sweep id (or the sweep's YAML)."),
+    poll: float | None = _POLL_OPTION,
+) -> None:
+    """Continue a sweep after a crash, a closed laptop or --detach: reconcile, then run on."""
+    from orchestrator import sweep as sweeps
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger()
+    definition = sweeps.load_definition(ledger, _sweep_id_of(target, ledger))
+    _drive(definition, ledger, poll)
+
+
+@sweep_app.command("status")
+def sweep_status(
+    target: str | None = typer.Argument(None, help="Sweep id (or its YAML); none: list the sweeps."),
+    refresh: bool = typer.Option(True, "--refresh/--no-refresh", help="Ask the backend about jobs in flight."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """A table of the sweep's trials: latest job, attempt, instance, state, and why it failed."""
+    from orchestrator import sweep as sweeps
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger()
+    if target is None:
+        ids = sweeps.sweep_ids(ledger)
+        if not ids:
+            _out("no sweeps in the ledger")
+        for sweep_id in ids:
+            counts: dict[str, int] = {}
+            for entry in ledger.entries(sweep_id=sweep_id):
+                counts[entry.state] = counts.get(entry.state, 0) + 1
+            _out(f"{sweep_id}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + " (jobs)")
+        return
+    definition = sweeps.load_definition(ledger, _sweep_id_of(target, ledger))
+    runner = sweeps.Runner(definition, _sweep_backend(definition, ledger) if refresh else None, ledger)
+    if refresh:
+        runner.refresh()
+    views = runner.views()
+    if as_json:
+        _out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
+            "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
+            "job_name": v.job_name, "attempt": v.attempt, "state": v.state, "final": v.final,
+            "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
+        return
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep {definition.sweep_id} ({definition.backend}, {definition.region})")
+    for column in ("#", "trial", "job", "try", "instance", "state", "overrides", "detail"):
+        table.add_column(column)
+    for v in views:
+        state = v.state + ("" if v.final or v.state not in ("failed",) else " (retry due)")
+        table.add_row(str(v.trial.index), v.trial.trial_id, v.job_name, str(v.attempt), v.instance_type, state,
+                      ", ".join(f"{k}={val}" for k, val in v.trial.overrides.items()) or "(base)", v.detail or "")
+    console = Console(width=max(120, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
+    with console.capture() as captured:
+        console.print(table)
+    _out(captured.get().rstrip("\n"))
+    done = sum(1 for v in views if v.final)
+    _out(f"{done}/{len(views)} trials final")
+
+
+@sweep_app.command("stop")
+def sweep_stop(
+    target: str = typer.Argument(..., help="Sweep id (or its YAML)."),
+    wait: float = typer.Option(15.0, "--wait", min=0.0, help="Seconds to wait for this machine's runner to exit."),
+) -> None:
+    """Stop a sweep: its runner on this machine exits, in-flight jobs are stopped, trials not
+    yet submitted are marked stopped. Exit 1 when a job could not be stopped."""
+    import os
+    import signal
+
+    from orchestrator import sweep as sweeps
+    from orchestrator.errors import BackendError
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger()
+    definition = sweeps.load_definition(ledger, _sweep_id_of(target, ledger))
+    sweeps.request_stop(ledger, definition.sweep_id)
+    pid = sweeps.runner_pid(ledger, definition.sweep_id)
+    try:
+        with sweeps.runner_lock(definition.sweep_id):
+            pass
+    except OrchestratorError:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)  # the runner is crash-safe: ending it at any point is fine
+            except ProcessLookupError:
+                pass
+    with sweeps.runner_lock(definition.sweep_id, wait_seconds=wait):
+        runner = sweeps.Runner(definition, _sweep_backend(definition, ledger), ledger)
+        report = sweeps.stop(runner)
+    for name in report.stopped_jobs:
+        _out(f"stopping {name}")
+    _out(f"sweep {definition.sweep_id}: {len(report.stopped_jobs)} job(s) stopping, "
+         f"{len(report.cancelled)} trial(s) cancelled before submission")
+    if report.errors:
+        for line in report.errors:
+            _err(f"error: {line}")
+        raise BackendError(f"{len(report.errors)} job(s) could not be stopped",
+                           hint=f"run `orchestrator sweep stop {definition.sweep_id}` again")
+
+
+# --- schedule: sweeps on a cron schedule ---------------------------------------------------------
+
+schedule_app = typer.Typer(no_args_is_help=True, help="Run a sweep on its cron schedule, from this machine "
+                           "or from system cron.")
+app.add_typer(schedule_app, name="schedule")
+
+
+def _scheduler(path: Path, poll: float | None):
+    from orchestrator import backends, spec
+    from orchestrator import schedule as schedules
+    from orchestrator.ledger import Ledger
+
+    loaded = spec.load_sweep(path)
+    ledger = Ledger()
+    backend = backends.create(loaded.base_spec.backend, region=loaded.base_spec.region, ledger=ledger)
+    default = 2.0 if loaded.base_spec.backend == "local" else 30.0
+    return schedules.Scheduler(loaded, backend, ledger,
+                               runner_options={"poll_seconds": poll if poll is not None else default})
+
+
+def _print_tick(report) -> None:
+    stamp = report.now.strftime("%Y-%m-%d %H:%M:%S UTC")
+    for sweep_id in report.planned:
+        _out(f"{stamp} tick planned: sweep {sweep_id}")
+    if report.skipped:
+        _out(f"{stamp} skipped {len(report.skipped)} missed tick(s) (catchup policy): "
+             + ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in report.skipped[-5:]))
+    for progress in report.progress:
+        for line in progress.events:
+            _out(f"{stamp} {progress.sweep_id}: {line}")
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
+        _out(f"{stamp} {progress.sweep_id}: {counts}" + (" (done)" if progress.done else ""))
+    for sweep_id in report.busy:
+        _out(f"{stamp} {sweep_id}: another process is running it")
+    for note in report.notes:
+        _err(f"note: {note}")
+    _out(f"{stamp} next tick: {report.next_fire.strftime('%Y-%m-%d %H:%M UTC')}")
+
+
+@schedule_app.command("run")
+def schedule_run(
+    path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+    poll: float | None = _POLL_OPTION,
+) -> None:
+    """Keep the schedule from this machine: sleep until each tick, submit it, follow its jobs.
+    Safe to restart and to run on two machines at once (a tick is submitted once)."""
+    scheduler = _scheduler(path, poll)
+    scheduler.on_report = _print_tick
+    scheduler.run(poll_seconds=scheduler.runner_options["poll_seconds"])
+
+
+@schedule_app.command("tick")
+def schedule_tick(
+    path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="Hand each unfinished tick sweep to a "
+                                "background `sweep resume` that drives it to the end."),
+    poll: float | None = _POLL_OPTION,
+) -> None:
+    """Evaluate the schedule once: submit due ticks, advance unfinished ones (for system cron).
+
+    System cron calls this only at tick times, so a tick sweep with more trials than its
+    concurrency (or with retries to come) is followed by a detached runner, as `sweep run
+    --detach` starts one."""
+    scheduler = _scheduler(path, poll)
+    report = scheduler.evaluate()
+    _print_tick(report)
+    if not follow:
+        return
+    for progress in report.progress:
+        if progress.done or progress.stopped:
+            continue
+        pid, log = _spawn_runner(progress.sweep_id, scheduler.ledger, poll)
+        _out(f"{progress.sweep_id}: followed in the background (pid {pid}, log {log})")
+
+
+@schedule_app.command("next")
+def schedule_next(
+    path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+    count: int = typer.Option(5, "-n", "--count", min=1, max=1000, help="How many fire times."),
+) -> None:
+    """Print the next fire times (UTC, and the schedule's time zone when it differs)."""
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    from orchestrator import schedule as schedules
+    from orchestrator import spec
+    from orchestrator.errors import InputError
+
+    loaded = spec.load_sweep(path)
+    if loaded.schedule is None:
+        raise InputError(f"{path}: sweep {loaded.sweep} has no schedule", hint="add schedule: {cron: ...}")
+    zone = ZoneInfo(loaded.schedule.timezone)
+    for when in schedules.next_fires(loaded.schedule, datetime.now(timezone.utc), count):
+        local = "" if loaded.schedule.timezone == "UTC" else f"  ({when.astimezone(zone):%Y-%m-%d %H:%M %Z})"
+        _out(f"{when:%Y-%m-%d %H:%M} UTC{local}")
+
+
+@schedule_app.command("crontab")
+def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
+    """Print the crontab entry that runs `schedule tick` for this sweep (add it with `crontab -e`)."""
+    from orchestrator import schedule as schedules
+    from orchestrator import spec
+
+    loaded = spec.load_sweep(path)
+    schedules.ensure_log_dir()
+    _out(schedules.crontab_line(loaded))
+
+
+# --- cache: compile caches in a store ---------------------------------------------------------
+
+cache_app = typer.Typer(no_args_is_help=True, help="Compile caches in a store: list keys, show a manifest, "
+                        "prune unreferenced archives and old keys.")
+app.add_typer(cache_app, name="cache")
+_CACHE_URI = typer.Argument(None, help="Store URI: s3://bucket/prefix or file:///abs/path (default: "
+                            "file://$ORCHESTRATOR_HOME/store/compile-cache).")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@cache_app.command("ls")
+def cache_ls(uri: str | None = _CACHE_URI) -> None:
+    """List cache keys with their entry counts and sizes."""
+    from orchestrator import cache
+
+    root, keys = cache.list_keys(uri)
+    if not keys:
+        _out(f"no compile caches under {root}")
+        return
+    _out(f"{'KEY':<48} {'ENTRIES':>7} {'ENTRY SIZE':>11} {'ARCHIVES':>8} {'STORED':>10}  UPDATED")
+    for key in keys:
+        _out(f"{key.key:<48} {key.entries:>7} {_size(key.entry_bytes):>11} {key.archives:>8} "
+             f"{_size(key.archive_bytes):>10}  {key.updated_at or '-'}")
+        if key.problem:
+            _err(f"warning: {key.key}: {key.problem}")
+
+
+@cache_app.command("show")
+def cache_show(args: list[str] = typer.Argument(..., metavar="[URI] KEY", help="Store URI (default: the "
+                                                "local store, as for `cache ls`) and a key as `cache ls` shows it.")) -> None:
+    """Show one key's manifest: key fields, entries and the archives beside it."""
+    from orchestrator import cache
+    from orchestrator.errors import InputError
+
+    if len(args) > 2:
+        raise InputError(f"cache show takes [URI] KEY, got {len(args)} arguments")
+    uri, key = (None, args[0]) if len(args) == 1 else (args[0], args[1])
+    detail = cache.show(uri, key)
+    _out(f"key: {detail.key}")
+    _out(f"manifest: {detail.manifest_uri}")
+    for name, value in detail.fields.items():
+        _out(f"  {name}: {value}")
+    _out(f"updated: {detail.updated_at or '-'}")
+    _out(f"{'ENTRY':<72} {'SIZE':>10}  ARCHIVE")
+    for name, archive, size in detail.entries:
+        _out(f"{name:<72} {_size(size):>10}  {archive}")
+    referenced = sum(1 for _, _, used in detail.archives if used)
+    stored = sum(size for _, size, _ in detail.archives)
+    _out(f"{len(detail.entries)} entries; {len(detail.archives)} archives ({_size(stored)}), "
+         f"{len(detail.archives) - referenced} not referenced")
+    for warning in detail.warnings:
+        _err(f"warning: {warning}")
+
+
+@cache_app.command("prune")
+def cache_prune(
+    uri: str | None = _CACHE_URI,
+    key: str | None = typer.Option(None, "--key", help="Delete this whole key."),
+    older_than: float | None = typer.Option(None, "--older-than", min=0.0,
+                                            help="Delete whole keys not updated for this many days."),
+    grace_hours: float = typer.Option(1.0, "--grace-hours", min=0.0, help="Never delete archives younger "
+                                      "than this: they may belong to a push in flight."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be deleted; delete nothing."),
+) -> None:
+    """Delete archives no manifest names (past the grace period), and whole keys when asked."""
+    from orchestrator import cache
+
+    report = cache.prune(uri, key=key, older_than_days=older_than, grace_s=grace_hours * 3600, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    for action in report.deleted:
+        _out(f"{verb} {action.uri} ({_size(action.bytes)}): {action.reason}")
+    for note in report.skipped:
+        _err(f"warning: {note}")
+    young = f"; kept {report.kept_young} archive(s) younger than the grace period" if report.kept_young else ""
+    _out(f"{verb} {len(report.deleted)} object(s), {_size(report.bytes)} under {report.store_uri}{young}")
 
 
 def main() -> None:

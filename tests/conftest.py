@@ -77,3 +77,122 @@ def moto_server(_moto_server, monkeypatch) -> str:
     request = urllib.request.Request(f"{_moto_server}/moto-api/reset", method="POST")
     urllib.request.urlopen(request, timeout=10).read()
     return _moto_server
+
+
+@pytest.fixture
+def moto_change_set_outputs(monkeypatch):
+    """Make moto's executed CREATE change sets carry the stack's outputs, as CloudFormation does.
+
+    moto 5.2.5 builds the stack of a CREATE change set from an empty template and, on execute,
+    swaps in the template without rebuilding its outputs, so DescribeStacks shows none. This
+    rebuilds them after each execute (the server runs in this process, so the patch reaches it).
+    """
+    from moto.cloudformation import models
+
+    original = models.CloudFormationBackend.execute_change_set
+
+    def execute_change_set(self, change_set_name, stack_name=None):
+        original(self, change_set_name, stack_name)
+        change_set = self.change_sets.get(change_set_name) or next(
+            cs for cs in self.change_sets.values() if cs.change_set_name == change_set_name)
+        stack = change_set.stack
+        stack._parse_template()
+        stack.output_map = stack._create_output_map()
+
+    monkeypatch.setattr(models.CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+FAKE_TRAIN_SOURCE = '''
+"""A stand-in for entrypoints.train: the launcher's contract without torch.
+
+Writes <stats-dir>/rank-<RANK>.json with fixed step times, records what it saw at start
+(the compile cache dir's files, some variables), and obeys:
+FAKE_TRAIN_FAIL_RANK (that rank raises), FAKE_TRAIN_NEW_ENTRY (a cache entry name written
+into the compile cache dir at start), FAKE_TRAIN_SLEEP (seconds, after that, then continue).
+"""
+import argparse, json, os, pathlib, sys, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--job", required=True)
+parser.add_argument("--stats-dir", required=True)
+args = parser.parse_args()
+rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+flags = os.environ.get("NEURON_CC_FLAGS", "")
+cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or next(
+    (f.split("=", 1)[1] for f in flags.split() if f.startswith("--cache_dir=")), None)
+seen = sorted(str(p.relative_to(cache)) for p in pathlib.Path(cache).rglob("*") if p.is_file()) if cache else []
+stats = {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+         "steps_done": 0, "start_step": 0, "resumed_from": None,
+         "step_times_s": [0.1, 0.3, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+         "time_to_first_step_s": 2.5 + rank, "compile_s": 2.0, "final_loss": 1.25, "samples_per_s": 10.0,
+         "runtime": "native", "precision": "fp32", "batch_size": 4, "versions": {"torch": "fake-9.9"},
+         "seen_cache": seen, "cache_dir": cache,
+         "env": {k: os.environ.get(k) for k in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NEURON_CC_FLAGS",
+                 "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "SM_CURRENT_HOST", "MASTER_ADDR",
+                 "MASTER_PORT", "GROUP_RANK", "SM_CHANNEL_TRAIN", "PJRT_DEVICE",
+                 "TORCHINDUCTOR_COMPILE_THREADS")}}
+print(f"fake-train rank {rank}/{world} started", flush=True)
+entry = os.environ.get("FAKE_TRAIN_NEW_ENTRY")
+if entry and cache and rank == 0:
+    target = pathlib.Path(cache) / entry
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "graph.bin").write_bytes(b"compiled-" + entry.encode() * 100)
+print(f"fake-train rank {rank} compiled", flush=True)
+time.sleep(float(os.environ.get("FAKE_TRAIN_SLEEP", "0")))
+out = pathlib.Path(args.stats_dir)
+out.mkdir(parents=True, exist_ok=True)
+model_dir = os.environ.get("SM_MODEL_DIR")
+if rank == 0 and model_dir:
+    pathlib.Path(model_dir).mkdir(parents=True, exist_ok=True)
+    (pathlib.Path(model_dir) / "model.pt").write_bytes(b"weights")
+if os.environ.get("FAKE_TRAIN_FAIL_RANK") == str(rank):
+    stats["error"] = "RuntimeError: boom on purpose"
+    (out / f"rank-{rank}.json").write_text(json.dumps(stats))
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print("RuntimeError: boom on purpose", file=sys.stderr, flush=True)
+    sys.exit(1)
+stats["steps_done"] = 12
+(out / f"rank-{rank}.json").write_text(json.dumps(stats))
+print(f"fake-train rank {rank} done", flush=True)
+'''
+
+
+@pytest.fixture
+def fake_train(tmp_path, monkeypatch) -> str:
+    """A fake per-rank module (no torch) that launch.py runs instead of entrypoints.train:
+    sets ORCHESTRATOR_TRAIN_MODULE and PYTHONPATH for this test; returns the module name.
+    TMPDIR points into the test's folder, so what a killed launcher leaves stays there."""
+    folder = tmp_path / "fake-train-module"
+    folder.mkdir()
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (folder / "fake_train.py").write_text(FAKE_TRAIN_SOURCE)
+    monkeypatch.setenv("ORCHESTRATOR_TRAIN_MODULE", "fake_train")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), str(ROOT),
+                                                                 os.environ.get("PYTHONPATH", "")) if p))
+    return "fake_train"
+
+
+@pytest.fixture
+def moto_bucket(moto_server, monkeypatch) -> str:
+    """A bucket ("test-bucket") on the moto server, with conditional PUTs made atomic.
+
+    Real S3 checks IfMatch/IfNoneMatch and writes as one step; moto checks, then writes,
+    without a lock, so two concurrent conditional writers could both win there. The server
+    runs in this process, so serialising its PUT handler restores S3's behaviour.
+    """
+    import threading
+
+    import boto3
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+    put_object = S3Response.put_object
+
+    def atomic_put_object(self, *args, **kwargs):
+        with lock:
+            return put_object(self, *args, **kwargs)
+
+    monkeypatch.setattr(S3Response, "put_object", atomic_put_object)
+    boto3.client("s3").create_bucket(Bucket="test-bucket")
+    return "test-bucket"

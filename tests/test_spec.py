@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pydantic
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -57,7 +58,7 @@ def test_valid_specs_load_frozen_with_defaults():
     assert loaded.instance.type == "ml.trn1.2xlarge"
     assert loaded.training.warmup_steps == 10
     assert loaded.image.neuron_sdk is None and loaded.image.uri is None
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         loaded.name = "other"  # frozen
     local = spec.loads(LOCAL, "local.yaml")
     assert local.output.uri is None and local.compile_cache.mode == "off"

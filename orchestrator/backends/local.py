@@ -1,0 +1,465 @@
+"""The local backend: the SageMaker training container, emulated on this machine.
+
+`submit(prepared)` writes the ledger intent, puts the source archive at its content-addressed
+`sagemaker_submit_directory` (as the sagemaker backend does), lays out one container tree per
+host under `ORCHESTRATOR_HOME/jobs/<job>/algo-N/` (`input/config/hyperparameters.json`,
+`resourceconfig.json`, `inputdataconfig.json`, `input/data/<channel>`, `model`,
+`output/data`, `checkpoints`, `code`) and starts a detached supervisor
+(`orchestrator.backends.local_runner`, its own session), then returns at once. The
+supervisor, like SageMaker:
+
+- downloads the source archive named by `sagemaker_submit_directory` into each host's code
+  dir and every data channel (s3:// or file://, FullyReplicated) into `input/data/<channel>`;
+- starts `python <sagemaker_program>` (launch.py) per host with the SM_* variables the
+  container would set (`entrypoints.contract.sm_environment`), the request's Environment,
+  and the rendezvous on loopback: with `instance.count: 2`, two launch.py processes with
+  SM_HOSTS ["algo-1","algo-2"], each its own SM_CURRENT_HOST, ORCHESTRATOR_MASTER_ADDR
+  127.0.0.1 and one free ORCHESTRATOR_MASTER_PORT;
+- writes each host's output to `jobs/<job>/logs/algo-N.log` and all of it, prefixed
+  "[algo-N] ", to `jobs/<job>/logs/all.log` in arrival order (what `logs` shows);
+- when one host fails, gives the others a grace period and then stops them (SageMaker ends
+  the whole job); enforces StoppingCondition.MaxRuntimeInSeconds (Stopped,
+  MaxRuntimeExceeded);
+- uploads algo-1's `model/` as `model.tar.gz` and `output/data/` as `output.tar.gz` to
+  `<S3OutputPath>/<job>/output/`, also after a failure or a stop;
+- keeps `jobs/<job>/status.json` (written atomically: state, secondary, failure_reason from
+  the hosts' failure files, created/started/ended, pids) and the ledger row up to date.
+
+`status`, `logs` (with follow) and `stop` read and act on that tree. Submitting a job name
+that exists already returns `Submitted(created=False)` and runs nothing.
+
+Not emulated: IAM roles and permissions, VPC/network isolation, the training image (the job
+runs with this Python and its packages), instance hardware (no Neuron devices: runtime xla
+runs on PJRT_DEVICE=CPU, SM_NUM_NEURONS is 0, NeuronCore counts are not enforced), EFA,
+resource limits (CPU, memory, volume size), managed spot and its interruptions (the spot
+flag is ignored; MaxWaitTimeInSeconds too), RetryStrategy, SageMaker-managed checkpoint sync
+to S3 (checkpoints stay in each host's tree), the warm pool, metric parsing into CloudWatch
+(MetricDefinitions are not evaluated; the lines are in the log), CloudWatch Logs, billing
+(billable_seconds is None), SageMaker's Debugger/Profiler, and ARNs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from entrypoints import contract
+from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted
+from orchestrator.errors import BackendError, InputError
+from orchestrator.ledger import Ledger, home
+
+STATUS_FILE = "status.json"
+PLAN_FILE = "plan.json"
+PID_FILE = "supervisor.pid"
+STOP_FILE = "stop-requested"
+LOG_DIR = "logs"
+MERGED_LOG = "all.log"
+SUPERVISOR_LOG = "supervisor.log"
+RUNNER_MODULE = "orchestrator.backends.local_runner"
+LOOPBACK = "127.0.0.1"
+# Our statuses -> ledger states (the ledger has no "starting"/"stopping"/"pending").
+LEDGER_STATE = {"pending": "submitted", "starting": "submitted", "running": "running", "stopping": "running",
+                "completed": "completed", "failed": "failed", "stopped": "stopped"}
+_NOT_TERMINAL_LEDGER = ("planned", "submitting", "submitted", "running")
+
+
+def host_names(count: int) -> list[str]:
+    return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on now (the rendezvous binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write JSON to `path` so readers see the old or the new file, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def decode_hyperparameters(raw: dict[str, str]) -> dict[str, object]:
+    """The toolkit's decoding: each value is JSON if it parses, else the string itself."""
+    decoded: dict[str, object] = {}
+    for key, value in raw.items():
+        try:
+            decoded[key] = json.loads(value)
+        except (TypeError, ValueError):
+            decoded[key] = value
+    return decoded
+
+
+def channels_of(request: dict) -> dict[str, str]:
+    """Channel name -> source URI from the request's InputDataConfig."""
+    return {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request.get("InputDataConfig") or []}
+
+
+def output_prefix(request: dict, job_name: str) -> str:
+    """Where SageMaker puts the job's model.tar.gz and output.tar.gz."""
+    return f"{request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{job_name}/output"
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether `pid` is a live (not zombie) process."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
+    """Create one host's /opt/ml-like tree under `root` with SageMaker's config files."""
+    for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR, contract.CODE_DIR,
+                "input/config", contract.INPUT_DATA):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+    instance_type = request["ResourceConfig"]["InstanceType"]
+    write_json_atomic(root / contract.HYPERPARAMETERS, dict(request.get("HyperParameters") or {}))
+    write_json_atomic(root / contract.RESOURCE_CONFIG, {
+        "current_host": host, "hosts": hosts, "network_interface_name": "lo",
+        "current_instance_type": instance_type, "current_group_name": "homogeneousCluster",
+        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": instance_type,
+                             "hosts": hosts}],
+    })
+    channels = {name: {"S3DistributionType": "FullyReplicated", "TrainingInputMode": "File",
+                       "RecordWrapperType": "None"} for name in channels_of(request)}
+    write_json_atomic(root / "input/config/inputdataconfig.json", channels)
+    for name in channels:
+        (root / contract.INPUT_DATA / name).mkdir(parents=True, exist_ok=True)
+
+
+def host_environment(root: Path, request: dict, host: str, hosts: list[str], port: int, runtime: str) -> dict[str, str]:
+    """What the container would add to a host's environment, plus the loopback rendezvous.
+
+    The request's Environment first, then the SM_* variables (which win, as in the
+    container). GLOO_SOCKET_IFNAME and PJRT_DEVICE are defaults the user's Environment may
+    override. SM_NUM_CPUS is the host's share of this machine's CPUs.
+    """
+    hps = decode_hyperparameters(request.get("HyperParameters") or {})
+    env: dict[str, str] = {"GLOO_SOCKET_IFNAME": "lo"}
+    if runtime == "xla":
+        env["PJRT_DEVICE"] = "CPU"
+    env.update({k: str(v) for k, v in (request.get("Environment") or {}).items()})
+    # The hosts share this machine: each is told its share of the CPUs (SM_NUM_CPUS).
+    cpus = max(1, (os.cpu_count() or 1) // len(hosts))
+    env.update(contract.sm_environment(root, hosts, host, request["ResourceConfig"]["InstanceType"], hps,
+                                       sorted(channels_of(request)), num_neurons=0, num_cpus=cpus))
+    env[contract.MASTER_ADDR_ENV] = LOOPBACK
+    env["ORCHESTRATOR_MASTER_PORT"] = str(port)
+    env["SM_LOG_LEVEL"] = str(hps.get(contract.HP_LOG_LEVEL, 20))
+    env["TRAINING_JOB_NAME"] = request["TrainingJobName"]
+    return env
+
+
+class LocalBackend:
+    """Runs jobs on this machine as SageMaker's container would. See the module docstring."""
+
+    name = "local"
+
+    def __init__(self, home: Path | None = None, ledger: Ledger | None = None, s3_client=None,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
+                 poll_seconds: float = 0.5, python: str | None = None):
+        self._home = Path(home) if home is not None else None
+        self._ledger = ledger
+        self._s3 = s3_client
+        self.sleep = sleep
+        self.clock = clock
+        self.poll_seconds = poll_seconds
+        self.python = python or sys.executable
+
+    @property
+    def home(self) -> Path:
+        if self._home is None:
+            self._home = home()
+        return self._home
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger(self.home / "ledger.sqlite3")
+        return self._ledger
+
+    def job_dir(self, job_name: str) -> Path:
+        return self.home / "jobs" / job_name
+
+    # --- submit ---------------------------------------------------------------------------
+
+    def submit(self, prepared) -> Submitted:
+        """Start the job `prepared` describes, once; returns without waiting for it.
+
+        Raises InputError when the job name belongs to another spec or a data channel is
+        empty, BackendError when the job cannot be laid out or started.
+        """
+        name = prepared.job_name
+        tags = prepared.job.get("tags") or {}
+        entry = self.ledger.record_intent(name, backend=self.name, region=prepared.spec.region,
+                                          spec_hash=prepared.spec_hash, request=prepared.request,
+                                          sweep_id=tags.get("orchestrator:sweep"),
+                                          trial_id=tags.get("orchestrator:trial"))
+        if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
+            raise InputError(f"the job name {name} is already in the ledger for another spec "
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             hint="change the spec's name so the job name differs")
+        job_dir = self.job_dir(name)
+        if (job_dir / STATUS_FILE).exists() or entry.state not in ("planned", "submitting"):
+            # It ran (or runs) already: never twice.
+            return Submitted(name, created=False)
+        if entry.state == "planned":
+            self.ledger.transition(name, "submitting", expect=("planned",))
+        self._check_channels(prepared.request)
+        self._upload_source(prepared)
+        job_dir.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(job_dir.parent / f".{name}.lock"):
+            if (job_dir / STATUS_FILE).exists():
+                return Submitted(name, created=False)  # a concurrent submit won the race
+            shutil.rmtree(job_dir, ignore_errors=True)  # debris of a submit that died midway
+            job_dir.mkdir()
+            try:
+                self._lay_out(prepared, job_dir)
+                self._start_supervisor(job_dir)
+            except (OSError, subprocess.SubprocessError, BackendError) as exc:
+                shutil.rmtree(job_dir, ignore_errors=True)
+                raise BackendError(f"could not start local job {name}: {exc}",
+                                   hint="the ledger keeps the intent, so submitting again retries") from exc
+        self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
+        return Submitted(name, created=True)
+
+    def _store(self, uri: str):
+        from entrypoints import storage
+
+        return storage.open_store(uri, s3_client=self._s3)
+
+    def _check_channels(self, request: dict) -> None:
+        for channel, uri in channels_of(request).items():
+            try:
+                empty = not self._store(uri).list(with_etags=False)
+            except Exception as exc:  # noqa: BLE001 - the store's own error, reported with the channel
+                raise InputError(f"cannot read data channel {channel!r} at {uri}: {exc}",
+                                 hint="check data.source and your credentials") from exc
+            if empty:
+                raise InputError(f"data channel {channel!r}: no objects under {uri}",
+                                 hint="data.source must hold an ImageFolder tree (class/image files)")
+
+    def _upload_source(self, prepared) -> None:
+        """Put the archive at `sagemaker_submit_directory` unless that content is there."""
+        prefix, _, key = prepared.source_uri.rpartition("/")
+        store = self._store(prefix)
+        if store.exists(key):
+            return
+        store.put_bytes(key, prepared.archive)
+
+    def _lay_out(self, prepared, job_dir: Path) -> None:
+        request = prepared.request
+        hosts = host_names(int(request["ResourceConfig"]["InstanceCount"]))
+        runtime = prepared.job["spec"]["training"]["runtime"]
+        port = free_port()
+        (job_dir / LOG_DIR).mkdir()
+        write_json_atomic(job_dir / "request.json", request)
+        plan_hosts = {}
+        for host in hosts:
+            root = job_dir / host
+            host_tree(root, request, host, hosts)
+            plan_hosts[host] = {"root": str(root),
+                                "env": host_environment(root, request, host, hosts, port, runtime)}
+        hps = decode_hyperparameters(request.get("HyperParameters") or {})
+        plan = {
+            "job_name": prepared.job_name,
+            "hosts": hosts,
+            "host": plan_hosts,
+            "program": str(hps.get(contract.HP_PROGRAM, contract.PROGRAM)),
+            "submit_directory": str(hps.get(contract.HP_SUBMIT_DIRECTORY, prepared.source_uri)),
+            "channels": channels_of(request),
+            "output_prefix": output_prefix(request, prepared.job_name),
+            "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
+            "ledger": str(self.ledger.path),
+            "python": self.python,
+            "pythonpath": os.environ.get("PYTHONPATH", ""),
+        }
+        write_json_atomic(job_dir / PLAN_FILE, plan)
+        resources = request["ResourceConfig"]
+        write_json_atomic(job_dir / STATUS_FILE, {
+            "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
+            "created": self.clock(), "started": None, "ended": None, "pid": None, "hosts": {},
+            "instance_type": resources["InstanceType"], "instance_count": resources["InstanceCount"],
+            "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
+        })
+
+    def _start_supervisor(self, job_dir: Path) -> None:
+        """Start the supervisor in its own session; it forks once more and this call reaps the
+        intermediate, so the supervisor is nobody's zombie and outlives this process."""
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        with open(job_dir / SUPERVISOR_LOG, "ab") as log:
+            proc = subprocess.Popen([self.python, "-m", RUNNER_MODULE, "--detach", str(job_dir)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=str(job_dir), env=env, start_new_session=True)
+        code = proc.wait(timeout=60)
+        if code != 0 or not (job_dir / PID_FILE).exists():
+            raise BackendError(f"the local supervisor did not start (exit code {code})")
+
+    # --- status -----------------------------------------------------------------------------
+
+    def _read_status(self, job_name: str) -> dict:
+        data = read_json(self.job_dir(job_name) / STATUS_FILE)
+        if data is None:
+            raise InputError(f"no local job named {job_name} under {self.home / 'jobs'}",
+                             hint="list jobs with `orchestrator status`, or check ORCHESTRATOR_HOME")
+        return data
+
+    def _supervisor_pid(self, job_name: str, data: dict) -> int | None:
+        if data.get("pid"):
+            return int(data["pid"])
+        try:
+            return int((self.job_dir(job_name) / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def status(self, job_name: str) -> JobStatus:
+        """The job's state from its status.json; a supervisor that vanished makes it failed.
+        Moves the ledger row forward."""
+        data = self._read_status(job_name)
+        if data["state"] not in TERMINAL_STATUSES and not process_alive(self._supervisor_pid(job_name, data)):
+            data = self._read_status(job_name)  # it may have finished between the two reads
+            if data["state"] not in TERMINAL_STATUSES:
+                data = self._mark_orphaned(job_name, data)
+        if data["state"] not in TERMINAL_STATUSES and (self.job_dir(job_name) / STOP_FILE).exists():
+            data = {**data, "state": "stopping", "secondary": "Stopping"}
+        status = JobStatus(
+            job_name=job_name, status=data["state"], secondary=data.get("secondary"),
+            failure_reason=data.get("failure_reason"), billable_seconds=None,
+            training_seconds=int(data["ended"] - data["started"]) if data.get("ended") and data.get("started") else None,
+            instance_type=data.get("instance_type"), instance_count=data.get("instance_count"), spot=False,
+            created=data.get("created"), started=data.get("started"), ended=data.get("ended"),
+            output_uri=data.get("output_uri"), tags=dict(data.get("tags") or {}),
+        )
+        self._record(status)
+        return status
+
+    def _mark_orphaned(self, job_name: str, data: dict) -> dict:
+        """The supervisor is gone without a final state: kill what it left, record why."""
+        for host in (data.get("hosts") or {}).values():
+            _kill_group(host.get("pgid"), signal.SIGKILL)
+        stopped = (self.job_dir(job_name) / STOP_FILE).exists()
+        pid = self._supervisor_pid(job_name, data)
+        data = {**data, "state": "stopped" if stopped else "failed",
+                "secondary": "Stopped" if stopped else "Failed", "ended": data.get("ended") or self.clock(),
+                "failure_reason": None if stopped else f"the local supervisor (pid {pid}) exited without "
+                f"finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
+        write_json_atomic(self.job_dir(job_name) / STATUS_FILE, data)
+        return data
+
+    def _record(self, status: JobStatus) -> None:
+        entry = self.ledger.get(status.job_name)
+        target = LEDGER_STATE[status.status]
+        if entry is None or entry.state == target or entry.backend != self.name:
+            return
+        if entry.state in ("planned", "submitting") and target == "submitted":
+            return
+        self.ledger.transition(status.job_name, target, detail=status.failure_reason, expect=_NOT_TERMINAL_LEDGER)
+
+    # --- logs ---------------------------------------------------------------------------------
+
+    def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """Lines "[algo-N] message" of every host, in the order they were written. With
+        follow, polls until the job is terminal and a last read finds nothing new."""
+        self._read_status(job_name)  # an unknown job is an error, not an empty log
+        path = self.job_dir(job_name) / LOG_DIR / MERGED_LOG
+        offset = 0
+        pending = b""
+        while True:
+            terminal = self.status(job_name).terminal if follow else True
+            chunk = b""
+            if path.exists():
+                with open(path, "rb") as handle:
+                    handle.seek(offset)
+                    chunk = handle.read()
+                offset += len(chunk)
+            data = pending + chunk
+            lines = data.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+            if terminal and not chunk:
+                if pending:
+                    yield pending.decode("utf-8", "replace")
+                return
+            if not chunk:
+                self.sleep(self.poll_seconds)
+
+    # --- stop -------------------------------------------------------------------------------------
+
+    def stop(self, job_name: str) -> None:
+        """Ask the job to stop: its supervisor terminates every host's process group (SIGTERM,
+        then SIGKILL after a grace period), uploads outputs and marks it stopped. Returns at
+        once; `status` shows stopping until then. A job that has ended is left as it is."""
+        data = self._read_status(job_name)
+        if data["state"] in TERMINAL_STATUSES:
+            return
+        job_dir = self.job_dir(job_name)
+        (job_dir / STOP_FILE).touch()
+        pid = self._supervisor_pid(job_name, data)
+        if process_alive(pid):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        else:
+            self._mark_orphaned(job_name, self._read_status(job_name))
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if missing) for the block."""
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _kill_group(pgid: int | None, signum: int) -> None:
+    if not pgid:
+        return
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def pack_dir(source: Path, target: Path) -> None:
+    """`target` = a gzip tarball of the contents of `source` (names relative to it)."""
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(source.rglob("*")):
+            tar.add(path, arcname=path.relative_to(source).as_posix(), recursive=False)

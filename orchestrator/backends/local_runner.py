@@ -1,0 +1,294 @@
+"""The local backend's supervisor: one detached process per local job.
+
+`python -m orchestrator.backends.local_runner [--detach] JOB_DIR` runs the job that
+`LocalBackend.submit` laid out in JOB_DIR (`plan.json`): downloads the source archive and
+the data channels into every host's tree, runs one `launch.py` per host in its own process
+group, copies their output into the logs, stops the others when one host fails (after a
+grace period), enforces the maximum runtime, uploads `model.tar.gz` and `output.tar.gz`, and
+records every step in `status.json` (atomically) and the ledger. SIGTERM (what
+`LocalBackend.stop` sends) stops the hosts and ends the job as stopped.
+
+With `--detach` the process forks: the parent writes the supervisor's pid to
+`supervisor.pid` and exits at once, so the caller can reap it and return.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from entrypoints import contract
+from orchestrator.backends.local import (
+    LOG_DIR,
+    MERGED_LOG,
+    PID_FILE,
+    PLAN_FILE,
+    STATUS_FILE,
+    STOP_FILE,
+    pack_dir,
+    read_json,
+    write_json_atomic,
+)
+from orchestrator.ledger import Ledger
+
+# After one host fails, the others get this long to notice (their collectives error out)
+# before they are stopped: a static rendezvous otherwise waits for its peers for many minutes.
+HOST_GRACE_S = 30.0
+# Between SIGTERM and SIGKILL (SageMaker gives the container 120 s; locally less is plenty).
+STOP_GRACE_S = 30.0
+POLL_S = 0.2
+# Variables of the caller that must not leak into a host (each host gets its own).
+_HOST_OWNED_PREFIXES = ("SM_", "ORCHESTRATOR_MASTER_", "ORCHESTRATOR_CACHE_DIR")
+
+
+class Supervisor:
+    """Runs one local job from its plan. See the module docstring."""
+
+    def __init__(self, job_dir: Path):
+        self.job_dir = job_dir
+        self.plan = read_json(job_dir / PLAN_FILE) or {}
+        self.status = read_json(job_dir / STATUS_FILE) or {}
+        self.stop_requested = threading.Event()
+        self.log_lock = threading.Lock()
+        self.merged = open(job_dir / LOG_DIR / MERGED_LOG, "ab")
+        self._ledger: Ledger | None = None
+
+    # --- bookkeeping ---------------------------------------------------------------------
+
+    def update(self, **fields) -> None:
+        self.status.update(fields)
+        write_json_atomic(self.job_dir / STATUS_FILE, self.status)
+
+    def ledger_state(self, state: str, detail: str | None = None) -> None:
+        try:
+            if self._ledger is None:
+                self._ledger = Ledger(Path(self.plan["ledger"]))
+            self._ledger.transition(self.plan["job_name"], state, detail=detail,
+                                    expect=("planned", "submitting", "submitted", "running"))
+        except Exception as exc:  # noqa: BLE001 - the ledger is a record; the job goes on
+            self.note(f"could not update the ledger: {exc}")
+
+    def note(self, message: str) -> None:
+        """A line of the supervisor's own in the merged log (as SageMaker's status lines)."""
+        self.write_merged(f"[local] {message}\n".encode())
+
+    def write_merged(self, data: bytes) -> None:
+        with self.log_lock:
+            self.merged.write(data)
+            self.merged.flush()
+
+    def on_signal(self, signum, _frame) -> None:
+        (self.job_dir / STOP_FILE).touch()
+        self.stop_requested.set()
+
+    # --- the job ------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        self.update(state="starting", secondary="Starting", started=time.time(), pid=os.getpid())
+        if (self.job_dir / STOP_FILE).exists():
+            self.stop_requested.set()
+        state, secondary, reason = "failed", "Failed", None
+        try:
+            if not self.stop_requested.is_set():
+                self.update(secondary="Downloading")
+                self.note("Downloading the source archive and input data")
+                self.download()
+            if not self.stop_requested.is_set():
+                self.update(state="running", secondary="Training")
+                self.ledger_state("running")
+                self.note(f"Training on {len(self.plan['hosts'])} host(s): {', '.join(self.plan['hosts'])}")
+                state, secondary, reason = self.train()
+            else:
+                state, secondary = "stopped", "Stopped"
+        except Exception as exc:  # noqa: BLE001 - becomes the job's failure reason
+            traceback.print_exc()
+            state, secondary, reason = "failed", "Failed", f"InternalServerError: local supervisor: {type(exc).__name__}: {exc}"
+        if self.stop_requested.is_set() and state != "completed":
+            state, secondary, reason = "stopped", "Stopped", None
+        self.update(secondary="Uploading")
+        try:
+            self.upload()
+        except Exception as exc:  # noqa: BLE001 - a job whose outputs are lost has failed
+            traceback.print_exc()
+            if state == "completed":
+                state, secondary = "failed", "Failed"
+                reason = f"ClientError: could not upload outputs to {self.plan['output_prefix']}: {exc}"
+        self.note(f"Job {state}" + (f": {reason}" if reason else ""))
+        self.update(state=state, secondary=secondary, failure_reason=reason, ended=time.time())
+        self.ledger_state(state, reason)
+        self.merged.close()
+        return 0
+
+    def download(self) -> None:
+        """The source archive into every host's code dir; each channel into input/data/<name>."""
+        from entrypoints import storage
+
+        prefix, _, key = self.plan["submit_directory"].rpartition("/")
+        with tempfile.TemporaryDirectory(dir=self.job_dir) as tmp:
+            archive = Path(tmp) / "sourcedir.tar.gz"
+            if not storage.open_store(prefix).get_file(key, archive):
+                raise FileNotFoundError(f"the source archive {self.plan['submit_directory']} is missing")
+            for host in self.plan["hosts"]:
+                code = Path(self.plan["host"][host]["root"]) / contract.CODE_DIR
+                with tarfile.open(archive) as tar:
+                    tar.extractall(code, filter="data")
+        for channel, uri in self.plan["channels"].items():
+            first = None
+            for host in self.plan["hosts"]:
+                target = Path(self.plan["host"][host]["root"]) / contract.INPUT_DATA / channel
+                if first is None:
+                    store = storage.open_store(uri)
+                    keys = [info.key for info in store.list(with_etags=False)]
+                    for name in keys:
+                        store.get_file(name, target / name)
+                    self.note(f"Channel {channel}: {len(keys)} files from {uri}")
+                    first = target
+                else:
+                    shutil.copytree(first, target, dirs_exist_ok=True)
+
+    def host_env(self, host: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_HOST_OWNED_PREFIXES)}
+        env.update(self.plan["host"][host]["env"])
+        code = str(Path(self.plan["host"][host]["root"]) / contract.CODE_DIR)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (code, self.plan.get("pythonpath", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def pump(self, host: str, proc: subprocess.Popen) -> None:
+        """Copy a host's output to its own log and, prefixed, to the merged one."""
+        assert proc.stdout is not None  # we asked for a pipe
+        prefix = f"[{host}] ".encode()
+        with open(self.job_dir / LOG_DIR / f"{host}.log", "ab") as own:
+            for line in iter(proc.stdout.readline, b""):
+                own.write(line)
+                own.flush()
+                self.write_merged(prefix + (line if line.endswith(b"\n") else line + b"\n"))
+
+    def train(self) -> tuple[str, str, str | None]:
+        """Run every host's launch.py to the end; (state, secondary, failure reason)."""
+        procs: dict[str, subprocess.Popen] = {}
+        pumps = []
+        for host in self.plan["hosts"]:
+            code = Path(self.plan["host"][host]["root"]) / contract.CODE_DIR
+            proc = subprocess.Popen([self.plan["python"], self.plan["program"]], cwd=str(code),
+                                    env=self.host_env(host), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            procs[host] = proc
+            thread = threading.Thread(target=self.pump, args=(host, proc), daemon=True)
+            thread.start()
+            pumps.append(thread)
+        self.update(hosts={h: {"pid": p.pid, "pgid": p.pid, "exit_code": None} for h, p in procs.items()})
+
+        max_run = self.plan.get("max_run_s")
+        deadline = time.time() + max_run if max_run else None
+        failed_order: list[str] = []
+        first_failure_at: float | None = None
+        term_sent_at: float | None = None
+        killed = False
+        overtime = False
+        while True:
+            codes = {h: p.poll() for h, p in procs.items()}
+            for host, code in codes.items():
+                if code not in (None, 0) and host not in failed_order:
+                    failed_order.append(host)
+                    first_failure_at = first_failure_at or time.time()
+            if all(code is not None for code in codes.values()):
+                break
+            now = time.time()
+            want_stop = self.stop_requested.is_set()
+            if deadline is not None and now > deadline and not overtime:
+                overtime = True
+                self.note(f"MaxRuntimeExceeded: stopping after {max_run} s")
+            grace_over = first_failure_at is not None and now - first_failure_at > HOST_GRACE_S
+            if (want_stop or overtime or grace_over) and term_sent_at is None:
+                term_sent_at = now
+                self._signal_hosts(procs, signal.SIGTERM)
+            if term_sent_at is not None and not killed and now - term_sent_at > STOP_GRACE_S:
+                killed = True
+                self._signal_hosts(procs, signal.SIGKILL)
+            time.sleep(POLL_S)
+        for thread in pumps:
+            thread.join(timeout=10)
+        self.update(hosts={h: {"pid": p.pid, "pgid": p.pid, "exit_code": p.returncode} for h, p in procs.items()})
+
+        if self.stop_requested.is_set():
+            return "stopped", "Stopped", None
+        if overtime:
+            return "stopped", "MaxRuntimeExceeded", f"MaxRuntimeExceeded: the job ran longer than {max_run} s"
+        if not failed_order:
+            return "completed", "Completed", None
+        return "failed", "Failed", self._failure_reason(failed_order, procs)
+
+    def _signal_hosts(self, procs: dict[str, subprocess.Popen], signum: int) -> None:
+        for proc in procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def _failure_reason(self, failed_order: list[str], procs: dict[str, subprocess.Popen]) -> str:
+        """SageMaker's form: "AlgorithmError: <failure file>", from the host that failed first."""
+        for host in failed_order:
+            failure = Path(self.plan["host"][host]["root"]) / contract.FAILURE_FILE
+            try:
+                text = failure.read_text(errors="replace").strip()
+            except OSError:
+                continue
+            if text:
+                return f"AlgorithmError: {text}"
+        host = failed_order[0]
+        return f"AlgorithmError: {host}: {self.plan['program']} exited with code {procs[host].returncode}"
+
+    def upload(self) -> None:
+        """model.tar.gz and output.tar.gz from the first host, as SageMaker uploads them."""
+        from entrypoints import storage
+
+        root = Path(self.plan["host"][self.plan["hosts"][0]]["root"])
+        store = storage.open_store(self.plan["output_prefix"])
+        with tempfile.TemporaryDirectory(dir=self.job_dir) as tmp:
+            for name, source in (("model.tar.gz", contract.MODEL_DIR), ("output.tar.gz", contract.OUTPUT_DATA_DIR)):
+                target = Path(tmp) / name
+                pack_dir(root / source, target)
+                store.put_file(name, target)
+        self.note(f"Uploaded model.tar.gz and output.tar.gz to {self.plan['output_prefix']}/")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Supervise one local training job (LocalBackend).")
+    parser.add_argument("--detach", action="store_true", help="fork; the parent exits after writing the pid")
+    parser.add_argument("job_dir", type=Path)
+    args = parser.parse_args(argv)
+    job_dir = args.job_dir.resolve()
+    if args.detach:
+        pid = os.fork()
+        if pid:
+            tmp = job_dir / f".{PID_FILE}.tmp"
+            tmp.write_text(f"{pid}\n")
+            os.replace(tmp, job_dir / PID_FILE)
+            os._exit(0)
+    try:
+        return Supervisor(job_dir).run()
+    except Exception:  # noqa: BLE001 - last resort: status.json must not stay non-terminal
+        traceback.print_exc()
+        status = read_json(job_dir / STATUS_FILE) or {}
+        status.update(state="failed", secondary="Failed", ended=time.time(),
+                      failure_reason="InternalServerError: the local supervisor crashed; see supervisor.log")
+        write_json_atomic(job_dir / STATUS_FILE, status)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

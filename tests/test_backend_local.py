@@ -1,0 +1,379 @@
+"""The local backend: the container tree, the detached supervisor, status/logs/stop, outputs.
+
+Fast tests run launch.py with the `fake_train` module (no torch); the slow ones train the
+real entrypoints.train end to end, one host through the CLI and two hosts on loopback.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from entrypoints import contract, storage
+from orchestrator import request, spec
+from orchestrator.backends import local
+from orchestrator.backends.local import LocalBackend
+from orchestrator.errors import InputError
+from orchestrator.ledger import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """
+name: {name}
+backend: local
+instance: {{type: ml.trn1.2xlarge, count: {count}}}
+model: {{arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, embed_dim: 32, num_heads: 2,
+         num_classes: 10}}
+training:
+  runtime: native
+  steps: {steps}
+  warmup_steps: 1
+  batch_size: 4
+  precision: fp32
+  log_every: 1
+  workers_per_node: {workers}
+  optimizer: {{name: adam, lr: 0.001}}
+data: {{source: {source}, num_workers: 0}}
+compile_cache: {{mode: "off"}}
+max_run_minutes: {max_run}
+"""
+
+
+def make_spec(tmp_path: Path, name: str = "loc", count: int = 1, workers: int = 1, steps: int = 4,
+              source: str = "synthetic", max_run: int = 10) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(BASE.format(name=name, count=count, workers=workers, steps=steps, source=source,
+                                max_run=max_run))
+    return path
+
+
+def prepared_for(path: Path):
+    return request.prepare(spec.load(path))
+
+
+def wait_terminal(backend: LocalBackend, job: str, timeout: float = 120.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = backend.status(job)
+        if status.terminal:
+            return status
+        time.sleep(0.3)
+    log = "\n".join(backend.logs(job))
+    raise AssertionError(f"{job} not terminal after {timeout}s; log:\n{log}")
+
+
+def store_tar_names(uri: str) -> list[str]:
+    prefix, _, key = uri.rpartition("/")
+    data = storage.open_store(prefix).get_bytes(key)
+    assert data is not None, f"{uri} is missing"
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return sorted(tar.getnames())
+
+
+def results_of(prepared) -> dict:
+    prefix, _, key = prepared.job["results_uri"].rpartition("/")
+    data = storage.open_store(prefix).get_bytes(key)
+    assert data is not None, f"no results at {prepared.job['results_uri']}"
+    return json.loads(data)
+
+
+# --- layout and the fake trainer ------------------------------------------------------------
+
+
+def test_submit_lays_out_container_tree_and_runs_to_completion(orch_home, tmp_path, fake_train):
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    submitted = backend.submit(prepared)
+    assert submitted.created and submitted.job_name == prepared.job_name
+    status = wait_terminal(backend, prepared.job_name)
+    assert status.status == "completed", status.failure_reason
+    assert status.secondary == "Completed" and status.failure_reason is None
+    assert status.instance_type == "ml.trn1.2xlarge" and status.instance_count == 1
+    assert status.started and status.ended and status.ended >= status.started
+
+    root = orch_home / "jobs" / prepared.job_name / "algo-1"
+    hps = json.loads((root / contract.HYPERPARAMETERS).read_text())
+    assert hps == prepared.request["HyperParameters"]
+    resources = json.loads((root / contract.RESOURCE_CONFIG).read_text())
+    assert resources["current_host"] == "algo-1" and resources["hosts"] == ["algo-1"]
+    for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR):
+        assert (root / rel).is_dir()
+    # The code dir is the unpacked source archive, with launch.py at its root.
+    assert (root / "code" / "launch.py").read_bytes() == (ROOT / "entrypoints" / "launch.py").read_bytes()
+    assert json.loads((root / "code" / "job.json").read_text()) == prepared.job
+
+    # What the rank saw: the SM_* contract and the loopback rendezvous.
+    rank0 = json.loads((root / contract.OUTPUT_DATA_DIR / "ranks" / "rank-0.json").read_text())
+    assert rank0["env"]["SM_CURRENT_HOST"] == "algo-1"
+    assert rank0["env"]["MASTER_ADDR"] == "127.0.0.1"
+
+    # SageMaker's outputs, at SageMaker's place.
+    out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{prepared.job_name}/output"
+    assert status.output_uri == f"{out}/model.tar.gz"
+    assert "model.pt" in store_tar_names(f"{out}/model.tar.gz")
+    assert {"results.json", "ranks/rank-0.json"} <= set(store_tar_names(f"{out}/output.tar.gz"))
+    results = results_of(prepared)
+    assert results["status"] == "completed" and results["backend"] == "local"
+    assert results["job_name"] == prepared.job_name
+
+    assert Ledger().get(prepared.job_name).state == "completed"
+    lines = list(backend.logs(prepared.job_name))
+    assert any(line.startswith("[algo-1] fake-train rank 0/1 started") for line in lines)
+    assert any(line.startswith("[local] Uploaded model.tar.gz") for line in lines)
+
+
+def test_resubmitting_the_same_job_runs_nothing_twice(orch_home, tmp_path, fake_train):
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    assert backend.submit(prepared).created
+    first = wait_terminal(backend, prepared.job_name)
+    log_before = (orch_home / "jobs" / prepared.job_name / "logs" / "all.log").read_bytes()
+    again = LocalBackend().submit(prepared)
+    assert again.created is False and again.job_name == prepared.job_name
+    time.sleep(1.0)
+    assert backend.status(prepared.job_name).ended == first.ended
+    assert (orch_home / "jobs" / prepared.job_name / "logs" / "all.log").read_bytes() == log_before
+    assert [e.job_name for e in Ledger().entries()] == [prepared.job_name]
+
+
+def test_concurrent_submits_of_one_job_start_it_once(orch_home, tmp_path, fake_train):
+    from concurrent.futures import ThreadPoolExecutor
+
+    prepared = prepared_for(make_spec(tmp_path))
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(lambda _: LocalBackend().submit(prepared), range(4)))
+    assert sorted(o.created for o in outcomes) == [False, False, False, True]
+    backend = LocalBackend()
+    assert wait_terminal(backend, prepared.job_name).status == "completed"
+    starts = [line for line in backend.logs(prepared.job_name) if "fake-train rank 0/1 started" in line]
+    assert len(starts) == 1
+
+
+def test_a_failing_rank_fails_the_job_with_its_reason_and_outputs_still_upload(orch_home, tmp_path,
+                                                                                fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAIN_FAIL_RANK", "1")
+    prepared = prepared_for(make_spec(tmp_path, workers=2))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    status = wait_terminal(backend, prepared.job_name)
+    assert status.status == "failed" and status.secondary == "Failed"
+    assert status.failure_reason == "AlgorithmError: algo-1: rank 1: RuntimeError: boom on purpose"
+    assert Ledger().get(prepared.job_name).state == "failed"
+    out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{prepared.job_name}/output"
+    assert "results.json" in store_tar_names(f"{out}/output.tar.gz")
+    assert results_of(prepared)["status"] == "failed"
+
+
+def test_two_hosts_get_their_own_contract_and_one_rendezvous(orch_home, tmp_path, fake_train):
+    prepared = prepared_for(make_spec(tmp_path, count=2))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    status = wait_terminal(backend, prepared.job_name)
+    assert status.status == "completed", status.failure_reason
+    job_dir = orch_home / "jobs" / prepared.job_name
+    plan = json.loads((job_dir / local.PLAN_FILE).read_text())
+    ports = set()
+    for rank, host in enumerate(("algo-1", "algo-2")):
+        env = plan["host"][host]["env"]
+        assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"] and env["SM_CURRENT_HOST"] == host
+        assert env[contract.MASTER_ADDR_ENV] == "127.0.0.1"
+        assert env["SM_NUM_CPUS"] == str(max(1, (os.cpu_count() or 1) // 2))
+        ports.add(env["ORCHESTRATOR_MASTER_PORT"])
+        seen = json.loads((job_dir / host / contract.OUTPUT_DATA_DIR / "ranks" / f"rank-{rank}.json").read_text())
+        assert seen["world_size"] == 2 and seen["env"]["GROUP_RANK"] == str(rank)
+        assert seen["env"]["SM_CURRENT_HOST"] == host
+        assert json.loads((job_dir / host / contract.RESOURCE_CONFIG).read_text())["current_host"] == host
+    assert len(ports) == 1
+    lines = list(backend.logs(prepared.job_name))
+    assert any(line.startswith("[algo-1] ") for line in lines)
+    assert any(line.startswith("[algo-2] ") for line in lines)
+    # Only node rank 0 publishes results; it describes both hosts.
+    assert results_of(prepared)["instance"]["count"] == 2
+
+
+def test_stop_terminates_every_process_and_marks_stopped(orch_home, tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    job_dir = orch_home / "jobs" / prepared.job_name
+    deadline = time.time() + 60
+    while "fake-train rank 0/1 started" not in (job_dir / "logs" / "all.log").read_text():
+        assert time.time() < deadline, "the fake trainer never started"
+        time.sleep(0.2)
+    pids = [h["pid"] for h in json.loads((job_dir / local.STATUS_FILE).read_text())["hosts"].values()]
+    backend.stop(prepared.job_name)
+    assert backend.status(prepared.job_name).status in ("stopping", "stopped")
+    status = wait_terminal(backend, prepared.job_name, timeout=90)
+    assert status.status == "stopped" and status.secondary == "Stopped"
+    assert Ledger().get(prepared.job_name).state == "stopped"
+    assert not any(local.process_alive(pid) for pid in pids)
+    # As SageMaker does after a stop, what the job wrote is uploaded.
+    out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{prepared.job_name}/output"
+    assert "results.json" in store_tar_names(f"{out}/output.tar.gz")
+    backend.stop(prepared.job_name)  # stopping a stopped job is a no-op
+    assert backend.status(prepared.job_name).status == "stopped"
+
+
+def test_max_runtime_stops_the_job(orch_home, tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
+    prepared = prepared_for(make_spec(tmp_path))
+    prepared.request["StoppingCondition"]["MaxRuntimeInSeconds"] = 2  # a minute is the spec's floor
+    backend = LocalBackend()
+    backend.submit(prepared)
+    status = wait_terminal(backend, prepared.job_name, timeout=90)
+    assert status.status == "stopped" and status.secondary == "MaxRuntimeExceeded"
+    assert "MaxRuntimeExceeded" in status.failure_reason
+
+
+def test_logs_follow_streams_until_the_job_ends(orch_home, tmp_path, fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "2")
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend(poll_seconds=0.1)
+    backend.submit(prepared)
+    lines = list(backend.logs(prepared.job_name, follow=True))
+    assert backend.status(prepared.job_name).terminal
+    text = "\n".join(lines)
+    assert text.index("fake-train rank 0/1 started") < text.index("fake-train rank 0 done")
+    assert lines[-1].startswith("[local] Job completed")
+
+
+def test_file_data_channel_is_downloaded_into_every_host(orch_home, tmp_path, fake_train):
+    data = tmp_path / "images"
+    for cls in ("cat", "dog"):
+        (data / cls).mkdir(parents=True)
+        (data / cls / "0.png").write_bytes(cls.encode())
+    prepared = prepared_for(make_spec(tmp_path, count=2, source=f"file://{data}"))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    assert wait_terminal(backend, prepared.job_name).status == "completed"
+    for host in ("algo-1", "algo-2"):
+        train = orch_home / "jobs" / prepared.job_name / host / "input/data/train"
+        assert (train / "cat" / "0.png").read_bytes() == b"cat"
+        assert (train / "dog" / "0.png").read_bytes() == b"dog"
+        config = json.loads((orch_home / "jobs" / prepared.job_name / host / "input/config/inputdataconfig.json").read_text())
+        assert list(config) == ["train"]
+
+
+def test_s3_data_channel_is_downloaded(orch_home, tmp_path, fake_train, moto_server):
+    import boto3
+
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="data-bucket")
+    s3.put_object(Bucket="data-bucket", Key="imgs/cat/1.png", Body=b"meow")
+    prepared = prepared_for(make_spec(tmp_path, source="s3://data-bucket/imgs"))
+    backend = LocalBackend(s3_client=s3)
+    backend.submit(prepared)
+    assert wait_terminal(backend, prepared.job_name).status == "completed"
+    root = orch_home / "jobs" / prepared.job_name / "algo-1"
+    assert (root / "input/data/train/cat/1.png").read_bytes() == b"meow"
+    rank0 = json.loads((root / contract.OUTPUT_DATA_DIR / "ranks" / "rank-0.json").read_text())
+    assert rank0["env"]["SM_CHANNEL_TRAIN"] == str(root / "input/data/train")
+
+
+def test_empty_data_channel_is_refused_at_submit(orch_home, tmp_path, fake_train):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    prepared = prepared_for(make_spec(tmp_path, source=f"file://{empty}"))
+    with pytest.raises(InputError, match="no objects under"):
+        LocalBackend().submit(prepared)
+    assert not (orch_home / "jobs" / prepared.job_name).exists()
+
+
+def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_train, monkeypatch):
+    import signal
+
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    job_dir = orch_home / "jobs" / prepared.job_name
+    deadline = time.time() + 60
+    while not json.loads((job_dir / local.STATUS_FILE).read_text()).get("hosts"):
+        assert time.time() < deadline
+        time.sleep(0.2)
+    data = json.loads((job_dir / local.STATUS_FILE).read_text())
+    os.kill(data["pid"], signal.SIGKILL)
+    deadline = time.time() + 10
+    while local.process_alive(data["pid"]) and time.time() < deadline:
+        time.sleep(0.1)
+    status = backend.status(prepared.job_name)
+    assert status.status == "failed" and "supervisor" in status.failure_reason
+    host_pid = data["hosts"]["algo-1"]["pid"]
+    deadline = time.time() + 10
+    while local.process_alive(host_pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not local.process_alive(host_pid)
+
+
+def test_unknown_job_is_an_input_error(orch_home):
+    backend = LocalBackend()
+    with pytest.raises(InputError, match="no local job named nope"):
+        backend.status("nope")
+    with pytest.raises(InputError):
+        list(backend.logs("nope"))
+
+
+def test_job_name_of_another_spec_is_refused(orch_home, tmp_path, fake_train):
+    prepared = prepared_for(make_spec(tmp_path))
+    Ledger().record_intent(prepared.job_name, backend="local", region="us-east-1", spec_hash="0" * 64, request={})
+    with pytest.raises(InputError, match="already in the ledger for another spec"):
+        LocalBackend().submit(prepared)
+
+
+# --- the real trainer, end to end ------------------------------------------------------------
+
+
+def _cli(*args: str, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_cli_submit_wait_status_logs_with_real_training(orch_home, tmp_path):
+    path = make_spec(tmp_path, name="e2e", steps=3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("ORCHESTRATOR_TRAIN_MODULE", None)
+    done = _cli("submit", str(path), "--wait", "--interval", "1", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = request.job_name(spec.load(path))
+    assert job in done.stdout
+
+    status = _cli("status", job, env=env, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "completed" in status.stdout
+    logs = _cli("logs", job, env=env, timeout=60)
+    assert logs.returncode == 0, logs.stderr
+    assert contract.SUMMARY_TAG in logs.stdout and "[algo-1]" in logs.stdout
+
+    prepared = prepared_for(path)
+    results = results_of(prepared)
+    assert results["status"] == "completed" and results["steps_done"] == 3
+    assert results["step_time_s"]["n"] == 2 and results["final_loss"] is not None
+    out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{job}/output"
+    assert "model.pt" in store_tar_names(f"{out}/model.tar.gz")
+    assert "results.json" in store_tar_names(f"{out}/output.tar.gz")
+
+
+@pytest.mark.slow
+def test_two_hosts_train_to_the_end_over_gloo_on_loopback(orch_home, tmp_path, monkeypatch):
+    monkeypatch.delenv("ORCHESTRATOR_TRAIN_MODULE", raising=False)
+    prepared = prepared_for(make_spec(tmp_path, name="twohost", count=2, steps=3))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    status = wait_terminal(backend, prepared.job_name, timeout=240)
+    assert status.status == "completed", status.failure_reason
+    results = results_of(prepared)
+    assert results["world_size"] == 2 and results["instance"]["count"] == 2
+    assert results["steps_done"] == 3 and results["global_batch"] == 8
+    job_dir = orch_home / "jobs" / prepared.job_name
+    second = json.loads((job_dir / "algo-2" / contract.OUTPUT_DATA_DIR / "results.json").read_text())
+    assert second["status"] == "completed" and second["world_size"] == 2

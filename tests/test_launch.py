@@ -1,0 +1,392 @@
+"""entrypoints/launch.py: the per-host driver.
+
+Most tests run the launcher for real (a subprocess, real torchrun) with the `fake_train`
+module standing in for entrypoints.train, so the ordering of pull / torchrun / push, the
+failure file and results.json are checked on the real process tree in seconds.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from entrypoints import compile_cache, contract, launch, storage
+from orchestrator import request, sourcedir, spec
+from orchestrator.backends.local import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPEC = """
+name: {name}
+backend: local
+instance: {{type: {itype}, count: {count}}}
+model: {{arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, embed_dim: 32, num_heads: 2,
+         num_classes: 10}}
+training: {{runtime: native, compile: true, steps: 12, warmup_steps: 2, batch_size: 4, precision: fp32,
+           workers_per_node: {workers}}}
+data: {{source: synthetic, num_workers: 0}}
+compile_cache: {{mode: "{mode}"}}
+tags: {{team: vision}}
+"""
+
+RESULT_KEYS = {
+    "schema", "job_name", "spec_hash", "status", "failure_reason", "backend", "region", "instance", "world_size",
+    "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
+    "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "cache", "final_loss",
+    "versions", "started_at", "ended_at", "duration_s", "tags", "warnings",
+}
+CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",
+              "warnings"}
+
+
+def make_job(name: str = "lt", workers: int = 2, mode: str = "tarball", itype: str = "ml.trn1.2xlarge",
+             count: int = 1) -> dict:
+    loaded = spec.loads(SPEC.format(name=name, workers=workers, mode=mode, itype=itype, count=count))
+    return request.resolved_job(loaded, request.job_name(loaded))
+
+
+class Host:
+    """One host's container tree under tmp, and the launcher run on it."""
+
+    def __init__(self, base: Path, job: dict, host: str = "algo-1", hosts: tuple[str, ...] = ("algo-1",)):
+        self.root = base / host
+        self.root.mkdir(parents=True)
+        self.job = job
+        self.job_file = self.root / "job.json"
+        self.job_file.write_text(json.dumps(job))
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SM_")}
+        self.env.update(contract.sm_environment(self.root, list(hosts), host, job["instance"]["type"], {}, []))
+        self.env[contract.MASTER_ADDR_ENV] = "127.0.0.1"
+        self.env[launch.MASTER_PORT_ENV] = str(free_port())
+
+    def run(self, *args: str, cwd: Path = ROOT, argv: list[str] | None = None, **extra: str):
+        env = {**self.env, **extra}
+        command = argv or [sys.executable, "-m", "entrypoints.launch", "--job", str(self.job_file), *args]
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+
+    @property
+    def results(self) -> dict:
+        return json.loads((self.root / contract.OUTPUT_DATA_DIR / "results.json").read_text())
+
+    def rank(self, rank: int) -> dict:
+        return json.loads((self.root / contract.OUTPUT_DATA_DIR / "ranks" / f"rank-{rank}.json").read_text())
+
+    @property
+    def failure(self) -> str | None:
+        path = self.root / contract.FAILURE_FILE
+        return path.read_text() if path.exists() else None
+
+    def cache_key(self):
+        """The key the launcher computes for this host (same environment, same job)."""
+        ctr = contract.Contract.from_env(self.env)
+        env = launch.runtime_environment(self.job, ctr, self.env)
+        world = ctr.num_nodes * self.job["workers_per_node"]
+        return compile_cache.key_for("native", launch.cache_target("native", self.job, env), world, env)
+
+
+def plant_hostile_archive(cache_uri: str, key, outside: Path) -> None:
+    """Publish, under `key`, a manifest whose archive escapes the cache dir: an absolute
+    member pointing at `outside` and a symlink entry pointing there too."""
+    import hashlib
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        link = tarfile.TarInfo("fxgraph/zz/evil")
+        link.type, link.linkname = tarfile.SYMTYPE, str(outside)
+        tar.addfile(link)
+        payload = b"escaped"
+        absolute = tarfile.TarInfo(str(outside))
+        absolute.size = len(payload)
+        tar.addfile(absolute, io.BytesIO(payload))
+    data = raw.getvalue()
+    sha = hashlib.sha256(data).hexdigest()
+    store = storage.open_store(cache_uri)
+    store.put_bytes(f"{key.digest()}/archives/{sha}.tar", data)
+    manifest = {"schema": 1, "key": key.as_dict(), "archives": {f"archives/{sha}.tar": {"bytes": len(data)}},
+                "entries": {"fxgraph/zz/evil": {"archive": f"archives/{sha}.tar", "sha256": sha, "bytes": 7}},
+                "updated_at": "2026-01-01T00:00:00Z"}
+    store.put_bytes(f"{key.digest()}/manifest.json", json.dumps(manifest).encode())
+
+
+def stored_results(job: dict) -> dict:
+    prefix, _, key = job["results_uri"].rpartition("/")
+    return json.loads(storage.open_store(prefix).get_bytes(key))
+
+
+# --- end to end through torchrun, with the fake trainer ----------------------------------------
+
+
+def test_cache_is_pulled_before_ranks_start_and_new_entries_pushed(orch_home, tmp_path, fake_train):
+    job = make_job()
+    cold = Host(tmp_path / "cold", job)
+    done = cold.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/entry-one")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first = cold.results
+    assert first["cache"]["hit_entries"] == 0 and first["cache"]["new_entries"] >= 1
+    assert cold.rank(0)["seen_cache"] == []
+
+    warm = Host(tmp_path / "warm", job)
+    done = warm.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/bb/entry-two")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Every rank found the first job's entry in its (fresh) cache dir when it started.
+    for rank in (0, 1):
+        seen = warm.rank(rank)
+        assert "fxgraph/aa/entry-one/graph.bin" in seen["seen_cache"]
+        assert seen["cache_dir"] != cold.rank(0)["cache_dir"]
+    second = warm.results
+    assert second["cache"]["hit_entries"] >= 1 and second["cache"]["new_entries"] >= 1
+    assert second["cache"]["key"] == first["cache"]["key"] == warm.cache_key().digest()
+    out = done.stdout
+    assert out.index("compile cache pulled") < out.index("fake-train rank 0/2 started") < out.index(
+        "compile cache pushed")
+
+
+def test_failed_rank_writes_failure_file_and_the_cache_is_still_pushed(orch_home, tmp_path, fake_train):
+    job = make_job()
+    host = Host(tmp_path, job)
+    done = host.run(FAKE_TRAIN_FAIL_RANK="1", FAKE_TRAIN_NEW_ENTRY="fxgraph/cc/entry-before-crash")
+    assert done.returncode != 0
+    assert host.failure == "algo-1: rank 1: RuntimeError: boom on purpose"
+    results = host.results
+    assert results["status"] == "failed"
+    assert results["failure_reason"] == "rank 1: RuntimeError: boom on purpose"
+    assert results["cache"]["new_entries"] >= 1
+    assert stored_results(job) == results
+    # The entry compiled before the crash is in the store: a fresh dir pulls it.
+    fresh = tmp_path / "fresh-cache"
+    pulled = compile_cache.pull(job["compile_cache"]["uri"], host.cache_key(), fresh)
+    assert pulled.hit_entries >= 1
+    assert (fresh / "fxgraph/cc/entry-before-crash/graph.bin").is_file()
+
+
+def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
+    job = make_job()
+    host = Host(tmp_path, job)
+    done = host.run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert host.failure is None
+    results = host.results
+    assert set(results) == RESULT_KEYS
+    assert set(results["cache"]) == CACHE_KEYS
+    assert results["schema"] == "orchestrator.results/v1"
+    assert results["job_name"] == job["job_name"] and results["spec_hash"] == job["spec_hash"]
+    assert results["status"] == "completed" and results["failure_reason"] is None
+    assert results["backend"] == "local" and results["region"] == "us-east-1"
+    assert results["instance"] == {"type": "ml.trn1.2xlarge", "count": 1, "neuron_cores": 2, "logical_cores": 2,
+                                   "workers_per_node": 2}
+    assert results["world_size"] == 2 and results["batch_size"] == 4 and results["global_batch"] == 8
+    assert (results["runtime"], results["compile"], results["precision"]) == ("native", True, "fp32")
+    assert (results["steps"], results["warmup_steps"], results["steps_done"]) == (12, 2, 12)
+    assert results["model"] == {"arch": "vit_tiny_patch16_224", "image_size": 32, "patch_embed": "linear"}
+    # The fake rank 0 reports step times 0.1 .. 1.0 (shuffled): median 0.55, p90 by nearest rank 0.9.
+    assert results["step_time_s"] == pytest.approx({"p50": 0.55, "p90": 0.9, "mean": 0.55, "n": 10})
+    assert results["samples_per_s"] == pytest.approx(8 / 0.55)
+    assert results["time_to_first_step_s"] == 2.5 and results["compile_s"] == 2.0
+    assert results["final_loss"] == 1.25
+    assert results["versions"]["torch"] == "fake-9.9"
+    assert set(results["versions"]) == {"python", "torch", "torch_xla", "timm", "neuronx_cc"}
+    assert results["tags"]["team"] == "vision" and results["tags"]["orchestrator:job"] == job["job_name"]
+    assert results["started_at"].endswith("Z") and results["duration_s"] >= 0
+    assert results["cache"]["mode"] == "tarball" and results["cache"]["uri"] == job["compile_cache"]["uri"]
+    assert results["warnings"] == []
+    assert stored_results(job) == results
+    # The reader of `orchestrator results` takes it as written.
+    from orchestrator import results as reader
+
+    parsed = reader.parse((host.root / contract.OUTPUT_DATA_DIR / "results.json").read_bytes())
+    assert parsed.job_name == job["job_name"] and parsed.cache.new_entries == results["cache"]["new_entries"]
+
+
+def test_hostile_cache_archive_runs_cold_with_a_warning(orch_home, tmp_path, fake_train):
+    job = make_job()
+    host = Host(tmp_path / "h", job)
+    key = host.cache_key()
+    outside = tmp_path / "escaped.txt"
+    plant_hostile_archive(job["compile_cache"]["uri"], key, outside)
+    done = host.run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not outside.exists()
+    results = host.results
+    assert results["status"] == "completed"
+    assert results["cache"]["hit_entries"] == 0 and results["cache"]["warnings"]
+    assert any(w.startswith("compile cache: ") for w in results["warnings"])
+    assert "WARNING compile cache:" in done.stdout
+    assert host.rank(0)["seen_cache"] == []
+
+
+def test_sigterm_stops_training_and_still_pushes_and_reports(orch_home, tmp_path, fake_train):
+    import signal
+    import time
+
+    job = make_job()
+    host = Host(tmp_path, job)
+    env = {**host.env, "FAKE_TRAIN_SLEEP": "120", "FAKE_TRAIN_NEW_ENTRY": "fxgraph/dd/before-stop"}
+    proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launch", "--job", str(host.job_file)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        for line in proc.stdout:
+            if "fake-train rank 0 compiled" in line or time.time() > deadline:
+                break
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert host.failure == "algo-1: stopped: the launcher received SIGTERM"
+    results = host.results
+    assert results["status"] == "failed" and results["failure_reason"] == "stopped: the launcher received SIGTERM"
+    assert results["cache"]["new_entries"] >= 1
+
+
+def test_runs_as_launch_py_from_the_unpacked_source_archive(orch_home, tmp_path, fake_train):
+    job = make_job(workers=1, mode="off")
+    code = tmp_path / "code"
+    with tarfile.open(fileobj=io.BytesIO(sourcedir.build_archive(job))) as tar:
+        tar.extractall(code, filter="data")
+    host = Host(tmp_path, job)
+    done = host.run(cwd=code, argv=[sys.executable, "launch.py"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = host.results
+    assert results["status"] == "completed" and results["cache"]["mode"] == "off"
+    assert results["cache"]["key"] is None and results["world_size"] == 1
+
+
+def test_torchrun_failure_without_rank_stats_reports_the_error_line(orch_home, tmp_path, fake_train):
+    job = make_job(workers=1, mode="off")
+    host = Host(tmp_path, job)
+    done = host.run(ORCHESTRATOR_TRAIN_MODULE="no_such_train_module")
+    assert done.returncode != 0
+    assert host.failure.startswith("algo-1: rank 0 (torchrun exited with code 1): ")
+    assert "No module named no_such_train_module" in host.failure
+    assert host.results["status"] == "failed" and host.results["step_time_s"] is None
+
+
+def test_unreadable_job_file_still_writes_the_failure_file(tmp_path):
+    root = tmp_path / "ml"
+    env = {**os.environ, **contract.sm_environment(root, ["algo-1"], "algo-1", "ml.trn1.2xlarge", {}, [])}
+    (tmp_path / "job.json").write_text('{"schema": 99}')
+    done = subprocess.run([sys.executable, "-m", "entrypoints.launch", "--job", str(tmp_path / "job.json")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "job file schema 99" in (root / contract.FAILURE_FILE).read_text()
+
+
+# --- the pieces, as functions ----------------------------------------------------------------
+
+
+def contract_for(hosts: list[str], current: str, itype: str = "ml.trn1n.32xlarge") -> contract.Contract:
+    return contract.Contract.from_env(contract.sm_environment(Path("/x"), hosts, current, itype, {}, []))
+
+
+def test_efa_variables_for_multi_node_trn1n_and_trn2_only(orch_home):
+    two = ["algo-1", "algo-2"]
+    for itype in ("ml.trn1n.32xlarge", "ml.trn2.48xlarge"):
+        job = make_job(itype=itype, count=2, workers=1)
+        env = launch.runtime_environment(job, contract_for(two, "algo-2", itype), {"PATH": "/bin"})
+        for key, value in contract.EFA_ENV.items():
+            assert env[key] == value
+    single = launch.runtime_environment(make_job(itype="ml.trn1n.32xlarge", workers=1),
+                                        contract_for(["algo-1"], "algo-1"), {})
+    assert "FI_PROVIDER" not in single
+    small = launch.runtime_environment(make_job(workers=1), contract_for(two, "algo-1", "ml.trn1.2xlarge"), {})
+    assert "FI_PROVIDER" not in small
+    job = make_job(itype="ml.trn2.48xlarge", count=2, workers=1)
+    job["environment"] = {"FI_PROVIDER": "tcp"}
+    assert launch.runtime_environment(job, contract_for(two, "algo-1"), {})["FI_PROVIDER"] == "tcp"
+
+
+def test_cache_dir_settings_per_runtime(tmp_path):
+    xla = launch.with_cache_dir("xla", {"NEURON_CC_FLAGS": "--model-type=transformer"}, tmp_path)
+    assert xla["NEURON_CC_FLAGS"] == f"--model-type=transformer --cache_dir={tmp_path}"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in xla
+    mine = {"NEURON_CC_FLAGS": "--cache_dir=/mine -O1"}
+    assert launch.with_cache_dir("xla", mine, tmp_path) == mine
+    assert launch.cache_directory("xla", mine) == (Path("/mine"), False)
+    native = launch.with_cache_dir("native", {}, tmp_path)
+    assert native["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
+    assert native["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+    fresh, ours = launch.cache_directory("native", {})
+    try:
+        assert ours and fresh.is_dir() and not any(fresh.iterdir())
+        again, _ = launch.cache_directory("native", {})
+        assert again != fresh
+        again.rmdir()
+    finally:
+        fresh.rmdir()
+
+
+def test_compile_pool_is_the_ranks_share_of_the_host_and_not_in_the_key(orch_home, tmp_path, fake_train):
+    assert launch.with_compile_threads("native", {}, 8, 2)["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    assert launch.with_compile_threads("native", {}, 2, 4)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    mine = {"TORCHINDUCTOR_COMPILE_THREADS": "7"}
+    assert launch.with_compile_threads("native", mine, 2, 2) == mine
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in launch.with_compile_threads("xla", {}, 8, 2)
+    # The launcher's key is the one computed without it, so hosts of any size share a cache.
+    job = make_job(workers=1)
+    host = Host(tmp_path, job)
+    done = host.run(SM_NUM_CPUS="6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert host.results["cache"]["key"] == host.cache_key().digest()
+    assert host.rank(0)["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "6"
+
+
+def test_torchrun_command_from_the_contract(orch_home, tmp_path):
+    job = make_job(itype="ml.trn1n.32xlarge", count=2, workers=3)
+    ctr = contract.Contract.from_env({**contract.sm_environment(tmp_path, ["algo-1", "algo-2"], "algo-2",
+                                                                "ml.trn1n.32xlarge", {}, [])})
+    command = launch.torchrun_command(job, ctr, {}, tmp_path / "job.json", tmp_path / "ranks", "entrypoints.train")
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    flags = dict(zip(command[3:13:2], command[4:14:2], strict=True))
+    assert flags == {"--nnodes": "2", "--node_rank": "1", "--nproc_per_node": "3", "--master_addr": "algo-1",
+                     "--master_port": str(contract.MASTER_PORT)}
+    assert command[13:] == ["-m", "entrypoints.train", "--job", str(tmp_path / "job.json"),
+                            "--stats-dir", str(tmp_path / "ranks")]
+    port = launch.torchrun_command(job, ctr, {launch.MASTER_PORT_ENV: "4242"}, tmp_path, tmp_path, "m")
+    assert port[port.index("--master_port") + 1] == "4242"
+
+
+TORCHRUN_REPORT = """\
+E1129 22:21:34.382000 16272 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 1
+Traceback (most recent call last):
+  File "torch/distributed/run.py", line 940, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+entrypoints.train FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_22:21:34
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 16439)
+============================================================""".splitlines()
+
+
+def test_failure_reason_prefers_the_first_failing_rank():
+    stats = {0: {"rank": 0}, 3: {"error": "ValueError: bad"}, 2: {"error": "RuntimeError: first"}}
+    assert launch.failure_reason(stats, [], 1, None) == "rank 2: RuntimeError: first (and 1 more ranks)"
+    assert launch.failure_reason({}, [], 1, 15) == "stopped: the launcher received SIGTERM"
+
+
+def test_failure_reason_from_output_skips_torchruns_own_report():
+    worker = ["step 3 loss=1.0", "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "noise after"]
+    assert launch.failure_reason({}, worker + TORCHRUN_REPORT, 1, None) == (
+        "rank 3 (torchrun exited with code 1): torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert launch.failure_reason({}, ["just output"], -9, None) == "torchrun exited with code -9"
+    assert launch.failure_reason({}, ["RuntimeError: rendezvous timed out"], 1, None) == (
+        "torchrun exited with code 1: RuntimeError: rendezvous timed out")
+
+
+def test_failure_file_is_capped_at_sagemakers_limit(tmp_path):
+    ctr = contract.Contract.from_env(contract.sm_environment(tmp_path, ["algo-1"], "algo-1", "", {}, []))
+    launch.write_failure(ctr, "x" * 5000)
+    text = ctr.failure_file.read_text()
+    assert len(text) == launch.MAX_REASON and text.endswith("...")
