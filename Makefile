@@ -24,13 +24,19 @@ $(STAMP):
 
 demo: $(STAMP)
 	$(PY) -m orchestrator validate configs/local-smoke.yaml
-	$(PY) -m orchestrator submit configs/local-smoke.yaml --wait
+	$(PY) -m orchestrator submit configs/local-smoke.yaml --wait --rerun
+	$(PY) -m orchestrator results --format table
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) bench/cli_latency.py
+	$(PY) bench/entrypoint_throughput.py
+	$(PY) bench/compile_cache.py
+	$(PY) bench/cache_transfer.py
+	$(PY) bench/results_collect.py
+	$(PY) bench/sweep_submit.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check orchestrator entrypoints tests bench

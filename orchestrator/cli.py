@@ -190,6 +190,21 @@ def _wait(backend, job_name: str, interval: float):
     return st
 
 
+def _rerun_name(loaded) -> str | None:
+    """The spec's plain job name if the ledger has never seen it, else the first free -rN."""
+    from orchestrator import request
+    from orchestrator.ledger import Ledger
+    from orchestrator.spec import spec_hash
+
+    ledger = Ledger()
+    name = request.job_name(loaded)
+    n = 0
+    while ledger.get(name) is not None:
+        n += 1
+        name = request.job_name(loaded, suffix=f"{spec_hash(loaded)[:8]}-r{n}")
+    return name
+
+
 @app.command()
 def submit(
     path: Path = typer.Argument(..., help="Job spec YAML."),
@@ -197,12 +212,15 @@ def submit(
                                  "nothing."),
     wait: bool = typer.Option(False, "--wait", help="Show the job's progress until it ends; exit 1 if it fails or "
                               "is stopped."),
-    interval: float = typer.Option(15.0, "--interval", min=0.05, help="Seconds between status polls (--wait)."),
+    interval: float | None = typer.Option(None, "--interval", min=0.05, help="Seconds between status polls "
+                                          "(--wait; default 15 on SageMaker, 2 locally)."),
+    rerun: bool = typer.Option(False, "--rerun", help="If this spec was submitted before, submit it again as a "
+                               "new job <name>-<hash>-rN (the first free N in the ledger)."),
 ) -> None:
     """Submit a job: doctor and budget checks, then the spec's backend. Prints the job name.
 
     Submitting the same spec again creates nothing: the job name comes from the spec's hash and
-    the ledger (and SageMaker) already know it.
+    the ledger (and SageMaker) already know it. `--rerun` makes a new job of the same spec.
     """
     if dry_run:
         plan(path, as_json=False)
@@ -212,7 +230,7 @@ def submit(
     from orchestrator.errors import InputError
 
     loaded = spec.load(path)
-    prepared = request.prepare(loaded)
+    prepared = request.prepare(loaded, job_name=_rerun_name(loaded) if rerun else None)
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         _err(_finding_text(loaded, finding))
@@ -227,7 +245,7 @@ def submit(
     _err(f"submitted to {where}" if result.created else f"already submitted to {where} earlier; nothing created")
     _out(result.job_name)
     if wait:
-        _wait(backend, result.job_name, interval)
+        _wait(backend, result.job_name, interval or (15.0 if loaded.backend == "sagemaker" else 2.0))
 
 
 @app.command()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_harness import run_cli as _cli
 
 from entrypoints import compile_cache as cc
 from entrypoints import storage
@@ -25,16 +25,6 @@ def store_uri(request, tmp_path) -> str:
     if request.param == "file":
         return f"file://{tmp_path}/store"
     return f"s3://{request.getfixturevalue('moto_bucket')}/compile-cache"
-
-
-def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    from orchestrator import cli
-
-    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    captured = capsys.readouterr()
-    return info.value.code or 0, captured.out, captured.err
 
 
 def neuron_entries(root: Path, *modules: str) -> None:

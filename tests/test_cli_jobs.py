@@ -13,6 +13,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.stub import Stubber
+from cli_harness import run_cli as _cli
 
 from orchestrator import backends, request, spec
 from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend
@@ -23,16 +24,6 @@ CONFIG = ROOT / "configs" / "vit-trn1-2xlarge.yaml"
 BUCKET = "orchestrator-example-bucket"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
-
-
-def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    from orchestrator import cli
-
-    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    captured = capsys.readouterr()
-    return info.value.code or 0, captured.out, captured.err
 
 
 def _moto_jobs() -> dict:
@@ -288,3 +279,21 @@ def _seed(job: str, hosts: dict[str, list[str]], order: list[str]) -> None:
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
         logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
                             logEvents=[{"timestamp": base + 10 * order.index(m), "message": m} for m in messages])
+
+
+def test_submit_rerun_makes_a_new_job_of_the_same_spec(aws, prepared, monkeypatch, capsys):
+    first = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun")
+    again = _cli(monkeypatch, capsys, "submit", str(CONFIG))
+    second = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun")
+    third = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun")
+    assert [r[0] for r in (first, again, second, third)] == [0, 0, 0, 0]
+    hash8 = prepared.spec_hash[:8]
+    assert first[1].strip() == prepared.job_name  # never submitted: the plain name
+    assert again[1].strip() == prepared.job_name and "nothing created" in again[2]
+    assert second[1].strip() == f"{prepared.job_name}-r1"
+    assert third[1].strip() == f"{prepared.job_name}-r2"
+    assert [call["TrainingJobName"] for call in aws] == [
+        prepared.job_name, f"vit-trn1-2xlarge-{hash8}-r1", f"vit-trn1-2xlarge-{hash8}-r2"]
+    # The rerun is the same request under another name.
+    assert {k: v for k, v in aws[1].items() if k not in ("TrainingJobName", "HyperParameters", "Tags")} == {
+        k: v for k, v in aws[0].items() if k not in ("TrainingJobName", "HyperParameters", "Tags")}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+from cli_harness import run_cli as _cli
 
 from entrypoints.contract import EFA_ENV
 from orchestrator import catalog, doctor, spec
@@ -342,16 +342,6 @@ def test_raise_for_ignores_warnings_and_infos():
 
 
 # --- `orchestrator doctor` ---------------------------------------------------------
-
-
-def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    from orchestrator import cli
-
-    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    captured = capsys.readouterr()
-    return info.value.code or 0, captured.out, captured.err
 
 
 def test_cli_doctor_prints_located_findings_and_exits_2(tmp_path, monkeypatch, capsys):

@@ -14,6 +14,7 @@ from pathlib import Path
 import botocore.session
 import pytest
 from botocore.validate import ParamValidator
+from cli_harness import run_cli as _cli
 
 from entrypoints import contract
 from orchestrator import catalog, request, sourcedir, spec
@@ -401,16 +402,6 @@ def test_prepare_rejects_an_invalid_job_name():
 
 
 # --- `orchestrator plan` -----------------------------------------------------------
-
-
-def _cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    from orchestrator import cli
-
-    monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
-    with pytest.raises(SystemExit) as info:
-        cli.main()
-    captured = capsys.readouterr()
-    return info.value.code or 0, captured.out, captured.err
 
 
 def test_cli_plan_json_is_one_object_with_the_prepared_request(monkeypatch, capsys):
