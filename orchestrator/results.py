@@ -379,11 +379,11 @@ def client_config(workers: int):
 
 def our_status(described: dict) -> str:
     """Our status name for a DescribeTrainingJob answer, by the sagemaker backend's table."""
-    from orchestrator.backends.sagemaker import _status_of
+    from orchestrator.backends.sagemaker import status_of
 
     primary = str(described.get("TrainingJobStatus", ""))
     try:
-        return _status_of(primary, described.get("SecondaryStatus"))
+        return status_of(primary, described.get("SecondaryStatus"))
     except BackendError:
         return primary.lower() or "unknown"
 

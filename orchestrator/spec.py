@@ -32,6 +32,12 @@ from orchestrator.errors import Problem, SpecError
 MAX_NAME = 54
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 URI_PATTERN = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file://.+)$"
+ROLE_PATTERN = r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
+REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+INSTANCE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
+ARCH_PATTERN = r"^vit_[a-z0-9_]+$"
+SDK_PATTERN = r"^\d+\.\d+\.\d+$"
+DATA_PATTERN = r"^(synthetic|s3://.+|file://.+)$"
 # Spec files are small; this bounds what anchors and aliases may expand to.
 MAX_EXPANDED_NODES = 20_000
 MAX_SPEC_BYTES = 1_000_000
@@ -49,7 +55,7 @@ class _Strict(BaseModel):
 class InstanceSpec(_Strict):
     type: str = Field(
         "ml.trn1.2xlarge",
-        pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$",
+        pattern=INSTANCE_PATTERN,
         description="SageMaker training instance type, e.g. ml.trn1.2xlarge, ml.trn1.32xlarge, "
         "ml.trn1n.32xlarge, ml.trn2.48xlarge.",
     )
@@ -73,7 +79,7 @@ class InstanceSpec(_Strict):
 class ImageSpec(_Strict):
     neuron_sdk: str | None = Field(
         None,
-        pattern=r"^\d+\.\d+\.\d+$",
+        pattern=SDK_PATTERN,
         description="Neuron SDK version of the PyTorch Neuron training image, resolved from the "
         "catalog (default: the catalog's latest training image).",
     )
@@ -89,7 +95,7 @@ class ImageSpec(_Strict):
 class ModelSpec(_Strict):
     arch: str = Field(
         "vit_base_patch16_224",
-        pattern=r"^vit_[a-z0-9_]+$",
+        pattern=ARCH_PATTERN,
         description="timm ViT architecture name.",
     )
     patch_embed: Literal["linear", "conv"] = Field(
@@ -157,7 +163,7 @@ class TrainingSpec(_Strict):
 class DataSpec(_Strict):
     source: str = Field(
         "synthetic",
-        pattern=r"^(synthetic|s3://.+|file://.+)$",
+        pattern=DATA_PATTERN,
         description="synthetic, or an s3:// (or file://) prefix holding an ImageFolder tree.",
     )
     num_workers: int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
@@ -195,11 +201,11 @@ class JobSpec(_Strict):
         description=f"Job name prefix: letters, digits and single dashes, at most {MAX_NAME} characters.",
     )
     backend: Literal["sagemaker", "local"] = Field("sagemaker", description="sagemaker or local.")
-    region: str = Field("us-east-1", pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$", description="AWS region.")
+    region: str = Field("us-east-1", pattern=REGION_PATTERN, description="AWS region.")
     role_arn: str | None = Field(
         None,
         max_length=2048,
-        pattern=r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$",
+        pattern=ROLE_PATTERN,
         description="SageMaker execution role (sagemaker backend).",
     )
     infra: str | None = Field(
@@ -388,6 +394,20 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str] | None:
     return None
 
 
+# What each pattern means, in words: pydantic's own message quotes the regex.
+PATTERN_HINTS = {
+    NAME_PATTERN: "letters, digits and single dashes (no spaces or underscores), starting and ending "
+                  "with a letter or digit",
+    URI_PATTERN: "s3://BUCKET/PREFIX (bucket: 3-63 lowercase letters, digits, dots, dashes) or file:///PATH",
+    ROLE_PATTERN: "an IAM role ARN such as arn:aws:iam::123456789012:role/NAME",
+    REGION_PATTERN: "an AWS region such as us-east-1",
+    INSTANCE_PATTERN: "a SageMaker instance type such as ml.trn1.2xlarge",
+    ARCH_PATTERN: "a timm ViT architecture such as vit_base_patch16_224",
+    SDK_PATTERN: "a Neuron SDK version such as 2.30.0",
+    DATA_PATTERN: "synthetic, s3://BUCKET/PREFIX or file:///PATH",
+}
+
+
 def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap) -> list[Problem]:
     """Turn pydantic's errors into located problems with readable reasons."""
     problems = []
@@ -408,6 +428,8 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
                 f"; expected one of: {', '.join(known)}" if known else "")
         elif kind == "missing":
             message = "required field is missing"
+        elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_HINTS:
+            message = f"{err.get('input')!r} is not valid: expected {PATTERN_HINTS[err['ctx']['pattern']]}"
         elif kind == "model_type" or kind == "dict_type":
             message = f"expected a mapping, got {type(err.get('input')).__name__}"
         line, col = smap.find(loc, prefer_key=prefer_key)

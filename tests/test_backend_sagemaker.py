@@ -19,7 +19,7 @@ from botocore.stub import Stubber
 
 from orchestrator import backends, request, spec
 from orchestrator.backends import sagemaker as sm_backend
-from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend, _status_of, host_of, translate
+from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend, host_of, status_of, translate
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 
@@ -329,12 +329,12 @@ def test_a_job_name_reused_by_another_spec_is_refused(backend, prepared, ledger)
     ("Stopped", "Stopped", "stopped"),
 ])
 def test_status_table(primary, secondary, ours):
-    assert _status_of(primary, secondary) == ours
+    assert status_of(primary, secondary) == ours
 
 
 def test_an_unknown_sagemaker_status_is_reported():
     with pytest.raises(BackendError, match="unknown training job status 'Paused'"):
-        _status_of("Paused", None)
+        status_of("Paused", None)
 
 
 def test_simulated_transitions_show_in_status_and_the_ledger(backend, prepared, ledger):

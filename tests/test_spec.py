@@ -282,3 +282,13 @@ def test_fuzz_mutated_valid_documents(base, mutations):
             key = lines[j].split(":", 1)[0]
             text = "".join(lines[:j] + [f"{key}: {json.dumps(scalar)}\n"] + lines[j + 1:])
     assert_located_or_valid(text)
+
+
+def test_pattern_errors_say_what_is_expected_in_words():
+    [problem] = problems(LOCAL.replace("name: local-tiny", "name: local tiny"))
+    assert problem.path == "name" and "'local tiny' is not valid" in problem.message
+    assert "single dashes" in problem.message and "^[" not in problem.message
+    [problem] = problems(SAGEMAKER.replace("s3://bucket-a/jobs", "s3://b/jobs"))
+    assert problem.path == "output.uri" and "s3://BUCKET/PREFIX" in problem.message
+    [problem] = problems(SAGEMAKER.replace("role/orchestrator-training", "user/someone"))
+    assert problem.path == "role_arn" and "IAM role ARN" in problem.message

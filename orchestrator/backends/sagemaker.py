@@ -14,7 +14,7 @@ Contract:
   caller that wants its sweep/trial ids on it, or left by a create that AWS refused with a
   4xx) is submitted. A 5xx or transport failure of the create leaves `submitting` behind,
   since the job may exist.
-- `status` maps SageMaker's states onto ours through one table (`_status_of`) and moves the
+- `status` maps SageMaker's states onto ours through one table (`status_of`) and moves the
   ledger row forward as a side effect.
 - `logs` merges the CloudWatch streams of every host in timestamp order; with `follow` it
   polls (through the injected `sleep`) until the job is terminal and no new events arrive.
@@ -188,7 +188,7 @@ def _split_s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def _status_of(primary: str, secondary: str | None) -> str:
+def status_of(primary: str, secondary: str | None) -> str:
     """The one table from SageMaker's (TrainingJobStatus, SecondaryStatus) to our status."""
     if primary in _PRIMARY:
         return _PRIMARY[primary]
@@ -403,7 +403,7 @@ class SageMakerBackend:
     def _job_status(self, d: dict, tags: dict[str, str]) -> JobStatus:
         name = d["TrainingJobName"]
         secondary = d.get("SecondaryStatus")
-        ours = _status_of(d["TrainingJobStatus"], secondary)
+        ours = status_of(d["TrainingJobStatus"], secondary)
         resources = d.get("ResourceConfig", {})
         groups = resources.get("InstanceGroups") or []
         instance_type = resources.get("InstanceType") or (groups[0].get("InstanceType") if groups else None)
@@ -450,7 +450,7 @@ class SageMakerBackend:
             if not follow or (terminal and not seen):
                 return
             if not terminal:
-                terminal = _status_of(*self._primary(job_name)) in TERMINAL_STATUSES
+                terminal = status_of(*self._primary(job_name)) in TERMINAL_STATUSES
             self.sleep(self.poll_seconds)
 
     def _primary(self, job_name: str) -> tuple[str, str | None]:
