@@ -396,6 +396,9 @@ def check_budget(planned: Plan) -> None:
 
 @dataclass(frozen=True)
 class TrialDef:
+    """A trial as the runner keeps it: a `Trial`'s identity and spec, plus its failover chain
+    of instance types (the spec's own first), in place of the digest the planner used."""
+
     index: int
     trial_id: str
     overrides: dict[str, Any]
