@@ -276,7 +276,7 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
     region: str | None = _JOB_REGION_OPTION,
 ) -> None:
-    """Print the job's log lines from every host ("[algo-N] ..."), in time order."""
+    """Print the job's log lines from every host, each prefixed by its host (algo-N), in time order."""
     backend = _job_backend(job, region)
     try:
         for text in backend.logs(job, follow=follow):
