@@ -220,14 +220,12 @@ def main() -> None:
 
 def _run_s3(tree: Path, work: Path, key: compile_cache.CacheKey, repeats: int) -> dict[str, float]:
     import boto3
+    from loopback_aws import use_fake_credentials
     from moto.server import ThreadedMotoServer
 
     from entrypoints.storage import open_store
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-                        "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        os.environ[name] = value
+    use_fake_credentials()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one JSON object is all we print
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

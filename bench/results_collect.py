@@ -34,13 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from loopback_aws import use_fake_credentials  # noqa: E402
 
 BUCKET = "bench-results"
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
-}
 TYPES = [("ml.trn1.2xlarge", 1, 2), ("ml.trn1.32xlarge", 1, 32), ("ml.trn1.32xlarge", 2, 32),
          ("ml.trn1n.32xlarge", 4, 32)]
 
@@ -164,7 +162,7 @@ def main() -> None:
                         "loopback; the best time of each is reported.")
     args = parser.parse_args()
 
-    os.environ.update(FAKE_AWS)
+    use_fake_credentials()
     home = tempfile.TemporaryDirectory(prefix="bench-results-home-")
     os.environ["ORCHESTRATOR_HOME"] = home.name
     proc, url = start_moto()

@@ -40,13 +40,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from loopback_aws import use_fake_credentials  # noqa: E402
 
 BUCKET = "bench-sweep"
-FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
-}
 BASE = f"""\
 name: bench
 backend: sagemaker
@@ -144,7 +142,7 @@ def main() -> None:
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
-    os.environ.update(FAKE_AWS)
+    use_fake_credentials()
     os.environ.pop("AWS_PROFILE", None)
     os.environ["ORCHESTRATOR_HOME"] = str(workdir / "home")
 
