@@ -861,8 +861,10 @@ def _manifest_bytes(doc: dict) -> bytes:
 # --- pull -----------------------------------------------------------------------------
 
 @dataclass
-class PullStats:
-    hit_entries: int = 0
+class _Transfer:
+    """What one pull or push moved: bytes, seconds, archives, and the warnings it raised
+    (both report problems this way instead of raising, so training never stops for them)."""
+
     bytes: int = 0
     seconds: float = 0.0
     archives: int = 0
@@ -870,12 +872,13 @@ class PullStats:
 
 
 @dataclass
-class PushStats:
+class PullStats(_Transfer):
+    hit_entries: int = 0
+
+
+@dataclass
+class PushStats(_Transfer):
     new_entries: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    archives: int = 0
-    warnings: list[str] = field(default_factory=list)
 
 
 def _remove_stale_temps(cache_dir: Path) -> None:

@@ -59,6 +59,31 @@ def prepared_for(path: Path):
     return request.prepare(spec.load(path))
 
 
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll `condition` until it is true; fail with `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, what
+        time.sleep(interval)
+
+
+def start_sleeping_job(orch_home, tmp_path, monkeypatch):
+    """Submit a job whose fake trainer sleeps, and return once its hosts are running:
+    (backend, prepared, job dir, the status file's contents)."""
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    job_dir = orch_home / "jobs" / prepared.job_name
+
+    def started() -> bool:
+        log = job_dir / "logs" / "all.log"
+        return log.exists() and "fake-train rank 0/1 started" in log.read_text()
+
+    wait_until(started, 60, "the fake trainer never started")
+    return backend, prepared, job_dir, json.loads((job_dir / local.STATUS_FILE).read_text())
+
+
 def wait_terminal(backend: LocalBackend, job: str, timeout: float = 120.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -200,16 +225,8 @@ def test_two_hosts_get_their_own_contract_and_one_rendezvous(orch_home, tmp_path
 
 
 def test_stop_terminates_every_process_and_marks_stopped(orch_home, tmp_path, fake_train, monkeypatch):
-    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
-    prepared = prepared_for(make_spec(tmp_path))
-    backend = LocalBackend()
-    backend.submit(prepared)
-    job_dir = orch_home / "jobs" / prepared.job_name
-    deadline = time.time() + 60
-    while "fake-train rank 0/1 started" not in (job_dir / "logs" / "all.log").read_text():
-        assert time.time() < deadline, "the fake trainer never started"
-        time.sleep(0.2)
-    pids = [h["pid"] for h in json.loads((job_dir / local.STATUS_FILE).read_text())["hosts"].values()]
+    backend, prepared, _, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
+    pids = [h["pid"] for h in data["hosts"].values()]
     backend.stop(prepared.job_name)
     assert backend.status(prepared.job_name).status in ("stopping", "stopped")
     status = wait_terminal(backend, prepared.job_name, timeout=90)
@@ -291,27 +308,13 @@ def test_empty_data_channel_is_refused_at_submit(orch_home, tmp_path, fake_train
 def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_train, monkeypatch):
     import signal
 
-    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
-    prepared = prepared_for(make_spec(tmp_path))
-    backend = LocalBackend()
-    backend.submit(prepared)
-    job_dir = orch_home / "jobs" / prepared.job_name
-    deadline = time.time() + 60
-    while not json.loads((job_dir / local.STATUS_FILE).read_text()).get("hosts"):
-        assert time.time() < deadline
-        time.sleep(0.2)
-    data = json.loads((job_dir / local.STATUS_FILE).read_text())
+    backend, prepared, _, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
     os.kill(data["pid"], signal.SIGKILL)
-    deadline = time.time() + 10
-    while local.process_alive(data["pid"]) and time.time() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not local.process_alive(data["pid"]), 10, "the supervisor outlived SIGKILL", 0.1)
     status = backend.status(prepared.job_name)
     assert status.status == "failed" and "supervisor" in status.failure_reason
     host_pid = data["hosts"]["algo-1"]["pid"]
-    deadline = time.time() + 10
-    while local.process_alive(host_pid) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not local.process_alive(host_pid)
+    wait_until(lambda: not local.process_alive(host_pid), 10, "the host outlived its supervisor", 0.1)
 
 
 def test_unknown_job_is_an_input_error(orch_home):
