@@ -116,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         "warm_duration_s": warm["duration_s"],
         "cold_step_time_p50_s": (cold["step_time_s"] or {}).get("p50"),
         "warm_step_time_p50_s": (warm["step_time_s"] or {}).get("p50"),
+        # PyTorch's own cache lookups in rank 0: a warm run should show hits and no misses.
+        "cold_compiler_cache": cold.get("compiler_cache"),
+        "warm_compiler_cache": warm.get("compiler_cache"),
+        "ddp_split_graphs": warm.get("ddp_split_graphs"),
         "world_size": cold["world_size"],
         "cache_warnings": cold["cache"]["warnings"] + warm["cache"]["warnings"],
         "versions": cold["versions"],

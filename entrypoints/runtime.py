@@ -83,6 +83,8 @@ class Runtime(ABC):
         self.dist = dist
         self.precision = precision
         self.group_initialised = False
+        # Whether torch.compile splits the DDP graph per bucket (native, compiled, world > 1).
+        self.ddp_split_graphs: bool | None = None
 
     @abstractmethod
     def setup(self) -> None:
@@ -120,6 +122,11 @@ class Runtime(ABC):
     def compiled_graphs(self) -> int:
         """Graphs compiled so far in this process (0 for eager)."""
 
+    def compiler_cache(self) -> dict[str, int]:
+        """Lookups of the compiler's own caches in this process, by layer and outcome
+        (`fxgraph_hit`, `aotautograd_miss`, ...); empty where the runtime keeps no such counts."""
+        return {}
+
     @abstractmethod
     def agree_min(self, value: int, tag: str) -> int:
         """The minimum of `value` over all ranks (every rank must call it)."""
@@ -147,6 +154,29 @@ class Runtime(ABC):
 
             dist.destroy_process_group()
             self.group_initialised = False
+
+
+# (layer name in stats, torch counters group, counter prefix): inductor's compiled-graph cache
+# and AOTAutograd's cache of the traced forward/backward pair in front of it.
+COMPILER_CACHE_COUNTERS = (("fxgraph", "inductor", "fxgraph_cache"),
+                           ("aotautograd", "aot_autograd", "autograd_cache"))
+
+
+def gradient_bytes(module: nn.Module) -> int:
+    """Bytes of the gradients DDP all-reduces for `module` (its trainable parameters)."""
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+
+
+def ddp_split_pays(grad_bytes: int, bucket_cap_bytes: int) -> bool:
+    """Whether torch.compile should split a DDP model's graph at gradient-bucket boundaries.
+
+    Dynamo's DDP optimizer compiles one subgraph per bucket so that each bucket's all-reduce
+    can start while backward still runs. When every gradient fits in one bucket there is
+    nothing to overlap, and the split costs every warm start: AOTAutograd refuses to cache
+    graphs compiled through the splitter, so a job with a full inductor cache re-traces the
+    joint forward/backward graph in each rank. Split only when there is more than one bucket.
+    """
+    return grad_bytes > bucket_cap_bytes
 
 
 class NativeRuntime(Runtime):
@@ -179,6 +209,11 @@ class NativeRuntime(Runtime):
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             model = DistributedDataParallel(module, device_ids=device_ids)
         if compile:
+            if self.dist.world_size > 1:
+                self.ddp_split_graphs = ddp_split_pays(gradient_bytes(module), model.bucket_bytes_cap)
+                import torch._dynamo
+
+                torch._dynamo.config.optimize_ddp = self.ddp_split_graphs
             model = torch.compile(model)
             self.compiled = True
         return model
@@ -217,6 +252,14 @@ class NativeRuntime(Runtime):
         from torch._dynamo.utils import counters
 
         return int(counters["stats"]["unique_graphs"])
+
+    def compiler_cache(self) -> dict[str, int]:
+        if not self.compiled:
+            return {}
+        from torch._dynamo.utils import counters
+
+        return {f"{layer}_{outcome}": int(counters[group][f"{prefix}_{outcome}"])
+                for layer, group, prefix in COMPILER_CACHE_COUNTERS for outcome in ("hit", "miss", "bypass")}
 
     def agree_min(self, value: int, tag: str) -> int:
         if self.dist.world_size == 1:

@@ -91,6 +91,8 @@ class RankStats:
     time_to_first_step_s: float | None = None
     compile_s: float | None = None
     graphs_compiled: int | None = None
+    compiler_cache: dict[str, int] = field(default_factory=dict)
+    ddp_split_graphs: bool | None = None
     final_loss: float | None = None
     samples_per_s: float | None = None
     versions: dict[str, str | None] = field(default_factory=dict)
@@ -358,6 +360,8 @@ class Trainer:
         if self.first_step_s is not None and median is not None:
             stats.compile_s = max(0.0, self.first_step_s - median)
         stats.graphs_compiled = self.runtime.compiled_graphs()
+        stats.compiler_cache = self.runtime.compiler_cache()
+        stats.ddp_split_graphs = self.runtime.ddp_split_graphs
         if self.dist.is_main:
             summary = {"step_time_p50_s": median, "samples_per_s": stats.samples_per_s,
                        "time_to_first_step_s": stats.time_to_first_step_s, "compile_s": stats.compile_s}

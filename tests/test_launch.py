@@ -39,7 +39,8 @@ tags: {{team: vision}}
 RESULT_KEYS = {
     "schema", "job_name", "spec_hash", "status", "failure_reason", "backend", "region", "instance", "world_size",
     "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
-    "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "cache", "final_loss",
+    "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "compiler_cache",
+    "ddp_split_graphs", "cache", "final_loss",
     "versions", "started_at", "ended_at", "duration_s", "tags", "warnings",
 }
 CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",
@@ -189,6 +190,8 @@ def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
     assert results["step_time_s"] == pytest.approx({"p50": 0.55, "p90": 0.9, "mean": 0.55, "n": 10})
     assert results["samples_per_s"] == pytest.approx(8 / 0.55)
     assert results["time_to_first_step_s"] == 2.5 and results["compile_s"] == 2.0
+    assert results["compiler_cache"] == {"fxgraph_hit": 3, "fxgraph_miss": 1, "aotautograd_hit": 2}
+    assert results["ddp_split_graphs"] is False
     assert results["final_loss"] == 1.25
     assert results["versions"]["torch"] == "fake-9.9"
     assert set(results["versions"]) == {"python", "torch", "torch_xla", "timm", "neuronx_cc"}

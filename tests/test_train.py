@@ -217,6 +217,44 @@ def test_two_ranks_with_gloo_through_torchrun(tmp_path):
 
 
 @pytest.mark.slow
+def test_compiled_ddp_job_with_a_warm_inductor_cache_reuses_every_graph(tmp_path):
+    # Two ranks, torch.compile, the second job on the first one's cache dir (as launch.py lays
+    # it down after a pull). A model whose gradients fit one DDP bucket is compiled unsplit, so
+    # the warm job hits AOTAutograd's cache as well as inductor's: nothing is traced again.
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    counts = []
+    for name in ("cold", "warm"):
+        job = Job(tmp_path / name, tiny_spec(compile=True, steps=3, warmup_steps=1))
+        proc = job.run(torchrun_procs=2, extra_env=cache, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        stats = job.rank_stats()
+        assert stats["ddp_split_graphs"] is False
+        counts.append(stats["compiler_cache"])
+    cold, warm = counts
+    assert cold["fxgraph_miss"] >= 1 and cold["aotautograd_miss"] >= 1 and cold["aotautograd_bypass"] == 0
+    assert warm["fxgraph_miss"] == 0 and warm["aotautograd_miss"] == 0 and warm["aotautograd_bypass"] == 0
+    assert warm["aotautograd_hit"] == cold["aotautograd_miss"]
+
+
+def test_ddp_graph_split_only_when_gradients_span_more_than_one_bucket():
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 2))
+    model[1].bias.requires_grad_(False)  # frozen parameters are not all-reduced
+    assert runtime.gradient_bytes(model) == (10 * 10 + 10 + 10 * 2) * 4
+    assert runtime.gradient_bytes(model.to(torch.bfloat16)) == (10 * 10 + 10 + 10 * 2) * 2
+    cap = 25 * 1024 * 1024  # DDP's default bucket_cap_mb
+    assert not runtime.ddp_split_pays(cap, cap)
+    assert runtime.ddp_split_pays(cap + 1, cap)
+    # ViT-Tiny's gradients fit one default bucket in fp32; ViT-Base's (86M parameters) do not.
+    assert not runtime.ddp_split_pays(5_700_000 * 4, cap)
+    assert runtime.ddp_split_pays(86_000_000 * 4, cap)
+
+
+def test_eager_runtimes_report_no_compiler_cache():
+    native = runtime.NativeRuntime(runtime.Dist(), "fp32")
+    assert native.compiler_cache() == {} and native.ddp_split_graphs is None
+
+
+@pytest.mark.slow
 def test_xla_runtime_on_cpu(tmp_path):
     job = Job(tmp_path, tiny_spec(runtime="xla", precision="bf16", steps=3, warmup_steps=1, log_every=1))
     proc = job.run(extra_env={"PJRT_DEVICE": "CPU"})
