@@ -7,7 +7,9 @@ jobs, then times `orchestrator.results.collect` over the same prefix with `worke
 
 The top-level figures are plain loopback. On loopback both processes are CPU-bound (botocore
 in ours, moto in the server), so the speedup cannot exceed the number of cores the two can
-use at once: about 2 on a 2-core machine. `with_latency` repeats the comparison with a
+use at once, and by the busier of the two processes (one Python process runs on one core at
+a time); the output's `speedup_ceiling` computes that bound from both processes' CPU seconds
+in the same run. `with_latency` repeats the comparison with a
 modelled round trip per request (`--latency-ms`, default 20: a botocore `before-send` hook
 that sleeps on the client side), which is what a laptop talking to S3 and SageMaker sees and
 what the thread pool is for.
@@ -31,6 +33,7 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -127,29 +130,77 @@ def clients(workers: int, latency_s: float):
     return s3, sm
 
 
-def timed(prefix: str, workers: int, latency_s: float) -> tuple[float, list]:
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` (all its threads), from /proc; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Timing(NamedTuple):
+    wall_s: float
+    client_cpu_s: float       # this process: botocore, our collection code, the thread pool
+    server_cpu_s: float | None  # the moto server process
+    rows: list
+
+
+def timed(prefix: str, workers: int, latency_s: float, server_pid: int) -> Timing:
     from orchestrator import results
 
     s3, sm = clients(workers, latency_s)
+    server_before, client_before = process_cpu_s(server_pid), time.process_time()
     start = time.perf_counter()
     collection = results.collect(prefix, workers=workers, s3=s3, sagemaker=sm)
-    return time.perf_counter() - start, collection.rows
+    wall = time.perf_counter() - start
+    client_cpu, server_after = time.process_time() - client_before, process_cpu_s(server_pid)
+    server_cpu = server_after - server_before if server_before is not None and server_after is not None else None
+    return Timing(wall, client_cpu, server_cpu, collection.rows)
 
 
-def compare(prefix: str, jobs: int, workers: int, latency_s: float, rounds: int) -> dict:
+def ceiling(sequential: Timing, parallel: Timing, cpus: int) -> dict | None:
+    """The largest speedup this machine allows for the parallel run's CPU work.
+
+    On loopback nothing waits on a network: each request is CPU in our process and in the
+    server's. The parallel run cannot take less wall time than its CPU seconds spread over
+    every core, nor less than the busier process's CPU seconds (one Python process runs its
+    bytecode on one core at a time). Dividing the sequential wall time by that floor gives
+    the best speedup any number of threads could reach here.
+    """
+    if sequential.server_cpu_s is None or parallel.server_cpu_s is None:
+        return None
+    floor = max((parallel.client_cpu_s + parallel.server_cpu_s) / cpus,
+                parallel.client_cpu_s, parallel.server_cpu_s)
+    busy = (sequential.client_cpu_s + sequential.server_cpu_s) / sequential.wall_s
+    return {"speedup_ceiling": round(sequential.wall_s / floor, 2),
+            # Share of the sequential run's wall time that one process or the other was on a
+            # CPU: near 1 means it never waited on anything but computation.
+            "sequential_busy_share": round(busy, 2),
+            "cpu_s": {"sequential": {"client": round(sequential.client_cpu_s, 2),
+                                     "server": round(sequential.server_cpu_s, 2)},
+                      "parallel": {"client": round(parallel.client_cpu_s, 2),
+                                   "server": round(parallel.server_cpu_s, 2)}}}
+
+
+def compare(prefix: str, jobs: int, workers: int, latency_s: float, rounds: int, server_pid: int) -> dict:
     """Best-of-`rounds` sequential and parallel times (alternating), checking both found the
     same rows and lost none."""
     sequential, parallel = [], []
     for _ in range(rounds):
-        seconds, seq_rows = timed(prefix, 1, latency_s)
-        sequential.append(seconds)
-        seconds, par_rows = timed(prefix, workers, latency_s)
-        parallel.append(seconds)
-        if seq_rows != par_rows or len(par_rows) != jobs or any(r.status != "completed" for r in par_rows):
+        seq = timed(prefix, 1, latency_s, server_pid)
+        sequential.append(seq)
+        par = timed(prefix, workers, latency_s, server_pid)
+        parallel.append(par)
+        if seq.rows != par.rows or len(par.rows) != jobs or any(r.status != "completed" for r in par.rows):
             raise SystemExit("sequential and parallel collections differ or lost jobs")
-    best_seq, best_par = min(sequential), min(parallel)
-    return {"sequential_s": round(best_seq, 3), "parallel_s": round(best_par, 3),
-            "speedup": round(best_seq / best_par, 2)}
+    best_seq = min(sequential, key=lambda t: t.wall_s)
+    best_par = min(parallel, key=lambda t: t.wall_s)
+    out = {"sequential_s": round(best_seq.wall_s, 3), "parallel_s": round(best_par.wall_s, 3),
+           "speedup": round(best_seq.wall_s / best_par.wall_s, 2)}
+    if latency_s == 0:
+        out.update(ceiling(best_seq, best_par, os.cpu_count() or 1) or {})
+    return out
 
 
 def main() -> None:
@@ -172,13 +223,13 @@ def main() -> None:
 
         seed(boto3.client("s3"), boto3.client("sagemaker"), args.jobs)
         prefix = f"s3://{BUCKET}/jobs"
-        timed(prefix, args.workers, 0.0)  # warm both sides (imports, moto's first requests)
-        loopback = compare(prefix, args.jobs, args.workers, 0.0, args.rounds)
+        timed(prefix, args.workers, 0.0, proc.pid)  # warm both sides (imports, moto's first requests)
+        loopback = compare(prefix, args.jobs, args.workers, 0.0, args.rounds, proc.pid)
         out = {"jobs": args.jobs, **loopback, "goal": 4, "goal_met": loopback["speedup"] >= 4,
                "workers": args.workers, "requests_per_job": 2, "cpus": os.cpu_count(),
                "server": "moto.server subprocess on 127.0.0.1"}
         if args.latency_ms > 0:
-            modelled = compare(prefix, args.jobs, args.workers, args.latency_ms / 1000, 1)
+            modelled = compare(prefix, args.jobs, args.workers, args.latency_ms / 1000, 1, proc.pid)
             out["with_latency"] = {"latency_ms": args.latency_ms, **modelled, "goal_met": modelled["speedup"] >= 4}
         print(json.dumps(out))
     finally:
