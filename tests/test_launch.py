@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -393,3 +394,19 @@ def test_failure_file_is_capped_at_sagemakers_limit(tmp_path):
     launch.write_failure(ctr, "x" * 5000)
     text = ctr.failure_file.read_text()
     assert len(text) == launch.MAX_REASON and text.endswith("...")
+
+
+def _documented_fields(section: str) -> set[str]:
+    """Field names in the first column of a table in docs/RESULTS.md, under `section`."""
+    text = (ROOT / "docs" / "RESULTS.md").read_text()
+    body = text.split(section, 1)[1].split("\n#", 1)[0]
+    names: set[str] = set()
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            names.update(re.findall(r"`([a-z_0-9]+)`", line.split("|")[1]))
+    return names
+
+
+def test_results_doc_lists_exactly_the_fields_launch_writes():
+    assert _documented_fields("## Fields") == RESULT_KEYS
+    assert _documented_fields("### `cache`") == CACHE_KEYS
