@@ -211,9 +211,9 @@ class NativeRuntime(Runtime):
         if compile:
             if self.dist.world_size > 1:
                 self.ddp_split_graphs = ddp_split_pays(gradient_bytes(module), model.bucket_bytes_cap)
-                import torch._dynamo
+                from torch._dynamo import config as dynamo_config
 
-                torch._dynamo.config.optimize_ddp = self.ddp_split_graphs
+                dynamo_config.optimize_ddp = self.ddp_split_graphs
             model = torch.compile(model)
             self.compiled = True
         return model
