@@ -40,7 +40,8 @@ OPERATOR_ACTIONS = {
     "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs",
     "sagemaker:StopTrainingJob", "sagemaker:AddTags", "sagemaker:ListTags", "iam:PassRole",
     "logs:GetLogEvents", "logs:DescribeLogStreams", "logs:FilterLogEvents",
-    "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "cloudformation:DescribeStacks",
+    "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
+    "cloudformation:DescribeStacks",
 }
 ROLE_ACTIONS = {
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
@@ -370,3 +371,72 @@ def test_cfn_lint_is_clean_and_would_notice_a_problem(tmp_path):
                                                                 "Status: Enabledd\n      PublicAccessBlock")
     assert broken != infra.TEMPLATE.read_text()
     assert lint_all(broken)
+
+
+# --- the operator policy allows what the tool really sends ------------------------------
+
+# IAM action of each S3 API operation the tool's storage layer sends.
+S3_OPERATION_ACTIONS = {
+    "ListObjectsV2": "s3:ListBucket", "HeadObject": "s3:GetObject", "GetObject": "s3:GetObject",
+    "PutObject": "s3:PutObject", "CreateMultipartUpload": "s3:PutObject", "UploadPart": "s3:PutObject",
+    "CompleteMultipartUpload": "s3:PutObject", "AbortMultipartUpload": "s3:AbortMultipartUpload",
+    "DeleteObject": "s3:DeleteObject",
+}
+
+
+def allowed(doc: dict, action: str, resource: str, prefix: str | None = None) -> bool:
+    """Whether an Allow statement of `doc` grants `action` on `resource` (ListBucket: with
+    `prefix` matching its s3:prefix condition). Enough IAM for the policies in this stack."""
+    import fnmatch
+
+    for st in doc["Statement"]:
+        if st["Effect"] != "Allow" or action not in as_list(st["Action"]):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, pattern) for pattern in as_list(st["Resource"])):
+            continue
+        wanted = st.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
+        if wanted is None or (prefix is not None and any(fnmatch.fnmatchcase(prefix, p) for p in as_list(wanted))):
+            return True
+    return False
+
+
+def test_operator_policy_allows_every_s3_call_of_cache_push_ls_show_and_prune(moto_server, tmp_path):
+    # Record each S3 request the cache commands send to moto, then ask the operator policy of
+    # the stack (resolved for this bucket) whether it allows that action on that object.
+    import boto3
+
+    from entrypoints import compile_cache as cc
+    from orchestrator import cache
+
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    sent: list[tuple[str, str, str | None]] = []
+
+    def record(params, model, **_):
+        key = params.get("Key")
+        resource = f"arn:aws:s3:::{params['Bucket']}" + (f"/{key}" if key is not None else "")
+        sent.append((model.name, resource, params.get("Prefix")))
+
+    s3.meta.events.register("before-parameter-build.s3.*", record)
+    uri = f"s3://{BUCKET}/compile-cache"
+    key = cc.CacheKey("neuronx-cc", "2.22.1", "xla", "", "trn1", 2)
+    module = tmp_path / "src" / "neuronxcc-2.22.1" / "MODULE_a+00"
+    module.mkdir(parents=True)
+    (module / "model.neff").write_bytes(b"n" * 100)
+    (module / "model.done").write_text("")
+    cc.push(uri, key, tmp_path / "src", s3_client=s3)
+    cc.pull(uri, key, tmp_path / "pulled", s3_client=s3)
+    cache.list_keys(uri, s3_client=s3)
+    cache.show(uri, key.digest(), s3_client=s3)
+    report = cache.prune(uri, key=key.digest(), grace_s=0, s3_client=s3)
+    assert len(report.deleted) == 2  # the manifest and the one archive: prune really deleted
+
+    doc = operator_document(resolved_template(False))
+    operations = {name for name, _, _ in sent}
+    assert {"ListObjectsV2", "GetObject", "PutObject", "DeleteObject"} <= operations
+    refused = [(name, resource) for name, resource, prefix in sent
+               if not allowed(doc, S3_OPERATION_ACTIONS[name], resource, prefix)]
+    assert refused == []
+    # And the same policy refuses deleting anything outside the compile caches.
+    assert not allowed(doc, "s3:DeleteObject", f"arn:aws:s3:::{BUCKET}/jobs/results/j/results.json")
+    assert not allowed(doc, "s3:DeleteObject", f"arn:aws:s3:::{BUCKET}/data/train/x.png")
