@@ -5,10 +5,12 @@ One process per host. Contract, in order:
 1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
    file (`job.json` next to this script or in the code directory, or `--job PATH`).
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
-   request; added here too for multi-node trn1n/trn2 when missing), plus a fresh per-host
-   compile cache directory (`NEURON_CC_FLAGS=--cache_dir=<dir>` for runtime xla unless the
-   user set one; `TORCHINDUCTOR_CACHE_DIR` and `TRITON_CACHE_DIR` for native). The directory
-   is new for every job, so a warm start can only come from the pulled cache. Native ranks
+   request; added here too for multi-node trn1n/trn2 when missing), plus the per-host
+   compile cache directory: the one the job's settings name (`--cache_dir` in
+   `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to FACTS.md's
+   /var/tmp/neuron-compile-cache; `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
+   temporary one (`TRITON_CACHE_DIR` below it for native). In a fresh container either is
+   empty, so a warm start can only come from the pulled cache. Native ranks
    also get `TORCHINDUCTOR_COMPILE_THREADS` = CPUs // workers (see `with_compile_threads`).
 3. Pull the compile cache (mode tarball) and finish before any rank starts.
 4. Run `torchrun` (nproc = workers per node; nnodes and node rank from SM_HOSTS and
@@ -17,7 +19,8 @@ One process per host. Contract, in order:
    `<stats dir>/rank-<global rank>.json`.
 5. Whether training succeeded or not: push new cache entries, build `results.json`
    (schema `orchestrator.results/v1`, docs/RESULTS.md) from the rank stats, write it to
-   SM_OUTPUT_DATA_DIR and, on node rank 0, atomically to `job["results_uri"]`.
+   SM_OUTPUT_DATA_DIR and, on node rank 0, atomically to `job["results_uri"]` (if that
+   fails, the job fails and the local copy is rewritten with status "failed").
 6. On any failure, write a short reason (which rank, last error) to the contract's failure
    file (/opt/ml/output/failure) and exit non-zero.
 
@@ -480,11 +483,21 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
 
 def _finish(job: dict, ctr: contract.Contract, stats: dict[int, dict], ok: bool, reason: str | None,
             cache: dict, started: float, warnings: list[str]) -> int:
-    """Write results.json (both places) and, on failure, the failure file; the exit code."""
-    results = build_results(job, ctr, stats, status="completed" if ok else "failed", reason=reason,
-                            cache=cache, started=started, ended=time.time(), warnings=warnings)
-    data = (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
-    _write_atomic(ctr.output_data_dir / RESULTS_FILE, data)
+    """Write results.json (both places) and, on failure, the failure file; the exit code.
+
+    The local copy (it travels in output.tar.gz) always ends with the job's final status: when
+    publishing to `results_uri` fails, the job fails, and the local copy is rewritten to say so.
+    """
+    ended = time.time()
+
+    def document(ok: bool, reason: str | None) -> bytes:
+        results = build_results(job, ctr, stats, status="completed" if ok else "failed", reason=reason,
+                                cache=cache, started=started, ended=ended, warnings=warnings)
+        return (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
+
+    data = document(ok, reason)
+    local = ctr.output_data_dir / RESULTS_FILE
+    _write_atomic(local, data)
     results_uri = job.get("results_uri")
     if ctr.node_rank == 0 and results_uri:
         try:
@@ -495,6 +508,7 @@ def _finish(job: dict, ctr: contract.Contract, stats: dict[int, dict], ok: bool,
             _log(f"ERROR {message}")
             if ok:
                 ok, reason = False, message
+                _write_atomic(local, document(ok, reason))
     if not ok:
         write_failure(ctr, f"{ctr.current_host}: {reason}")
         _log(f"FAILED: {reason}")

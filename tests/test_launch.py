@@ -208,6 +208,22 @@ def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
     assert parsed.job_name == job["job_name"] and parsed.cache.new_entries == results["cache"]["new_entries"]
 
 
+def test_results_that_cannot_be_stored_fail_the_job_and_the_local_copy_says_so(orch_home, tmp_path, fake_train):
+    job = make_job()
+    # The results prefix lies under a regular file: the store cannot create the folder.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a folder")
+    job["results_uri"] = f"file://{blocker}/results/{job['job_name']}/results.json"
+    host = Host(tmp_path / "host", job)
+    done = host.run()
+    assert done.returncode == 1, done.stdout + done.stderr
+    results = host.results
+    assert results["status"] == "failed"
+    assert results["failure_reason"].startswith(f"could not write results to {job['results_uri']}")
+    assert host.failure == f"algo-1: {results['failure_reason']}"[:len(host.failure)]
+    assert blocker.read_text() == "not a folder"
+
+
 def test_hostile_cache_archive_runs_cold_with_a_warning(orch_home, tmp_path, fake_train):
     job = make_job()
     host = Host(tmp_path / "h", job)
