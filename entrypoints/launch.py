@@ -5,7 +5,7 @@ One process per host. Contract, in order:
 1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
    file (`job.json` next to this script or in the code directory, or `--job PATH`).
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
-   request; added here too for multi-node trn1n/trn2 when missing), plus the per-host
+   request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
    compile cache directory: the one the job's settings name (`--cache_dir` in
    `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to FACTS.md's
    /var/tmp/neuron-compile-cache; `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
@@ -72,8 +72,10 @@ MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
 CACHE_DIR_ENV = "ORCHESTRATOR_CACHE_DIR"
 # SageMaker shows at most 1024 characters of FailureReason.
 MAX_REASON = 1024
-# Instance kinds (ml.<kind>.<size>) whose multi-node jobs need the EFA variables set by us.
-EFA_FAMILIES = ("trn1n", "trn2")
+# Instance types with EFA, whose multi-node jobs need the EFA variables from us: the training
+# toolkit sets them only inside its own torchrun distribution, and we run torchrun ourselves.
+# (The catalog's efa_gbps > 0 rows; a test keeps the two equal. launch.py reads no catalog.)
+EFA_INSTANCE_TYPES = ("ml.trn1.32xlarge", "ml.trn1n.32xlarge", "ml.trn2.48xlarge")
 _ERROR_LINE = re.compile(r"(Error|Exception|error:|Killed|Traceback)")
 # A Python exception line ("ValueError: ...", "torch.OutOfMemoryError: ...", "No module named x").
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b|.*\bNo module named )")
@@ -110,14 +112,13 @@ def runtime_environment(job: dict, ctr: contract.Contract, base: dict[str, str])
     """The environment every rank sees, before the compile cache directory is added.
 
     `base` (the launcher's own environment) overlaid with the job's `environment`, and the
-    EFA variables for multi-node trn1n/trn2 jobs (setdefault: the request normally carries
+    EFA variables for multi-node jobs on EFA instances (setdefault: the request normally carries
     them already, and a user's explicit value wins).
     """
     env = dict(base)
     env.update({k: str(v) for k, v in (job.get("environment") or {}).items()})
     instance_type = (job.get("instance") or {}).get("type") or ctr.instance_type
-    kind = instance_type.split(".")[1] if instance_type.count(".") >= 2 else ""
-    if ctr.num_nodes > 1 and kind in EFA_FAMILIES:
+    if ctr.num_nodes > 1 and instance_type in EFA_INSTANCE_TYPES:
         for key, value in contract.EFA_ENV.items():
             env.setdefault(key, value)
     env.setdefault("PYTHONUNBUFFERED", "1")

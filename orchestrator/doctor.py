@@ -26,7 +26,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N015-data-workers-vcpus: DataLoader workers x workers per host above the host's vCPUs.
 - N016-budget-exceeded: the cost upper bound is above budget.max_cost_usd.
 - N017-price-unknown: no price for the instance (an error when a budget is set).
-- N018-efa-env-added: multi-node trn1n/trn2: the EFA variables will be added (info).
+- N018-efa-env-added: multi-node on an EFA instance (trn1.32xlarge, trn1n, trn2): the EFA
+  variables will be added (info).
 - N019-efa-env-overridden: `environment` sets an EFA variable to another value.
 - N020-native-on-neuron: runtime native on a Trainium instance leaves the NeuronCores idle.
 - N021-local-xla-multiprocess: local xla with more than one process (PJRT CPU is single-process).
@@ -60,9 +61,6 @@ DEPRECATED_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 SAGEMAKER_MAX_ENV = 100
 SAGEMAKER_MAX_ENV_VALUE = 512
 OWN_ENV_VARS = 2 + len(EFA_ENV)
-# Families that need the EFA variables set by us for multi-node jobs (the toolkit sets them
-# only for ml.trn1.32xlarge).
-EFA_FAMILIES = ("trn1n", "trn2")
 LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
 ECR_REGION = re.compile(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
 
@@ -94,8 +92,15 @@ def type_family(instance_type: str) -> str:
 
 
 def needs_efa(spec: JobSpec) -> bool:
-    """Whether the orchestrator must add `EFA_ENV`: a multi-node SageMaker job on trn1n or trn2."""
-    return spec.backend == "sagemaker" and spec.instance.count > 1 and type_family(spec.instance.type) in EFA_FAMILIES
+    """Whether the orchestrator must add `EFA_ENV`: a multi-node SageMaker job on an instance
+    with EFA (trn1.32xlarge, trn1n, trn2).
+
+    The SageMaker training toolkit sets the EFA variables itself only inside its own torchrun
+    distribution; our program runs torchrun itself (`sagemaker_program` launch.py, no
+    distribution), so every EFA instance needs them from us."""
+    facts = catalog.instance(spec.instance.type)
+    return (spec.backend == "sagemaker" and spec.instance.count > 1 and facts is not None
+            and facts.efa_gbps > 0)
 
 
 def effective_lnc(spec: JobSpec) -> int:
@@ -349,7 +354,8 @@ def _efa(spec: JobSpec) -> list[Finding]:
     out = [Finding(
         "N018-efa-env-added", "info",
         f"multi-node {spec.instance.type}: the orchestrator adds "
-        f"{', '.join(f'{k}={v}' for k, v in EFA_ENV.items())} (the toolkit sets them only for ml.trn1.32xlarge)",
+        f"{', '.join(f'{k}={v}' for k, v in EFA_ENV.items())} (launch.py runs torchrun itself, outside the "
+        "training toolkit's own EFA set-up)",
         "nothing to do", "instance.count")]
     for key, value in EFA_ENV.items():
         if key in spec.environment and spec.environment[key] != value:

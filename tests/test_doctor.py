@@ -251,15 +251,18 @@ def test_unknown_price_refuses_a_budget_and_warns_without_one(orch_home):
 # --- N018 / N019: EFA --------------------------------------------------------------
 
 
-def test_efa_variables_announced_for_multi_node_trn1n_and_trn2():
+def test_efa_variables_announced_for_multi_node_jobs_on_efa_instances():
     f = _fires(_spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2, "budget.max_cost_usd": None}),
                "N018-efa-env-added", "info")
     for key in EFA_ENV:
         assert key in f.message
     _fires(_spec(**{"instance.type": "ml.trn2.48xlarge", "instance.count": 2, "budget.max_cost_usd": None,
                     "data.num_workers": 1}), "N018-efa-env-added", "info")
-    for quiet in ({"instance.type": "ml.trn1n.32xlarge"},
-                  {"instance.type": "ml.trn1.32xlarge", "instance.count": 2}):
+    # trn1.32xlarge too: the toolkit's own EFA set-up belongs to its torchrun distribution,
+    # which our launch.py does not use.
+    _fires(_spec(**{"instance.type": "ml.trn1.32xlarge", "instance.count": 2, "budget.max_cost_usd": None}),
+           "N018-efa-env-added", "info")
+    for quiet in ({"instance.type": "ml.trn1n.32xlarge"}, {"instance.type": "ml.trn1.32xlarge"}):
         assert "N018-efa-env-added" not in _rules(_spec(**quiet, **{"budget.max_cost_usd": None}))
 
 

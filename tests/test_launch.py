@@ -306,9 +306,13 @@ def contract_for(hosts: list[str], current: str, itype: str = "ml.trn1n.32xlarge
     return contract.Contract.from_env(contract.sm_environment(Path("/x"), hosts, current, itype, {}, []))
 
 
-def test_efa_variables_for_multi_node_trn1n_and_trn2_only(orch_home):
+def test_efa_variables_for_multi_node_jobs_on_efa_instances_only(orch_home):
+    from orchestrator import catalog
+
+    with_efa = {t for t in catalog.training_instance_types() if (facts := catalog.instance(t)) and facts.efa_gbps > 0}
+    assert set(launch.EFA_INSTANCE_TYPES) == with_efa
     two = ["algo-1", "algo-2"]
-    for itype in ("ml.trn1n.32xlarge", "ml.trn2.48xlarge"):
+    for itype in launch.EFA_INSTANCE_TYPES:
         job = make_job(itype=itype, count=2, workers=1)
         env = launch.runtime_environment(job, contract_for(two, "algo-2", itype), {"PATH": "/bin"})
         for key, value in contract.EFA_ENV.items():
