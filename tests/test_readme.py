@@ -1,0 +1,55 @@
+"""The README's examples do what the README says they do (so they cannot rot)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from orchestrator import spec
+from orchestrator import sweep as sweeps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def code_blocks(text: str) -> list[str]:
+    return re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+
+
+def test_the_readme_sweep_example_plans_within_its_budgets(orch_home, tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    example = next(block for block in code_blocks(readme) if block.startswith("sweep: instances\n"))
+    base = re.search(r"^base: (\S+)", example, re.M).group(1)
+    shutil.copy(ROOT / "configs" / base, tmp_path / base)
+    (tmp_path / "sweep.yaml").write_text(example)
+    plan = sweeps.plan(spec.load_sweep(tmp_path / "sweep.yaml"))
+    # 2 instance types x 2 batch sizes x 1 run length, crossed with 8 random learning rates.
+    assert len(plan.trials) == 32
+    assert {t.trial.spec.instance.type for t in plan.trials} == {"ml.trn1.2xlarge", "ml.trn1.32xlarge"}
+    assert all(t.trial.spec.max_run_minutes == 60 for t in plan.trials)
+    assert sum(t.usd_max for t in plan.trials) <= 500
+
+
+def test_every_orchestrator_command_in_the_readme_exists():
+    from typer.main import get_command
+
+    from orchestrator import cli
+
+    root = get_command(cli.app)
+    readme = (ROOT / "README.md").read_text()
+    checked = []
+    for block in code_blocks(readme):
+        for line in block.splitlines():
+            match = re.match(r"\s*python -m orchestrator (\S+)(?: ([a-z|]+))?", line)
+            if not match:
+                continue
+            # "status|logs|stop" and "ls|show|prune" list alternatives: each must exist.
+            for name in match.group(1).split("|"):
+                assert name in root.commands, line
+                command = root.commands[name]
+                if hasattr(command, "commands"):
+                    assert match.group(2), f"{line}: group {name} needs a subcommand"
+                    for sub in match.group(2).split("|"):
+                        assert sub in command.commands, line
+                checked.append(name)
+    assert len(set(checked)) >= 12
