@@ -34,6 +34,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N022-checkpoint-never: checkpoint_every larger than steps.
 - N023-environment-limits: more variables or longer values than SageMaker accepts.
 - N024-image-uri-region: a pinned ECR image in another region than the job.
+- N025-neuron-image-off-trainium: the Neuron training image on a type SageMaker trains on but
+  that has no NeuronCores (GPU or CPU instances).
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, spot, price and budget, EFA, SageMaker limits) are skipped there; model and training
@@ -61,6 +63,8 @@ DEPRECATED_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 SAGEMAKER_MAX_ENV = 100
 SAGEMAKER_MAX_ENV_VALUE = 512
 OWN_ENV_VARS = 2 + len(EFA_ENV)
+# The repository name of the PyTorch Neuron training images (catalog's images.json).
+NEURON_IMAGE = "pytorch-training-neuronx"
 LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
 ECR_REGION = re.compile(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
 
@@ -387,7 +391,19 @@ def _sagemaker_limits(spec: JobSpec) -> list[Finding]:
 
 
 def _runtime(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
-    if spec.training.runtime == "native" and facts is not None and facts.accelerator.startswith("Trainium"):
+    trainium = facts is not None and facts.accelerator.startswith("Trainium")
+    neuron_image = spec.image.uri is None or NEURON_IMAGE in spec.image.uri
+    # Types SageMaker does not train on at all get N001; this is for the ones it does.
+    if neuron_image and not trainium and spec.instance.type in catalog.training_instance_types():
+        image = spec.image.uri or f"{NEURON_IMAGE} (the catalog's image for Neuron SDK " \
+                                  f"{spec.image.neuron_sdk or catalog.default_sdk()})"
+        return [Finding(
+            "N025-neuron-image-off-trainium", "error",
+            f"{spec.instance.type} has no NeuronCores, but the job runs the PyTorch Neuron training image "
+            f"{image}, which needs Trainium",
+            "use a Trainium type (ml.trn1.2xlarge, ml.trn1.32xlarge, ml.trn1n.32xlarge, ml.trn2.48xlarge)",
+            "instance.type")]
+    if spec.training.runtime == "native" and trainium:
         return [Finding(
             "N020-native-on-neuron", "warning",
             f"runtime native on {spec.instance.type} runs eager PyTorch on the host CPUs: the "

@@ -366,3 +366,24 @@ def test_cli_doctor_exits_0_with_only_warnings(tmp_path, monkeypatch, capsys):
     code, out, _ = _cli(monkeypatch, capsys, "doctor", str(path))
     assert code == 0
     assert "warning: N015-data-workers-vcpus" in out and "0 error(s)" in out
+
+
+# --- N025: the Neuron image off Trainium ---------------------------------------------
+
+
+def test_neuron_image_on_an_instance_without_neuron_cores_is_an_error():
+    for itype in ("ml.p4d.24xlarge", "ml.m5.large"):
+        f = _fires(_spec(**{"instance.type": itype, "budget.max_cost_usd": None}), "N025-neuron-image-off-trainium")
+        assert itype in f.message and "pytorch-training-neuronx" in f.message and f.path == "instance.type"
+    pinned = _spec(**{"instance.type": "ml.p4d.24xlarge", "budget.max_cost_usd": None,
+                      "image.neuron_sdk": None,
+                      "image.uri": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training-neuronx:x"})
+    _fires(pinned, "N025-neuron-image-off-trainium")
+    # A GPU image on a GPU instance is the user's choice; Trainium with the Neuron image is the norm;
+    # a type SageMaker does not train on at all is N001's.
+    gpu = _spec(**{"instance.type": "ml.p4d.24xlarge", "budget.max_cost_usd": None, "training.runtime": "native", "image.neuron_sdk": None,
+                   "image.uri": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5-gpu"})
+    assert "N025-neuron-image-off-trainium" not in _rules(gpu)
+    assert "N025-neuron-image-off-trainium" not in _rules(_spec())
+    inf2 = _rules(_spec(**{"instance.type": "ml.inf2.xlarge", "budget.max_cost_usd": None}))
+    assert "N001-instance-not-trainable" in inf2 and "N025-neuron-image-off-trainium" not in inf2
