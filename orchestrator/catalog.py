@@ -118,9 +118,12 @@ def training_instance_types() -> frozenset[str]:
 
     cache_file = home() / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
     try:
-        return frozenset(json.loads(cache_file.read_text()))
+        cached = json.loads(cache_file.read_text())
     except (OSError, ValueError):
-        pass
+        cached = None
+    # A cache of the wrong shape (damaged, edited) is rebuilt from botocore like a missing one.
+    if isinstance(cached, list) and cached and all(isinstance(t, str) and t for t in cached):
+        return frozenset(cached)
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("sagemaker")
@@ -171,13 +174,86 @@ def version_key(version: str) -> tuple[int, ...]:
 def _price_rows() -> list[dict]:
     override = _override_prices_path()
     if override.exists():
-        return json.loads(override.read_text())["prices"]
+        # `prices refresh` refuses to merge into a damaged file, so the way out starts with deleting it.
+        return read_price_file(override, hint=(
+            f"delete {override} to fall back to the built-in prices, then run `orchestrator prices refresh` "
+            "again to fetch current ones"))
     return _load("prices.json")["prices"]
 
 
 def _override_prices_path() -> Path:
     """A refreshed price file in ORCHESTRATOR_HOME takes precedence over the shipped one."""
     return home() / "prices.json"
+
+
+_PRICE_TEXT_FIELDS = ("type", "region", "source", "as_of", "kind")
+
+
+def read_price_file(path: Path, hint: str) -> list[dict]:
+    """The rows of a prices file (the format of `data/prices.json`), every field checked.
+
+    InputError with `hint`, naming the file and the first thing wrong, when it cannot be read,
+    is not JSON, or is not an object whose "prices" is a list of rows, each an object with
+    non-empty strings "type" and "region", strings "source", "as_of" and "kind", and a
+    positive number "usd_per_hour". Other keys are allowed and ignored.
+    """
+    import math
+
+    def bad(what: str) -> InputError:
+        return InputError(f"{path}: {what}", hint=hint)
+
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise bad(f"cannot read the prices file: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}", hint=hint) from None
+    except ValueError:  # bytes that are not UTF-8 (or -16/-32) text
+        raise bad("not valid JSON: not UTF-8 text") from None
+    if not isinstance(doc, dict):
+        raise bad(f"expected a JSON object with a 'prices' list, got {_json_kind(doc)}")
+    if "prices" not in doc:
+        raise bad("missing 'prices' (a list of price rows)")
+    rows = doc["prices"]
+    if not isinstance(rows, list):
+        raise bad(f"prices: expected a list of price rows, got {_json_kind(rows)}")
+    for index, row in enumerate(rows):
+        where = f"prices[{index}]"
+        if not isinstance(row, dict):
+            raise bad(f"{where}: expected an object, got {_json_kind(row)}")
+        for key in (*_PRICE_TEXT_FIELDS, "usd_per_hour"):
+            if key not in row:
+                raise bad(f"{where}: missing '{key}'")
+        for key in _PRICE_TEXT_FIELDS:
+            value = row[key]
+            if not isinstance(value, str) or (key in ("type", "region") and not value):
+                raise bad(f"{where}.{key}: expected a {'non-empty ' if key in ('type', 'region') else ''}string, "
+                          f"got {_json_kind(value)}")
+        usd = row["usd_per_hour"]
+        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not math.isfinite(usd) or usd <= 0:
+            raise bad(f"{where}.usd_per_hour: expected a positive number, got {_json_kind(usd)}")
+    return rows
+
+
+def _json_kind(value: object) -> str:
+    """How a JSON value reads in a message: its JSON type, and the value when short."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}" if len(value) <= 40 else "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _price(row: dict, **changes) -> Price:
+    fields = {key: row[key] for key in (*_PRICE_TEXT_FIELDS, "usd_per_hour")}
+    fields.update(changes)
+    return Price(**fields)
 
 
 def price(type_: str, region: str) -> Price | None:
@@ -189,9 +265,8 @@ def price(type_: str, region: str) -> Price | None:
     rows = _price_rows()
     for row in rows:
         if row["type"] == type_ and row["region"] == region:
-            return Price(**row)
+            return _price(row)
     for row in rows:
         if row["type"] == type_ and row["region"] == "us-east-1":
-            fields = dict(row, region=region, source=f"{row['source']}; us-east-1 price used for {region}")
-            return Price(**fields)
+            return _price(row, region=region, source=f"{row['source']}; us-east-1 price used for {region}")
     return None

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.errors import BackendError, InputError
 from orchestrator.paths import home
 
 STATES = ("planned", "submitting", "submitted", "running", "completed", "failed", "stopped")
@@ -68,31 +69,65 @@ class Entry:
 class Ledger:
     """A handle on the ledger database. Cheap to create; one per process is plenty."""
 
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = 30.0):
+        """Open (creating if missing) the ledger at `path`, default `ORCHESTRATOR_HOME/ledger.sqlite3`.
+
+        A file that is not a usable ledger (not SQLite, damaged, unreadable, read-only) is an
+        InputError naming it; it is never deleted or rewritten. A write that waits more than
+        `busy_timeout_s` for another process's lock is a BackendError (exit 1).
+        """
         self.path = Path(path) if path else home() / "ledger.sqlite3"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        with self._tx():
-            for statement in _SCHEMA.strip().split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
+        self.busy_timeout_s = busy_timeout_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{self.path}: cannot create the ledger's folder: {exc.strerror or exc}",
+                             hint="point ORCHESTRATOR_HOME at a folder you can write to") from None
+        with self._translated():
+            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
+                                       check_same_thread=False)
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                with self._tx():
+                    for statement in _SCHEMA.strip().split(";"):
+                        if statement.strip():
+                            self._db.execute(statement)
+            except BaseException:
+                self._db.close()
+                raise
 
     def close(self) -> None:
         self._db.close()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+    def _translated(self) -> Iterator[None]:
+        """sqlite3's errors about the file itself as our errors (see `_ledger_error`)."""
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        else:
-            self._db.execute("COMMIT")
+            yield
+        except sqlite3.DatabaseError as exc:
+            translated = _ledger_error(self.path, exc, self.busy_timeout_s)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._translated():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                # Leave no transaction open behind a failed commit: the next BEGIN would fail.
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
 
     def record_intent(self, job_name: str, *, backend: str, region: str, spec_hash: str, request: dict,
                       state: str = "submitting", sweep_id: str | None = None, trial_id: str | None = None,
@@ -133,7 +168,8 @@ class Ledger:
             return cur.rowcount > 0
 
     def get(self, job_name: str) -> Entry | None:
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
+        with self._translated():
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
         return _entry(row) if row else None
 
     def entries(self, *, sweep_id: str | None = None, states: tuple[str, ...] | None = None,
@@ -153,7 +189,9 @@ class Ledger:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at, job_name"
-        return [_entry(r) for r in self._db.execute(sql, args).fetchall()]
+        with self._translated():
+            rows = self._db.execute(sql, args).fetchall()
+        return [_entry(r) for r in rows]
 
     def put_value(self, key: str, value: object) -> None:
         with self._tx() as db:
@@ -161,7 +199,8 @@ class Ledger:
                        (key, json.dumps(value, sort_keys=True)))
 
     def get_value(self, key: str, default: object = None) -> object:
-        row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        with self._translated():
+            row = self._db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else default
 
 
@@ -172,6 +211,41 @@ _COLUMNS = ("job_name, backend, region, spec_hash, state, request, sweep_id, tri
 def _entry(row: tuple) -> Entry:
     return Entry(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7], row[8], row[9],
                  row[10], row[11])
+
+
+# SQLite's primary result codes (the low byte of an extended code) that are about the file.
+_NOT_A_LEDGER = {11: "it is damaged (database disk image is malformed)", 26: "it is not an SQLite database"}
+_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_CANNOT_WRITE = {3: "permission denied", 8: "it is read-only", 13: "the disk is full",
+                 14: "it cannot be opened", 23: "access denied", 10: "an I/O error"}
+
+
+def _ledger_error(path: Path, exc: sqlite3.DatabaseError, busy_timeout_s: float) -> Exception | None:
+    """Our error for an sqlite3 error about the ledger file; None for anything else (a bug)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        primary = code & 0xFF
+    else:  # Python 3.10: only the message says
+        text = str(exc).lower()
+        primary = next((c for c, needle in ((26, "not a database"), (11, "malformed"), (5, "locked"),
+                                            (14, "unable to open"), (8, "readonly"), (13, "full"),
+                                            (10, "disk i/o"))
+                        if needle in text), None)
+    if primary in _NOT_A_LEDGER:
+        return InputError(
+            f"{path}: not a usable ledger: {_NOT_A_LEDGER[primary]}",
+            hint=f"move it aside (mv {path} {path}.bad) and run again to start a new, empty ledger; "
+                 "jobs recorded only in the old one are then unknown to `status` and sweeps")
+    if primary in _BUSY:
+        return BackendError(
+            f"{path}: the ledger stayed locked by another process for {busy_timeout_s:g}s",
+            hint="another orchestrator command (a sweep runner, a local job) is writing to it; "
+                 "try again when it is done")
+    if primary in _CANNOT_WRITE:
+        return InputError(
+            f"{path}: cannot open the ledger for writing: {_CANNOT_WRITE[primary]} ({exc})",
+            hint="make the file and its folder writable, or point ORCHESTRATOR_HOME at a folder you can write to")
+    return None
 
 
 def _check_state(state: str) -> None:

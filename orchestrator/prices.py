@@ -21,7 +21,7 @@ from pathlib import Path
 
 from orchestrator import catalog
 from orchestrator.errors import BackendError, InputError
-from orchestrator.paths import write_atomic
+from orchestrator.paths import home, write_atomic
 
 SERVICE_CODE = "AmazonSageMaker"
 SOURCE = "AWS Price List API (AmazonSageMaker)"
@@ -186,8 +186,7 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
 
 
 def override_path() -> Path:
-    from orchestrator.ledger import home
-
+    """The refreshed prices file the catalog prefers to its shipped one."""
     return home() / "prices.json"
 
 
@@ -195,18 +194,15 @@ def write(refresh: Refresh, path: Path | None = None) -> Path:
     """Merge the refreshed prices into the override file, atomically; return its path.
 
     The file starts from the current override (or the shipped prices) so that types and
-    regions not refreshed keep their price. Raises InputError if an existing override is
-    not valid JSON of the expected shape (the user can delete it to start over).
+    regions not refreshed keep their price. Raises InputError, writing nothing, if an existing
+    override is not a valid prices file (`catalog.read_price_file`; the user can delete it to
+    start over) or the file cannot be written.
     """
     path = path or override_path()
     base_rows: list[dict]
     if path.exists():
-        try:
-            existing = json.loads(path.read_text())
-            base_rows = list(existing["prices"])
-        except (ValueError, KeyError, TypeError):
-            raise InputError(f"{path}: not a prices file (expected JSON with a 'prices' list)",
-                             hint=f"delete {path} to start again from the shipped prices") from None
+        base_rows = list(catalog.read_price_file(
+            path, hint=f"delete {path} and refresh again to start from the shipped prices"))
     else:
         base_rows = list(json.loads((catalog.DATA / "prices.json").read_text())["prices"])
     fresh = {(f.type, f.region): f.as_row(refresh.as_of) for f in refresh.found}
@@ -219,6 +215,11 @@ def write(refresh: Refresh, path: Path | None = None) -> Path:
                 "come from the shipped file.",
         "prices": rows,
     }
-    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    try:
+        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the prices file: {exc.strerror or exc}",
+                         hint="make ORCHESTRATOR_HOME writable, or point it at a folder you can write to; "
+                              "the catalog's prices stay as they were") from None
     refresh.path = path
     return path

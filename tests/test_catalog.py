@@ -73,3 +73,97 @@ def test_prices_name_their_source_and_fall_back_to_us_east_1(orch_home):
          "source": "AWS Price List API (AmazonSageMaker)", "as_of": "2026-11-29", "kind": "sagemaker"}]}))
     refreshed = catalog.price("ml.trn1.32xlarge", "us-east-1")
     assert refreshed.usd_per_hour == 30.0 and refreshed.kind == "sagemaker"
+
+
+def _types_cache(orch_home):
+    return orch_home / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
+
+
+@pytest.mark.parametrize("contents", ["[1, 2]", '{"a": 1}', "[]", '["ml.trn1.2xlarge", 3]', '"ml.trn1.2xlarge"',
+                                      "null", "[\"\"]", "\x00\xff not text"])
+def test_a_types_cache_of_the_wrong_shape_is_rebuilt_from_botocore(orch_home, contents):
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    expected = frozenset(model.shape_for("TrainingInstanceType").enum)
+    cached = _types_cache(orch_home)
+    cached.parent.mkdir(parents=True)
+    cached.write_text(contents)
+    assert catalog.training_instance_types() == expected
+    assert json.loads(cached.read_text()) == sorted(expected)  # rewritten, whole
+    assert [p.name for p in cached.parent.iterdir()] == [cached.name]  # no temp file left behind
+
+
+def test_doctor_hint_lists_trainium_types_after_a_damaged_cache(orch_home):
+    from pathlib import Path
+
+    from orchestrator import doctor, spec
+
+    cached = _types_cache(orch_home)
+    cached.parent.mkdir(parents=True)
+    cached.write_text('{"a": 1}')  # read as the keys once: "Trainium types: ;"
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    text = (configs / "vit-trn1-2xlarge.yaml").read_text().replace("ml.trn1.2xlarge", "ml.trn1.3xlarge")
+    loaded = spec.loads(text, "vit.yaml", base_dir=configs)
+    found = [f for f in doctor.check(loaded) if f.path == "instance.type"]
+    assert any("Trainium types: ml.trn1.2xlarge, ml.trn1.32xlarge" in f"{f.message} {f.fix}" for f in found), found
+
+
+PRICES_ROW = {"type": "ml.trn1.32xlarge", "region": "us-east-1", "usd_per_hour": 30.0,
+              "source": "AWS Price List API (AmazonSageMaker)", "as_of": "2026-11-29", "kind": "sagemaker"}
+
+
+def _row(**changes):
+    row = dict(PRICES_ROW, **changes)
+    return {k: v for k, v in row.items() if v is not ...}
+
+
+@pytest.mark.parametrize(("contents", "what"), [
+    ('{"bad', ":1:2: not valid JSON"),
+    ("", ":1:1: not valid JSON"),
+    (b"\x80\x81 garbage", ": not valid JSON: not UTF-8 text"),
+    ("[]", ": expected a JSON object with a 'prices' list, got a list"),
+    ('{"prices": 5}', ": prices: expected a list of price rows, got the number 5"),
+    ("{}", ": missing 'prices'"),
+    ({"prices": [5]}, ": prices[0]: expected an object, got the number 5"),
+    ({"prices": [PRICES_ROW, _row(region=...)]}, ": prices[1]: missing 'region'"),
+    ({"prices": [_row(type=7)]}, ": prices[0].type: expected a non-empty string, got the number 7"),
+    ({"prices": [_row(region="")]}, ": prices[0].region: expected a non-empty string, got the string ''"),
+    ({"prices": [_row(source=None)]}, ": prices[0].source: expected a string, got null"),
+    ({"prices": [_row(usd_per_hour="30")]}, ": prices[0].usd_per_hour: expected a positive number, got the string '30'"),
+    ({"prices": [_row(usd_per_hour=True)]}, ": prices[0].usd_per_hour: expected a positive number, got true"),
+    ({"prices": [_row(usd_per_hour=-1)]}, ": prices[0].usd_per_hour: expected a positive number, got the number -1"),
+    ('{"prices": [{"type": "ml.trn1.32xlarge", "region": "us-east-1", "usd_per_hour": NaN, "source": "",'
+     ' "as_of": "", "kind": ""}]}', ": prices[0].usd_per_hour: expected a positive number, got the number nan"),
+])
+def test_a_refreshed_prices_file_of_the_wrong_shape_is_an_input_error_naming_it(orch_home, contents, what):
+    path = orch_home / "prices.json"
+    if isinstance(contents, dict):
+        contents = json.dumps(contents)
+    data = contents if isinstance(contents, bytes) else contents.encode()
+    path.write_bytes(data)
+    with pytest.raises(InputError) as info:
+        catalog.price("ml.trn1.32xlarge", "us-east-1")
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith(f"{path}{what}"), info.value.message
+    assert f"delete {path}" in info.value.hint and "orchestrator prices refresh" in info.value.hint
+    assert path.read_bytes() == data  # the user's file, untouched
+
+
+def test_extra_keys_in_a_refreshed_price_row_are_ignored(orch_home):
+    (orch_home / "prices.json").write_text(json.dumps({"prices": [dict(PRICES_ROW, sku="AAAA")]}))
+    assert catalog.price("ml.trn1.32xlarge", "us-east-1").usd_per_hour == 30.0
+    assert catalog.price("ml.trn1.32xlarge", "eu-west-1").usd_per_hour == 30.0
+
+
+def test_cli_validate_with_a_corrupt_prices_file_exits_2_naming_it(orch_home, monkeypatch, capsys):
+    from pathlib import Path
+
+    from tests.cli_harness import run_cli
+
+    path = orch_home / "prices.json"
+    path.write_text('{"prices": 5}')
+    spec_path = Path(__file__).resolve().parents[1] / "configs" / "vit-trn1-2xlarge.yaml"
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(spec_path))
+    assert code == 2
+    assert f"error: {path}: prices: expected a list of price rows" in err
+    assert "Traceback" not in err
+    assert path.read_text() == '{"prices": 5}'

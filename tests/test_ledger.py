@@ -7,7 +7,9 @@ import sqlite3
 
 import pytest
 
+from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger, home
+from tests.cli_harness import run_cli
 
 REQUEST = {"TrainingJobName": "vit-abc", "Environment": {"A": "1"}, "Tags": [{"Key": "k", "Value": "v"}]}
 
@@ -23,6 +25,76 @@ def test_home_defaults_to_orchestrator_home(orch_home):
     ledger = Ledger()
     assert ledger.path == orch_home / "ledger.sqlite3"
     assert ledger.path.exists()
+
+
+NOT_SQLITE = bytes(range(256)) * 8  # what QA found: random bytes where the ledger should be
+
+
+def test_a_file_that_is_not_sqlite_is_an_input_error_and_is_left_as_it_was(orch_home):
+    path = orch_home / "ledger.sqlite3"
+    path.write_bytes(NOT_SQLITE)
+    with pytest.raises(InputError) as info:
+        Ledger()
+    assert info.value.exit_code == 2
+    assert info.value.message == f"{path}: not a usable ledger: it is not an SQLite database"
+    assert f"mv {path} {path}.bad" in info.value.hint
+    assert path.read_bytes() == NOT_SQLITE
+    assert sorted(p.name for p in orch_home.iterdir()) == ["ledger.sqlite3"]  # no -wal/-shm beside it
+
+
+def test_a_damaged_ledger_is_an_input_error_and_is_left_as_it_was(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path)
+    _intent(ledger)
+    ledger.close()
+    damaged = path.read_bytes()[:100] + b"\xab" * (path.stat().st_size - 100)  # a valid header, pages gone
+    path.write_bytes(damaged)
+    with pytest.raises(InputError) as info:
+        Ledger(path)
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith(f"{path}: not a usable ledger: it is damaged")
+    assert f"mv {path} {path}.bad" in info.value.hint
+    assert path.read_bytes() == damaged
+
+
+@pytest.mark.parametrize("args", [("status", "foo"), ("sweep", "status", "x")])
+def test_cli_on_a_corrupt_ledger_exits_2_naming_it(orch_home, monkeypatch, capsys, args):
+    path = orch_home / "ledger.sqlite3"
+    path.write_bytes(NOT_SQLITE)
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2
+    assert f"error: {path}: not a usable ledger" in err
+    assert f"hint: move it aside (mv {path} {path}.bad)" in err
+    assert "Traceback" not in err
+    assert path.read_bytes() == NOT_SQLITE
+
+
+def test_a_ledger_path_that_cannot_be_opened_is_an_input_error(tmp_path):
+    folder = tmp_path / "ledger.sqlite3"
+    folder.mkdir()  # SQLite cannot open a folder: what an unwritable home looks like to it
+    with pytest.raises(InputError) as info:
+        Ledger(folder)
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith(f"{folder}: cannot open the ledger for writing")
+    assert "ORCHESTRATOR_HOME" in info.value.hint
+    assert list(folder.iterdir()) == []
+
+
+def test_a_ledger_locked_past_the_busy_timeout_is_a_backend_error_and_recovers(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path, busy_timeout_s=0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+    try:
+        with pytest.raises(BackendError) as info:
+            _intent(ledger)
+        assert info.value.exit_code == 1
+        assert info.value.message == f"{path}: the ledger stayed locked by another process for 0.2s"
+        assert "try again" in info.value.hint
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert _intent(ledger).state == "submitting"  # no transaction left open by the failure
 
 
 def test_intent_is_written_first_with_the_exact_request(orch_home):

@@ -178,6 +178,36 @@ def test_write_refuses_a_corrupt_override(orch_home):
     assert (orch_home / "prices.json").read_text() == "{not json"
 
 
+@pytest.mark.parametrize(("contents", "what"), [
+    ('{"prices": [1]}', "prices[0]: expected an object, got the number 1"),
+    ('{"prices": [{"type": "ml.trn1.2xlarge"}]}', "prices[0]: missing 'region'"),
+    ("[]", "expected a JSON object with a 'prices' list, got a list"),
+])
+def test_write_refuses_an_override_of_the_wrong_shape_and_leaves_it(orch_home, contents, what):
+    path = orch_home / "prices.json"
+    path.write_text(contents)
+    with pytest.raises(InputError) as info:
+        prices.write(prices.Refresh(as_of="2026-11-29", found=[prices.Found("ml.trn1.2xlarge", "us-east-1", 1.5, "A", "d")]))
+    assert info.value.exit_code == 2
+    assert info.value.message == f"{path}: {what}"
+    assert f"delete {path}" in info.value.hint
+    assert path.read_text() == contents
+    assert [p.name for p in orch_home.iterdir()] == ["prices.json"]
+
+
+def test_write_where_the_file_cannot_be_written_is_an_input_error(tmp_path):
+    blocker = tmp_path / "home"
+    blocker.write_text("")  # the folder the file should go in is a file
+    path = blocker / "prices.json"
+    with pytest.raises(InputError) as info:
+        prices.write(prices.Refresh(as_of="2026-11-29", found=[prices.Found("ml.trn1.2xlarge", "us-east-1", 1.5, "A", "d")]),
+                     path=path)
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith(f"{path}: cannot write the prices file")
+    assert "ORCHESTRATOR_HOME" in info.value.hint
+    assert blocker.read_text() == ""
+
+
 def test_check_names_bad_types_and_regions():
     with pytest.raises(InputError) as info:
         prices.check(["ml.inf2.xlarge"], ["us-east-1"])

@@ -1,0 +1,72 @@
+"""paths.home(): ORCHESTRATOR_HOME is a folder we can create, or a clear input error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import catalog, paths
+from orchestrator.errors import InputError
+from tests.cli_harness import run_cli
+
+SPEC = Path(__file__).resolve().parents[1] / "configs" / "vit-trn1-2xlarge.yaml"
+
+
+def test_home_is_created_when_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(tmp_path / "a" / "b"))
+    assert paths.home() == tmp_path / "a" / "b"
+    assert (tmp_path / "a" / "b").is_dir()
+
+
+def test_home_that_is_a_file_is_an_input_error_and_the_file_is_kept(tmp_path, monkeypatch):
+    target = tmp_path / "not-a-folder"
+    target.write_text("mine")
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(target))
+    with pytest.raises(InputError) as info:
+        paths.home()
+    assert info.value.exit_code == 2
+    assert info.value.message == f"ORCHESTRATOR_HOME={target} is a file, not a folder"
+    assert info.value.hint == "point ORCHESTRATOR_HOME at a folder (it is created if missing)"
+    assert target.read_text() == "mine"
+
+
+def test_home_below_a_file_names_the_file(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(blocker / "home"))
+    with pytest.raises(InputError) as info:
+        paths.home()
+    assert info.value.exit_code == 2
+    assert f"ORCHESTRATOR_HOME={blocker / 'home'} cannot be created: {blocker} is a file" in info.value.message
+
+
+def test_home_that_cannot_be_created_is_an_input_error(tmp_path, monkeypatch):
+    # Root ignores permission bits, so the refusal is the file system's answer, faked.
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(tmp_path / "locked"))
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(InputError) as info:
+        paths.home()
+    assert info.value.exit_code == 2
+    assert info.value.message == f"ORCHESTRATOR_HOME={tmp_path / 'locked'} cannot be created: permission denied"
+    assert "folder you can write to" in info.value.hint
+
+
+@pytest.mark.parametrize("args", [("validate", str(SPEC)), ("status", "foo"), ("sweep", "status", "x")])
+def test_cli_with_home_a_file_exits_2_without_a_traceback(tmp_path, monkeypatch, capsys, args):
+    target = tmp_path / "home-file"
+    target.write_text("")
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(target))
+    catalog.training_instance_types.cache_clear()  # so that validate reaches home() for the cache
+    try:
+        code, out, err = run_cli(monkeypatch, capsys, *args)
+    finally:
+        catalog.training_instance_types.cache_clear()
+    assert code == 2
+    assert f"error: ORCHESTRATOR_HOME={target} is a file, not a folder" in err
+    assert "hint: point ORCHESTRATOR_HOME at a folder" in err
+    assert "Traceback" not in err
+    assert target.read_text() == ""
