@@ -236,6 +236,50 @@ def test_compiled_ddp_job_with_a_warm_inductor_cache_reuses_every_graph(tmp_path
     assert warm["aotautograd_hit"] == cold["aotautograd_miss"]
 
 
+DDP_SYNC_CHECK = """
+import sys
+import torch
+import torch.distributed as dist
+from entrypoints import runtime, vit
+d = runtime.Dist.from_env()
+rt = runtime.create("native", d, "fp32")
+rt.setup()
+torch.manual_seed(0)
+module = vit.build({"arch": "vit_tiny_patch16_224", "image_size": 32, "patch_size": 8, "depth": 1,
+                    "embed_dim": 32, "num_heads": 2, "num_classes": 5})
+opt = torch.optim.SGD(module.parameters(), lr=0.1)
+model = rt.prepare(module, compile=True)
+torch.manual_seed(100 + d.rank)  # each rank its own data: only all-reduced gradients keep them equal
+for _ in range(3):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(torch.randn(4, 3, 32, 32)), torch.randint(0, 5, (4,))).backward()
+    opt.step()
+flat = torch.cat([p.detach().flatten() for p in module.parameters()])
+seen = [torch.zeros_like(flat) for _ in range(d.world_size)]
+dist.all_gather(seen, flat)
+if d.rank == 0:
+    print("split", rt.ddp_split_graphs, "diff", float((seen[0] - seen[1]).abs().max()),
+          "moved", float((seen[0] - flat.new_tensor(0)).abs().sum()) > 0)
+rt.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_compiled_ddp_without_the_graph_split_still_averages_gradients(tmp_path):
+    script = tmp_path / "ddp_sync.py"
+    script.write_text(DDP_SYNC_CHECK)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TORCHINDUCTOR_COMPILE_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_addr", "127.0.0.1", "--master_port", str(port), str(script)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "split False diff 0.0 moved True" in proc.stdout
+
+
 def test_ddp_graph_split_only_when_gradients_span_more_than_one_bucket():
     model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 2))
     model[1].bias.requires_grad_(False)  # frozen parameters are not all-reduced
