@@ -151,6 +151,22 @@ def image_regions() -> tuple[str, ...]:
     return tuple(_images()["regions"])
 
 
+def image_repository() -> str:
+    """The ECR repository name of the PyTorch Neuron training images."""
+    return _images()["repository"]
+
+
+def vit_architectures() -> frozenset[str]:
+    """The ViT architecture names timm registers (data/timm_vit.json, from the pinned timm)."""
+    return frozenset(_load("timm_vit.json")["architectures"])
+
+
+def vit_architectures_source() -> tuple[str, str]:
+    """(timm version, as_of) of `vit_architectures`."""
+    data = _load("timm_vit.json")
+    return data["timm"], data["as_of"]
+
+
 def image_source() -> tuple[str, str]:
     data = _images()
     return data["source"], data["as_of"]

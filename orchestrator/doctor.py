@@ -36,6 +36,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N024-image-uri-region: a pinned ECR image in another region than the job.
 - N025-neuron-image-off-trainium: the Neuron training image on a type SageMaker trains on but
   that has no NeuronCores (GPU or CPU instances).
+- N026-model-arch-unknown: model.arch is not a timm ViT (an error when it is close to one: a
+  typo; a warning otherwise, as a newer timm may have it).
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, spot, price and budget, EFA, SageMaker limits) are skipped there; model and training
@@ -63,8 +65,6 @@ DEPRECATED_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
 SAGEMAKER_MAX_ENV = 100
 SAGEMAKER_MAX_ENV_VALUE = 512
 OWN_ENV_VARS = 2 + len(EFA_ENV)
-# The repository name of the PyTorch Neuron training images (catalog's images.json).
-NEURON_IMAGE = "pytorch-training-neuronx"
 LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
 ECR_REGION = re.compile(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
 
@@ -392,11 +392,11 @@ def _sagemaker_limits(spec: JobSpec) -> list[Finding]:
 
 def _runtime(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
     trainium = facts is not None and facts.accelerator.startswith("Trainium")
-    neuron_image = spec.image.uri is None or NEURON_IMAGE in spec.image.uri
+    neuron_image = spec.image.uri is None or f"/{catalog.image_repository()}:" in spec.image.uri
     # Types SageMaker does not train on at all get N001; this is for the ones it does.
     if neuron_image and not trainium and spec.instance.type in catalog.training_instance_types():
-        image = spec.image.uri or f"{NEURON_IMAGE} (the catalog's image for Neuron SDK " \
-                                  f"{spec.image.neuron_sdk or catalog.default_sdk()})"
+        image = spec.image.uri or (f"{catalog.image_repository()} (the catalog's image for Neuron SDK "
+                                   f"{spec.image.neuron_sdk or catalog.default_sdk()})")
         return [Finding(
             "N025-neuron-image-off-trainium", "error",
             f"{spec.instance.type} has no NeuronCores, but the job runs the PyTorch Neuron training image "
@@ -412,16 +412,38 @@ def _runtime(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
     return []
 
 
+def _arch(spec: JobSpec) -> list[Finding]:
+    arch = spec.model.arch
+    known = catalog.vit_architectures()
+    if arch in known:
+        return []
+    version, _ = catalog.vit_architectures_source()
+    close = difflib.get_close_matches(arch, sorted(known), n=3, cutoff=0.8)
+    if close:
+        # Most likely a typo: the job would fail in timm.create_model after the instance started.
+        return [Finding(
+            "N026-model-arch-unknown", "error",
+            f"timm {version} has no model {arch!r}",
+            f"did you mean {' or '.join(repr(c) for c in close)}?", "model.arch")]
+    # Maybe newer than the timm this catalog was made from: the job's own timm decides.
+    return [Finding(
+        "N026-model-arch-unknown", "warning",
+        f"{arch!r} is not among the {len(known)} ViT models of timm {version}; the job fails at start "
+        "if the training image's timm does not have it either",
+        "check the name with `python -c \"import timm; print(timm.list_models('vit_*'))\"`", "model.arch")]
+
+
 def _model(spec: JobSpec) -> list[Finding]:
+    out = _arch(spec)
     size = patch_size(spec)
     if size is not None and spec.model.image_size % size:
         lower = spec.model.image_size - spec.model.image_size % size
-        return [Finding(
+        out.append(Finding(
             "N014-patch-divisibility", "error",
             f"image_size {spec.model.image_size} is not divisible by the patch size {size}",
             f"set model.image_size to a multiple of {size} (e.g. {lower or size} or {lower + size})",
-            "model.image_size")]
-    return []
+            "model.image_size"))
+    return out
 
 
 def _training(spec: JobSpec) -> list[Finding]:

@@ -387,3 +387,24 @@ def test_neuron_image_on_an_instance_without_neuron_cores_is_an_error():
     assert "N025-neuron-image-off-trainium" not in _rules(_spec())
     inf2 = _rules(_spec(**{"instance.type": "ml.inf2.xlarge", "budget.max_cost_usd": None}))
     assert "N001-instance-not-trainable" in inf2 and "N025-neuron-image-off-trainium" not in inf2
+
+
+# --- N026: the model architecture ----------------------------------------------------
+
+
+def test_a_misspelt_architecture_is_an_error_with_the_right_name():
+    f = _fires(_spec(**{"model.arch": "vit_base_patch16_244"}), "N026-model-arch-unknown")
+    assert "'vit_base_patch16_224'" in f.fix and f.path == "model.arch"
+
+
+def test_an_architecture_far_from_any_known_one_is_a_warning():
+    f = _fires(_spec(**{"model.arch": "vit_huge_nonexistent"}), "N026-model-arch-unknown", "warning")
+    assert "timm" in f.message
+    assert "N026-model-arch-unknown" not in _rules(_spec(**{"model.arch": "vit_large_patch16_224"}))
+
+
+def test_the_architecture_list_is_the_installed_timms():
+    timm = pytest.importorskip("timm")
+    version, _ = catalog.vit_architectures_source()
+    assert version == timm.__version__, "regenerate orchestrator/data/timm_vit.json for the pinned timm"
+    assert catalog.vit_architectures() == frozenset(timm.list_models("vit_*"))
