@@ -38,6 +38,7 @@ The rules (ids are stable; tests and docs refer to them):
   that has no NeuronCores (GPU or CPU instances).
 - N026-model-arch-unknown: model.arch is not a timm ViT (an error when it is close to one: a
   typo; a warning otherwise, as a newer timm may have it).
+- N027-local-oversubscribed: a local job with more training processes than this machine has CPUs.
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, spot, price and budget, EFA, SageMaker limits) are skipped there; model and training
@@ -47,6 +48,7 @@ rules still apply, so a local smoke run checks the same spec the cloud job will 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -458,6 +460,17 @@ def _training(spec: JobSpec) -> list[Finding]:
                 "(world size 1) instead of together",
                 "set training.workers_per_node: 1 (and instance.count: 1), or use runtime: native for "
                 "multi-process CPU training", "training.workers_per_node"))
+    if spec.backend == "local":
+        processes = spec.instance.count * (train.workers_per_node or 1)
+        cpus = os.cpu_count() or 1
+        if processes > cpus:
+            out.append(Finding(
+                "N027-local-oversubscribed", "warning",
+                f"{processes} local training processes ({spec.instance.count} host(s) x "
+                f"{train.workers_per_node or 1} worker(s)) share this machine's {cpus} CPUs: every step "
+                "waits for the slowest, and compiling runs once per process",
+                f"keep instance.count x training.workers_per_node at most {cpus} for local runs",
+                "instance.count" if spec.instance.count > 1 else "training.workers_per_node"))
     if train.checkpoint_every > train.steps:
         out.append(Finding(
             "N022-checkpoint-never", "warning",

@@ -408,3 +408,16 @@ def test_the_architecture_list_is_the_installed_timms():
     version, _ = catalog.vit_architectures_source()
     assert version == timm.__version__, "regenerate orchestrator/data/timm_vit.json for the pinned timm"
     assert catalog.vit_architectures() == frozenset(timm.list_models("vit_*"))
+
+
+# --- N027: local processes over this machine's CPUs ----------------------------------
+
+
+def test_more_local_processes_than_cpus_warns(monkeypatch):
+    monkeypatch.setattr(doctor.os, "cpu_count", lambda: 4)
+    f = _fires(_spec(LOCAL, **{"instance.count": 2, "training.workers_per_node": 3}), "N027-local-oversubscribed",
+               "warning")
+    assert "6 local training processes" in f.message and "4 CPUs" in f.message and f.path == "instance.count"
+    assert "N027-local-oversubscribed" not in _rules(_spec(LOCAL, **{"training.workers_per_node": 4}))
+    # SageMaker hosts are sized by the catalog (N004, N015), not by this machine.
+    assert "N027-local-oversubscribed" not in _rules(_spec(**{"instance.count": 1}))
