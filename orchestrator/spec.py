@@ -5,6 +5,10 @@ Contract:
   file, 1-based line and column, the dotted field path and the reason (with "did you mean"
   for unknown keys). It never raises anything else for any input text.
 - `loads(text, filename)` is the same on a string.
+- Only regular files are read (a directory, FIFO or device is refused without being opened
+  for reading), and at most MAX_SPEC_BYTES + 1 bytes of them: the spec, a sweep, a sweep's
+  `base:` and the `infra:` file alike. A sweep given as a job spec (or the reverse) is named as
+  such in one problem at line 1. Numbers are strict: a boolean, NaN or infinity is not one.
 - The models do no I/O and read no clock. The one piece of I/O besides reading the file is
   the optional `infra:` key, which names an outputs file written by `orchestrator infra
   outputs --write`; the loader fills `role_arn`, `compile_cache.uri` and `output.uri` from it
@@ -17,13 +21,23 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from orchestrator.errors import Problem, SpecError
@@ -48,8 +62,21 @@ def _cross(field_path: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("cross_field", "{message}", {"field": field_path, "message": message})
 
 
+def _not_bool(value: Any) -> Any:
+    # pydantic reads True as 1 for int and float fields; in YAML `batch_size: yes` is a mistake.
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_number", "expected a number, got a boolean")
+    return value
+
+
+# The number types of every spec field: a boolean is refused (NaN and infinity are refused by
+# the models' allow_inf_nan=False).
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
 
 class InstanceSpec(_Strict):
@@ -59,17 +86,17 @@ class InstanceSpec(_Strict):
         description="SageMaker training instance type, e.g. ml.trn1.2xlarge, ml.trn1.32xlarge, "
         "ml.trn1n.32xlarge, ml.trn2.48xlarge.",
     )
-    count: int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
+    count: Int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
     spot: bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
-    max_wait_minutes: int | None = Field(
+    max_wait_minutes: Int | None = Field(
         None,
         ge=1,
         le=40320,
         description="Managed spot: the longest the job may wait plus run, in minutes; "
         "at least max_run_minutes.",
     )
-    volume_gb: int = Field(100, ge=1, le=16384, description="EBS volume per instance, GB.")
-    lnc: Literal[1, 2] | None = Field(
+    volume_gb: Int = Field(100, ge=1, le=16384, description="EBS volume per instance, GB.")
+    lnc: Annotated[Literal[1, 2], BeforeValidator(_not_bool)] | None = Field(
         None,
         description="Logical NeuronCore config: 2 groups two physical cores (trn2 default), "
         "1 exposes each core. trn1 supports only 1.",
@@ -103,14 +130,14 @@ class ModelSpec(_Strict):
         description="linear: a conv-free patch embedding (reshape + matmul), the same function "
         "as timm's conv one; conv: timm's Conv2d.",
     )
-    image_size: int = Field(224, ge=8, le=1024, description="Input image side, pixels.")
-    num_classes: int = Field(1000, ge=1, le=100000, description="Classifier outputs.")
-    patch_size: int | None = Field(
+    image_size: Int = Field(224, ge=8, le=1024, description="Input image side, pixels.")
+    num_classes: Int = Field(1000, ge=1, le=100000, description="Classifier outputs.")
+    patch_size: Int | None = Field(
         None, ge=1, le=64, description="Override the arch's patch size (default: from the arch name)."
     )
-    depth: int | None = Field(None, ge=1, le=64, description="Override the number of blocks.")
-    embed_dim: int | None = Field(None, ge=8, le=8192, description="Override the embedding width.")
-    num_heads: int | None = Field(None, ge=1, le=128, description="Override the attention heads.")
+    depth: Int | None = Field(None, ge=1, le=64, description="Override the number of blocks.")
+    embed_dim: Int | None = Field(None, ge=8, le=8192, description="Override the embedding width.")
+    num_heads: Int | None = Field(None, ge=1, le=128, description="Override the attention heads.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
@@ -121,9 +148,9 @@ class ModelSpec(_Strict):
 
 class OptimizerSpec(_Strict):
     name: Literal["adam", "adamw", "sgd"] = Field("adamw", description="Optimizer.")
-    lr: float = Field(1e-4, gt=0, le=10, description="Learning rate.")
-    weight_decay: float = Field(0.0, ge=0, le=1, description="Weight decay.")
-    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (sgd only).")
+    lr: Float = Field(1e-4, gt=0, le=10, description="Learning rate.")
+    weight_decay: Float = Field(0.0, ge=0, le=1, description="Weight decay.")
+    momentum: Float = Field(0.9, ge=0, lt=1, description="SGD momentum (sgd only).")
 
 
 class TrainingSpec(_Strict):
@@ -133,17 +160,17 @@ class TrainingSpec(_Strict):
         "optionally torch.compile.",
     )
     compile: bool = Field(False, description="native only: wrap the model in torch.compile.")
-    steps: int = Field(500, ge=1, le=10_000_000, description="Optimizer steps per worker.")
-    warmup_steps: int = Field(10, ge=0, description="First steps excluded from step-time statistics.")
-    batch_size: int = Field(32, ge=1, le=65536, description="Samples per worker per step.")
+    steps: Int = Field(500, ge=1, le=10_000_000, description="Optimizer steps per worker.")
+    warmup_steps: Int = Field(10, ge=0, description="First steps excluded from step-time statistics.")
+    batch_size: Int = Field(32, ge=1, le=65536, description="Samples per worker per step.")
     precision: Literal["bf16", "fp32", "fp16"] = Field(
         "bf16", description="bf16 (autocast), fp32; fp16 is refused on Neuron by the doctor."
     )
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer.")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
-    checkpoint_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
-    log_every: int = Field(10, ge=1, description="Log a metrics line every N steps.")
-    workers_per_node: int | None = Field(
+    seed: Int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
+    checkpoint_every: Int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
+    log_every: Int = Field(10, ge=1, description="Log a metrics line every N steps.")
+    workers_per_node: Int | None = Field(
         None,
         ge=1,
         le=256,
@@ -166,7 +193,7 @@ class DataSpec(_Strict):
         pattern=DATA_PATTERN,
         description="synthetic, or an s3:// (or file://) prefix holding an ImageFolder tree.",
     )
-    num_workers: int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
+    num_workers: Int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
 
 
 class CompileCacheSpec(_Strict):
@@ -189,7 +216,7 @@ class OutputSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    max_cost_usd: float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
+    max_cost_usd: Float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
 
 
 class JobSpec(_Strict):
@@ -220,8 +247,8 @@ class JobSpec(_Strict):
     data: DataSpec = Field(default_factory=DataSpec, description="Input data.")
     compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec, description="Compile cache.")
     output: OutputSpec = Field(default_factory=OutputSpec, description="Outputs.")
-    max_run_minutes: int = Field(120, ge=1, le=40320, description="Stopping condition, minutes.")
-    max_retry_attempts: int = Field(
+    max_run_minutes: Int = Field(120, ge=1, le=40320, description="Stopping condition, minutes.")
+    max_retry_attempts: Int = Field(
         0, ge=0, le=30, description="SageMaker RetryStrategy: retries on internal errors; 0 = off."
     )
     budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guard.")
@@ -261,17 +288,42 @@ class JobSpec(_Strict):
         nearest present ancestor; ("", 0, 0) for a spec not loaded from YAML."""
         if self._source is None:
             return ("", 0, 0)
-        line, col = self._source.find(_split(dotted))
-        return (self._source.file, line, col)
+        return self._source.where(_split(dotted))
 
 
 @dataclass
 class SourceMap:
-    """Where each value of a YAML document sits: path tuple -> (line, column), 1-based."""
+    """Where each value of a YAML document sits: path tuple -> (line, column), 1-based.
+
+    `plain` keeps the text of unquoted scalars that YAML read as something other than a
+    string (`off`, `2.30`, `5`), for messages that say how the value was read. `borrowed`
+    maps a path whose value came from another file (the `infra:` outputs) to that file's map
+    and the path there; `where` and `raw` follow it.
+    """
 
     file: str
     values: dict[tuple, tuple[int, int]] = field(default_factory=dict)
     keys: dict[tuple, tuple[int, int]] = field(default_factory=dict)
+    plain: dict[tuple, str] = field(default_factory=dict)
+    borrowed: dict[tuple, tuple[SourceMap, tuple]] = field(default_factory=dict)
+
+    def _owner(self, path: tuple) -> tuple[SourceMap, tuple]:
+        path = tuple(str(p) for p in path)
+        for i in range(len(path), 0, -1):
+            if path[:i] in self.borrowed:
+                other, at = self.borrowed[path[:i]]
+                return other, at + path[i:]
+        return self, path
+
+    def where(self, path: tuple, prefer_key: bool = False) -> tuple[str, int, int]:
+        """(file, line, column) of `path`, in the file its value came from."""
+        owner, at = self._owner(path)
+        return (owner.file, *owner.find(at, prefer_key))
+
+    def raw(self, path: tuple) -> str | None:
+        """The source text of an unquoted non-string scalar at `path`, if that is what it was."""
+        owner, at = self._owner(path)
+        return owner.plain.get(at)
 
     def find(self, path: tuple, prefer_key: bool = False) -> tuple[int, int]:
         path = tuple(str(p) for p in path)
@@ -323,6 +375,12 @@ def read_yaml(text: str, filename: str) -> tuple[Any, SourceMap]:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         reason = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        if "'\\t'" in str(exc.problem):
+            # PyYAML refuses tabs in indentation (and after a key's colon) with a scanner error.
+            lines = text.splitlines()
+            row = lines[line - 1] if 0 < line <= len(lines) else ""
+            leading = row[: col - 1].strip(" \t") == ""
+            reason += "; indent with spaces, not tabs" if leading else "; use spaces, not tabs"
         raise SpecError([Problem(filename, line, col, "", f"YAML syntax: {reason}")]) from None
     except yaml.reader.ReaderError as exc:
         line = text[: exc.position].count("\n") + 1
@@ -346,6 +404,10 @@ class _Loader(yaml.SafeLoader):
                                                     node.start_mark) from None
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def _walk(node: yaml.Node, path: tuple, smap: SourceMap, filename: str, active: set, count: list) -> None:
     count[0] += 1
     if count[0] > MAX_EXPANDED_NODES:
@@ -355,12 +417,23 @@ def _walk(node: yaml.Node, path: tuple, smap: SourceMap, filename: str, active: 
         raise SpecError([Problem(filename, node.start_mark.line + 1, node.start_mark.column + 1, _dotted(path),
                                  "recursive alias: a value contains itself")])
     smap.values.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+    if isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != _STR_TAG:
+        smap.plain.setdefault(path, node.value)
     if isinstance(node, yaml.MappingNode):
         active.add(id(node))
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else f"<{key_node.id}>"
             kmark = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise SpecError([Problem(filename, *kmark, _dotted(path),
+                                         f"a {key_node.id} cannot be a key; keys are field names")])
+            if key_node.tag not in (_STR_TAG, _MERGE_TAG):
+                # `null: x`, `1: x`, `yes: x`: pydantic would say "Keys should be strings" at the
+                # mapping, or not at all once YAML had turned the key into None or True.
+                shown = key_node.value or "(empty)"
+                raise SpecError([Problem(filename, *kmark, _dotted(path),
+                                         f"key {shown} is not a string; quote it: \"{key_node.value}\":")])
+            key = key_node.value
             if key in seen and key != "<<":
                 raise SpecError([Problem(filename, *kmark, _dotted(path + (key,)),
                                          f"duplicate key {key!r} (first on line {seen[key]})")])
@@ -432,9 +505,42 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
             message = f"{err.get('input')!r} is not valid: expected {PATTERN_HINTS[err['ctx']['pattern']]}"
         elif kind == "model_type" or kind == "dict_type":
             message = f"expected a mapping, got {type(err.get('input')).__name__}"
-        line, col = smap.find(loc, prefer_key=prefer_key)
-        problems.append(Problem(smap.file, line, col, _dotted(loc), message))
+            if loc == ("schedule",) and isinstance(err.get("input"), str):
+                message += f'; write schedule: {{cron: "{err["input"]}"}}'
+        elif kind == "bool_not_number":
+            raw = smap.raw(loc)
+            message = f"expected a number, got a boolean ({raw})" if raw else "expected a number, got a boolean"
+        elif kind == "finite_number":
+            message = f"must be a finite number, got {smap.raw(loc) or err.get('input')}"
+        elif kind in ("literal_error", "string_type", "enum"):
+            message = _unquoted_hint(err, smap.raw(loc)) or message
+        file, line, col = smap.where(loc, prefer_key=prefer_key)
+        problems.append(Problem(file, line, col, _dotted(loc), message))
     return problems
+
+
+def _unquoted_hint(err: dict, raw: str | None) -> str | None:
+    """For a text field given a boolean or a number: how YAML read it and how to write it.
+
+    YAML 1.1 reads unquoted yes/no/on/off/true/false as booleans and 2.30 as the number 2.3,
+    so `mode: off` reaches the model as False; the user meant the word.
+    """
+    value = err.get("input")
+    expected = err.get("ctx", {}).get("expected")
+    if isinstance(value, bool):
+        got = f"got {str(value).lower()}"
+        if raw is None:
+            return f"{got}; if you meant a word, write it in quotes"
+        why = f"{got} (YAML reads unquoted {raw} as a boolean)"
+        if expected is None or f"'{raw}'" in expected:
+            return f'{why}; write "{raw}" in quotes'
+        return f"{why}; expected {expected}"
+    if isinstance(value, (int, float)) and expected is None:
+        got = f"expected text, got the number {value}"
+        if raw is not None and raw != str(value):
+            got += f" (YAML read {raw} as a number)"
+        return f'{got}; write "{raw if raw is not None else value}" in quotes'
+    return None
 
 
 def validate(model: type[BaseModel], data: Any, smap: SourceMap) -> BaseModel:
@@ -456,23 +562,94 @@ INFRA_FIELDS = {
 }
 
 
+class _Unreadable(Exception):
+    """Why a file cannot be read as a spec; the caller says where the file was named."""
+
+
+def _read_text(path: Path) -> str:
+    """The text of `path`, which must be a regular file of at most MAX_SPEC_BYTES UTF-8 bytes.
+
+    Never opens anything but a regular file (a FIFO would block forever, /dev/zero never
+    ends) and never reads more than MAX_SPEC_BYTES + 1 bytes. Raises `_Unreadable` whose
+    message completes "<path> ...".
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise _Unreadable("does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise _Unreadable(f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise _Unreadable("is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _Unreadable("is not a regular file (a device, pipe or socket?)")
+    too_big = f"is larger than {MAX_SPEC_BYTES} bytes; spec files are small"
+    if info.st_size > MAX_SPEC_BYTES:
+        raise _Unreadable(too_big)
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO since the stat, opening must not block.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise _Unreadable("is not a regular file (a device, pipe or socket?)")
+            raw = handle.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise _Unreadable(f"cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise _Unreadable(too_big)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Unreadable(f"is not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_spec_file(path: Path) -> str:
+    """`_read_text` for a file named on the command line: problems are located at the file."""
+    try:
+        return _read_text(path)
+    except _Unreadable as exc:
+        raise SpecError([Problem(str(path), 0, 0, "", str(exc))]) from None
+
+
+# The top-level keys that tell a job spec from a sweep spec (see `_kind`).
+SWEEP_KEYS = {"sweep", "grid", "random"}
+
+
+def _kind(data: Any) -> str | None:
+    """"sweep", "job", or None (not clearly either) for a parsed document.
+
+    A sweep has `base:` and any of sweep:, grid:, random:; a job spec has none of those and a
+    field only job specs have. Validating one as the other gives a screen of unknown fields.
+    """
+    if not isinstance(data, Mapping):
+        return None
+    keys = {k for k in data if isinstance(k, str)}
+    if "base" in keys and keys & SWEEP_KEYS:
+        return "sweep"
+    if "base" not in keys and not keys & SWEEP_KEYS and keys & (set(JobSpec.model_fields) - set(SweepSpec.model_fields)):
+        return "job"
+    return None
+
+
 def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
-    """Fill fields the spec leaves out from an infra outputs file (see `infra outputs --write`)."""
+    """Fill fields the spec leaves out from an infra outputs file (see `infra outputs --write`).
+
+    The filled paths are recorded in `smap.borrowed`, so that a problem with a filled value is
+    located in the infra file, at its own line.
+    """
     ref = data.get("infra")
     if not isinstance(ref, str):
         return data
-    path = (base_dir / ref).resolve()
+    path = base_dir / ref
     line, col = smap.find(("infra",))
+    hint = "run `orchestrator infra outputs --write <path>` after deploying the stack"
     try:
-        if not path.is_file() or path.stat().st_size > MAX_SPEC_BYTES:
-            raise IsADirectoryError(0, "not a regular file of a sensible size")
-        outputs, _ = read_yaml(path.read_text(), str(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Problem(smap.file, line, col, "infra",
-                                 f"cannot read infra outputs {path}: {getattr(exc, 'strerror', None) or exc}")],
-                        hint="run `orchestrator infra outputs --write <path>` after deploying the stack") from None
+        text = _read_text(path)
+    except _Unreadable as exc:
+        raise SpecError([Problem(smap.file, line, col, "infra", f"infra outputs {path} {exc}")], hint=hint) from None
+    outputs, infra_map = read_yaml(text, str(path))
     if not isinstance(outputs, Mapping):
-        raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")])
+        raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")], hint=hint)
     merged = json.loads(json.dumps(data, default=str))
     for out_key, target in INFRA_FIELDS.items():
         value = outputs.get(out_key)
@@ -484,34 +661,35 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
                 break
             parent = parent.setdefault(part, {})
         else:
-            parent.setdefault(target[-1], value)
+            if target[-1] not in parent:
+                parent[target[-1]] = value
+                smap.borrowed[target] = (infra_map, (out_key,))
     if "region" not in merged and isinstance(outputs.get("region"), str):
         merged["region"] = outputs["region"]
+        smap.borrowed[("region",)] = (infra_map, ("region",))
     return merged
 
 
-def loads(text: str, filename: str = "<string>", base_dir: Path | None = None) -> JobSpec:
-    """Load a job spec from YAML text. See the module docstring for the contract."""
-    data, smap = read_yaml(text, filename)
+def _job_spec(data: Any, smap: SourceMap, base_dir: Path) -> JobSpec:
     if isinstance(data, dict):
-        data = _apply_infra(data, base_dir or Path.cwd(), smap)
+        data = _apply_infra(data, base_dir, smap)
     spec = validate(JobSpec, data, smap)
     spec._source = smap
     return spec
 
 
+def loads(text: str, filename: str = "<string>", base_dir: Path | None = None) -> JobSpec:
+    """Load a job spec from YAML text. See the module docstring for the contract."""
+    data, smap = read_yaml(text, filename)
+    if _kind(data) == "sweep":
+        raise SpecError([Problem(filename, 1, 1, "", f"this is a sweep spec: use `orchestrator sweep plan {filename}`")])
+    return _job_spec(data, smap, base_dir or Path.cwd())
+
+
 def load(path: str | Path) -> JobSpec:
     """Load a job spec file. See the module docstring for the contract."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {exc.strerror or exc}")]) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError([Problem(str(path), 0, 0, "", f"not UTF-8 text (byte {exc.start})")]) from None
-    return loads(text, str(path), base_dir=path.parent)
+    return loads(_read_spec_file(path), str(path), base_dir=path.parent)
 
 
 def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
@@ -561,10 +739,10 @@ CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midni
 class RandomParam(_Strict):
     """One randomly sampled axis: exactly one of uniform, loguniform, int, choice."""
 
-    uniform: tuple[float, float] | None = Field(None, description="[low, high]: a float drawn uniformly.")
-    loguniform: tuple[float, float] | None = Field(
+    uniform: tuple[Float, Float] | None = Field(None, description="[low, high]: a float drawn uniformly.")
+    loguniform: tuple[Float, Float] | None = Field(
         None, description="[low, high], both > 0: a float whose logarithm is drawn uniformly.")
-    int_: tuple[int, int] | None = Field(None, alias="int", description="[low, high]: an integer, both ends included.")
+    int_: tuple[Int, Int] | None = Field(None, alias="int", description="[low, high]: an integer, both ends included.")
     choice: list[Any] | None = Field(None, min_length=1, description="One of these values, each equally likely.")
 
     @model_validator(mode="after")
@@ -585,8 +763,8 @@ class RandomParam(_Strict):
 
 
 class RandomSpec(_Strict):
-    trials: int = Field(..., ge=1, le=MAX_TRIALS, description="Random trials (per grid point when a grid is given).")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed of the sampler: same seed, same trials.")
+    trials: Int = Field(..., ge=1, le=MAX_TRIALS, description="Random trials (per grid point when a grid is given).")
+    seed: Int = Field(0, ge=0, le=2**32 - 1, description="Seed of the sampler: same seed, same trials.")
     params: dict[str, RandomParam] = Field(..., min_length=1, description="Dotted field path -> distribution.")
 
 
@@ -597,12 +775,12 @@ class ScheduleSpec(_Strict):
         description="Ticks missed while the machine slept: latest submits only the most recent, all "
         "submits each (at most max_catchup), none skips them.",
     )
-    max_catchup: int = Field(24, ge=1, le=1000, description="catchup: all submits at most this many missed ticks.")
+    max_catchup: Int = Field(24, ge=1, le=1000, description="catchup: all submits at most this many missed ticks.")
     timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in; tick ids are UTC.")
 
 
 class SweepBudgetSpec(_Strict):
-    max_total_cost_usd: float | None = Field(
+    max_total_cost_usd: Float | None = Field(
         None, gt=0, description="Refuse a sweep whose trials' cost bounds add up to more; also caps retries.")
 
 
@@ -613,13 +791,13 @@ class SweepSpec(_Strict):
     grid: dict[str, list[Any]] = Field(default_factory=dict,
                                        description="Dotted field path -> values; every combination is a trial.")
     random: RandomSpec | None = Field(None, description="Seeded random trials (crossed with the grid).")
-    concurrency: int = Field(4, ge=1, le=1000, description="Jobs of this sweep in flight at once, on any machine.")
+    concurrency: Int = Field(4, ge=1, le=1000, description="Jobs of this sweep in flight at once, on any machine.")
     failover: dict[Literal["instance.type"], list[str]] = Field(
         default_factory=dict,
         description="On a capacity error, retry the trial with the next of these instance types.")
     schedule: ScheduleSpec | None = Field(None, description="Run the sweep on a cron schedule.")
     budget: SweepBudgetSpec = Field(default_factory=SweepBudgetSpec, description="Cost guard for the whole sweep.")
-    max_retries: int = Field(2, ge=0, le=10, description="Resubmissions of a trial after a retryable failure "
+    max_retries: Int = Field(2, ge=0, le=10, description="Resubmissions of a trial after a retryable failure "
                              "(capacity, spot interruption, internal error); user errors are never retried.")
 
     _source: SourceMap | None = PrivateAttr(default=None)
@@ -730,24 +908,72 @@ def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
     return problems
 
 
+# The five cron fields, in order, with what each accepts.
+CRON_FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day of month", "1-31"),
+               ("month", "1-12 or jan-dec"), ("day of week", "0-7 or sun-sat"))
+# A cron with no fire time this many years ahead never fires (Feb 29 recurs within 8 years).
+CRON_HORIZON_YEARS = 8
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+           "October", "November", "December")
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _cron_problem(expr: str) -> str | None:
+    """Why a cron expression is unusable, or None. Only `@` aliases and five fields are taken."""
+    from croniter import croniter
+
+    fields = expr.split()
+    if expr.startswith("@"):
+        if expr in CRON_ALIASES:
+            return None
+        return f"cannot parse cron {expr!r}: unknown alias; use one of {', '.join(CRON_ALIASES)}"
+    if len(fields) != 5:
+        return (f"cannot parse cron {expr!r}: expected five fields: minute hour day-of-month month "
+                "day-of-week, e.g. \"0 3 * * 1\"")
+    if not croniter.is_valid(expr):
+        # Try each field alone among stars, to name the one that is wrong.
+        bad = [i for i in range(5) if not croniter.is_valid(" ".join(f if j == i else "*" for j, f in enumerate(fields)))]
+        if not bad:
+            return f"cannot parse cron {expr!r}: a field is out of range or malformed"
+        named = "; ".join(f"the {CRON_FIELDS[i][0]} field {fields[i]!r} is out of range or malformed "
+                          f"({CRON_FIELDS[i][0]}: {CRON_FIELDS[i][1]})" for i in bad)
+        return f"cannot parse cron {expr!r}: {named}"
+    from datetime import datetime, timezone
+
+    try:
+        croniter(expr, datetime.now(timezone.utc),
+                 max_years_between_matches=CRON_HORIZON_YEARS).get_next(datetime)
+    except (ValueError, ArithmeticError, LookupError, TypeError):  # CroniterBadDateError is a ValueError
+        return f"this cron never fires ({_never_why(expr)}?)"
+    return None
+
+
+def _never_why(expr: str) -> str:
+    """A guess at why a valid cron never fires: a day of month that its months lack."""
+    from croniter import croniter
+
+    try:
+        _, _, days, months, weekdays = croniter(expr).expanded[:5]
+    except (ValueError, TypeError):
+        return f"no time matches in the next {CRON_HORIZON_YEARS} years"
+    months = list(range(1, 13)) if months == ["*"] else months
+    if (weekdays == ["*"] and days != ["*"] and all(isinstance(d, int) for d in days)
+            and all(isinstance(m, int) and 1 <= m <= 12 for m in months)
+            and min(days) > max(_MONTH_DAYS[m - 1] for m in months)):
+        day_text = f"day {days[0]} never occurs" if len(days) == 1 else \
+            f"days {', '.join(map(str, days))} never occur"
+        return f"{day_text} in {' or '.join(_MONTHS[m - 1] for m in months)}"
+    return f"no time matches in the next {CRON_HORIZON_YEARS} years"
+
+
 def _schedule_problems(schedule: ScheduleSpec, smap: SourceMap) -> list[Problem]:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-    from croniter import croniter
-
     problems = []
-    expr = schedule.cron.strip()
-    fields = expr.split()
     line, col = smap.find(("schedule", "cron"))
-    if expr.startswith("@"):
-        valid = expr in CRON_ALIASES
-        why = f"unknown alias; use one of {', '.join(CRON_ALIASES)}"
-    else:
-        valid = len(fields) == 5 and croniter.is_valid(expr)
-        why = ("expected five fields: minute hour day-of-month month day-of-week, e.g. \"0 3 * * 1\""
-               if len(fields) != 5 else "a field is out of range or malformed")
-    if not valid:
-        problems.append(Problem(smap.file, line, col, "schedule.cron", f"cannot parse cron {expr!r}: {why}"))
+    why = _cron_problem(schedule.cron.strip())
+    if why:
+        problems.append(Problem(smap.file, line, col, "schedule.cron", why))
     try:
         ZoneInfo(schedule.timezone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -760,16 +986,25 @@ def _schedule_problems(schedule: ScheduleSpec, smap: SourceMap) -> list[Problem]
 def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = None) -> SweepSpec:
     """Load a sweep spec from YAML text, and its base job spec from `base_dir / base`."""
     data, smap = read_yaml(text, filename)
+    if _kind(data) == "job":
+        raise SpecError([Problem(filename, 1, 1, "", "this is a job spec; a sweep needs base: and grid:/random:")],
+                        hint=f"check it with `orchestrator validate {filename}`")
     sweep = validate(SweepSpec, data, smap)
     problems = _sweep_problems(sweep, smap)
     if problems:
         raise SpecError(problems)
     base_path = (base_dir or Path.cwd()) / sweep.base
-    if not base_path.is_file():
-        line, col = smap.find(("base",))
-        raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} does not exist")],
-                        hint="base is a path relative to the sweep file")
-    sweep._base = load(base_path)
+    line, col = smap.find(("base",))
+    try:
+        base_text = _read_text(base_path)
+    except _Unreadable as exc:
+        raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} {exc}")],
+                        hint="base is a path relative to the sweep file") from None
+    base_data, base_map = read_yaml(base_text, str(base_path))
+    if _kind(base_data) == "sweep":
+        raise SpecError([Problem(filename, line, col, "base",
+                                 f"base {base_path} is itself a sweep spec; base must name a job spec")])
+    sweep._base = _job_spec(base_data, base_map, base_path.parent)
     sweep._source = smap
     sweep._path = Path(filename)
     return sweep
@@ -778,10 +1013,4 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
 def load_sweep(path: str | Path) -> SweepSpec:
     """Load a sweep spec file and its base job spec. Raises SpecError with located problems."""
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise SpecError([Problem(str(path), 0, 0, "", f"cannot read: {exc.strerror or exc}")]) from None
-    except UnicodeDecodeError as exc:
-        raise SpecError([Problem(str(path), 0, 0, "", f"not UTF-8 text (byte {exc.start})")]) from None
-    return loads_sweep(text, str(path), base_dir=path.parent)
+    return loads_sweep(_read_spec_file(path), str(path), base_dir=path.parent)

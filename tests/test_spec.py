@@ -292,3 +292,174 @@ def test_pattern_errors_say_what_is_expected_in_words():
     assert problem.path == "output.uri" and "s3://BUCKET/PREFIX" in problem.message
     [problem] = problems(SAGEMAKER.replace("role/orchestrator-training", "user/someone"))
     assert problem.path == "role_arn" and "IAM role ARN" in problem.message
+
+
+# --- QA fixes: files that are not regular files, strict numbers, YAML words, file kinds -------
+
+
+@pytest.mark.timeout(30)
+def test_only_regular_files_are_read(tmp_path):
+    import os
+
+    def message(path) -> str:
+        with pytest.raises(SpecError) as info:
+            spec.load(path)
+        [problem] = info.value.problems
+        assert problem.file == str(path)
+        return problem.message
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # opening it would block forever: it must not be opened
+    assert "not a regular file" in message(fifo)
+    if Path("/dev/zero").exists():  # endless: reading it whole would never finish
+        assert "not a regular file" in message(Path("/dev/zero"))
+    (tmp_path / "adir").mkdir()
+    assert "is a directory" in message(tmp_path / "adir")
+    assert message(tmp_path / "missing.yaml") == "does not exist"
+    big = tmp_path / "big.yaml"
+    big.write_text("name: x\n" + "#" * spec.MAX_SPEC_BYTES)
+    assert "larger than" in message(big)
+
+
+def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
+    # A file whose size says small but which reads on (a file growing under us, /proc): at
+    # most the limit + 1 bytes are read, and it is refused as too large.
+    path = tmp_path / "job.yaml"
+    path.write_text(LOCAL)
+    reads = []
+    real_fdopen = spec.os.fdopen
+
+    class Endless:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def fileno(self):
+            return self.handle.fileno()
+
+        def read(self, size=-1):
+            reads.append(size)
+            assert size > 0, "an unbounded read"
+            return b"#" * size
+
+    monkeypatch.setattr(spec.os, "fdopen", lambda fd, mode: Endless(real_fdopen(fd, mode)))
+    with pytest.raises(SpecError) as info:
+        spec.load(path)
+    assert "larger than" in info.value.message and reads == [spec.MAX_SPEC_BYTES + 1]
+
+
+@pytest.mark.timeout(30)
+def test_infra_file_problems_are_accurate(tmp_path):
+    import os
+
+    def infra_problem(ref: str):
+        (tmp_path / "job.yaml").write_text(f"name: x\ninfra: {ref}\n")
+        with pytest.raises(SpecError) as info:
+            spec.load(tmp_path / "job.yaml")
+        [problem] = info.value.problems
+        assert (problem.file, problem.line, problem.path) == (str(tmp_path / "job.yaml"), 2, "infra")
+        assert "infra outputs --write" in info.value.hint
+        return problem.message
+
+    assert infra_problem("missing.yaml").endswith("missing.yaml does not exist")
+    (tmp_path / "adir").mkdir()
+    assert "is a directory" in infra_problem("adir")
+    os.mkfifo(tmp_path / "pipe.yaml")
+    assert "not a regular file" in infra_problem("pipe.yaml")
+    (tmp_path / "bin.yaml").write_bytes(b"role_arn: \xff\xfe\n")
+    assert "not UTF-8 text (byte 10)" in infra_problem("bin.yaml")
+
+
+def test_infra_value_problems_are_located_in_the_infra_file(tmp_path):
+    infra = tmp_path / "i2.yaml"
+    infra.write_text("compile_cache_uri: s3://stack-bucket/cc\noutput_uri: file:///tmp/out\n\nrole_arn: 5\n")
+    (tmp_path / "job.yaml").write_text("name: x\ninfra: i2.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    [problem] = info.value.problems
+    assert (problem.file, problem.line, problem.column, problem.path) == (str(infra), 4, 11, "role_arn")
+    assert 'write "5" in quotes' in problem.message
+    infra.write_text("role_arn: arn:aws:iam::111122223333:role/r\ncompile_cache_uri: s3://stack-bucket/cc\n"
+                     "output_uri: file:///tmp/out\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    [problem] = info.value.problems  # a cross-field rule on a filled value: also in the infra file
+    assert (problem.file, problem.line, problem.path) == (str(infra), 3, "output.uri")
+
+
+@pytest.mark.parametrize("fragment, path, expected", [
+    ("training: {runtime: native, steps: 6, warmup_steps: 1, batch_size: true}", "training.batch_size",
+     "expected a number, got a boolean (true)"),
+    ("training: {runtime: native, steps: true, warmup_steps: 1}", "training.steps", "got a boolean"),
+    ("training: {runtime: native, steps: 6, warmup_steps: 1, optimizer: {lr: yes}}", "training.optimizer.lr",
+     "expected a number, got a boolean (yes)"),
+    ("instance: {lnc: true}", "instance.lnc", "got a boolean"),
+    ("budget: {max_cost_usd: .inf}", "budget.max_cost_usd", "must be a finite number, got .inf"),
+    ("budget: {max_cost_usd: .nan}", "budget.max_cost_usd", "must be a finite number, got .nan"),
+    ("training: {runtime: native, steps: 6, warmup_steps: 1, optimizer: {lr: .nan}}", "training.optimizer.lr",
+     "must be a finite number"),
+])
+def test_booleans_and_non_finite_numbers_are_not_numbers(fragment, path, expected):
+    text = LOCAL.replace("training: {runtime: native, steps: 6, warmup_steps: 1, batch_size: 4}\n", "") + fragment + "\n"
+    [problem] = problems(text)
+    assert problem.path == path and expected in problem.message
+    assert problem.line == text.count("\n")  # the fragment's own line
+
+
+def test_overrides_refuse_booleans_and_nan_too():
+    base = spec.loads(LOCAL, "local.yaml")
+    for value in (True, float("nan"), float("inf")):
+        with pytest.raises(SpecError) as info:
+            spec.with_overrides(base, {"training.optimizer.lr": value})
+        assert info.value.problems[0].path == "training.optimizer.lr"
+
+
+@pytest.mark.parametrize("fragment, path, expected", [
+    ("compile_cache: {mode: off}", "compile_cache.mode",
+     'got false (YAML reads unquoted off as a boolean); write "off" in quotes'),
+    ("compile_cache: {mode: no}", "compile_cache.mode",
+     "got false (YAML reads unquoted no as a boolean); expected 'tarball' or 'off'"),
+    ("tags: {enabled: yes}", "tags.enabled", 'write "yes" in quotes'),
+    ("image: {neuron_sdk: 2.30}", "image.neuron_sdk",
+     'got the number 2.3 (YAML read 2.30 as a number); write "2.30" in quotes'),
+    ("environment: {FOO: 1}", "environment.FOO", 'got the number 1; write "1" in quotes'),
+])
+def test_yaml_words_read_as_booleans_or_numbers_say_to_quote(fragment, path, expected):
+    text = LOCAL.replace('compile_cache: {mode: "off"}\n', "") + fragment + "\n"
+    [problem] = problems(text)
+    assert problem.path == path and problem.line == text.count("\n") and expected in problem.message
+
+
+def test_a_sweep_spec_is_named_as_such(tmp_path):
+    sweep_text = "sweep: demo\nbase: job.yaml\ngrid:\n  training.batch_size: [16, 32]\nmax_run_minutes: 3\n"
+    [problem] = problems(sweep_text, "sweep.yaml")
+    assert (problem.line, problem.column) == (1, 1)
+    assert "this is a sweep spec: use `orchestrator sweep plan sweep.yaml`" in problem.message
+    path = tmp_path / "sweep.yaml"
+    path.write_text(sweep_text)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(path)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "sweep plan" in run.stderr
+    assert "unknown field" not in run.stderr and "did you mean" not in run.stderr
+
+
+def test_non_string_keys_are_located_at_the_key():
+    text = LOCAL + "tags:\n  team: vision\nnull: us-east-1\n"
+    [problem] = problems(text)
+    assert (problem.line, problem.column) == (8, 1)
+    assert problem.message.startswith("key null is not a string; quote it")
+    [problem] = problems(LOCAL + "environment: {1: x}\n")
+    assert problem.line == 6 and problem.path == "environment" and "key 1 is not a string" in problem.message
+
+
+def test_tabs_say_to_indent_with_spaces():
+    [problem] = problems("name: x\ntraining:\n\tsteps: 3\n")
+    assert (problem.line, problem.column) == (3, 1) and "indent with spaces, not tabs" in problem.message
+    [problem] = problems("name: x\ntraining:\n  steps:\t3\n")
+    assert problem.line == 3 and "spaces, not tabs" in problem.message

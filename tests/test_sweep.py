@@ -161,6 +161,104 @@ def test_missing_base_is_located(tmp_path):
     assert problem.path == "base" and problem.line == 2 and "does not exist" in problem.message
 
 
+@pytest.mark.timeout(30)
+def test_base_that_is_not_a_regular_file_says_what_it_is(tmp_path):
+    import os
+
+    def base_problem(base: str):
+        path = tmp_path / "sweep.yaml"
+        path.write_text(SWEEP.replace("base.yaml", base))
+        with pytest.raises(SpecError) as info:
+            spec.load_sweep(path)
+        [problem] = info.value.problems
+        assert (problem.file, problem.line, problem.path) == (str(path), 2, "base")
+        return problem.message
+
+    (tmp_path / "adir").mkdir()
+    assert "adir is a directory" in base_problem("adir")
+    os.mkfifo(tmp_path / "pipe.yaml")  # must not be opened: that would block forever
+    assert "not a regular file" in base_problem("pipe.yaml")
+    (tmp_path / "bin.yaml").write_bytes(b"name: \xff\n")
+    assert "not UTF-8 text (byte 6)" in base_problem("bin.yaml")
+
+
+@pytest.mark.timeout(30)
+def test_sweep_file_that_is_not_a_regular_file_is_refused(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "sweep.yaml")
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(tmp_path / "sweep.yaml")
+    assert "not a regular file" in info.value.message
+
+
+def test_a_job_spec_given_as_a_sweep_or_as_a_base_sweep_is_named(tmp_path):
+    (tmp_path / "job.yaml").write_text(BASE)
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(tmp_path / "job.yaml")
+    [problem] = info.value.problems
+    assert (problem.line, problem.column) == (1, 1)
+    assert "this is a job spec; a sweep needs base: and grid:/random:" in problem.message
+    inner = write(tmp_path, SWEEP)
+    outer = tmp_path / "outer.yaml"
+    outer.write_text(SWEEP.replace("base.yaml", inner.name))
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(outer)
+    [problem] = info.value.problems
+    assert (problem.file, problem.line, problem.path) == (str(outer), 2, "base")
+    assert "is itself a sweep spec" in problem.message
+
+
+@pytest.mark.parametrize("fragment, path, expected", [
+    ("random: {trials: 2, params: {training.optimizer.lr: {uniform: [.nan, 0.1]}}}",
+     "random.params.training.optimizer.lr.uniform.0", "must be a finite number"),
+    ("random: {trials: 2, params: {training.optimizer.lr: {loguniform: [1.0e-5, .inf]}}}",
+     "random.params.training.optimizer.lr.loguniform.1", "must be a finite number"),
+    ("random: {trials: 2, params: {training.steps: {int: [true, 60]}}}",
+     "random.params.training.steps.int.0", "got a boolean"),
+    ("random: {trials: true, params: {training.steps: {int: [50, 60]}}}", "random.trials", "got a boolean"),
+    ("budget: {max_total_cost_usd: .inf}", "budget.max_total_cost_usd", "must be a finite number"),
+])
+def test_sweep_numbers_refuse_booleans_and_non_finite_values(tmp_path, fragment, path, expected):
+    text = SWEEP.replace("concurrency: 2\n", "") + fragment + "\n"
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == path and expected in problem.message and problem.line == line_of(text, fragment[:8])
+
+
+def test_grid_values_refuse_booleans_for_numbers(tmp_path):
+    text = SWEEP.replace("[16, 32]", "[16, true]")
+    found = problems_of(tmp_path, text)
+    assert found and all(p.path == "training.batch_size" and "boolean" in p.message for p in found)
+
+
+@pytest.mark.parametrize("cron, expected", [
+    ("0 3 31 2 *", "this cron never fires (day 31 never occurs in February?)"),
+    ("0 3 30,31 2 *", "days 30, 31 never occur in February"),
+    ("0 3 31 4,6 *", "day 31 never occurs in April or June"),
+])
+def test_a_cron_that_never_fires_is_refused(tmp_path, cron, expected):
+    text = SWEEP + f'schedule: {{cron: "{cron}"}}\n'
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == "schedule.cron" and problem.line == line_of(text, "schedule:")
+    assert expected in problem.message
+    load(tmp_path, SWEEP + 'schedule: {cron: "0 3 29 2 *"}\n')  # leap days do come
+
+
+@pytest.mark.parametrize("cron, field", [("61 3 * * *", "minute field '61'"), ("0 24 * * *", "hour field '24'"),
+                                         ("0 3 32 * *", "day of month field '32'"), ("0 3 * 13 *", "month field '13'"),
+                                         ("0 3 * * 8", "day of week field '8'"), ("0 3 * x *", "month field 'x'")])
+def test_a_bad_cron_field_is_named(tmp_path, cron, field):
+    [problem] = problems_of(tmp_path, SWEEP + f'schedule: {{cron: "{cron}"}}\n')
+    assert f"the {field} is out of range or malformed" in problem.message
+
+
+def test_a_plain_string_schedule_shows_the_mapping_shape(tmp_path):
+    text = SWEEP + 'schedule: "0 3 * * *"\n'
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == "schedule" and problem.line == line_of(text, "schedule:")
+    assert 'write schedule: {cron: "0 3 * * *"}' in problem.message
+
+
 def test_values_failing_validation_name_the_trial_and_the_value(tmp_path):
     text = SWEEP.replace("[16, 32]", "[16, 0]")
     found = problems_of(tmp_path, text)
