@@ -20,7 +20,9 @@ publishes the manifest naming it a moment later (seconds, even after conflict re
 - in a file:// store it also removes the temporary files of interrupted writes older than the
   grace period (on S3, the bucket's lifecycle rule aborts unfinished multipart uploads).
 
-Bad URIs and unknown keys raise InputError (exit 2); store failures raise BackendError (exit 1).
+Bad URIs (an unknown scheme, a bad bucket name, a relative path, a file:// path that exists
+but is not a folder) and unknown keys raise InputError (exit 2), before any store is read;
+store failures raise BackendError (exit 1).
 """
 
 from __future__ import annotations
@@ -46,11 +48,17 @@ def default_uri() -> str:
 
 def _open(uri: str | None, s3_client=None) -> Store:
     uri = uri or default_uri()
+    hint = "use s3://bucket/prefix or file:///absolute/path (a folder)"
+    # Trailing slashes are dropped, but never into the scheme itself ("s3://" must not become "s3:").
+    scheme, sep, rest = uri.partition("://")
+    root = f"{scheme}{sep}{rest.rstrip('/')}" if sep and rest.rstrip("/") else uri
     try:
-        return open_store(uri.rstrip("/"), s3_client=s3_client)
+        store = open_store(root, s3_client=s3_client)
     except ValueError as exc:
-        raise InputError(f"bad cache URI: {exc}",
-                         hint="use s3://bucket/prefix or file:///absolute/path") from exc
+        raise InputError(f"bad cache URI: {exc}", hint=hint) from exc
+    if isinstance(store, FileStore) and store.root.exists() and not store.root.is_dir():
+        raise InputError(f"bad cache URI {uri!r}: {store.root} is not a folder", hint=hint)
+    return store
 
 
 def _backend(exc: StorageError) -> BackendError:

@@ -9,6 +9,7 @@ Heavy imports (boto3, torch, matplotlib) happen inside the commands that need th
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -57,6 +58,49 @@ def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
     _out(f"{path}: ok ({loaded.name}, {loaded.backend}, {loaded.instance.type} x{loaded.instance.count})")
 
 
+# --- arguments checked before any call -----------------------------------------------------
+# A malformed job name or region would otherwise reach AWS (botocore's "Parameter validation
+# failed", a DNS lookup of a made-up endpoint) or a path on disk; refuse it here, exit 2.
+
+# AWS region names: two letters, one or more words, a number (us-east-1, us-gov-west-1,
+# cn-north-1, ap-southeast-5, eu-isoe-west-1).
+_REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_JOB_NAME_RULE = "1-63 letters, digits and dashes, starting and ending with a letter or digit (SageMaker's rule)"
+
+
+def _check_job_arg(value: str | None, argument: str) -> str | None:
+    """`value` if it is a valid SageMaker training job name; InputError naming `argument` if not."""
+    from orchestrator.errors import InputError
+    from orchestrator.request import JOB_NAME_PATTERN, MAX_JOB_NAME
+
+    if value is None:
+        return None
+    if not value or len(value) > MAX_JOB_NAME or not JOB_NAME_PATTERN.match(value):
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        raise InputError(f"{argument} {shown!r} is not a job name: a job name is {_JOB_NAME_RULE}",
+                         hint="use the job name `submit` printed (a sweep's jobs: `orchestrator sweep status ID`)")
+    return value
+
+
+def _job_argument(value: str) -> str:
+    return _check_job_arg(value, "JOB")
+
+
+def _job_option(value: str | None) -> str | None:
+    return _check_job_arg(value, "--job")
+
+
+def _check_region(value):
+    """A --region value (None, one, or a list of them) if each looks like an AWS region name."""
+    from orchestrator.errors import InputError
+
+    for region in [value] if isinstance(value, str) else (value or []):
+        if not _REGION_PATTERN.match(region):
+            raise InputError(f"--region {region!r} is not an AWS region name",
+                             hint="e.g. us-east-1, eu-west-1, us-gov-west-1 or cn-north-1")
+    return value
+
+
 def _finding_text(loaded, finding) -> str:
     file, line, column = loaded.locate(finding.path)
     where = f"{file}:{line}:{column}" if line else (file or "<spec>")
@@ -85,11 +129,16 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: request, estimate, findings."),
 ) -> None:
     """Show the exact CreateTrainingJob request that submit sends, and its cost bound."""
-    from orchestrator import doctor as doctor_rules
     from orchestrator import request, spec
 
     loaded = spec.load(path)
-    prepared = request.prepare(loaded)
+    _print_plan(loaded, request.prepare(loaded), as_json)
+
+
+def _print_plan(loaded, prepared, as_json: bool) -> None:
+    """What `plan` prints for a prepared request; exit 2 (raised) on doctor errors."""
+    from orchestrator import doctor as doctor_rules
+
     doctor_rules.raise_for(loaded, prepared.findings)
     for finding in prepared.findings:
         _err(_finding_text(loaded, finding))
@@ -124,8 +173,9 @@ def smoke(
 
 # --- jobs: submit, status, logs, stop -------------------------------------------------------
 
-_JOB_REGION_OPTION = typer.Option(None, "--region", help="Region of a job the ledger does not know "
-                                  "(default: AWS_REGION, else us-east-1).")
+_JOB_REGION_OPTION = typer.Option(None, "--region", callback=_check_region, help="Region of a job the ledger "
+                                  "does not know (default: AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1).")
+_JOB_ARGUMENT = typer.Argument(..., callback=_job_argument, help="Job name (as printed by submit).")
 
 
 def _job_backend(job: str, region: str | None):
@@ -190,18 +240,22 @@ def _wait(backend, job_name: str, interval: float):
     return st
 
 
-def _rerun_name(loaded) -> str | None:
-    """The spec's plain job name if the ledger has never seen it, else the first free -rN."""
+def _rerun_name(loaded) -> str:
+    """The spec's plain job name if the ledger has never seen it, else the first free rerun
+    name (`request.rerun_job_name`). Reads the ledger only when there is one, so that a
+    dry run writes nothing."""
     from orchestrator import request
     from orchestrator.ledger import Ledger
-    from orchestrator.spec import spec_hash
+    from orchestrator.paths import home
 
-    ledger = Ledger()
     name = request.job_name(loaded)
+    if not (home() / "ledger.sqlite3").exists():
+        return name
+    ledger = Ledger()
     n = 0
     while ledger.get(name) is not None:
         n += 1
-        name = request.job_name(loaded, suffix=f"{spec_hash(loaded)[:8]}-r{n}")
+        name = request.rerun_job_name(loaded, n)
     return name
 
 
@@ -215,22 +269,24 @@ def submit(
     interval: float | None = typer.Option(None, "--interval", min=0.05, help="Seconds between status polls "
                                           "(--wait; default 15 on SageMaker, 2 locally)."),
     rerun: bool = typer.Option(False, "--rerun", help="If this spec was submitted before, submit it again as a "
-                               "new job <name>-<hash>-rN (the first free N in the ledger)."),
+                               "new job <name>-<hash>-rN (the first free N in the ledger; a long name is "
+                               "shortened to fit 63 characters)."),
 ) -> None:
     """Submit a job: doctor and budget checks, then the spec's backend. Prints the job name.
 
     Submitting the same spec again creates nothing: the job name comes from the spec's hash and
-    the ledger (and SageMaker) already know it. `--rerun` makes a new job of the same spec.
+    the ledger (and SageMaker) already know it. `--rerun` makes a new job of the same spec;
+    with `--dry-run` it shows the request under the name the real submit would use.
     """
-    if dry_run:
-        plan(path, as_json=False)
-        return
     from orchestrator import backends, request, spec
     from orchestrator import doctor as doctor_rules
     from orchestrator.errors import InputError
 
     loaded = spec.load(path)
     prepared = request.prepare(loaded, job_name=_rerun_name(loaded) if rerun else None)
+    if dry_run:
+        _print_plan(loaded, prepared, as_json=False)
+        return
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         _err(_finding_text(loaded, finding))
@@ -250,7 +306,7 @@ def submit(
 
 @app.command()
 def status(
-    job: str = typer.Argument(..., help="Job name (as printed by submit)."),
+    job: str = _JOB_ARGUMENT,
     region: str | None = _JOB_REGION_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -272,7 +328,7 @@ def status(
 
 @app.command()
 def logs(
-    job: str = typer.Argument(..., help="Job name (as printed by submit)."),
+    job: str = _JOB_ARGUMENT,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
     region: str | None = _JOB_REGION_OPTION,
 ) -> None:
@@ -287,7 +343,7 @@ def logs(
 
 @app.command()
 def stop(
-    job: str = typer.Argument(..., help="Job name (as printed by submit)."),
+    job: str = _JOB_ARGUMENT,
     region: str | None = _JOB_REGION_OPTION,
 ) -> None:
     """Ask the backend to stop a job; `status` then shows stopping, and stopped."""
@@ -303,7 +359,9 @@ infra_app = typer.Typer(no_args_is_help=True, help="Deploy and read the AWS set-
 app.add_typer(infra_app, name="infra")
 
 _STACK_OPTION = typer.Option("orchestrator", "--stack-name", help="CloudFormation stack name.")
-_REGION_OPTION = typer.Option(None, "--region", help="AWS region (default: AWS_REGION / your AWS config).")
+_REGION_OPTION = typer.Option(None, "--region", callback=_check_region, help="AWS region (default: "
+                              "AWS_DEFAULT_REGION, else the region of your AWS config profile; botocore does not "
+                              "read AWS_REGION).")
 
 
 @infra_app.command("deploy")
@@ -415,7 +473,7 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
     if prefix is not None and spec_path is not None:
         raise InputError("--prefix and --spec both say where results live; give one")
     if prefix is not None:
-        return prefix, region
+        return res.check_prefix(prefix, "--prefix"), region
     if spec_path is not None:
         from orchestrator import request, spec
 
@@ -433,14 +491,17 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
 def results(
     sweep: str | None = typer.Option(None, "--sweep", help="Only this sweep's jobs (tag orchestrator:sweep, "
                                      "or named <sweep>-...)."),
-    job: str | None = typer.Option(None, "--job", help="Only this job."),
+    job: str | None = typer.Option(None, "--job", callback=_job_option, help="Only this job (exit 2 when it "
+                                   "has no results object under the prefix)."),
     prefix: str | None = typer.Option(None, "--prefix", help="The jobs' output.uri (s3://bucket/jobs or "
                                       "file:///...). Default: --spec's, else the local store."),
     spec_path: Path | None = typer.Option(None, "--spec", help="A job spec whose output.uri and region to use."),
     fmt: str = typer.Option("table", "--format", help="table, csv or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
-    region: str | None = typer.Option(None, "--region", help="Region of jobs whose results name none, and "
-                                      "where a sweep's SageMaker jobs are listed (default: AWS_REGION)."),
+    region: str | None = typer.Option(None, "--region", callback=_check_region, help="Region of jobs whose "
+                                      "results name none (default: the spec's, else us-east-1), and where a sweep's "
+                                      "SageMaker jobs are listed (default: AWS_REGION, else AWS_DEFAULT_REGION, "
+                                      "else us-east-1)."),
     workers: int = typer.Option(16, "--workers", min=1, max=128, help="Parallel reads."),
 ) -> None:
     """Price-performance table from the jobs' results.json objects, SageMaker and prices.
@@ -494,8 +555,8 @@ app.add_typer(prices_app, name="prices")
 
 @prices_app.command("refresh")
 def prices_refresh(
-    region: list[str] = typer.Option([], "--region", help="Region to price (repeatable; default: AWS_REGION, "
-                                     "else us-east-1)."),
+    region: list[str] = typer.Option([], "--region", callback=_check_region, help="Region to price "
+                                     "(repeatable; default: AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1)."),
     types: list[str] = typer.Option([], "--types", help="Instance types (repeatable or comma-separated; "
                                     "default: the catalog's training types)."),
 ) -> None:

@@ -3,6 +3,8 @@
 Contract:
 - `job_name(spec)` is `<name>-<first 8 hex of spec_hash>`: the same spec always gets the same
   name, which is what lets a crashed submit be reconciled instead of duplicated.
+  `rerun_job_name(spec, n)` is that name plus `-r<n>`, the spec's name cut short when needed
+  so that it always fits SageMaker's 63 characters (the hash is kept whole).
 - `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.contract`)
   with every default filled in: worker count, cache and output locations, the environment
   the container gets, and the tags.
@@ -47,6 +49,24 @@ def job_name(spec: JobSpec, suffix: str | None = None) -> str:
     """
     tail = spec_hash(spec)[:8] if suffix is None else suffix
     name = f"{spec.name}-{tail}"
+    _check_job_name(name)
+    return name
+
+
+def rerun_job_name(spec: JobSpec, n: int) -> str:
+    """The name of rerun `n` (>= 1) of `spec`: `<name>-<8 hex>-r<n>`, always a valid job name.
+
+    A spec name may take 54 characters, so the plain name may already be 63 long; the spec's
+    name is then shortened (trailing dashes dropped) to make room for `-r<n>`. The hash stays
+    whole, so reruns of different specs with the same long name never collide.
+    """
+    if n < 1:
+        raise ValueError(f"rerun numbers start at 1, got {n}")
+    tail = f"-{spec_hash(spec)[:8]}-r{n}"
+    room = MAX_JOB_NAME - len(tail)
+    if room < 1:
+        raise InputError(f"rerun {n} of {spec.name!r} leaves no room for the spec's name in a job name")
+    name = f"{spec.name[:room].rstrip('-')}{tail}"
     _check_job_name(name)
     return name
 
@@ -96,8 +116,8 @@ def environment(spec: JobSpec) -> dict[str, str]:
     - xla on a Trainium instance (SageMaker): NEURON_CC_FLAGS gains `--cache_dir` (where
       launch.py pulls the compile cache) and, on trn2, `--lnc=<lnc>` to match the runtime's
       NEURON_LOGICAL_NC_CONFIG, which is set too. Flags the user gave are kept first.
-    - multi-node trn1n/trn2: the EFA variables (`contract.EFA_ENV`); a user value wins (the
-      doctor warns about it).
+    - multi-node on an EFA instance (trn1.32xlarge, trn1n, trn2; `doctor.needs_efa`): the EFA
+      variables (`contract.EFA_ENV`); a user value wins (the doctor warns about it).
     """
     env = dict(spec.environment)
     facts = catalog.instance(spec.instance.type)

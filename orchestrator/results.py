@@ -17,7 +17,11 @@ Contracts:
   unknown schema becomes a row with status "missing" or "unreadable" and a note. Throttling,
   5xx and connection errors are retried, by botocore (the backends' retry config) and
   then again per job (`attempts`, jittered exponential backoff); a job that still fails is a
-  row with status "error" and the error as its note.
+  row with status "error" and the error as its note. The one exception is a `job` filter
+  naming a job with no results object: that is an InputError saying where it looked (the
+  user pointed at the wrong prefix or mistyped the name), not a table of one "missing" row.
+- Keys and paths stay under the prefix: a `job` filter must be a job name (SageMaker's rule),
+  and a listed folder that is not one plain path segment is an "unreadable" row, never read.
 - Prices: `price_per_hour` is the instance price times the instance count. For managed spot
   with known seconds, it is the effective price, `price x billable / training seconds`.
   Local-backend jobs have no price (their rows say so) and take part in no ranking.
@@ -32,6 +36,7 @@ import io
 import json
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -292,6 +297,43 @@ def results_uri(prefix: str, job: str) -> str:
     return f"{prefix.rstrip('/')}/{RESULTS_DIR}/{job}/{RESULTS_FILE}"
 
 
+# S3's bucket naming rule (the part a results prefix can get wrong by hand).
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+def check_prefix(prefix: str, argument: str = "results prefix") -> str:
+    """`prefix` if it can be a results prefix: s3://BUCKET[/key] with a valid bucket name, or
+    file:///absolute/path that is a folder or does not exist (yet). InputError naming
+    `argument` otherwise; nothing is read."""
+    parsed = urlparse(prefix)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise InputError(f"{argument} {prefix!r}: no bucket in the results prefix", hint="e.g. s3://my-bucket/jobs")
+        if not _BUCKET_NAME.match(parsed.netloc) or ".." in parsed.netloc:
+            raise InputError(f"{argument} {prefix!r}: {parsed.netloc!r} is not a valid S3 bucket name (3-63 "
+                             "lowercase letters, digits, dots and dashes, starting and ending with a letter or digit)",
+                             hint="give the job spec's output.uri, e.g. s3://my-bucket/jobs")
+        return prefix
+    if parsed.scheme == "file":
+        root = _FileStore(prefix).root
+        if not root.is_absolute():
+            raise InputError(f"{argument} {prefix!r}: a file:// prefix needs an absolute path",
+                             hint="e.g. file:///home/me/.orchestrator/store/jobs")
+        if root.exists() and not root.is_dir():
+            raise InputError(f"{argument} {prefix!r}: {root} is not a folder",
+                             hint="give the folder that holds results/<job>/results.json (the jobs' output.uri)")
+        return prefix
+    raise InputError(f"{argument} {prefix!r}: a results prefix is s3://bucket/prefix or file:///path",
+                     hint="give the job spec's output.uri")
+
+
+def _segment(job: str) -> str:
+    """`job` as one path segment under <prefix>/results/, so no key or path leaves the prefix."""
+    if not job or job in (".", "..") or any(c in job for c in "/\\\x00"):
+        raise Unreadable(f"{job!r} is not a job folder name; not read")
+    return job
+
+
 class _Store(Protocol):
     """The results prefix of one output.uri: which jobs have a folder, and their object
     (None when the job has none; `Unreadable` when it cannot be a results object)."""
@@ -316,7 +358,7 @@ class _FileStore:
         return sorted(p.name for p in base.iterdir() if p.is_dir())
 
     def get(self, job: str) -> bytes | None:
-        path = self.root / RESULTS_DIR / job / RESULTS_FILE
+        path = self.root / RESULTS_DIR / _segment(job) / RESULTS_FILE
         try:
             if path.stat().st_size > MAX_RESULTS_BYTES:
                 raise Unreadable(f"{path.stat().st_size} bytes: too large for a results object")
@@ -350,7 +392,7 @@ class _S3Store:
     def get(self, job: str) -> bytes | None:
         from botocore.exceptions import ClientError
 
-        key = f"{self.base}{job}/{RESULTS_FILE}"
+        key = f"{self.base}{_segment(job)}/{RESULTS_FILE}"
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
@@ -559,29 +601,31 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
             sleep: Callable[[float], None] | None = None) -> Collection:
     """Rows for the jobs under `prefix` (an output.uri: s3://bucket/jobs or file:///...).
 
-    `job` limits to one job (a row even when its object is missing); `sweep` to jobs tagged
+    `job` limits to one job (InputError when its object is missing, saying where it looked;
+    a row when it is unreadable or could not be fetched); `sweep` to jobs tagged
     with that sweep id or named `<sweep>-...` (on S3 also this sweep's SageMaker jobs with no
     results yet). `s3` and `sagemaker` are boto3 clients (created with `client_config` when
     None; SageMaker ones per job region). `workers` 1 collects sequentially. `progress(done,
     total)` is called as jobs finish. Raises InputError for an unusable prefix or filter.
     """
+    from orchestrator.request import JOB_NAME_PATTERN, MAX_JOB_NAME
+
     if job is not None and sweep is not None:
         raise InputError("--job and --sweep select different things; give one",
                          hint="a job's row already shows its sweep")
+    if job is not None and (len(job) > MAX_JOB_NAME or not JOB_NAME_PATTERN.match(job)):
+        raise InputError(f"--job {job[:80]!r} is not a job name: 1-63 letters, digits and dashes, starting and "
+                         "ending with a letter or digit", hint="use the name `submit` printed")
+    check_prefix(prefix)
     scheme = urlparse(prefix).scheme
     if scheme == "s3":
-        if not urlparse(prefix).netloc:
-            raise InputError(f"{prefix}: no bucket in the results prefix", hint="e.g. s3://my-bucket/jobs")
         if s3 is None:
             import boto3
 
             s3 = boto3.session.Session().client("s3", config=client_config(workers))
         store: _Store = _S3Store(prefix, s3)
-    elif scheme == "file":
-        store = _FileStore(prefix)
     else:
-        raise InputError(f"{prefix}: a results prefix is s3://bucket/prefix or file:///path",
-                         hint="give the job spec's output.uri")
+        store = _FileStore(prefix)
     collector = _Collector(store, region=region, sagemaker=sagemaker, workers=max(1, workers),
                            attempts=max(1, attempts), sleep=sleep or time.sleep)
     if job is not None:
@@ -602,6 +646,11 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
                                    hint="the caller needs sagemaker:ListTrainingJobs; or pass --region") from None
             jobs = sorted(set(jobs) | set(listed))
     rows = collector.run(jobs, sweep, progress)
+    if job is not None and [row.status for row in rows] == [MISSING]:
+        raise InputError(f"--job {job}: no {RESULTS_FILE} at {store.uri(job)}",
+                         hint=f"results live at <output.uri>/{RESULTS_DIR}/<job>/{RESULTS_FILE}; if the job wrote "
+                              "elsewhere, pass --prefix with its output.uri (or --spec with its job spec); a job "
+                              "still running has written none yet")
     return Collection(prefix=prefix, rows=rank(rows), retries=collector.retries)
 
 

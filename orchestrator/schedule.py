@@ -223,12 +223,39 @@ class Scheduler:
                 self.sleep(min(remaining, MAX_SLEEP_SECONDS))
 
 
+def package_root() -> Path:
+    """The folder that holds the `orchestrator` package (what PYTHONPATH must name)."""
+    import orchestrator
+
+    return Path(orchestrator.__file__).resolve().parents[1]
+
+
 def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str | None = None,
                  orchestrator_home: Path | None = None) -> str:
-    """The crontab entry (with a comment line) that runs `schedule tick` on the spec's cron."""
+    """The crontab lines that run `schedule tick` on the spec's cron: a comment, a `CRON_TZ=<zone>`
+    line, and the entry.
+
+    The entry works from any working directory and any cron environment: it cds to and puts on
+    PYTHONPATH `project` (default: the folder that holds this `orchestrator` package, not the
+    current directory), and names the interpreter (default: sys.executable, not resolved, so a
+    virtual environment's python stays itself), the spec and ORCHESTRATOR_HOME by absolute
+    path, each shell-quoted.
+
+    Time zone: cron reads the five fields in its own zone, `schedule tick` decides what is due in
+    `schedule.timezone`. `CRON_TZ=<zone>` makes them agree on crons that honour it (cronie, as on
+    Fedora/RHEL/Arch, and systemd-cron); it is emitted for UTC too, since the machine may not run
+    in UTC. In cronie it applies to every entry below it in the crontab, which the comment says.
+    Crons that ignore it (Debian's and Ubuntu's cron, busybox) fire in the machine's zone:
+    there, set the machine's zone to the schedule's, or use `schedule run`; otherwise ticks are
+    submitted late (catchup latest/all) or not at all (catchup none). Converting the expression
+    to the machine's zone instead is not possible in general (DST shifts, day boundaries).
+    """
     if sweep.schedule is None or sweep.path is None:
-        raise InputError(f"sweep {sweep.sweep} has no schedule", hint="add schedule: {cron: ...}")
-    project = (project or Path.cwd()).resolve()
+        file, line, _ = sweep.locate()
+        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
+        raise InputError(f"{where}sweep {sweep.sweep} has no schedule",
+                         hint="add e.g. `schedule: {cron: \"0 3 * * *\", catchup: latest}`")
+    project = (project or package_root()).resolve()
     python = python or sys.executable
     orch_home = (orchestrator_home or home()).resolve()
     logs = orch_home / "schedules"
@@ -239,13 +266,18 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
                f"-m orchestrator schedule tick {shlex.quote(str(sweep.path.resolve()))} "
                f">> {shlex.quote(str(log))} 2>&1")
     zone = sweep.schedule.timezone
-    comment = (f"# orchestrator: sweep {sweep.sweep}, cron {expr!r} ({zone}); system cron reads the "
-               f"expression in the machine's time zone, and `schedule tick` submits what is due in {zone}; "
-               f"its log folder is {logs}.")
-    return f"{comment}\n{expr} {command}"
+    comment = (f"# orchestrator: sweep {sweep.sweep}, cron {expr!r} in {zone}. CRON_TZ makes cronie and "
+               f"systemd-cron read it in {zone} (and every entry below it); other crons (Debian's, busybox) "
+               f"read it in the machine's zone. Log: {log}")
+    return f"{comment}\nCRON_TZ={zone}\n{expr} {command}"
 
 
 def ensure_log_dir() -> Path:
+    """Create the folder the crontab entry logs to; InputError naming it when that fails."""
     path = home() / "schedules"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the schedule log folder {path}: {exc.strerror or exc}",
+                         hint="set ORCHESTRATOR_HOME to a writable folder") from None
     return path

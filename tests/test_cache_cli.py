@@ -142,6 +142,23 @@ def test_bad_input_exits_2(tmp_path, monkeypatch, capsys, args, message):
     assert code == 2 and message in err
 
 
+@pytest.mark.parametrize("command", [["cache", "ls"], ["cache", "prune"], ["cache", "show"]])
+@pytest.mark.parametrize("uri, message", [
+    ("s3://", "bad cache URI: s3://: '' is not a valid S3 bucket name"),
+    ("s3:///cache", "bad cache URI: s3:///cache: '' is not a valid S3 bucket name"),
+    ("s3://UPPER/cache", "bad cache URI: s3://UPPER/cache: 'UPPER' is not a valid S3 bucket name"),
+    ("s3://ab/cache", "bad cache URI: s3://ab/cache: 'ab' is not a valid S3 bucket name"),
+    ("file:///etc/passwd", "bad cache URI 'file:///etc/passwd': /etc/passwd is not a folder"),
+])
+def test_bad_uris_exit_2_before_any_call(orch_home, monkeypatch, capsys, command, uri, message):
+    import boto3
+
+    monkeypatch.setattr(boto3.session.Session, "client", lambda *a, **k: pytest.fail("an AWS client was made"))
+    code, out, err = _cli(monkeypatch, capsys, *command, uri, *(["some-key"] if command[1] == "show" else []))
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert f"error: {message}" in err and "'s3:'" not in err and "hint: use s3://bucket/prefix" in err
+
+
 def test_store_failure_exits_1(moto_server, monkeypatch, capsys):
     code, _, err = _cli(monkeypatch, capsys, "cache", "ls", "s3://no-such-bucket/cache")
     assert code == 1 and "no-such-bucket" in err and "hint:" in err

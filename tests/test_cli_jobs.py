@@ -297,3 +297,102 @@ def test_submit_rerun_makes_a_new_job_of_the_same_spec(aws, prepared, monkeypatc
     # The rerun is the same request under another name.
     assert {k: v for k, v in aws[1].items() if k not in ("TrainingJobName", "HyperParameters", "Tags")} == {
         k: v for k, v in aws[0].items() if k not in ("TrainingJobName", "HyperParameters", "Tags")}
+
+
+def test_submit_dry_run_rerun_shows_the_name_the_real_submit_uses(aws, prepared, orch_home, monkeypatch, capsys):
+    # Never submitted (no ledger yet): the plain name, and the dry run creates no ledger.
+    code, out, _ = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--dry-run", "--rerun")
+    assert code == 0 and f'"TrainingJobName": "{prepared.job_name}"' in out
+    assert not (orch_home / "ledger.sqlite3").exists()
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0
+    code, out, _ = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--dry-run", "--rerun")
+    assert code == 0 and f'"TrainingJobName": "{prepared.job_name}-r1"' in out
+    assert len(aws) == 1 and len(Ledger().entries()) == 1  # the dry run sent and recorded nothing
+    code, out, _ = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun")
+    assert code == 0 and out.strip() == f"{prepared.job_name}-r1" == aws[-1]["TrainingJobName"]
+
+
+def test_submit_rerun_of_a_54_character_name_fits_63(aws, tmp_path, monkeypatch, capsys):
+    name = "v" * 50 + "-b16"
+    path = tmp_path / "long.yaml"
+    path.write_text(CONFIG.read_text().replace("name: vit-trn1-2xlarge", f"name: {name}"))
+    first = _cli(monkeypatch, capsys, "submit", str(path))
+    assert first[0] == 0 and len(first[1].strip()) == 63
+    for n in (1, 2):
+        code, out, err = _cli(monkeypatch, capsys, "submit", str(path), "--rerun")
+        assert code == 0, err
+        rerun = out.strip()
+        assert len(rerun) <= 63 and rerun.endswith(f"{first[1].strip()[-9:]}-r{n}")
+        assert rerun == aws[-1]["TrainingJobName"] and request.JOB_NAME_PATTERN.match(rerun)
+
+
+# --- arguments are checked before any AWS call ------------------------------------------------
+
+
+@pytest.fixture
+def no_backend(orch_home, monkeypatch):
+    """backends.create, recording the regions asked for and stopping there (exit 1): no AWS call."""
+    from orchestrator.errors import BackendError
+
+    asked: list = []
+
+    def create(name, *, region=None, **_):
+        asked.append((name, region))
+        raise BackendError("stub backend: not called in this test")
+
+    monkeypatch.setattr(backends, "create", create)
+    return asked
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "stop"])
+@pytest.mark.parametrize("job", ["", "a b c", "x" * 64, "a" * 200, "../../etc/passwd", "vit_1", "vit-", "vit.1"])
+def test_job_arguments_that_are_not_job_names_exit_2_before_any_call(no_backend, monkeypatch, capsys, command, job):
+    code, out, err = _cli(monkeypatch, capsys, command, job)
+    assert code == 2 and out == ""
+    assert "error: JOB " in err and "is not a job name" in err and "1-63" in err and "Traceback" not in err
+    assert no_backend == []
+
+
+@pytest.mark.parametrize("region", ["Mars", "us-east", "us_east_1", "useast1", "", "us-east-1 ", "eu-west-1/x"])
+def test_region_values_that_are_not_region_names_exit_2_before_any_call(no_backend, monkeypatch, capsys, region):
+    for args in (["status", "vit-1"], ["logs", "vit-1"], ["stop", "vit-1"]):
+        code, _, err = _cli(monkeypatch, capsys, *args, "--region", region)
+        assert code == 2 and f"error: --region {region!r} is not an AWS region name" in err
+    assert no_backend == []
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "us-gov-west-1", "cn-north-1", "ap-southeast-5", "eu-isoe-west-1"])
+def test_real_region_shapes_are_accepted(no_backend, monkeypatch, capsys, region):
+    code, _, err = _cli(monkeypatch, capsys, "status", "vit-1", "--region", region)
+    assert code == 1 and "stub backend" in err
+    assert no_backend == [("sagemaker", region)]
+
+
+def test_infra_and_prices_regions_are_checked_before_any_call(orch_home, monkeypatch, capsys):
+    from orchestrator import infra, prices
+
+    def no_call(*_, **__):
+        raise AssertionError("an AWS client was made")
+
+    monkeypatch.setattr(infra, "make_client", no_call)
+    monkeypatch.setattr(prices, "client", no_call)
+    for args in (["infra", "outputs"], ["infra", "policy"], ["infra", "deploy"], ["prices", "refresh"],
+                 ["prices", "refresh", "--region", "us-east-1"]):
+        code, _, err = _cli(monkeypatch, capsys, *args, "--region", "eu west 1")
+        assert code == 2 and "error: --region 'eu west 1' is not an AWS region name" in err, (args, err)
+
+
+def test_region_help_names_the_variables_the_code_reads():
+    from orchestrator import cli
+
+    # botocore reads AWS_DEFAULT_REGION (and the config profile), never AWS_REGION.
+    assert "AWS_DEFAULT_REGION" in cli._REGION_OPTION.help and "AWS_REGION /" not in cli._REGION_OPTION.help
+    # status/logs/stop fall back to AWS_REGION, then AWS_DEFAULT_REGION, then us-east-1 (_job_backend).
+    assert "AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1" in cli._JOB_REGION_OPTION.help
+
+
+def test_status_of_a_local_job_without_its_folder_points_at_the_jobs_folder(orch_home, monkeypatch, capsys):
+    Ledger().record_intent("local-job-1", backend="local", region="us-east-1", spec_hash="0" * 64, request={})
+    code, _, err = _cli(monkeypatch, capsys, "status", "local-job-1")
+    assert code == 2 and "no local job named local-job-1" in err
+    assert "`orchestrator status`" not in err and f"hint: each local job has a folder in {orch_home / 'jobs'}" in err

@@ -129,6 +129,21 @@ def test_job_name_limits():
         request.job_name(_spec(), suffix="trial_1")
 
 
+def test_rerun_names_keep_the_hash_and_always_fit_63_characters():
+    s = _spec()
+    assert request.rerun_job_name(s, 1) == f"{request.job_name(s)}-r1"
+    # A 54-character name: the plain job name is already 63 long, so the name part gives way.
+    long = _spec(name="a" * 50 + "-bcd")
+    hash8 = spec.spec_hash(long)[:8]
+    for n in (1, 9, 10, 12345):
+        name = request.rerun_job_name(long, n)
+        assert len(name) <= 63 and request.JOB_NAME_PATTERN.match(name), name
+        assert name.endswith(f"-{hash8}-r{n}") and name.startswith("a" * 40)
+    # The cut falls on the name's dash: it is dropped, never doubled before the hash.
+    assert request.rerun_job_name(long, 1) == f"{'a' * 50}-{hash8}-r1"
+    assert request.rerun_job_name(long, 100000) == f"{'a' * 46}-{hash8}-r100000"
+
+
 # --- the job file ------------------------------------------------------------------
 
 
@@ -197,14 +212,15 @@ def test_user_flags_are_kept_first():
     assert request.environment(s)["NEURON_CC_FLAGS"].split()[0] == "--model-type=transformer"
 
 
-def test_efa_variables_for_multi_node_trn1n_and_trn2_only():
+def test_efa_variables_for_multi_node_jobs_on_efa_instances_only():
     two_trn1n = _spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2})
     env = request.environment(two_trn1n)
     for key, value in contract.EFA_ENV.items():
         assert env[key] == value
-    assert set(contract.EFA_ENV) <= set(request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge",
-                                                                     "instance.count": 2})))
-    for quiet in ({"instance.type": "ml.trn1n.32xlarge"}, {"instance.type": "ml.trn1.32xlarge", "instance.count": 2}):
+    for itype in ("ml.trn2.48xlarge", "ml.trn1.32xlarge"):
+        assert set(contract.EFA_ENV) <= set(request.environment(_spec(**{"instance.type": itype,
+                                                                         "instance.count": 2})))
+    for quiet in ({"instance.type": "ml.trn1n.32xlarge"}, {"instance.type": "ml.trn1.32xlarge"}):
         assert not set(contract.EFA_ENV) & set(request.environment(_spec(**quiet)))
 
 

@@ -12,6 +12,7 @@ import json
 import threading
 
 import pytest
+from cli_harness import run_cli
 from typer.testing import CliRunner
 
 from orchestrator import results as res
@@ -287,8 +288,14 @@ def test_job_filter_and_a_missing_job(aws, prices):
     put_results(s3, "two", results_doc("two"))
     rows = res.collect(PREFIX, job="two").rows
     assert [r.job for r in rows] == ["two"]
-    rows = res.collect(PREFIX, job="nope").rows
-    assert [(r.job, r.status) for r in rows] == [("nope", "missing")]
+    # A --job with no results object is a pointing mistake, not a table of one "missing" row.
+    with pytest.raises(InputError) as info:
+        res.collect(PREFIX, job="nope")
+    assert info.value.message == f"--job nope: no results.json at {PREFIX}/results/nope/results.json"
+    assert "--prefix" in info.value.hint
+    # An unreadable one is still a row (the table says why), never an error for the filter.
+    put_results(s3, "half", b'{"schema": ')
+    assert [(r.job, r.status) for r in res.collect(PREFIX, job="half").rows] == [("half", "unreadable")]
 
 
 def test_bad_filters_and_prefixes_are_input_errors(orch_home):
@@ -298,6 +305,62 @@ def test_bad_filters_and_prefixes_are_input_errors(orch_home):
         res.collect("/just/a/path")
     with pytest.raises(InputError, match="no bucket"):
         res.collect("s3:///jobs")
+
+
+@pytest.mark.parametrize("prefix, message", [
+    ("s3://UPPER/x", "'UPPER' is not a valid S3 bucket name"),
+    ("s3://ab/x", "'ab' is not a valid S3 bucket name"),
+    ("s3://my_bucket/x", "'my_bucket' is not a valid S3 bucket name"),
+    ("s3://a..b/x", "'a..b' is not a valid S3 bucket name"),
+    ("s3://", "no bucket"),
+    ("file://relative/path", "needs an absolute path"),
+    ("file:///etc/passwd", "/etc/passwd is not a folder"),
+    ("http://example.com/x", "s3://bucket/prefix or file:///path"),
+])
+def test_cli_results_refuses_a_bad_prefix_before_any_call(orch_home, monkeypatch, capsys, prefix, message):
+    import boto3
+
+    monkeypatch.setattr(boto3.session.Session, "client", lambda *a, **k: pytest.fail("an AWS client was made"))
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--prefix", prefix)
+    assert code == 2 and out == ""
+    assert f"error: --prefix {prefix!r}: " in err and message in err
+
+
+@pytest.mark.parametrize("job", ["../../fake/results/j1", "a/b", "..", "", "x" * 64, "a b"])
+def test_cli_results_job_must_be_a_job_name_and_nothing_outside_the_prefix_is_read(tmp_path, orch_home, monkeypatch,
+                                                                                  capsys, job):
+    # A results object outside the prefix that a path-joining --job would reach.
+    outside = tmp_path / "fake" / "results" / "j1"
+    outside.mkdir(parents=True)
+    (outside / "results.json").write_text(json.dumps(results_doc("j1", backend="local")))
+    prefix = (tmp_path / "x").as_uri()  # <prefix>/results/../../fake/results/j1 is `outside`
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--prefix", prefix, "--job", job)
+    assert code == 2 and "j1" not in out
+    assert f"error: --job {job[:80]!r} is not a job name" in err and "1-63" in err
+    with pytest.raises(InputError, match="is not a job name"):
+        res.collect(prefix, job=job)
+
+
+def test_listed_folders_never_lead_outside_the_prefix(prices, tmp_path):
+    store = res._FileStore(res.local_store_uri())
+    for name in ("..", ".", "a/../..", ""):
+        with pytest.raises(res.Unreadable, match="not a job folder name"):
+            store.get(name)
+    s3 = res._S3Store("s3://b/jobs", client=None)
+    with pytest.raises(res.Unreadable):
+        s3.get("../other")
+
+
+def test_cli_results_job_without_results_says_where_it_looked(prices, monkeypatch, capsys):
+    write_local(prices, "c-1", results_doc("c-1", backend="local"))
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--job", "nosuchjob")
+    where = f"{res.local_store_uri()}/results/nosuchjob/results.json"
+    assert code == 2 and out == ""
+    assert f"error: --job nosuchjob: no results.json at {where}" in err and "hint: " in err and "--prefix" in err
+    # Among many, a missing object is still a row and the table is shown.
+    (prices / "store" / "jobs" / "results" / "c-2").mkdir()
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--format", "csv")
+    assert code == 0 and "c-1" in out and "c-2,missing" in out.replace('"', "")
 
 
 # --- unreadable objects never abort the table ---------------------------------------------

@@ -203,12 +203,55 @@ def test_a_sweep_without_schedule_is_refused(tmp_path, cloud_rig):
 
 def test_crontab_line_calls_schedule_tick_with_absolute_paths(tmp_path, orch_home):
     sweep = load(tmp_path)
-    comment, line = schedules.crontab_line(sweep, project=ROOT, python="/opt/py/bin/python3").splitlines()
+    comment, zone, line = schedules.crontab_line(sweep, project=ROOT, python="/opt/py/bin/python3").splitlines()
     assert comment.startswith("# orchestrator: sweep nightly")
+    assert zone == "CRON_TZ=UTC"  # the machine need not run in UTC
     assert line.startswith("0 3 * * * cd ")
     assert f"cd {ROOT} &&" in line and f"ORCHESTRATOR_HOME={orch_home}" in line
     assert "/opt/py/bin/python3 -m orchestrator schedule tick " + str((tmp_path / "nightly.yaml").resolve()) in line
     assert line.endswith(f">> {orch_home / 'schedules' / 'nightly.log'} 2>&1")
+
+
+def test_crontab_line_works_from_any_directory(tmp_path, orch_home, monkeypatch):
+    load(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    line = schedules.crontab_line(spec.load_sweep("nightly.yaml")).splitlines()[-1]
+    # The package's folder and this interpreter, not the directory `crontab` was run from.
+    assert f"PYTHONPATH={ROOT} " in line and f"cd {ROOT} &&" in line and f"PYTHONPATH={tmp_path}" not in line
+    assert f" {Path(sys.executable).absolute()} -m orchestrator schedule tick {tmp_path / 'nightly.yaml'} " in line
+    # Run the entry's command as cron would (bare environment, cwd /), asking for `next`
+    # instead of `tick` so nothing is submitted.
+    command = line.split(" ", 5)[5].replace(" schedule tick ", " schedule next ").split(" >> ")[0]
+    done = subprocess.run(["sh", "-c", command + " -n 1"], capture_output=True, text=True, timeout=120, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00 UTC\n", done.stdout)
+
+
+def test_crontab_line_sets_cron_tz_and_quotes_paths(tmp_path, orch_home):
+    load(tmp_path, extra="")
+    path = tmp_path / "nightly.yaml"
+    path.write_text(NIGHTLY.replace("CATCHUP", "latest").replace("catchup: latest}",
+                                                                 "catchup: latest, timezone: Europe/Paris}"))
+    sweep = spec.load_sweep(path)
+    home = tmp_path / "my home"
+    comment, zone, line = schedules.crontab_line(sweep, project=tmp_path / "a b", python="/opt/my py/python",
+                                                 orchestrator_home=home).splitlines()
+    assert zone == "CRON_TZ=Europe/Paris" and "Europe/Paris" in comment and "machine's zone" in comment
+    assert line.startswith("0 3 * * * cd ")
+    assert f"'{tmp_path / 'a b'}'" in line and "'/opt/my py/python' -m orchestrator" in line
+    assert f"ORCHESTRATOR_HOME='{home}'" in line
+
+
+def test_crontab_of_a_sweep_without_schedule_names_the_file(tmp_path, orch_home):
+    load(tmp_path)
+    path = tmp_path / "nightly.yaml"
+    path.write_text(NIGHTLY.replace('schedule: {cron: "0 3 * * *", catchup: CATCHUP}\n', ""))
+    with pytest.raises(InputError) as info:
+        schedules.crontab_line(spec.load_sweep(path))
+    assert info.value.message.startswith(f"{path}:") and "has no schedule" in info.value.message
+    done = _cli("schedule", "crontab", str(path), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 2 and f"error: {path}:" in done.stderr and "Traceback" not in done.stderr
 
 
 def _cli(*args, env):
@@ -229,6 +272,17 @@ def test_cli_schedule_next_crontab_and_errors(tmp_path, orch_home):
     (tmp_path / "nightly.yaml").write_text(NIGHTLY.replace("0 3 * * *", "0 25 * * *").replace("CATCHUP", "latest"))
     bad = _cli("schedule", "next", path, env=env)
     assert bad.returncode == 2 and "nightly.yaml:6:" in bad.stderr and "cron" in bad.stderr
+
+
+def test_cli_schedule_next_refuses_a_cron_that_never_fires(tmp_path, orch_home):
+    # Feb 31: croniter finds no fire time; `schedule next` must say so, not crash.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    (tmp_path / "base.yaml").write_text(BASE)
+    (tmp_path / "nightly.yaml").write_text(NIGHTLY.replace("0 3 * * *", "0 3 31 2 *").replace("CATCHUP", "latest"))
+    for command in ("next", "tick"):
+        bad = _cli("schedule", command, str(tmp_path / "nightly.yaml"), env=env)
+        assert bad.returncode == 2 and "nightly.yaml:6:" in bad.stderr, bad.stderr
+        assert "never fires" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cli_schedule_tick_submits_the_current_minute_once(tmp_path, orch_home, moto_server):

@@ -332,7 +332,8 @@ class LocalBackend:
         data = read_json(self.job_dir(job_name) / STATUS_FILE)
         if data is None:
             raise InputError(f"no local job named {job_name} under {self.home / 'jobs'}",
-                             hint="list jobs with `orchestrator status`, or check ORCHESTRATOR_HOME")
+                             hint=f"each local job has a folder in {self.home / 'jobs'} (`ls` it for their "
+                                  "names); or check ORCHESTRATOR_HOME")
         return data
 
     def _supervisor_pid(self, job_name: str, data: dict) -> int | None:
