@@ -303,18 +303,24 @@ def test_empty_data_channel_is_refused_at_submit(orch_home, tmp_path, fake_train
     with pytest.raises(InputError, match="no objects under"):
         LocalBackend().submit(prepared)
     assert not (orch_home / "jobs" / prepared.job_name).exists()
+    assert Ledger().get(prepared.job_name) is None  # nothing left "submitting"
 
 
 def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_train, monkeypatch):
     import signal
 
     backend, prepared, _, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
+    host_pid = data["hosts"]["algo-1"]["pid"]
+    # launch.py, torchrun and the training process, which torchrun starts in its own session.
+    tree = local.process_tree(host_pid)
+    workers = [pid for pid in tree if os.getsid(pid) == pid and pid != host_pid]
+    assert len(tree) >= 3 and workers, tree
     os.kill(data["pid"], signal.SIGKILL)
     wait_until(lambda: not local.process_alive(data["pid"]), 10, "the supervisor outlived SIGKILL", 0.1)
     status = backend.status(prepared.job_name)
     assert status.status == "failed" and "supervisor" in status.failure_reason
-    host_pid = data["hosts"]["algo-1"]["pid"]
-    wait_until(lambda: not local.process_alive(host_pid), 10, "the host outlived its supervisor", 0.1)
+    for pid in tree:
+        wait_until(lambda pid=pid: not local.process_alive(pid), 10, f"process {pid} outlived its supervisor", 0.1)
 
 
 def test_unknown_job_is_an_input_error(orch_home):

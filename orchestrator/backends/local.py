@@ -220,6 +220,11 @@ class LocalBackend:
         """
         name = prepared.job_name
         tags = prepared.job.get("tags") or {}
+        job_dir = self.job_dir(name)
+        known = self.ledger.get(name)
+        if not (job_dir / STATUS_FILE).exists() and (known is None or known.state in ("planned", "submitting")):
+            # Read-only, so before the intent: a submit refused for its data leaves no ledger row.
+            self._check_channels(prepared.request)
         entry = self.ledger.record_intent(name, backend=self.name, region=prepared.spec.region,
                                           spec_hash=prepared.spec_hash, request=prepared.request,
                                           sweep_id=tags.get("orchestrator:sweep"),
@@ -228,13 +233,11 @@ class LocalBackend:
             raise InputError(f"the job name {name} is already in the ledger for another spec "
                              f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
                              hint="change the spec's name so the job name differs")
-        job_dir = self.job_dir(name)
         if (job_dir / STATUS_FILE).exists() or entry.state not in ("planned", "submitting"):
             # It ran (or runs) already: never twice.
             return Submitted(name, created=False)
         if entry.state == "planned":
             self.ledger.transition(name, "submitting", expect=("planned",))
-        self._check_channels(prepared.request)
         self._upload_source(prepared)
         job_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(job_dir.parent / f".{name}.lock"):
@@ -368,7 +371,7 @@ class LocalBackend:
     def _mark_orphaned(self, job_name: str, data: dict) -> dict:
         """The supervisor is gone without a final state: kill what it left, record why."""
         for host in (data.get("hosts") or {}).values():
-            _kill_group(host.get("pgid"), signal.SIGKILL)
+            kill_tree(host.get("pgid"), signal.SIGKILL)
         stopped = (self.job_dir(job_name) / STOP_FILE).exists()
         pid = self._supervisor_pid(job_name, data)
         data = {**data, "state": "stopped" if stopped else "failed",
@@ -450,13 +453,56 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _kill_group(pgid: int | None, signum: int) -> None:
+def _process_table() -> list[tuple[int, int, int]]:
+    """(pid, ppid, pgid) of every process: /proc on Linux, `ps` elsewhere (macOS)."""
+    proc = Path("/proc")
+    if (proc / "self" / "stat").exists():
+        rows = []
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                rows.append((int(entry.name), int(fields[1]), int(fields[2])))
+            except (OSError, IndexError, ValueError):
+                continue  # it exited while we read
+        return rows
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,pgid="], capture_output=True, text=True,
+                         check=False).stdout
+    return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in out.splitlines())
+            if f"{a}{b}{c}".isdigit()]
+
+
+def process_tree(pgid: int) -> list[int]:
+    """Pids of process group `pgid` and of all their descendants, including descendants that
+    left the group: torchrun starts every worker in a session of its own, so a signal to a
+    host's group (launch.py and torchrun) never reaches the training processes."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _ in table:
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, _, group in table if group == pgid}
+    stack = list(found)
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return sorted(found)
+
+
+def kill_tree(pgid: int | None, signum: int) -> None:
+    """Send `signum` to a host's process group and every descendant (see `process_tree`).
+
+    The tree is read before any signal goes out: once torchrun dies its workers are
+    re-parented and could no longer be told apart from other processes."""
     if not pgid:
         return
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+    for pid in process_tree(pgid):
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def pack_dir(source: Path, target: Path) -> None:

@@ -35,6 +35,7 @@ from orchestrator.backends.local import (
     PLAN_FILE,
     STATUS_FILE,
     STOP_FILE,
+    kill_tree,
     pack_dir,
     read_json,
     write_json_atomic,
@@ -233,11 +234,16 @@ class Supervisor:
 
     def _signal_hosts(self, procs: dict[str, subprocess.Popen], signum: int) -> None:
         for proc in procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signum)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            if proc.poll() is not None:
+                continue
+            if signum == signal.SIGKILL:
+                # launch.py and torchrun cannot pass SIGKILL on: kill the workers too.
+                kill_tree(proc.pid, signum)
+                continue
+            try:
+                os.killpg(proc.pid, signum)  # launch.py forwards it to torchrun, which stops its workers
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _failure_reason(self, failed_order: list[str], procs: dict[str, subprocess.Popen]) -> str:
         """SageMaker's form: "AlgorithmError: <failure file>", from the host that failed first."""
