@@ -35,6 +35,15 @@ def _err(text: str) -> None:
     typer.echo(text, err=True)
 
 
+def _plain(value):
+    """`value` as a rich Text shown verbatim. Every piece of data that goes into a rich Table,
+    status line or live display passes through here: rich reads a plain str as markup, so a
+    `[/opt/ml/code]` in a failure reason would raise MarkupError and a `[user]` would vanish."""
+    from rich.text import Text
+
+    return Text("" if value is None else str(value))
+
+
 @app.command()
 def schema() -> None:
     """Print the job spec's JSON Schema (for editors)."""
@@ -220,12 +229,12 @@ def _wait(backend, job_name: str, interval: float):
     console = Console(stderr=True, highlight=False)
     start = time.monotonic()
     last = None
-    with console.status(f"{job_name}: waiting") as line:
+    with console.status(_plain(f"{job_name}: waiting")) as line:
         while True:
             st = backend.status(job_name)
             elapsed = int(time.monotonic() - start)
             text = f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
-            line.update(f"{text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
+            line.update(_plain(f"{text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"))
             if (st.status, st.secondary) != last:
                 console.print(f"[{elapsed // 60:d}m{elapsed % 60:02d}s] {text}", markup=False)
                 last = (st.status, st.secondary)
@@ -332,13 +341,45 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the job ends."),
     region: str | None = _JOB_REGION_OPTION,
 ) -> None:
-    """Print the job's log lines from every host, each prefixed by its host (algo-N), in time order."""
+    """Print the job's log lines from every host, each prefixed by its host (algo-N), in time order.
+
+    stdout carries log lines only; a job with no logs (yet) gets a note on stderr, exit 0.
+    """
     backend = _job_backend(job, region)
+    noted = None
+    if follow:
+        # Following a job that has not logged yet can be silent for minutes: say why up front.
+        st = backend.status(job)
+        if not st.terminal and not _has_logs(backend, job):
+            noted = st.status
+            _err(_no_logs_note(backend, job, st) + "; waiting for them (Ctrl-C stops)")
+    shown = 0
     try:
         for text in backend.logs(job, follow=follow):
             _out(text)
+            shown += 1
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
+    if not shown:
+        st = backend.status(job)
+        if st.status != noted:
+            _err(_no_logs_note(backend, job, st))
+
+
+def _has_logs(backend, job: str) -> bool:
+    """Whether the job has written any log yet: a CloudWatch stream on SageMaker; locally,
+    logs() reads a file and yields nothing when there is none, so assume it may."""
+    return bool(backend.log_streams(job)) if backend.name == "sagemaker" else True
+
+
+def _no_logs_note(backend, job: str, st) -> str:
+    yet = "" if st.terminal else " yet"
+    if backend.name == "sagemaker":
+        from orchestrator.backends.sagemaker import LOG_GROUP
+
+        what = "no log events" if backend.log_streams(job) else "no log streams"
+        return f"note: {what} for {job} in {LOG_GROUP}{yet} (the job is {st.status})"
+    return f"note: no log lines for {job}{yet} (the job is {st.status})"
 
 
 @app.command()
@@ -346,8 +387,19 @@ def stop(
     job: str = _JOB_ARGUMENT,
     region: str | None = _JOB_REGION_OPTION,
 ) -> None:
-    """Ask the backend to stop a job; `status` then shows stopping, and stopped."""
+    """Ask the backend to stop a job; `status` then shows stopping, and stopped.
+
+    Exit 2 for a job the backend does not know; exit 0, stopping nothing, for a job that has
+    already ended or is stopping.
+    """
     backend = _job_backend(job, region)
+    st = backend.status(job)  # an unknown job is an InputError (exit 2): nothing to ask to stop
+    if st.terminal:
+        _out(f"{job} already {st.status}; nothing to stop")
+        return
+    if st.status == "stopping":
+        _out(f"{job} is already stopping; nothing more to do")
+        return
     backend.stop(job)
     _out(f"{job}: stop requested")
 
@@ -615,16 +667,17 @@ def _plan_table(planned) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
-                  f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}")
+    table = Table(title=_plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
+                               f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
     for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound"):
         table.add_column(column, justify="right" if column in ("#", "cost bound") else "left")
     for t in planned.trials:
         overrides = ", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) or "(base)"
         usd = t.usd_max
-        table.add_row(str(t.trial.index), t.trial.trial_id, t.job_name, overrides,
-                      f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
-                      f"{usd:.2f} USD" if usd == usd and usd != float("inf") else "unknown")
+        table.add_row(*map(_plain, (
+            t.trial.index, t.trial.trial_id, t.job_name, overrides,
+            f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
+            f"{usd:.2f} USD" if usd == usd and usd != float("inf") else "unknown")))
     console = Console(width=max(100, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
     with console.capture() as captured:
         console.print(table)
@@ -709,8 +762,8 @@ class _SweepDisplay:
         for column in ("trial", "job", "instance", "state", "detail"):
             table.add_column(column)
         for view in self.runner.views():
-            table.add_row(view.trial.trial_id, view.job_name, view.instance_type, view.state,
-                          (view.detail or "")[:80])
+            table.add_row(*map(_plain, (view.trial.trial_id, view.job_name, view.instance_type, view.state,
+                                        (view.detail or "")[:80])))
         events = Text("\n".join(progress.events[-5:]), style="dim")
         return Group(Text(head), table, events)
 
@@ -856,13 +909,14 @@ def sweep_status(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"sweep {definition.sweep_id} ({definition.backend}, {definition.region})")
+    table = Table(title=_plain(f"sweep {definition.sweep_id} ({definition.backend}, {definition.region})"))
     for column in ("#", "trial", "job", "try", "instance", "state", "overrides", "detail"):
         table.add_column(column)
     for v in views:
         state = v.state + ("" if v.final or v.state not in ("failed",) else " (retry due)")
-        table.add_row(str(v.trial.index), v.trial.trial_id, v.job_name, str(v.attempt), v.instance_type, state,
-                      ", ".join(f"{k}={val}" for k, val in v.trial.overrides.items()) or "(base)", v.detail or "")
+        table.add_row(*map(_plain, (
+            v.trial.index, v.trial.trial_id, v.job_name, v.attempt, v.instance_type, state,
+            ", ".join(f"{k}={val}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
     console = Console(width=max(120, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
     with console.capture() as captured:
         console.print(table)

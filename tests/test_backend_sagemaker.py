@@ -559,6 +559,46 @@ def test_transport_errors_become_backend_errors():
     assert "cannot reach" in err.message and "AWS_ENDPOINT_URL" in err.hint
 
 
+MOTO_500_PAGE = (
+    "<!doctype html>\n<html lang=en>\n<title>500 Internal Server Error</title>\n<h1>Internal Server Error</h1>\n"
+    "<p>The server encountered an internal error and was unable to complete your request. Either the server is\n"
+    "overloaded or there is an error in the application.</p>\n" + "<p>" + "stack frame &lt;x&gt; " * 60 + "</p>\n")
+
+
+def test_an_html_error_page_becomes_one_short_line():
+    err = translate(client_error("500", MOTO_500_PAGE, 500, "DescribeTrainingJob"), operation="DescribeTrainingJob",
+                    job_name="j", region=REGION)
+    assert isinstance(err, BackendError) and err.exit_code == 1
+    assert err.message.startswith("DescribeTrainingJob j failed in us-east-1: 500: 500 Internal Server Error: "
+                                  "Internal Server Error The server encountered an internal error and was unable")
+    assert "\n" not in err.message and not any(tag in err.message for tag in ("<p>", "<h1>", "<title>", "<html"))
+    assert "stack frame <x> stack frame <x>" in err.message  # entities decoded
+    assert "  " not in err.message and err.message.endswith("...")
+    assert len(err.message) <= len("DescribeTrainingJob j failed in us-east-1: 500: ") + sm_backend.MAX_SERVICE_MESSAGE
+
+
+def test_service_text_is_kept_when_short_and_cut_when_long():
+    assert sm_backend.service_message("Value 'x' at 'roleArn' must be < 5\n  and > 2") == \
+        "Value 'x' at 'roleArn' must be < 5 and > 2"  # not HTML: kept, whitespace collapsed
+    long = sm_backend.service_message("word " * 200)
+    assert len(long) == sm_backend.MAX_SERVICE_MESSAGE and long.startswith("word word") and long.endswith("...")
+
+
+def test_an_html_500_from_the_endpoint_is_a_short_backend_error(ledger, monkeypatch):
+    """The page as botocore parses it off the wire (JSON protocol: the raw body becomes the message)."""
+    from botocore.awsrequest import AWSResponse
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    built = backends.create("sagemaker", region=REGION, ledger=ledger)
+    built.sm.meta.events.register("before-send.sagemaker.DescribeTrainingJob", lambda request, **_: AWSResponse(
+        request.url, 500, {"Content-Type": "text/html"}, _Raw(MOTO_500_PAGE.encode())))
+    with pytest.raises(BackendError) as err:
+        built.status("job-1")
+    assert "500 Internal Server Error: Internal Server Error The server encountered" in err.value.message
+    assert "\n" not in err.value.message and "<p>" not in err.value.message and len(err.value.message) < 400
+    assert err.value.http_status == 500
+
+
 def test_an_unreachable_endpoint_is_a_clean_backend_error(ledger, monkeypatch):
     # A closed loopback port: the connection is refused at once.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")

@@ -186,9 +186,22 @@ def test_logs_prints_every_host_merged(aws, prepared, monkeypatch, capsys):
     assert out.splitlines() == ["[algo-1] a", "[algo-2] b", "[algo-1] c"]
 
 
+def _stub_in_progress(stub, job: str) -> None:
+    """A DescribeTrainingJob (and its ListTags) answer for a job that is training."""
+    arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{job}"
+    stub.add_response("describe_training_job", {
+        "TrainingJobName": job, "TrainingJobArn": arn, "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "ModelArtifacts": {"S3ModelArtifacts": ""},
+        "CreationTime": 0}, {"TrainingJobName": job})
+    stub.add_response("list_tags", {"Tags": []}, {"ResourceArn": arn})
+
+
 def test_stop_asks_sagemaker_to_stop(orch_home, monkeypatch, capsys):
     client = boto3.client("sagemaker", region_name=REGION)
     stub = Stubber(client)
+    _stub_in_progress(stub, "vit-1")
     stub.add_response("stop_training_job", {}, {"TrainingJobName": "vit-1"})
     stub.activate()
     real = backends.create
@@ -204,8 +217,10 @@ def test_stop_asks_sagemaker_to_stop(orch_home, monkeypatch, capsys):
 
 
 def test_stop_refused_by_sagemaker_exits_1(orch_home, monkeypatch, capsys):
+    # The job was training when asked, and ended before the stop reached SageMaker.
     client = boto3.client("sagemaker", region_name=REGION)
     stub = Stubber(client)
+    _stub_in_progress(stub, "vit-1")
     stub.add_client_error("stop_training_job", service_error_code="ValidationException",
                           service_message="The training job is in status Completed.")
     stub.activate()
@@ -215,6 +230,146 @@ def test_stop_refused_by_sagemaker_exits_1(orch_home, monkeypatch, capsys):
     code, _, err = _cli(monkeypatch, capsys, "stop", "vit-1")
     assert code == 1
     assert "error: StopTrainingJob vit-1: SageMaker refused the request: The training job is in status Completed." in err
+
+
+@pytest.fixture
+def no_stop(monkeypatch):
+    """Fail the test if any backend is asked to stop a job (moto has no StopTrainingJob)."""
+    from orchestrator.backends.local import LocalBackend
+
+    def stop(self, job_name):
+        raise AssertionError(f"asked to stop {job_name}")
+
+    monkeypatch.setattr(SageMakerBackend, "stop", stop)
+    monkeypatch.setattr(LocalBackend, "stop", stop)
+
+
+def test_stop_of_an_unknown_job_exits_2_without_asking_to_stop(aws, no_stop, monkeypatch, capsys):
+    code, out, err = _cli(monkeypatch, capsys, "stop", "no-such-job")
+    assert code == 2 and out == ""
+    assert f"error: no SageMaker training job named no-such-job in {REGION}" in err and "hint: " in err
+    assert "Traceback" not in err
+
+
+def _local_job(home: Path, job: str, state: str) -> None:
+    """A local job as the local backend leaves it once it has ended: its ledger row and status.json."""
+    Ledger().record_intent(job, backend="local", region=REGION, spec_hash="0" * 64, request={})
+    folder = home / "jobs" / job
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"state": state, "secondary": state.capitalize(),
+                                                    "created": 1.0, "started": 2.0, "ended": 3.0}))
+
+
+def test_stop_of_an_ended_job_says_so_on_both_backends(aws, prepared, no_stop, orch_home, monkeypatch, capsys):
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0  # moto completes it at once
+    code, out, err = _cli(monkeypatch, capsys, "stop", prepared.job_name)
+    assert code == 0 and err == ""
+    assert out.strip() == f"{prepared.job_name} already completed; nothing to stop"
+
+    _local_job(orch_home, "local-done-1", "failed")
+    code, out, _ = _cli(monkeypatch, capsys, "stop", "local-done-1")
+    assert code == 0 and out.strip() == "local-done-1 already failed; nothing to stop"
+
+
+def _quick_polls(monkeypatch, on_sleep=lambda: None) -> None:
+    """Backends the CLI builds poll without waiting, calling `on_sleep` instead."""
+    monkeypatch.setattr(backends, "create", lambda name, **kw: _REAL_CREATE(name, sleep=lambda _: on_sleep(), **kw))
+
+
+_REAL_CREATE = backends.create
+
+
+def test_logs_of_a_job_without_log_streams_says_so_on_stderr(aws, prepared, monkeypatch, capsys):
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0
+    _quick_polls(monkeypatch)
+    job = prepared.job_name
+    for args in (["logs", job], ["logs", job, "-f"]):
+        code, out, err = _cli(monkeypatch, capsys, *args)
+        assert code == 0 and out == ""  # stdout is for log lines only
+        assert err.strip() == f"note: no log streams for {job} in {LOG_GROUP} (the job is completed)", args
+
+    moto = _moto_jobs()[job]
+    moto.training_job_status, moto.secondary_status = "InProgress", "Downloading"
+    code, out, err = _cli(monkeypatch, capsys, "logs", job)
+    assert code == 0 and out == ""
+    assert err.strip() == f"note: no log streams for {job} in {LOG_GROUP} yet (the job is starting)"
+
+    # Following: the note comes first (the wait may be long), then one when the job ended without logs.
+    def finish():
+        moto.training_job_status, moto.secondary_status = "Completed", "Completed"
+
+    _quick_polls(monkeypatch, finish)
+    code, out, err = _cli(monkeypatch, capsys, "logs", job, "--follow")
+    assert code == 0 and out == ""
+    assert err.splitlines() == [
+        f"note: no log streams for {job} in {LOG_GROUP} yet (the job is starting); waiting for them (Ctrl-C stops)",
+        f"note: no log streams for {job} in {LOG_GROUP} (the job is completed)"]
+
+
+def test_logs_of_a_local_job_without_log_lines_says_so_on_stderr(orch_home, monkeypatch, capsys):
+    _local_job(orch_home, "local-quiet-1", "completed")
+    code, out, err = _cli(monkeypatch, capsys, "logs", "local-quiet-1")
+    assert code == 0 and out == ""
+    assert err.strip() == "note: no log lines for local-quiet-1 (the job is completed)"
+
+
+# --- data in tables is shown verbatim, never read as rich markup ---------------------------------
+
+
+BRACKETED_DETAILS = ["AlgorithmError: ExecuteUserScriptError: [/opt/ml/code/train.py] exited 1",
+                     "[user] bad hyperparameter", "[capacity] no ml.trn1.2xlarge capacity [bold]now"]
+
+
+def _bracketed_sweep(tmp_path: Path) -> Path:
+    path = tmp_path / "brackets.yaml"
+    path.write_text(f"sweep: brackets\nbase: {CONFIG}\nconcurrency: 1\ngrid:\n"
+                    '  data.source: ["s3://qa-bucket/[/a]"]\n  tags.experiment: ["[/a]", "[bold]x", "[red]"]\n')
+    return path
+
+
+def test_sweep_plan_shows_bracketed_grid_values_verbatim(orch_home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "300")  # one line per row
+    code, out, err = _cli(monkeypatch, capsys, "sweep", "plan", str(_bracketed_sweep(tmp_path)))
+    assert code == 0, err
+    for value in ("[/a]", "[bold]x", "[red]"):
+        assert f"data.source=s3://qa-bucket/[/a], tags.experiment={value} " in out
+
+
+def test_sweep_status_shows_bracketed_details_verbatim(orch_home, tmp_path, monkeypatch, capsys):
+    from orchestrator import sweep as sweeps
+
+    monkeypatch.setenv("COLUMNS", "300")
+    ledger = Ledger()
+    planned = sweeps.plan(spec.load_sweep(_bracketed_sweep(tmp_path)))
+    definition = sweeps.save(planned, ledger)
+    for trial, detail in zip(planned.trials, BRACKETED_DETAILS, strict=True):
+        ledger.transition(trial.job_name, "failed", detail=detail)
+    code, out, err = _cli(monkeypatch, capsys, "sweep", "status", definition.sweep_id, "--no-refresh")
+    assert code == 0, err
+    for detail in BRACKETED_DETAILS:
+        assert detail in out
+    assert "tags.experiment=[bold]x" in out
+
+
+def test_live_sweep_display_shows_bracketed_text_verbatim():
+    import io
+    import types
+
+    from rich.console import Console
+
+    from orchestrator import cli
+
+    views = [types.SimpleNamespace(trial=types.SimpleNamespace(trial_id=f"t{i}"), job_name=f"[job]-{i}",
+                                   instance_type="ml.[/x]", state="failed", detail=detail)
+             for i, detail in enumerate(BRACKETED_DETAILS)]
+    display = cli._SweepDisplay(types.SimpleNamespace(views=lambda: views))
+    progress = types.SimpleNamespace(counts={"failed": 3}, sweep_id="[b]s", total=3, in_flight=0, elsewhere=0,
+                                     waiting_reason="[capacity] backing off", events=["12:00:00 [user] refused"])
+    console = Console(file=io.StringIO(), width=300)
+    console.print(display._render(progress))
+    shown = console.file.getvalue()
+    for text in [*BRACKETED_DETAILS, "[job]-0", "ml.[/x]", "sweep [b]s", "[capacity] backing off", "[user] refused"]:
+        assert text in shown
 
 
 # --- end to end: subprocesses reaching moto through AWS_ENDPOINT_URL ------------------------------

@@ -19,12 +19,15 @@ Contract:
 - `logs` merges the CloudWatch streams of every host in timestamp order; with `follow` it
   polls (through the injected `sleep`) until the job is terminal and no new events arrive.
 - Every botocore error is translated in one place (`translate`) into our errors with hints.
+  A service's raw text in them (an HTML error page from a proxy or a fake) is cut down to one
+  line of at most MAX_SERVICE_MESSAGE characters (`service_message`).
 """
 
 from __future__ import annotations
 
 import base64
 import heapq
+import html
 import os
 import re
 import time
@@ -72,6 +75,26 @@ _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsExc
 _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "NotFound", "404"})
 _JOB_OPERATIONS = frozenset({"DescribeTrainingJob", "StopTrainingJob", "ListTags"})
 
+MAX_SERVICE_MESSAGE = 300
+_HTML = re.compile(r"<\s*(!doctype|html|head|body|title|h1|p|div|pre)\b", re.IGNORECASE)
+_HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_HTML_NOISE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_HTML_TAG = re.compile(r"<[^>]*>")
+
+
+def service_message(text, limit: int = MAX_SERVICE_MESSAGE) -> str:
+    """Text a service sent (an error message, a response body) fit for one line of ours: an
+    HTML page becomes its title and visible text, whitespace runs become one space, and more
+    than `limit` characters end in "..."."""
+    text = "" if text is None else str(text)
+    if _HTML.search(text):
+        title = _HTML_TITLE.search(text)
+        body = _HTML_TAG.sub(" ", _HTML_NOISE.sub(" ", _HTML_TITLE.sub(" ", text)))
+        heading = _HTML_TAG.sub(" ", title.group(1)).strip() if title else ""
+        text = html.unescape(f"{heading}: {body}" if heading else body)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
 
 def retry_config() -> dict:
     """botocore's retry settings for our clients: AWS_RETRY_MODE / AWS_MAX_ATTEMPTS when the
@@ -110,19 +133,19 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
 
     where = f" in {region}" if region else ""
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return BackendError(f"{operation}: no usable AWS credentials ({exc})",
+        return BackendError(f"{operation}: no usable AWS credentials ({service_message(exc)})",
                             hint="configure credentials (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/"
                             "AWS_SECRET_ACCESS_KEY) for the account that holds the stack")
     if isinstance(exc, AWSConnectionError):
-        return BackendError(f"{operation}: cannot reach the AWS endpoint ({exc})",
+        return BackendError(f"{operation}: cannot reach the AWS endpoint ({service_message(exc)})",
                             hint="check the network, the region, and AWS_ENDPOINT_URL if it is set")
     if not isinstance(exc, ClientError):
-        return BackendError(f"{operation} failed: {exc}",
+        return BackendError(f"{operation} failed: {service_message(exc)}",
                             hint="a network or SDK error; rerunning is safe (a submit is reconciled through the ledger)")
 
     error = exc.response.get("Error", {})
     code = str(error.get("Code", "Unknown"))
-    message = error.get("Message") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "")
+    message = service_message(error.get("Message") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
     job = f" {job_name}" if job_name else ""
     if code in _ACCESS_DENIED:
         action = _IAM_ACTION.get(operation, operation)
@@ -437,7 +460,7 @@ class SageMakerBackend:
         cursors: dict[str, _Cursor] = {}
         terminal = False
         while True:
-            for stream in self._streams(job_name):
+            for stream in self.log_streams(job_name):
                 if stream not in cursors:
                     cursors[stream] = _Cursor(self.logs_client, stream, host_of(stream, job_name), self._aws)
             # Each stream is in time order; a k-way merge keeps the whole output in time order
@@ -457,7 +480,8 @@ class SageMakerBackend:
         d = self._describe(job_name)
         return d["TrainingJobStatus"], d.get("SecondaryStatus")
 
-    def _streams(self, job_name: str) -> list[str]:
+    def log_streams(self, job_name: str) -> list[str]:
+        """Names of the job's CloudWatch log streams in LOG_GROUP; none before a host logged."""
         from botocore.exceptions import ClientError
 
         names: list[str] = []
