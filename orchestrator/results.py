@@ -22,6 +22,18 @@ Contracts:
   user pointed at the wrong prefix or mistyped the name), not a table of one "missing" row.
 - Keys and paths stay under the prefix: a `job` filter must be a job name (SageMaker's rule),
   and a listed folder that is not one plain path segment is an "unreadable" row, never read.
+- The `sweep` filter takes a sweep id (`instances-e232772a`), a sweep name (`instances`: every
+  sweep made from files named so, across edits) or a schedule's untimed id
+  (`nightly-1a2b3c4d`: all its ticks, `nightly-1a2b3c4d-<YYYYMMDDHHMM>`). A row belongs to it
+  when its sweep is that id, or has that name or untimed id; its sweep is the results' tag
+  `orchestrator:sweep` when there is one (the tag wins over the name), else it is read from
+  the job name the way sweep.py makes it (`<sweep id>-t<8 hex>[-rN]`, the name part
+  truncated to fit 63 characters). So listed folders with no readable results, SageMaker
+  jobs with no results yet, and tagged results are matched by the same rule. A job name not
+  of that shape belongs when it is `<sweep>-...`. A filter that matches nothing is an
+  InputError whose hint lists the sweep ids tagged under the prefix.
+- A number that is NaN or infinite in a results object shows as blank, and the row keeps its
+  status with a note naming the field ("non-finite value in step_time_s.p50").
 - Prices: `price_per_hour` is the instance price times the instance count. For managed spot
   with known seconds, it is the effective price, `price x billable / training seconds`.
   Local-backend jobs have no price (their rows say so) and take part in no ranking.
@@ -125,7 +137,9 @@ def parse(data: bytes) -> ResultsV1:
         raise Unreadable(f"not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         truncated = "" if data.rstrip().endswith((b"}", b"]")) else " (truncated?)"
-        raise Unreadable(f"not valid JSON{truncated}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        # json's messages may end in "at" ("Unterminated string starting at"): a colon reads
+        # right after every one of them, as in json's own str(exc).
+        raise Unreadable(f"not valid JSON{truncated}: {exc.msg}: line {exc.lineno} column {exc.colno}") from None
     if not isinstance(doc, dict):
         raise Unreadable(f"not a JSON object but {type(doc).__name__}")
     found = doc.get("schema")
@@ -238,6 +252,11 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
             else:
                 notes.append("spot savings unknown: on-demand price shown")
 
+    read = {"step_time_s.p50": results.step_time_s.p50 if results.step_time_s else None,
+            "samples_per_s": results.samples_per_s, "compile_s": results.compile_s}
+    odd = [name for name, value in read.items() if value is not None and not math.isfinite(value)]
+    if odd:
+        notes.append(f"non-finite value in {', '.join(odd)}")
     sps = _finite(results.samples_per_s)
     samples_per_dollar = cost_per_million = None
     if price_per_hour is not None and sps is not None and sps > 0 and price_per_hour > 0:
@@ -459,6 +478,7 @@ class _Collector:
         self._lock = threading.Lock()
         self._prices: dict[tuple[str, str], catalog.Price | None] = {}
         self.retries = 0
+        self.sweeps_seen: set[str] = set()  # sweep tags read, for the hint of a filter that matches none
 
     def sagemaker(self, region: str):
         with self._lock:
@@ -512,6 +532,8 @@ class _Collector:
         except Unreadable as exc:
             return Row(job=job, status=UNREADABLE, note=str(exc), uri=uri) if _name_in(job, sweep) else None
         except Exception as exc:
+            if not _name_in(job, sweep):
+                return None
             return Row(job=job, status=ERROR, note=f"reading results failed: {_reason(exc)}", uri=uri)
         if data is None:
             if not _name_in(job, sweep):
@@ -524,7 +546,10 @@ class _Collector:
                 return None
             return Row(job=job, status=UNREADABLE, note=str(exc), uri=uri)
         tagged = results.tags.get(SWEEP_TAG)
-        if sweep is not None and (tagged != sweep if tagged is not None else not _name_in(job, sweep)):
+        if tagged is not None:
+            with self._lock:
+                self.sweeps_seen.add(tagged)
+        if sweep is not None and (not _tag_in(tagged, sweep) if tagged is not None else not _name_in(job, sweep)):
             return None
         note = None if results.job_name == job else f"results name {results.job_name!r} differs"
         region = results.region or self.region or "us-east-1"
@@ -568,8 +593,59 @@ class _Collector:
             return Row(job=job, status=ERROR, note=f"{type(exc).__name__}: {exc}", uri=self.store.uri(job))
 
 
+# A sweep id as sweep.py makes it: <name>-<8 hex>, and a scheduled tick's adds -<YYYYMMDDHHMM>.
+_SWEEP_ID = re.compile(r"(?P<name>.+)-(?P<digest>[0-9a-f]{8})(?:-(?P<tick>[0-9]{12}))?")
+# A sweep's job name: <job prefix>-t<8 hex>[-rN], the job prefix being the sweep id with its
+# name part truncated (see sweep.Identity.job_prefix).
+_SWEEP_JOB = re.compile(r"(?P<prefix>.+)-t[0-9a-f]{8}(?:-r[0-9]+)?")
+
+
+def sweep_keys(sweep_id: str) -> set[str]:
+    """The `sweep` filter values that select a sweep id: the id itself, its sweep name, and
+    for a scheduled tick the untimed id."""
+    keys = {sweep_id}
+    found = _SWEEP_ID.fullmatch(sweep_id)
+    if found:
+        keys.add(found["name"])
+        if found["tick"]:
+            keys.add(f"{found['name']}-{found['digest']}")
+    return keys
+
+
+def _tag_in(tagged: str, sweep: str) -> bool:
+    return sweep in sweep_keys(tagged)
+
+
 def _name_in(job: str, sweep: str | None) -> bool:
-    return sweep is None or job.startswith(f"{sweep}-")
+    """Whether a job known only by its name belongs to `sweep` (see the module docstring)."""
+    if sweep is None:
+        return True
+    shaped = _SWEEP_JOB.fullmatch(job)
+    parts = _SWEEP_ID.fullmatch(shaped["prefix"]) if shaped else None
+    if parts is None:
+        return job.startswith(f"{sweep}-")
+    from orchestrator.sweep import Identity
+
+    digest, tick = parts["digest"], parts["tick"]
+    prefix = shaped["prefix"]
+    # `sweep` read as a sweep name ...
+    if Identity(sweep, digest, tick).job_prefix == prefix:
+        return True
+    # ... or as a sweep id, timed or untimed.
+    asked = _SWEEP_ID.fullmatch(sweep)
+    return (asked is not None and asked["digest"] == digest and asked["tick"] in (None, tick)
+            and Identity(asked["name"], digest, tick).job_prefix == prefix)
+
+
+def _listing_needle(sweep: str) -> str:
+    """A substring of every job name of `sweep` (read as a name or as an id): the start of the
+    name part, as much of it as sweep.py keeps when it truncates for the longest suffix."""
+    from orchestrator.sweep import MAX_PREFIX
+
+    asked = _SWEEP_ID.fullmatch(sweep)
+    name = asked["name"] if asked else sweep
+    kept = MAX_PREFIX - len("-12345678-202601010000") - 1
+    return name[:kept].rstrip("-") or name[:1]
 
 
 def _reason(exc: BaseException) -> str:
@@ -585,14 +661,15 @@ def _sagemaker_jobs(collector: _Collector, sweep: str, region: str) -> list[str]
     """Names of this sweep's SageMaker jobs (by name prefix), so that jobs without a results
     object yet still appear as rows."""
     client = collector.sagemaker(region)
+    needle = _listing_needle(sweep)
 
     def names() -> list[str]:
         found = []
-        for page in client.get_paginator("list_training_jobs").paginate(NameContains=sweep):
+        for page in client.get_paginator("list_training_jobs").paginate(NameContains=needle):
             found.extend(s["TrainingJobName"] for s in page.get("TrainingJobSummaries", []))
         return found
 
-    return [n for n in collector.retry(names) if n.startswith(f"{sweep}-")]
+    return [n for n in collector.retry(names) if _name_in(n, sweep)]
 
 
 def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, region: str | None = None,
@@ -602,9 +679,10 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
     """Rows for the jobs under `prefix` (an output.uri: s3://bucket/jobs or file:///...).
 
     `job` limits to one job (InputError when its object is missing, saying where it looked;
-    a row when it is unreadable or could not be fetched); `sweep` to jobs tagged
-    with that sweep id or named `<sweep>-...` (on S3 also this sweep's SageMaker jobs with no
-    results yet). `s3` and `sagemaker` are boto3 clients (created with `client_config` when
+    a row when it is unreadable or could not be fetched); `sweep` to the jobs of a sweep id,
+    a sweep name or a schedule's untimed id, by tag or else by job name (see the module
+    docstring; on S3 also its SageMaker jobs with no results yet; InputError listing the
+    sweeps found when it matches nothing). `s3` and `sagemaker` are boto3 clients (created with `client_config` when
     None; SageMaker ones per job region). `workers` 1 collects sequentially. `progress(done,
     total)` is called as jobs finish. Raises InputError for an unusable prefix or filter.
     """
@@ -613,6 +691,8 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
     if job is not None and sweep is not None:
         raise InputError("--job and --sweep select different things; give one",
                          hint="a job's row already shows its sweep")
+    if sweep is not None and not sweep.strip():
+        raise InputError("--sweep is empty", hint="give a sweep id (e.g. instances-1a2b3c4d) or a sweep name")
     if job is not None and (len(job) > MAX_JOB_NAME or not JOB_NAME_PATTERN.match(job)):
         raise InputError(f"--job {job[:80]!r} is not a job name: 1-63 letters, digits and dashes, starting and "
                          "ending with a letter or digit", hint="use the name `submit` printed")
@@ -646,6 +726,13 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
                                    hint="the caller needs sagemaker:ListTrainingJobs; or pass --region") from None
             jobs = sorted(set(jobs) | set(listed))
     rows = collector.run(jobs, sweep, progress)
+    if sweep is not None and not rows:
+        known = sorted(collector.sweeps_seen)
+        shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        raise InputError(f"no results for sweep {sweep} under {prefix}",
+                         hint=(f"sweeps with results there: {shown}; " if known else "no sweep's results are there; ")
+                         + "--sweep takes a sweep id, a sweep name, or a schedule's untimed id; check --prefix "
+                         f"(results live at <output.uri>/{RESULTS_DIR}/<job>/{RESULTS_FILE})")
     if job is not None and [row.status for row in rows] == [MISSING]:
         raise InputError(f"--job {job}: no {RESULTS_FILE} at {store.uri(job)}",
                          hint=f"results live at <output.uri>/{RESULTS_DIR}/<job>/{RESULTS_FILE}; if the job wrote "
@@ -695,13 +782,15 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     `width` caps the table's width (cells fold); by default it takes its natural width."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"results under {collection.prefix}", title_justify="left")
+    # Values are data, never rich markup (an instance type or prefix with "[/x]" in it): Text.
+    table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left")
     for header, _, fmt in COLUMNS:
         table.add_column(header, justify="left" if fmt == "s" else "right", overflow="fold")
     for row in collection.rows:
         style = None if row.ok else "red"
-        table.add_row(*(_cell(row, attr, fmt) for _, attr, fmt in COLUMNS), style=style)
+        table.add_row(*(Text(_cell(row, attr, fmt)) for _, attr, fmt in COLUMNS), style=style)
     buffer = io.StringIO()
     # 16 columns squeezed into a narrow terminal become unreadable: by default the table takes
     # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.

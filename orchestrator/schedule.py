@@ -12,10 +12,15 @@ Contract:
   handled, when the schedule was first evaluated, and the tick sweeps not yet finished. It
   is written after a tick's sweep is saved, so a crash in between re-plans the same tick
   (same ids, nothing twice).
+- A schedule does not owe ticks from before it existed. Its first evaluation ever records
+  that moment (`since`) and owes only the tick due then: the most recent tick within
+  ON_TIME_SECONDS (cron starts `schedule tick` a little after the minute), whatever
+  `catchup` says; earlier ticks are neither submitted nor reported as skipped. Later
+  evaluations look at the ticks after the last one handled (or, if none was ever due, after
+  `since`).
 - Missed ticks (the machine slept or was off): `catchup: latest` submits the most recent
   one, `all` each of them (at most `max_catchup`, the most recent), `none` only a tick
-  evaluated within ON_TIME_SECONDS of its time. On the first evaluation ever, only a tick
-  within ON_TIME_SECONDS counts: a schedule does not owe ticks from before it existed.
+  evaluated within ON_TIME_SECONDS of its time; the others are reported as skipped.
 - `evaluate()` is one pass (what `schedule tick` runs): submit due ticks, then advance every
   unfinished tick sweep by one runner step. `run()` repeats it, sleeping in slices of at
   most a minute so that a laptop waking from sleep notices missed ticks at once.
@@ -86,14 +91,26 @@ class Due:
     truncated: bool = False
 
 
-def due(schedule: ScheduleSpec, now: datetime, last: datetime | None) -> Due:
-    """Apply the catchup policy to the ticks since `last` (see the module docstring)."""
-    after = last if last is not None else now - timedelta(seconds=ON_TIME_SECONDS)
+def due(schedule: ScheduleSpec, now: datetime, last: datetime | None, since: datetime | None = None) -> Due:
+    """Apply the catchup policy to the ticks after `last`, the last tick handled (see the
+    module docstring). With no `last`: after `since`, when the schedule was first evaluated;
+    with neither, this is that first evaluation, which owes only the tick due now."""
+    first = last is None and since is None
+    if last is not None:
+        after = last
+    elif since is not None:
+        after = since
+    else:
+        after = now - timedelta(seconds=ON_TIME_SECONDS)
     ticks, truncated = ticks_between(schedule, after, now)
     if not ticks:
         return Due([], [], None, truncated)
     newest = ticks[-1]
     on_time = [t for t in ticks if (now - t).total_seconds() <= ON_TIME_SECONDS]
+    if first:
+        # Every tick found is within ON_TIME_SECONDS; only the newest is due now, the others
+        # are from before the schedule existed: not owed, not missed.
+        return Due([newest], [], newest, truncated)
     if schedule.catchup == "latest":
         chosen = [newest]
     elif schedule.catchup == "all":
@@ -161,7 +178,10 @@ class Scheduler:
         report = TickReport(now)
         state = self.state()
         last = datetime.fromisoformat(state["last"]) if state.get("last") else None
-        found = due(self.schedule, now, last)
+        since = datetime.fromisoformat(state["since"]) if state.get("since") else None
+        # `since` is written with the first tick's bookkeeping (below), not before: a crash in
+        # between makes the next evaluation a first one again, which finds the same tick.
+        found = due(self.schedule, now, last, since)
         if found.truncated:
             report.notes.append(f"more than {MAX_SCAN} ticks were missed; only the most recent were considered")
         report.skipped = found.skipped
@@ -170,12 +190,19 @@ class Scheduler:
         for tick in found.submit:
             planned = sweeps.plan(self.sweep, tick=tick)
             sweeps.check_budget(planned)
-            definition = sweeps.save(planned, self.ledger)
-            if definition.sweep_id not in active:
-                active.append(definition.sweep_id)
-            if definition.sweep_id not in history:
-                history.append(definition.sweep_id)
-            report.planned.append(definition.sweep_id)
+            sweep_id = planned.sweep_id
+            try:
+                sweeps.save(planned, self.ledger)
+                report.planned.append(sweep_id)
+            except InputError as exc:
+                # A runner of this machine already runs this very tick (saved before; this
+                # bookkeeping was lost): it is not planned twice, and shows as busy below.
+                if "being run by another process" not in exc.message:
+                    raise
+            if sweep_id not in active:
+                active.append(sweep_id)
+            if sweep_id not in history:
+                history.append(sweep_id)
             state.update(last=tick.isoformat(), active=active, ticks=history[-KEEP_HISTORY:])
             state.setdefault("since", now.isoformat())
             self.ledger.put_value(self.key, state)

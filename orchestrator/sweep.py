@@ -30,6 +30,25 @@ Contract:
   A retry that would take the sweep's cost bounds above its budget is not submitted.
 - At most `concurrency` jobs are in flight, counting jobs of this sweep that another machine
   started (SageMaker: ListTrainingJobs by name, cross-checked by the sweep tag).
+- `save` writes nothing while another process of this machine holds the sweep's runner lock
+  (InputError, exit 2): a refused `sweep run` leaves the saved definition (concurrency,
+  budget, file) as it was.
+- Stop and resume: `stop` (under the runner lock, with the stop flag set) cancels planned
+  trials and asks in-flight jobs to stop; each row's detail says which ("[stopped] by sweep
+  stop before submission" / "... while in flight"). Once the flag is cleared again (`sweep
+  resume` does it, and so does a plain `sweep run` of the same sweep: both continue a stopped
+  sweep), every runner step first reopens what `sweep stop` stopped: a trial cancelled before
+  its job was ever created goes back to `planned` under the same name; a trial whose job was
+  stopped in flight is resubmitted as the next `-rN` on the same instance type, like a retry
+  (it does not use up `max_retries`; the stopped job's cost is spent and stays in the
+  sweep's cost bound, and a resubmission that would take that bound above the budget is not
+  made: the trial stays stopped and its detail says why). Completed and failed trials, and
+  jobs stopped by anything other than `sweep stop`, are left alone. Reopening is a ledger
+  transition (stopped -> planned) or the same attempt record and `planned` row a retry
+  writes, so a runner killed halfway reopens the rest on its next step, under the same names.
+- A sweep edited into a new id submits its trials again under the new names, even those
+  whose exact spec already completed under the old id; the runner says so once (an event
+  naming the earlier jobs), see `completed_elsewhere`.
 """
 
 from __future__ import annotations
@@ -85,6 +104,14 @@ _REASON_KINDS = (
                             r"serviceunavailable|service unavailable|an internal", re.I)),
 )
 _KIND_PREFIX = re.compile(r"^\[([a-z]+)\] ")
+
+# Details `stop` leaves on the rows it stops; a runner step reopens these rows (see the
+# module docstring). STOPPED_LEGACY is what earlier versions wrote in both cases.
+STOPPED_BEFORE_SUBMISSION = "[stopped] by sweep stop before submission"
+STOPPED_IN_FLIGHT = "[stopped] by sweep stop while in flight"
+STOPPED_LEGACY = "[stopped] by sweep stop"
+# The retry suffix has room for two digits ("-r99", see MAX_PREFIX).
+MAX_ATTEMPT = 99
 
 
 # --- trials --------------------------------------------------------------------------------
@@ -459,13 +486,30 @@ def _key(sweep_id: str, what: str = "") -> str:
 
 def save(planned: Plan, ledger: Ledger) -> Definition:
     """Persist the plan: its definition, then one `planned` row per trial (idempotent: a
-    second save of the same sweep keeps existing rows and their states)."""
+    second save of the same sweep keeps existing rows and their states).
+
+    Holds the sweep's runner lock while writing, so nothing is written while another process
+    of this machine runs the sweep: InputError (exit 2) "being run by another process", and
+    the saved definition stays what that runner was started with. The lock is released on
+    return; the caller takes it again to run the sweep.
+    """
     definition = Definition.of(planned)
-    ledger.put_value(_key(definition.sweep_id), definition.to_json())
-    for t in planned.trials:
-        ledger.record_intent(t.job_name, backend=definition.backend, region=definition.region,
-                             spec_hash=t.prepared.spec_hash, request=t.prepared.request, state="planned",
-                             sweep_id=definition.sweep_id, trial_id=t.trial.trial_id, attempt=0)
+    try:
+        with runner_lock(definition.sweep_id):
+            ledger.put_value(_key(definition.sweep_id), definition.to_json())
+            for t in planned.trials:
+                ledger.record_intent(t.job_name, backend=definition.backend, region=definition.region,
+                                     spec_hash=t.prepared.spec_hash, request=t.prepared.request,
+                                     state="planned", sweep_id=definition.sweep_id,
+                                     trial_id=t.trial.trial_id, attempt=0)
+    except InputError as exc:
+        if "being run by another process" not in exc.message:
+            raise
+        sweep_id = definition.sweep_id
+        raise InputError(exc.message, hint=(
+            f"nothing was changed: the running sweep keeps its saved concurrency, budget and file; "
+            f"watch it with `orchestrator sweep status {sweep_id}`, or stop it with `orchestrator sweep "
+            f"stop {sweep_id}` and run again")) from None
     return definition
 
 
@@ -477,6 +521,19 @@ def load_definition(ledger: Ledger, sweep_id: str) -> Definition:
                          hint=("known sweeps: " + ", ".join(known[-10:])) if known else
                          "start one with `orchestrator sweep run SWEEP.yaml`")
     return Definition.from_json(data)
+
+
+def completed_elsewhere(ledger: Ledger, sweep_id: str, spec_hashes: dict[str, str]) -> dict[str, str]:
+    """Trial id -> name of a completed job of another sweep (or none) with the same spec hash,
+    for the trials in `spec_hashes` (trial id -> spec hash). Names are not changed by this:
+    it only tells the user that an edited sweep repeats finished work."""
+    if not spec_hashes:
+        return {}
+    by_hash: dict[str, str] = {}
+    for entry in ledger.entries(states=("completed",)):
+        if entry.sweep_id != sweep_id:
+            by_hash.setdefault(entry.spec_hash, entry.job_name)
+    return {tid: by_hash[digest] for tid, digest in spec_hashes.items() if digest in by_hash}
 
 
 def sweep_ids(ledger: Ledger) -> list[str]:
@@ -626,6 +683,7 @@ class Runner:
         self._last_elsewhere = 0
         self._acted = 0
         self._event_count = 0
+        self._noted_elsewhere = False
 
     # -- ledger views --
 
@@ -657,7 +715,11 @@ class Runner:
         current = self._attempt_info(trial, latest)["instance_type"]
         if kind == "capacity" and current in trial.chain and trial.chain.index(current) + 1 < len(trial.chain):
             return trial.chain[trial.chain.index(current) + 1], True
-        used = sum(1 for e in history[1:] if not self._attempt_info(trial, e)["failover"])
+        used = 0
+        for e in history[1:]:
+            info = self._attempt_info(trial, e)
+            # Failovers and resubmissions after `sweep stop` are not retries of a failure.
+            used += not info["failover"] and not info.get("resumed")
         if used >= self.d.max_retries:
             return f"gave up after {used} retr{'y' if used == 1 else 'ies'} (max_retries {self.d.max_retries})"
         return current, False
@@ -795,6 +857,98 @@ class Runner:
             how = f"failing over to {instance_type}" if failover else "retrying"
             self._event(f"{trial.trial_id}: {how} as {name} after: {latest.detail}")
 
+    def _stopped_before_submission(self, entry: Entry) -> bool | None:
+        """Whether `sweep stop` cancelled this row before its job was created (True), or
+        stopped a job that existed (False); None when the backend cannot say now."""
+        detail = entry.detail or ""
+        if detail.startswith(STOPPED_BEFORE_SUBMISSION):
+            return True
+        if detail.startswith(STOPPED_IN_FLIGHT):
+            return False
+        # STOPPED_LEGACY was written in both cases: ask the backend whether the job exists.
+        try:
+            self.backend.status(entry.job_name)
+        except InputError:
+            return True
+        except BackendError as exc:
+            self._event(f"{entry.job_name}: not reopened yet ({exc.message})")
+            return None
+        return False
+
+    def reopen_stopped(self) -> None:
+        """Reopen the trials `sweep stop` stopped (see the module docstring): back to planned
+        when no job was created, else a new `-rN` row on the same instance type."""
+        rows = self._rows()
+        spent: float | None = None
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history:
+                continue
+            latest = history[-1]
+            detail = latest.detail or ""
+            if latest.state != "stopped" or not detail.startswith(STOPPED_LEGACY):
+                continue
+            before = self._stopped_before_submission(latest)
+            if before is None:
+                continue
+            if before:
+                if self.ledger.transition(latest.job_name, "planned", detail="resumed after sweep stop",
+                                          expect=("stopped",)):
+                    self._acted += 1
+                    self._event(f"{latest.job_name}: planned again (sweep stop had cancelled it before submission)")
+                continue
+            attempt = latest.attempt + 1
+            name = self.ident.job_name(trial.trial_id, attempt)
+            instance_type = self._attempt_info(trial, latest)["instance_type"]
+            why = None
+            if attempt > MAX_ATTEMPT:
+                why = f"job names allow at most {MAX_ATTEMPT} resubmissions"
+            else:
+                self.ledger.put_value(_key(self.d.sweep_id, f"attempt:{name}"),
+                                      {"instance_type": instance_type, "failover": False, "resumed": True})
+                stub = Entry(name, self.d.backend, self.d.region, "", "planned", {}, self.d.sweep_id,
+                             trial.trial_id, attempt, None, 0.0, 0.0)
+                prepared = self._prepare(trial, stub)
+                if self.d.budget_usd is not None:
+                    spent = self._spent_bound(rows) if spent is None else spent
+                    if spent + prepared.estimate.usd_max > self.d.budget_usd:
+                        why = (f"a resubmission would take the sweep's cost bound to "
+                               f"{spent + prepared.estimate.usd_max:.2f} USD (the stopped job's cost is spent), "
+                               f"above budget.max_total_cost_usd {self.d.budget_usd:g}")
+                    else:
+                        spent += prepared.estimate.usd_max
+            if why is not None:
+                # Stays stopped; the detail keeps its prefix, so a later step (a raised budget
+                # saved by `sweep run`) looks again. Said once, not on every step.
+                refused = f"{STOPPED_IN_FLIGHT}; not resubmitted: {why}"
+                if detail != refused and self.ledger.transition(latest.job_name, "stopped", detail=refused,
+                                                                expect=("stopped",)):
+                    self._event(f"{trial.trial_id}: not resubmitted after sweep stop: {why}")
+                continue
+            self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
+                                      spec_hash=prepared.spec_hash, request=prepared.request, state="planned",
+                                      sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
+            self._acted += 1
+            self._event(f"{trial.trial_id}: resubmitting as {name}: sweep stop had stopped {latest.job_name} "
+                        "in flight (its cost is spent)")
+
+    def note_completed_elsewhere(self) -> None:
+        """Once per runner: an event naming trials about to be submitted whose exact spec
+        already completed under another sweep id in this ledger (see `completed_elsewhere`)."""
+        if self._noted_elsewhere or self.ident.tick is not None:
+            return
+        self._noted_elsewhere = True
+        fresh = {}
+        for trial_id, history in self._rows().items():
+            if len(history) == 1 and history[0].state == "planned" and history[0].attempt == 0:
+                fresh[trial_id] = history[0].spec_hash
+        found = completed_elsewhere(self.ledger, self.d.sweep_id, fresh)
+        if found:
+            shown = ", ".join(f"{tid} (as {name})" for tid, name in sorted(found.items())[:5])
+            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+            self._event(f"note: {len(found)} trial(s) already completed under another sweep id with the same "
+                        f"spec: {shown}{more}; they run again under {self.d.sweep_id}")
+
     def _elsewhere(self, own: set[str]) -> set[str]:
         """Names of this sweep's jobs in progress that this ledger does not count in flight."""
         if not self.count_elsewhere:
@@ -896,11 +1050,14 @@ class Runner:
         return True
 
     def step(self) -> Progress:
-        """One round: refresh in-flight jobs, plan retries, submit what fits."""
+        """One round: reopen what `sweep stop` stopped, refresh in-flight jobs, plan retries,
+        submit what fits."""
         self._last_elsewhere = 0
         self._acted = 0
         if self.stop_requested():
             return self.progress(stopped=True)
+        self.reopen_stopped()
+        self.note_completed_elsewhere()
         self.refresh()
         self.plan_retries()
         self.submit_ready()
@@ -966,7 +1123,8 @@ class StopReport:
 
 
 def stop(runner: Runner) -> StopReport:
-    """Stop the sweep: planned trials become stopped, in-flight jobs are asked to stop.
+    """Stop the sweep: planned trials become stopped (detail STOPPED_BEFORE_SUBMISSION),
+    in-flight jobs are asked to stop (STOPPED_IN_FLIGHT); `sweep resume` reopens both.
 
     The caller holds the runner lock (so no runner of this machine submits meanwhile) and has
     set the stop flag (so a runner started later does nothing).
@@ -975,7 +1133,7 @@ def stop(runner: Runner) -> StopReport:
     for history in runner._rows().values():
         entry = history[-1]
         if entry.state == "planned":
-            if runner.ledger.transition(entry.job_name, "stopped", detail="[stopped] by sweep stop",
+            if runner.ledger.transition(entry.job_name, "stopped", detail=STOPPED_BEFORE_SUBMISSION,
                                         expect=("planned",)):
                 cancelled.append(entry.job_name)
             continue
@@ -984,9 +1142,14 @@ def stop(runner: Runner) -> StopReport:
         try:
             status = runner.backend.status(entry.job_name)
         except InputError:
-            # A submit that never reached the backend: nothing runs.
-            runner.ledger.transition(entry.job_name, "stopped", detail="[stopped] by sweep stop (never created)",
-                                     expect=("submitting", "submitted", "running"))
+            # The backend does not know the job. From `submitting`, a create that never reached
+            # it: nothing runs, and a resume may create it under this name. A job the ledger
+            # saw created but the backend lost is treated as stopped in flight: a resume gives
+            # it a new name, never one the backend may still hold.
+            never = entry.state == "submitting"
+            runner.ledger.transition(entry.job_name, "stopped", detail=(
+                f"{STOPPED_BEFORE_SUBMISSION} (never created)" if never else f"{STOPPED_IN_FLIGHT} (job not found)"),
+                expect=("submitting", "submitted", "running"))
             cancelled.append(entry.job_name)
             continue
         except BackendError as exc:
@@ -1001,7 +1164,7 @@ def stop(runner: Runner) -> StopReport:
         except OrchestratorError as exc:
             errors.append(f"{entry.job_name}: {exc.message}")
             continue
-        runner.ledger.transition(entry.job_name, "stopped", detail="[stopped] by sweep stop",
+        runner.ledger.transition(entry.job_name, "stopped", detail=STOPPED_IN_FLIGHT,
                                  expect=("submitting", "submitted", "running"))
         stopped_jobs.append(entry.job_name)
     return StopReport(stopped_jobs, cancelled, errors)

@@ -136,6 +136,29 @@ def test_parse_rejects_with_a_reason(data, reason):
     assert reason in str(info.value)
 
 
+def test_a_json_error_reads_once_with_its_position():
+    with pytest.raises(res.Unreadable) as info:
+        res.parse(b'{"schema": "orchestrator.results/v1", "job_na')
+    assert str(info.value) == "not valid JSON (truncated?): Unterminated string starting at: line 1 column 39"
+    with pytest.raises(res.Unreadable) as info:
+        res.parse(b'{"schema": }')
+    assert str(info.value) == "not valid JSON: Expecting value: line 1 column 12"
+
+
+def test_non_finite_numbers_keep_the_row_and_are_named(prices):
+    doc = results_doc("nan-1", backend="local")
+    doc["step_time_s"]["p50"] = float("nan")
+    doc["samples_per_s"] = float("inf")
+    write_local(prices, "nan-1", json.dumps(doc).encode())  # json writes NaN and Infinity
+    write_local(prices, "ok-1", results_doc("ok-1", backend="local"))
+    rows = by_job(res.collect(res.local_store_uri()))
+    row = rows["nan-1"]
+    assert row.status == "completed" and row.step_time_p50_s is None and row.samples_per_s is None
+    assert row.note == "non-finite value in step_time_s.p50, samples_per_s"
+    assert rows["ok-1"].note is None
+    assert "nan-1: non-finite value in step_time_s.p50" in res.render_table(res.collect(res.local_store_uri()))
+
+
 def test_parse_names_a_bad_field():
     doc = results_doc("j-1")
     doc["instance"]["count"] = "two"
@@ -296,6 +319,69 @@ def test_job_filter_and_a_missing_job(aws, prices):
     # An unreadable one is still a row (the table says why), never an error for the filter.
     put_results(s3, "half", b'{"schema": ')
     assert [(r.job, r.status) for r in res.collect(PREFIX, job="half").rows] == [("half", "unreadable")]
+
+
+def _sweep_job(name: str, digest: str, trial: str = "t0000000a", tick: str | None = None) -> tuple[str, str]:
+    """(sweep id, job name) the way sweep.py makes them."""
+    from orchestrator.sweep import Identity
+
+    ident = Identity(name, digest, tick)
+    return ident.sweep_id, ident.job_name(trial)
+
+
+def _missing(root, job: str) -> None:
+    (root / "store" / "jobs" / "results" / job).mkdir(parents=True)
+
+
+def test_sweep_filter_takes_an_id_or_a_name_and_matches_folders_and_tags_alike(prices):
+    """The QA case: `--sweep instances` listed the missing rows of every instances-* sweep but
+    dropped the one completed row, tagged instances-e232772a."""
+    done_id, done_job = _sweep_job("instances", "e232772a")
+    write_local(prices, done_job, results_doc(done_job, backend="local", sweep=done_id))
+    for digest in ("11111111", "22222222", "33333333", "44444444"):
+        _missing(prices, _sweep_job("instances", digest)[1])
+    write_local(prices, _sweep_job("instances", "e232772a", "t0000000b")[1], b'{"schema": ')
+    big_id, big_job = _sweep_job("instances-big", "55555555")  # another sweep whose name starts alike
+    write_local(prices, big_job, results_doc(big_job, backend="local", sweep=big_id))
+    _missing(prices, _sweep_job("instances-big", "66666666")[1])
+    # A name long enough that its job names are truncated, and scheduled ticks.
+    long_name = "instances-" + "x" * 40
+    long_id, long_job = _sweep_job(long_name, "77777777")
+    assert not long_job.startswith(long_id)
+    _missing(prices, long_job)
+    tick_id, tick_job = _sweep_job("nightly", "88888888", tick="202601050300")
+    write_local(prices, tick_job, results_doc(tick_job, backend="local", sweep=tick_id))
+    _missing(prices, _sweep_job("nightly", "88888888", tick="202601060300")[1])
+
+    def jobs(sweep: str) -> set[str]:
+        return {r.job for r in res.collect(res.local_store_uri(), sweep=sweep, workers=2).rows}
+
+    by_name = jobs("instances")
+    assert done_job in by_name and len(by_name) == 6 and not any("big" in j or "xxx" in j for j in by_name)
+    assert jobs(done_id) == {done_job, _sweep_job("instances", "e232772a", "t0000000b")[1]}
+    assert jobs("instances-big") == {big_job, _sweep_job("instances-big", "66666666")[1]} == jobs(big_id) | {
+        _sweep_job("instances-big", "66666666")[1]}
+    assert jobs(long_name) == {long_job} == jobs(long_id)
+    assert jobs("nightly") == jobs("nightly-88888888") == {tick_job, _sweep_job("nightly", "88888888",
+                                                                                 tick="202601060300")[1]}
+    assert jobs(tick_id) == {tick_job}
+    with pytest.raises(InputError) as info:
+        res.collect(res.local_store_uri(), sweep="instances-e232772b")
+    assert info.value.message.startswith("no results for sweep instances-e232772b under file://")
+    assert done_id in info.value.hint and big_id in info.value.hint and "sweep name" in info.value.hint
+
+
+def test_sweep_name_or_id_finds_sagemaker_jobs_without_results_alike(aws, prices):
+    s3, sm = aws
+    sweep_id, job = _sweep_job("instances", "e232772a")
+    put_results(s3, job, results_doc(job, sweep=sweep_id))
+    create_job(sm, job)
+    running = _sweep_job("instances", "e232772a", "t0000000b")[1]
+    create_job(sm, running, status="InProgress")
+    create_job(sm, _sweep_job("instances-big", "55555555")[1], status="InProgress")
+    for asked in ("instances", sweep_id):
+        rows = by_job(res.collect(PREFIX, sweep=asked, region="us-east-1"))
+        assert set(rows) == {job, running} and rows[running].status == "missing"
 
 
 def test_bad_filters_and_prefixes_are_input_errors(orch_home):
@@ -705,3 +791,19 @@ def test_reads_what_the_entrypoint_writes(prices):
     assert row.global_batch == 8 and row.samples_per_s == pytest.approx(8 / 0.125)
     assert row.step_time_p50_s == pytest.approx(0.1) and row.compile_s == 4.0 and row.cache_hit_ratio == 0.75
     assert row.cores == 2 and row.price_per_hour is None
+
+
+def test_cli_results_table_shows_bracketed_values_verbatim(prices, tmp_path, monkeypatch, capsys):
+    """Values in the table are data, never rich markup: "[/x]" would be a MarkupError, "[bold]" would vanish."""
+    store = tmp_path / "brackets"
+    write_local(store, "br-1", results_doc("br-1", backend="local", type_="ml.[/x]"))
+    write_local(store, "br-2", results_doc("br-2", backend="local", type_="ml.[bold]y"))
+    prefix = (store / "store" / "jobs").as_uri()
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--prefix", prefix)
+    assert code == 0, err
+    assert "ml.[/x]" in out and "ml.[bold]y" in out and "Traceback" not in err
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--job", "br-1", "--prefix", prefix)
+    assert code == 0 and "ml.[/x]" in out and "br-2" not in out
+    # The title carries the prefix, also verbatim.
+    assert res.render_table(res.Collection("file:///tmp/[/p]", [])).splitlines()[0].strip() == \
+        "results under file:///tmp/[/p]"

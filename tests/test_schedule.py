@@ -69,6 +69,16 @@ def test_first_evaluation_owes_only_an_on_time_tick(tmp_path):
     assert late.submit == [] and late.newest is None
 
 
+@pytest.mark.parametrize("catchup", ["latest", "all", "none"])
+def test_first_evaluation_owes_only_the_tick_due_now_whatever_the_catchup(tmp_path, catchup):
+    schedule = load(tmp_path, catchup).schedule.model_copy(update={"cron": "* * * * *"})
+    first = schedules.due(schedule, utc(2026, 1, 5, 12, 3, 20), None)
+    assert first.submit == [utc(2026, 1, 5, 12, 3)] and first.skipped == []
+    # Later evaluations count from `since` when no tick was ever handled.
+    later = schedules.due(schedule, utc(2026, 1, 5, 12, 6, 10), None, since=utc(2026, 1, 5, 12, 3, 20))
+    assert sorted(later.submit + later.skipped) == [utc(2026, 1, 5, 12, m) for m in (4, 5, 6)]
+
+
 @pytest.mark.parametrize("catchup, submitted", [
     ("latest", [utc(2026, 1, 8, 3)]),
     ("all", [utc(2026, 1, 6, 3), utc(2026, 1, 7, 3), utc(2026, 1, 8, 3)]),
@@ -143,6 +153,18 @@ def test_a_crash_between_saving_a_tick_and_its_bookkeeping_replans_the_same_tick
     assert len(ledger.entries(sweep_id=planned.sweep_id)) == 2 and len(cloud.creates) == 2
 
 
+def test_a_tick_already_run_by_another_process_is_busy_not_an_error(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    sweep = load(tmp_path)
+    at(clock, utc(2026, 1, 5, 3, 0, 30))
+    planned = sweeps.plan(sweep, tick=utc(2026, 1, 5, 3))
+    sweeps.save(planned, ledger)  # saved, bookkeeping lost, and a `sweep resume` of it runs
+    with sweeps.runner_lock(planned.sweep_id):
+        report = schedules.Scheduler(sweep, cloud, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    assert report.planned == [] and report.busy == [planned.sweep_id] and cloud.creates == Counter()
+    assert schedules.Scheduler(sweep, cloud, ledger, clock=clock).state()["active"] == [planned.sweep_id]
+
+
 def test_after_a_sleep_catchup_latest_submits_only_the_newest_tick(tmp_path, cloud_rig):
     ledger, cloud, clock = cloud_rig
     sweep = load(tmp_path)
@@ -154,6 +176,37 @@ def test_after_a_sleep_catchup_latest_submits_only_the_newest_tick(tmp_path, clo
     assert [p[-12:] for p in report.planned] == ["202601080300"]
     assert report.skipped == [utc(2026, 1, 6, 3), utc(2026, 1, 7, 3)]
     assert len(cloud.creates) == 4
+
+
+@pytest.mark.parametrize("catchup", ["latest", "all"])
+def test_a_new_schedule_submits_no_tick_from_before_it_existed(tmp_path, cloud_rig, catchup):
+    """The QA case: cron `* * * * *`; the first `schedule tick` submitted the last five
+    minutes' ticks (all) or reported four of them skipped (latest)."""
+    ledger, cloud, clock = cloud_rig
+    sweep = load(tmp_path, catchup)
+    sweep = sweep.model_copy(update={"schedule": sweep.schedule.model_copy(update={"cron": "* * * * *"})})
+    scheduler = schedules.Scheduler(sweep, cloud, ledger, clock=clock, sleep=clock.sleep)
+    at(clock, utc(2026, 1, 5, 12, 3, 20))
+    first = scheduler.evaluate()
+    assert [p[-12:] for p in first.planned] == ["202601051203"] and first.skipped == []
+    assert scheduler.state()["since"] == utc(2026, 1, 5, 12, 3, 20).isoformat()
+    assert len(cloud.creates) == 2
+    # Later, missed ticks follow `catchup` as documented.
+    at(clock, utc(2026, 1, 5, 12, 6, 5))
+    later = scheduler.evaluate()
+    owed = {"all": ["202601051204", "202601051205", "202601051206"], "latest": ["202601051206"]}[catchup]
+    assert [p[-12:] for p in later.planned] == owed
+    assert later.skipped == ([] if catchup == "all" else [utc(2026, 1, 5, 12, 4), utc(2026, 1, 5, 12, 5)])
+
+
+def test_a_tick_missed_after_a_first_evaluation_with_none_due_is_caught_up(tmp_path, cloud_rig):
+    ledger, cloud, clock = cloud_rig
+    scheduler = schedules.Scheduler(load(tmp_path), cloud, ledger, clock=clock, sleep=clock.sleep)
+    at(clock, utc(2026, 1, 5, 10))  # nothing due: the schedule starts owing ticks from now
+    assert scheduler.evaluate().planned == [] and "last" not in scheduler.state()
+    at(clock, utc(2026, 1, 6, 9))  # the laptop slept through 03:00
+    report = scheduler.evaluate()
+    assert [p[-12:] for p in report.planned] == ["202601060300"] and report.skipped == []
 
 
 def test_two_machines_submit_each_tick_job_once(tmp_path, orch_home, moto_server):

@@ -718,6 +718,167 @@ def test_stop_cancels_planned_trials_and_stops_jobs_in_flight(rig):
     assert runner.step().stopped and len(cloud.jobs) == 2  # a runner started later submits nothing
 
 
+def _stopped_midway(make, cloud, text: str = SWEEP):
+    """A sweep of 4 trials, concurrency 2, stopped with 1 completed, 2 in flight, 1 planned."""
+    runner = make(text)
+    runner.step()
+    first = sorted(cloud.jobs)[0]
+    cloud.finish(first)
+    runner.step()
+    assert Counter(states(runner).values()) == {"completed": 1, "submitted": 2, "planned": 1}
+    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
+    report = sweeps.stop(runner)
+    assert len(report.stopped_jobs) == 2 and len(report.cancelled) == 1
+    return runner, first, report
+
+
+def test_resume_after_stop_reopens_cancelled_trials_and_resubmits_stopped_jobs(rig):
+    make, cloud, clock = rig
+    runner, first, report = _stopped_midway(make, cloud)
+    assert runner.step().stopped and len(cloud.jobs) == 3  # the flag still set: nothing moves
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)  # what `sweep resume` and `sweep run` do
+    progress = runner.step()
+    views = {v.trial.trial_id: v for v in runner.views()}
+    [cancelled] = report.cancelled
+    by_name = {v.job_name: v for v in views.values()}
+    # Cancelled before submission: planned again under the same name (attempt 0).
+    assert by_name[cancelled].attempt == 0 and by_name[cancelled].state in ("planned", "submitted")
+    # Stopped in flight: resubmitted as -r1 of the same trial, on the same instance type.
+    for name in report.stopped_jobs:
+        trial = runner.ledger.get(name).trial_id
+        assert runner.ledger.get(name).state == "stopped"
+        assert views[trial].job_name == name + "-r1" and views[trial].state in ("planned", "submitted")
+        assert views[trial].instance_type == cloud.instance_of(name)
+    assert any("its cost is spent" in e for e in progress.events)
+    assert any(f"{cancelled}: planned again" in e for e in progress.events)
+    assert by_name[first].state == "completed" and by_name[first].attempt == 0  # left alone
+    while not runner.step().done:
+        cloud.finish_all()
+    assert set(states(runner).values()) == {"completed"} and set(cloud.creates.values()) == {1}
+    assert len(cloud.creates) == 6 and cloud.max_in_flight <= 2 and cancelled in cloud.creates
+    # A later resume finds nothing to reopen.
+    fresh = sweeps.Runner(runner.d, cloud, runner.ledger, sleep=clock.sleep, clock=clock)
+    assert fresh.step().done and len(cloud.creates) == 6
+
+
+def test_a_resubmission_after_stop_does_not_use_up_max_retries(rig):
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 1\n")
+    runner.step()
+    [job] = cloud.jobs
+    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
+    sweeps.stop(runner)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    runner.step()
+    cloud.finish(job + "-r1", "failed", "InternalServerError: internal error")
+    runner.step()
+    runner.step()
+    [view] = runner.views()
+    assert view.job_name == job + "-r2" and view.state == "submitted"  # the one retry is still there
+
+
+def test_reopening_killed_halfway_continues_under_the_same_names(rig, monkeypatch):
+    make, cloud, clock = rig
+    runner, _, report = _stopped_midway(make, cloud)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    real = Ledger.record_intent
+
+    def killed(self, job_name, **kwargs):
+        if job_name.endswith("-r1"):
+            raise KeyboardInterrupt  # the process dies after the attempt record, before the row
+        return real(self, job_name, **kwargs)
+
+    monkeypatch.setattr(Ledger, "record_intent", killed)
+    with pytest.raises(KeyboardInterrupt):
+        runner.step()
+    monkeypatch.setattr(Ledger, "record_intent", real)
+    fresh = sweeps.Runner(runner.d, cloud, runner.ledger, sleep=clock.sleep, clock=clock, poll_seconds=0)
+    while not fresh.step().done:
+        cloud.finish_all()
+    names = {e.job_name for e in runner.ledger.entries(sweep_id=runner.d.sweep_id)}
+    assert {n + "-r1" for n in report.stopped_jobs} <= names and len(names) == 6
+    assert set(cloud.creates.values()) == {1} and len(cloud.creates) == 6
+
+
+def test_rows_stopped_by_an_older_version_are_told_apart_by_the_backend(rig):
+    make, cloud, _ = rig
+    runner, _, report = _stopped_midway(make, cloud)
+    for entry in runner.ledger.entries(sweep_id=runner.d.sweep_id, states=("stopped",)):
+        runner.ledger.transition(entry.job_name, "stopped", detail=sweeps.STOPPED_LEGACY)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    runner.step()
+    names = {e.job_name: e.state for e in runner.ledger.entries(sweep_id=runner.d.sweep_id)}
+    [cancelled] = report.cancelled
+    assert cancelled + "-r1" not in names and names[cancelled] in ("planned", "submitted")
+    assert all(n + "-r1" in names for n in report.stopped_jobs)
+
+
+def test_a_resubmission_after_stop_above_budget_is_not_made(rig):
+    make, cloud, _ = rig
+    # One trn1.2xlarge hour is about 1.34 USD: the stopped job's bound is spent, no room for another.
+    runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
+    runner.step()
+    [job] = cloud.jobs
+    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
+    sweeps.stop(runner)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    first = runner.step()
+    second = runner.step()
+    [view] = runner.views()
+    assert view.job_name == job and view.state == "stopped" and view.final and second.done
+    assert "not resubmitted" in view.detail and "above budget.max_total_cost_usd 2" in view.detail
+    assert sum("not resubmitted" in e for e in second.events) == 1 == sum("not resubmitted" in e for e in first.events)
+    assert list(cloud.jobs) == [job]
+
+
+def test_a_refused_save_leaves_the_saved_definition_unchanged(tmp_path, orch_home):
+    ledger = Ledger()
+    definition = sweeps.save(sweeps.plan(load(tmp_path, SWEEP)), ledger)
+    saved = ledger.get_value(f"sweep:{definition.sweep_id}")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    changed = sweeps.plan(load(other, SWEEP.replace("concurrency: 2", "concurrency: 3")
+                               + "budget: {max_total_cost_usd: 90}\n"))
+    assert changed.sweep_id == definition.sweep_id
+    with sweeps.runner_lock(definition.sweep_id):  # a detached runner holds the sweep
+        with pytest.raises(InputError) as info:
+            sweeps.save(changed, ledger)
+    assert "being run by another process" in info.value.message and "nothing was changed" in info.value.hint
+    assert ledger.get_value(f"sweep:{definition.sweep_id}") == saved
+    assert sweeps.save(changed, ledger).concurrency == 3  # once the runner is gone, it saves
+
+
+def test_cli_sweep_run_refused_by_a_running_sweep_saves_nothing(tmp_path, orch_home):
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    ledger = Ledger()
+    definition = sweeps.save(sweeps.plan(load(tmp_path, SWEEP)), ledger)
+    saved = ledger.get_value(f"sweep:{definition.sweep_id}")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    path = write(other, SWEEP.replace("concurrency: 2", "concurrency: 3") + "budget: {max_total_cost_usd: 90}\n")
+    with sweeps.runner_lock(definition.sweep_id):
+        done = _cli("sweep", "run", str(path), env=env)
+    assert done.returncode == 2, done.stderr
+    assert "being run by another process" in done.stderr and "Traceback" not in done.stderr
+    assert ledger.get_value(f"sweep:{definition.sweep_id}") == saved
+
+
+def test_the_runner_notes_trials_already_completed_under_another_sweep_id(rig):
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16]\n")
+    runner.step()
+    cloud.finish_all()
+    runner.step()
+    edited = make("sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16, 64]\n")
+    assert edited.d.sweep_id != runner.d.sweep_id
+    progress = edited.step()
+    [note] = [e for e in progress.events if "already completed under another sweep id" in e]
+    assert f"(as {next(iter(cloud.creates))})" in note and note.count("(as ") == 1
+    assert sum("already completed" in e for e in edited.step().events) == 1  # said once
+
+
 def test_run_resumes_from_the_ledger_alone(rig):
     make, cloud, clock = rig
     runner = make()
@@ -913,6 +1074,40 @@ def test_moto_two_machines_run_one_sweep_and_create_each_job_once(tmp_path, orch
         assert runner.run(max_steps=10).done
         assert set(states(runner).values()) == {"completed"}
     assert len(creates) == 4 and set(creates.values()) == {1}
+
+
+@pytest.mark.parametrize("command", ["resume", "run"])
+def test_moto_cli_resume_continues_a_stopped_sweep(tmp_path, orch_home, bucket, command):
+    """The QA case: a sweep stopped with jobs in flight and trials not yet submitted; `sweep
+    resume` (a new process, the real backend), or `sweep run` of its file, submits the
+    cancelled trials under their names and the stopped ones as -r1, and ends with every
+    trial completed."""
+    import os
+
+    ledger = Ledger()
+    creates: Counter = Counter()
+    backend, _ = moto_backend(ledger, creates)
+    definition = sweeps.save(sweeps.plan(load(tmp_path, SWEEP)), ledger)
+    runner = sweeps.Runner(definition, backend, ledger, sleep=lambda s: None, poll_seconds=0,
+                           count_elsewhere=False)
+    runner.submit_ready()
+    for name in creates:
+        set_moto_status(name, "InProgress")
+    backend.stop = lambda name: set_moto_status(name, "Stopped")  # moto has no StopTrainingJob
+    sweeps.request_stop(ledger, definition.sweep_id)
+    report = sweeps.stop(runner)
+    assert len(report.stopped_jobs) == 2 and len(report.cancelled) == 2
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    target = definition.sweep_id if command == "resume" else str(tmp_path / "sweep.yaml")
+    done = _cli("sweep", command, target, "--poll", "0", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"sweep {definition.sweep_id}: 4 completed" in done.stdout
+    for name in report.stopped_jobs:
+        assert f"resubmitting as {name}-r1" in done.stdout
+    states_now = {e.job_name: e.state for e in ledger.entries(sweep_id=definition.sweep_id)}
+    assert {n: states_now[n] for n in report.stopped_jobs} == {n: "stopped" for n in report.stopped_jobs}
+    assert all(states_now[n] == "completed" for n in report.cancelled)
+    assert all(states_now[n + "-r1"] == "completed" for n in report.stopped_jobs)
 
 
 # --- end to end on the local backend -------------------------------------------------------------
