@@ -541,8 +541,8 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
 
 @app.command()
 def results(
-    sweep: str | None = typer.Option(None, "--sweep", help="Only this sweep's jobs (tag orchestrator:sweep, "
-                                     "or named <sweep>-...)."),
+    sweep: str | None = typer.Option(None, "--sweep", help="Only this sweep's jobs: a sweep id or a sweep name "
+                                     "(tag orchestrator:sweep, or named <sweep>-...)."),
     job: str | None = typer.Option(None, "--job", callback=_job_option, help="Only this job (exit 2 when it "
                                    "has no results object under the prefix)."),
     prefix: str | None = typer.Option(None, "--prefix", help="The jobs' output.uri (s3://bucket/jobs or "
@@ -863,7 +863,8 @@ def sweep_resume(
     target: str = typer.Argument(..., help="Sweep id (or the sweep's YAML)."),
     poll: float | None = _POLL_OPTION,
 ) -> None:
-    """Continue a sweep after a crash, a closed laptop or --detach: reconcile, then run on."""
+    """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
+    then run on (trials stop cancelled are submitted, jobs it stopped are resubmitted as -rN)."""
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
@@ -958,7 +959,8 @@ def sweep_stop(
     for name in report.stopped_jobs:
         _out(f"stopping {name}")
     _out(f"sweep {definition.sweep_id}: {len(report.stopped_jobs)} job(s) stopping, "
-         f"{len(report.cancelled)} trial(s) cancelled before submission")
+         f"{len(report.cancelled)} trial(s) cancelled before submission; continue it with "
+         f"`orchestrator sweep resume {definition.sweep_id}`")
     if report.errors:
         for line in report.errors:
             _err(f"error: {line}")
