@@ -587,8 +587,10 @@ def results(
         _out(renderers[fmt](collection).rstrip("\n"))
     if plot is not None:
         data = res.render_plot(collection)
+        from orchestrator.paths import write_atomic
+
         try:
-            plot.write_bytes(data)
+            write_atomic(plot, data)  # a failed write leaves no truncated PNG behind
         except OSError as exc:
             raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}") from None
         _err(f"wrote {plot} ({len(data)} bytes)")
@@ -826,7 +828,8 @@ def _spawn_runner(sweep_id: str, ledger, poll: float | None) -> tuple[int, Path]
     with open(log, "ab") as handle:
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                                  env=env, start_new_session=True)
-    sweeps.record_runner(ledger, sweep_id, child.pid)
+    # The child records its own pid once it holds the runner lock; recording it here as well
+    # could overwrite the real runner's pid with that of a child that lost the lock.
     return child.pid, log
 
 

@@ -40,15 +40,16 @@ def home() -> Path:
     return path
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write `text` to `path` so readers see the old file or the new one, never a part:
-    a temp file in the same folder, fsync'd, then renamed over. OSError propagates."""
+def write_atomic(path: Path, text: str | bytes) -> Path:
+    """Write `text` (str, or bytes as they are) to `path` so readers see the old file or the
+    new one, never a part: a temp file in the same folder, fsync'd, then renamed over.
+    OSError propagates."""
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

@@ -22,8 +22,9 @@ import re
 from dataclasses import dataclass
 
 from entrypoints import contract
-from orchestrator import catalog, cost, doctor, ledger, sourcedir
+from orchestrator import catalog, cost, doctor, sourcedir
 from orchestrator.errors import InputError
+from orchestrator.paths import home
 from orchestrator.spec import JobSpec, spec_hash
 
 MAX_JOB_NAME = 63
@@ -84,7 +85,7 @@ def output_uri(spec: JobSpec) -> str:
     """The job's output prefix: output.uri, or the local store for a local spec without one."""
     if spec.output.uri:
         return spec.output.uri.rstrip("/")
-    return f"file://{ledger.home()}/store/jobs"
+    return f"file://{home()}/store/jobs"
 
 
 def compile_cache_uri(spec: JobSpec) -> str | None:
@@ -92,7 +93,7 @@ def compile_cache_uri(spec: JobSpec) -> str | None:
     if spec.compile_cache.uri:
         return spec.compile_cache.uri.rstrip("/")
     if spec.backend == "local":
-        return f"file://{ledger.home()}/store/compile-cache"
+        return f"file://{home()}/store/compile-cache"
     return None
 
 

@@ -160,12 +160,15 @@ def test_resubmitting_the_same_job_runs_nothing_twice(orch_home, tmp_path, fake_
     backend = LocalBackend()
     assert backend.submit(prepared).created
     first = wait_terminal(backend, prepared.job_name)
-    log_before = (orch_home / "jobs" / prepared.job_name / "logs" / "all.log").read_bytes()
+    job_dir = orch_home / "jobs" / prepared.job_name
+    before = {name: ((job_dir / name).read_bytes(), (job_dir / name).stat().st_ino)
+              for name in (local.PID_FILE, local.STATUS_FILE, "logs/all.log")}
     again = LocalBackend().submit(prepared)
     assert again.created is False and again.job_name == prepared.job_name
-    time.sleep(1.0)
+    # A second start would have laid the job out again and written a new supervisor pid
+    # before submit returned (it waits for the supervisor to record itself): nothing changed.
+    assert {name: ((job_dir / name).read_bytes(), (job_dir / name).stat().st_ino) for name in before} == before
     assert backend.status(prepared.job_name).ended == first.ended
-    assert (orch_home / "jobs" / prepared.job_name / "logs" / "all.log").read_bytes() == log_before
     assert [e.job_name for e in Ledger().entries()] == [prepared.job_name]
 
 

@@ -243,7 +243,6 @@ def test_hostile_cache_archive_runs_cold_with_a_warning(orch_home, tmp_path, fak
 
 def test_sigterm_stops_training_and_still_pushes_and_reports(orch_home, tmp_path, fake_train):
     import signal
-    import time
 
     job = make_job()
     host = Host(tmp_path, job)
@@ -251,12 +250,20 @@ def test_sigterm_stops_training_and_still_pushes_and_reports(orch_home, tmp_path
     proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launch", "--job", str(host.job_file)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.time() + 60
-        for line in proc.stdout:
-            if "fake-train rank 0 compiled" in line or time.time() > deadline:
-                break
+        # Read on a thread: a silent child would block this loop, and the deadline must hold.
+        import threading
+
+        started = threading.Event()
+
+        def watch() -> None:
+            for line in proc.stdout:
+                if "fake-train rank 0 compiled" in line:
+                    started.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+        assert started.wait(60), "the fake trainer never reported its compile"
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        proc.wait(timeout=60)  # the watching thread keeps draining the output
     finally:
         proc.kill()
     assert proc.returncode == 1

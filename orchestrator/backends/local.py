@@ -262,11 +262,15 @@ class LocalBackend:
 
     def _check_channels(self, request: dict) -> None:
         for channel, uri in channels_of(request).items():
+            from entrypoints.storage import StorageError
+
             try:
                 empty = not self._store(uri).list(with_etags=False)
-            except Exception as exc:  # noqa: BLE001 - the store's own error, reported with the channel
-                raise InputError(f"cannot read data channel {channel!r} at {uri}: {exc}",
-                                 hint="check data.source and your credentials") from exc
+            except ValueError as exc:  # a URI the store cannot take: the spec's fault
+                raise InputError(f"data channel {channel!r}: {exc}", hint="check data.source") from exc
+            except StorageError as exc:  # the store failed (S3 error, network): not bad input
+                raise BackendError(f"cannot read data channel {channel!r} at {uri}: {exc}",
+                                   hint="check your credentials and the network, then submit again") from exc
             if empty:
                 raise InputError(f"data channel {channel!r}: no objects under {uri}",
                                  hint="data.source must hold an ImageFolder tree (class/image files)")
