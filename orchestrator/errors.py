@@ -6,6 +6,8 @@ follows the house style: 2 for bad input, 1 for a backend or job failure.
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass
 
 
@@ -98,3 +100,25 @@ class JobFailed(OrchestratorError):
     """A job ended in Failed or Stopped while we waited for it: exit 1."""
 
     exit_code = 1
+
+
+# How much of a service's own text (error message, response body) goes into one of our errors.
+MAX_SERVICE_MESSAGE = 300
+_HTML = re.compile(r"<\s*(!doctype|html|head|body|title|h1|p|div|pre)\b", re.IGNORECASE)
+_HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_HTML_NOISE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_HTML_TAG = re.compile(r"<[^>]*>")
+
+
+def service_message(text, limit: int = MAX_SERVICE_MESSAGE) -> str:
+    """Text a service sent (an error message, a response body) fit for one line of ours: an
+    HTML page becomes its title and visible text, whitespace runs become one space, and more
+    than `limit` characters end in "..."."""
+    text = "" if text is None else str(text)
+    if _HTML.search(text):
+        title = _HTML_TITLE.search(text)
+        body = _HTML_TAG.sub(" ", _HTML_NOISE.sub(" ", _HTML_TITLE.sub(" ", text)))
+        heading = _HTML_TAG.sub(" ", title.group(1)).strip() if title else ""
+        text = html.unescape(f"{heading}: {body}" if heading else body)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import catalog
-from orchestrator.errors import BackendError, InputError
+from orchestrator.errors import BackendError, InputError, service_message
 from orchestrator.paths import home, write_atomic
 
 SERVICE_CODE = "AmazonSageMaker"
@@ -166,8 +166,13 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
                     candidates.append((price[0], sku, price[1], str(attrs.get("usagetype", ""))))
             except ClientError as exc:
                 error = exc.response.get("Error", {})
-                raise BackendError(f"Price List API refused GetProducts for {type_} in {region}: "
-                                   f"{error.get('Code')}: {error.get('Message')}",
+                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+                detail = service_message(f"{error.get('Code')}: {error.get('Message')}")
+                if status >= 500 or status == 429 or "Throttl" in str(error.get("Code")):
+                    raise BackendError(f"Price List API failed on GetProducts for {type_} in {region} "
+                                       f"(HTTP {status}): {detail}",
+                                       hint="try again later; the catalog's prices stay as they were") from None
+                raise BackendError(f"Price List API refused GetProducts for {type_} in {region}: {detail}",
                                    hint="the caller needs pricing:GetProducts; the catalog's prices stay as they were") from None
             except BotoCoreError as exc:
                 raise BackendError(f"Price List API unreachable asking for {type_} in {region}: {exc}") from None

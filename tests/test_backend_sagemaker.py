@@ -17,7 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from botocore.stub import Stubber
 
-from orchestrator import backends, request, spec
+from orchestrator import backends, errors, request, spec
 from orchestrator.backends import sagemaker as sm_backend
 from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend, host_of, status_of, translate
 from orchestrator.errors import BackendError, InputError
@@ -574,14 +574,14 @@ def test_an_html_error_page_becomes_one_short_line():
     assert "\n" not in err.message and not any(tag in err.message for tag in ("<p>", "<h1>", "<title>", "<html"))
     assert "stack frame <x> stack frame <x>" in err.message  # entities decoded
     assert "  " not in err.message and err.message.endswith("...")
-    assert len(err.message) <= len("DescribeTrainingJob j failed in us-east-1: 500: ") + sm_backend.MAX_SERVICE_MESSAGE
+    assert len(err.message) <= len("DescribeTrainingJob j failed in us-east-1: 500: ") + errors.MAX_SERVICE_MESSAGE
 
 
 def test_service_text_is_kept_when_short_and_cut_when_long():
-    assert sm_backend.service_message("Value 'x' at 'roleArn' must be < 5\n  and > 2") == \
+    assert errors.service_message("Value 'x' at 'roleArn' must be < 5\n  and > 2") == \
         "Value 'x' at 'roleArn' must be < 5 and > 2"  # not HTML: kept, whitespace collapsed
-    long = sm_backend.service_message("word " * 200)
-    assert len(long) == sm_backend.MAX_SERVICE_MESSAGE and long.startswith("word word") and long.endswith("...")
+    long = errors.service_message("word " * 200)
+    assert len(long) == errors.MAX_SERVICE_MESSAGE and long.startswith("word word") and long.endswith("...")
 
 
 def test_an_html_500_from_the_endpoint_is_a_short_backend_error(ledger, monkeypatch):

@@ -143,6 +143,18 @@ def test_api_refusal_is_a_backend_error_naming_what_was_asked(pricing):
     assert "pricing:GetProducts" in info.value.hint
 
 
+def test_a_server_error_is_one_short_line_without_the_permissions_hint(pricing):
+    client, stub = pricing
+    page_html = "<!doctype html>\n<html lang=en>\n<title>500 Internal Server Error</title>\n" + "<p>x</p>\n" * 200
+    stub.add_client_error("get_products", service_error_code="500", service_message=page_html, http_status_code=500)
+    with pytest.raises(BackendError) as info:
+        prices.fetch(client, ["ml.trn1.2xlarge"], ["us-east-1"], today=TODAY)
+    message = info.value.message
+    assert "\n" not in message and "<" not in message and "500 Internal Server Error" in message
+    assert len(message) < 450
+    assert "try again later" in info.value.hint and "pricing:GetProducts" not in info.value.hint
+
+
 def test_write_merges_into_the_override_atomically_and_the_catalog_reads_it(orch_home):
     shipped = catalog.price("ml.trn1.32xlarge", "us-east-1")
     refresh = prices.Refresh(as_of="2026-11-29", found=[

@@ -20,14 +20,13 @@ Contract:
   polls (through the injected `sleep`) until the job is terminal and no new events arrive.
 - Every botocore error is translated in one place (`translate`) into our errors with hints.
   A service's raw text in them (an HTML error page from a proxy or a fake) is cut down to one
-  line of at most MAX_SERVICE_MESSAGE characters (`service_message`).
+  line of at most `errors.MAX_SERVICE_MESSAGE` characters (`errors.service_message`).
 """
 
 from __future__ import annotations
 
 import base64
 import heapq
-import html
 import os
 import re
 import time
@@ -36,7 +35,7 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted
-from orchestrator.errors import BackendError, InputError, OrchestratorError
+from orchestrator.errors import BackendError, InputError, OrchestratorError, service_message
 from orchestrator.ledger import Ledger
 from orchestrator.request import TAG_SPEC_HASH as SPEC_HASH_TAG
 
@@ -74,27 +73,6 @@ _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsExc
                         "SlowDown", "ProvisionedThroughputExceededException"})
 _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "NotFound", "404"})
 _JOB_OPERATIONS = frozenset({"DescribeTrainingJob", "StopTrainingJob", "ListTags"})
-
-MAX_SERVICE_MESSAGE = 300
-_HTML = re.compile(r"<\s*(!doctype|html|head|body|title|h1|p|div|pre)\b", re.IGNORECASE)
-_HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
-_HTML_NOISE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
-_HTML_TAG = re.compile(r"<[^>]*>")
-
-
-def service_message(text, limit: int = MAX_SERVICE_MESSAGE) -> str:
-    """Text a service sent (an error message, a response body) fit for one line of ours: an
-    HTML page becomes its title and visible text, whitespace runs become one space, and more
-    than `limit` characters end in "..."."""
-    text = "" if text is None else str(text)
-    if _HTML.search(text):
-        title = _HTML_TITLE.search(text)
-        body = _HTML_TAG.sub(" ", _HTML_NOISE.sub(" ", _HTML_TITLE.sub(" ", text)))
-        heading = _HTML_TAG.sub(" ", title.group(1)).strip() if title else ""
-        text = html.unescape(f"{heading}: {body}" if heading else body)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
-
 
 def retry_config() -> dict:
     """botocore's retry settings for our clients: AWS_RETRY_MODE / AWS_MAX_ATTEMPTS when the
