@@ -148,6 +148,23 @@ def test_intent_is_written_before_the_create_call(backend, prepared, clients, le
     assert seen[0].request == prepared.request
 
 
+def test_a_failed_source_upload_leaves_the_job_planned_and_a_later_submit_creates_it(backend, prepared, clients,
+                                                                                     calls, ledger):
+    bucket = prepared.source_uri[5:].split("/", 1)[0]
+    s3 = clients["s3"]
+    for obj in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        s3.delete_object(Bucket=bucket, Key=obj["Key"])
+    s3.delete_bucket(Bucket=bucket)
+    with pytest.raises(BackendError, match="PutObject|HeadObject"):
+        backend.submit(prepared)
+    entry = ledger.get(prepared.job_name)
+    assert entry.state == "planned" and entry.detail
+    assert calls.named("CreateTrainingJob") == []
+    s3.create_bucket(Bucket=bucket)
+    assert backend.submit(prepared).created
+    assert ledger.get(prepared.job_name).state == "submitted"
+
+
 def test_source_archive_is_uploaded_once_per_content_hash(backend, prepared, calls):
     assert backend.upload_source(prepared) is True
     assert backend.upload_source(prepared) is False

@@ -307,7 +307,13 @@ class SageMakerBackend:
         if existing is not None:
             return self._adopt(existing, prepared)
 
-        self.upload_source(prepared)
+        try:
+            self.upload_source(prepared)
+        except OrchestratorError as exc:
+            # CreateTrainingJob was never called, so no job exists: back to planned, and a later
+            # submit (after the bucket or credentials are fixed) tries again.
+            self.ledger.transition(name, "planned", detail=exc.message, expect=("submitting",))
+            raise
         instance_type = prepared.request.get("ResourceConfig", {}).get("InstanceType")
         try:
             response = self.sm.create_training_job(**prepared.request)
