@@ -664,9 +664,20 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
             if target[-1] not in parent:
                 parent[target[-1]] = value
                 smap.borrowed[target] = (infra_map, (out_key,))
-    if "region" not in merged and isinstance(outputs.get("region"), str):
-        merged["region"] = outputs["region"]
+    stack_region = outputs.get("region")
+    if "region" not in merged and isinstance(stack_region, str):
+        merged["region"] = stack_region
         smap.borrowed[("region",)] = (infra_map, ("region",))
+    elif (isinstance(stack_region, str) and merged.get("region") != stack_region
+          and any(target != ("region",) for target in smap.borrowed)):
+        # The bucket, the role's grants and the operator policy all live in the stack's region.
+        line, col = smap.find(("region",))
+        raise SpecError([Problem(smap.file, line, col, "region",
+                                 f"region {merged.get('region')} differs from the region of the stack whose "
+                                 f"outputs {ref} fills in ({stack_region}): its bucket, role grants and image "
+                                 "access are for that region")],
+                        hint=f"remove region: to use {stack_region}, or deploy the stack in "
+                             f"{merged.get('region')} and point infra: at its outputs")
     return merged
 
 

@@ -167,6 +167,25 @@ def test_infra_outputs_fill_missing_fields(tmp_path):
     assert info.value.problems[0].path == "infra" and info.value.problems[0].line == 2
 
 
+def test_a_region_other_than_the_stacks_is_refused_when_the_stack_fills_fields(tmp_path):
+    (tmp_path / "infra.yaml").write_text("role_arn: arn:aws:iam::111122223333:role/from-stack\n"
+                                         "compile_cache_uri: s3://stack-bucket/compile-cache\n"
+                                         "output_uri: s3://stack-bucket/jobs\nregion: us-east-1\n")
+    (tmp_path / "job.yaml").write_text("name: x\ninfra: infra.yaml\nregion: eu-west-1\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    problem = info.value.problems[0]
+    assert (problem.path, problem.line) == ("region", 3)
+    assert "us-east-1" in problem.message and "remove region:" in info.value.hint
+    # The same region, or a spec that takes nothing from the stack, is fine.
+    (tmp_path / "same.yaml").write_text("name: x\ninfra: infra.yaml\nregion: us-east-1\n")
+    assert spec.load(tmp_path / "same.yaml").region == "us-east-1"
+    (tmp_path / "own.yaml").write_text(
+        "name: x\ninfra: infra.yaml\nregion: eu-west-1\nrole_arn: arn:aws:iam::111122223333:role/mine\n"
+        "output: {uri: s3://mine/jobs}\ncompile_cache: {uri: s3://mine/compile-cache}\n")
+    assert spec.load(tmp_path / "own.yaml").region == "eu-west-1"
+
+
 def test_unreadable_and_binary_files(tmp_path):
     with pytest.raises(SpecError):
         spec.load(tmp_path / "nope.yaml")
