@@ -560,6 +560,8 @@ INFRA_FIELDS = {
     "compile_cache_uri": ("compile_cache", "uri"),
     "output_uri": ("output", "uri"),
 }
+# Keys `infra outputs --write` writes besides INFRA_FIELDS (region is used; the rest is a record).
+INFRA_OTHER_KEYS = ("region", "bucket", "stack_name")
 
 
 class _Unreadable(Exception):
@@ -650,6 +652,19 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
     outputs, infra_map = read_yaml(text, str(path))
     if not isinstance(outputs, Mapping):
         raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")], hint=hint)
+    known = [*INFRA_FIELDS, *INFRA_OTHER_KEYS]
+    unknown = [key for key in outputs if key not in known]
+    if unknown:
+        # A misspelt key would otherwise be skipped, and the field it was meant to fill reported
+        # missing in the spec instead.
+        problems = []
+        for key in unknown:
+            key_line, key_col = infra_map.find((key,))
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            problems.append(Problem(str(path), key_line, key_col, str(key),
+                                    "unknown key in the infra outputs file"
+                                    + (f"; did you mean {close[0]!r}?" if close else "")))
+        raise SpecError(problems, hint=f"an infra outputs file holds {', '.join(known)}; {hint}")
     merged = json.loads(json.dumps(data, default=str))
     for out_key, target in INFRA_FIELDS.items():
         value = outputs.get(out_key)

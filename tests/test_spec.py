@@ -167,6 +167,16 @@ def test_infra_outputs_fill_missing_fields(tmp_path):
     assert info.value.problems[0].path == "infra" and info.value.problems[0].line == 2
 
 
+def test_a_misspelt_key_in_the_infra_file_is_located_there_with_a_suggestion(tmp_path):
+    (tmp_path / "infra.yaml").write_text("output_uri: s3://stack-bucket/jobs\nrole_ar: arn:aws:iam::1:role/x\n")
+    (tmp_path / "job.yaml").write_text("name: x\ninfra: infra.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    problem = info.value.problems[0]
+    assert problem.file.endswith("infra.yaml") and (problem.line, problem.path) == (2, "role_ar")
+    assert "did you mean 'role_arn'?" in problem.message
+
+
 def test_a_region_other_than_the_stacks_is_refused_when_the_stack_fills_fields(tmp_path):
     (tmp_path / "infra.yaml").write_text("role_arn: arn:aws:iam::111122223333:role/from-stack\n"
                                          "compile_cache_uri: s3://stack-bucket/compile-cache\n"
