@@ -463,7 +463,11 @@ def infra_deploy(
         reason = f"  {event.reason}" if event.reason else ""
         _out(f"  {when} {event.status:<28} {event.logical_id} ({event.resource_type}){reason}")
 
-    outputs = infra.execute(cfn, plan, on_event=progress)
+    def waiting(status: str, elapsed_s: float) -> None:
+        _out(f"  ... stack {stack_name} is {status}, {elapsed_s:.0f} s since the change set was executed")
+
+    _out(f"executing change set {plan.change_set_name}; waiting for stack {stack_name}")
+    outputs = infra.execute(cfn, plan, on_event=progress, on_wait=waiting)
     _out(f"stack {stack_name}: deployed")
     _print_infra_outputs(outputs)
     _out("next: python -m orchestrator infra outputs --write configs/infra.yaml  (then `infra: infra.yaml` in a "
@@ -503,6 +507,7 @@ def infra_policy(stack_name: str = _STACK_OPTION, region: str | None = _REGION_O
     from orchestrator import infra
     from orchestrator.errors import InputError
 
+    infra.check_stack_name(stack_name)  # before the fallback below turns a bad name into placeholders
     cfn = infra.make_client("cloudformation", region)
     try:
         outputs = infra.read_outputs(cfn, stack_name)

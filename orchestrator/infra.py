@@ -1,17 +1,29 @@
 """The AWS set-up as code: deploy `infra/stack.yaml`, read its outputs, print the operator policy.
 
 Contract:
+- `check_stack_name(name)` applies CloudFormation's rule for stack names (a letter, then
+  letters, digits and hyphens, at most 128 characters) and raises InputError naming
+  `--stack-name`; `prepare`, `read_outputs`, `stack_status` and `operator_policy` call it
+  before any AWS call, so an empty name never reaches DescribeStacks (which would list
+  every stack).
 - `parse_parameters(pairs, kms)` checks `--param K=V` flags against the template's
-  Parameters (name, AllowedValues, AllowedPattern, Number bounds) and raises InputError
-  (exit 2) naming the flag.
+  Parameters (name, AllowedValues, AllowedPattern, Number bounds, and whole numbers for a
+  Number the template passes to an integer property such as a lifecycle rule's `...Days`)
+  and raises InputError (exit 2) naming the flag.
 - `prepare(cfn, stack, params)` creates a change set (CREATE for a new stack, UPDATE for an
   existing one), waits until CloudFormation has computed it and returns a `ChangeSetPlan`
   with its changes, so the caller can show them before anything happens. When CloudFormation
   finds nothing to change ("No updates are to be performed", or a change set that "didn't
   contain changes"), the change set is deleted and the plan comes back with `nothing_to_do`.
-  `execute(cfn, plan, on_event=...)` runs it, reports each new stack event, and returns the
-  stack's outputs; a rollback or failure raises BackendError naming each failed resource
-  with its ResourceStatusReason. `discard(cfn, plan)` drops a change set the user declined.
+  `execute(cfn, plan, on_event=..., on_wait=...)` runs it, reports each new stack event (and,
+  while none comes, the stack's status every `heartbeat_s`), and returns the stack's
+  outputs; a rollback or failure raises BackendError naming each failed resource with its
+  ResourceStatusReason. It follows the stack by the StackId of the change set, never by
+  name. When ExecuteChangeSet fails for a CREATE change set, the change set and the empty
+  REVIEW_IN_PROGRESS stack are deleted, so the next deploy starts clean; a stack still in
+  REVIEW_IN_PROGRESS `review_timeout_s` after the execute (the change set did not run) is
+  a BackendError saying how to clean up. `discard(cfn, plan)` drops a change set the user
+  declined.
 - `read_outputs(cfn, stack)` maps the stack's outputs onto `StackOutputs`;
   `write_outputs_file(outputs, path)` writes the file a job spec's `infra:` key reads (keys as
   in `orchestrator.spec.INFRA_FIELDS`, plus region, bucket and stack_name), atomically.
@@ -27,6 +39,7 @@ client is always passed in.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import secrets
 import time
@@ -38,7 +51,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.errors import BackendError, InputError
+from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.paths import write_atomic
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "infra" / "stack.yaml"
@@ -73,6 +86,14 @@ UPDATABLE_STATES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLL
 _NO_CHANGES = ("didn't contain changes", "No updates are to be performed")
 # Reasons that are consequences of another resource's failure, not causes.
 _CANCELLED = ("Resource creation cancelled", "Resource update cancelled")
+# CloudFormation's rule for stack names (CreateStack / CreateChangeSet StackName).
+_STACK_NAME = re.compile(r"[A-Za-z][-A-Za-z0-9]*")
+STACK_NAME_MAX = 128
+# Resource properties that take whole numbers (S3 lifecycle `Days`, `NoncurrentDays`,
+# `DaysAfterInitiation`, `NewerNoncurrentVersions`, IAM `MaxSessionDuration`, KMS
+# `PendingWindowInDays`, ...): a Number parameter the template passes to one must be an integer,
+# which CloudFormation's own Number type does not check (it takes 1.5, and the resource fails).
+_INTEGER_PROPERTY = re.compile(r"Days|Seconds|Duration|Versions|Count")
 
 
 # --- the template -----------------------------------------------------------------------
@@ -122,6 +143,40 @@ def load_template(path: Path = TEMPLATE) -> dict:
 # --- parameters -------------------------------------------------------------------------
 
 
+def check_stack_name(stack_name: str) -> str:
+    """`stack_name` if CloudFormation would take it as a stack name; InputError otherwise."""
+    if not isinstance(stack_name, str) or not _STACK_NAME.fullmatch(stack_name) or len(stack_name) > STACK_NAME_MAX:
+        shown = stack_name if isinstance(stack_name, str) and len(stack_name) <= 40 else f"{str(stack_name)[:40]}..."
+        raise InputError(f"--stack-name {shown!r}: not a CloudFormation stack name; it must start with a letter, "
+                         f"contain only letters, digits and hyphens (^[A-Za-z][-A-Za-z0-9]*$) and be at most "
+                         f"{STACK_NAME_MAX} characters",
+                         hint=f"e.g. --stack-name {DEFAULT_STACK} (the default)")
+    return stack_name
+
+
+def integer_parameters(template: Mapping) -> set[str]:
+    """Names of the template's Number parameters that some resource property taking whole
+    numbers refers to (directly or through Fn::If and the like)."""
+    declared = template.get("Parameters") or {}
+    numbers = {name for name, spec in declared.items() if isinstance(spec, Mapping) and spec.get("Type") == "Number"}
+    found: set[str] = set()
+
+    def walk(node: Any, prop: str | None) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, prop)
+        elif isinstance(node, dict):
+            ref = node.get("Ref") if len(node) == 1 else None
+            if isinstance(ref, str) and ref in numbers and prop and _INTEGER_PROPERTY.search(prop):
+                found.add(ref)
+            for key, value in node.items():
+                # An intrinsic function stands for the value of the property around it.
+                walk(value, prop if key == "Ref" or key.startswith("Fn::") else key)
+
+    walk(template.get("Resources") or {}, None)
+    return found
+
+
 def parse_parameters(pairs: Iterable[str], kms: bool | None = None, template: Mapping | None = None) -> dict[str, str]:
     """`K=V` flags (and `--kms/--no-kms`) -> {name: value}, each checked against the template.
 
@@ -130,6 +185,7 @@ def parse_parameters(pairs: Iterable[str], kms: bool | None = None, template: Ma
     """
     template = template if template is not None else load_template()
     declared: Mapping[str, Mapping] = template.get("Parameters") or {}
+    integers = integer_parameters(template)
     values: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -144,7 +200,7 @@ def parse_parameters(pairs: Iterable[str], kms: bool | None = None, template: Ma
                              hint=f"parameters: {', '.join(declared)}")
         if key in values:
             raise InputError(f"--param {key} is given twice")
-        problem = _check_value(declared[key], value)
+        problem = _check_value(declared[key], value, integer=key in integers)
         if problem:
             raise InputError(f"--param {key}={value}: {problem}",
                              hint=str(declared[key].get("Description", "")).strip() or None)
@@ -157,8 +213,9 @@ def parse_parameters(pairs: Iterable[str], kms: bool | None = None, template: Ma
     return values
 
 
-def _check_value(declared: Mapping, value: str) -> str | None:
-    """Why CloudFormation would refuse `value` for this parameter, or None."""
+def _check_value(declared: Mapping, value: str, integer: bool = False) -> str | None:
+    """Why CloudFormation (or, for an `integer` one, the resource it feeds) would refuse
+    `value` for this parameter, or None."""
     constraint = declared.get("ConstraintDescription")
     why = f" ({constraint})" if constraint else ""
     allowed = declared.get("AllowedValues")
@@ -169,6 +226,10 @@ def _check_value(declared: Mapping, value: str) -> str | None:
             number = float(value)
         except ValueError:
             return f"must be a number{why}"
+        if not math.isfinite(number):
+            return f"must be a finite number{why}"
+        if integer and not re.fullmatch(r"-?[0-9]+", value):
+            return f"must be a whole number (the template passes it to a property that takes integers){why}"
         if "MinValue" in declared and number < float(declared["MinValue"]):
             return f"must be at least {declared['MinValue']}{why}"
         if "MaxValue" in declared and number > float(declared["MaxValue"]):
@@ -254,7 +315,7 @@ class StackOutputs:
 
 def stack_status(cfn, stack_name: str) -> str | None:
     """The stack's status, or None when no stack of that name exists."""
-    stack = _describe_stack(cfn, stack_name)
+    stack = _describe_stack(cfn, check_stack_name(stack_name))
     return None if stack is None else stack["StackStatus"]
 
 
@@ -266,6 +327,7 @@ def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_pat
     An existing stack gets an UPDATE change set in which the parameters not given keep their
     previous values; a new one (or one left in REVIEW_IN_PROGRESS) gets a CREATE change set.
     """
+    check_stack_name(stack_name)
     template = load_template(template_path)
     body = Path(template_path).read_text()
     existing = _describe_stack(cfn, stack_name)
@@ -326,55 +388,103 @@ def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_pat
 
 def discard(cfn, plan: ChangeSetPlan, keep_stack: bool = False) -> None:
     """Delete a change set that will not run; for a CREATE one, also the empty stack
-    (REVIEW_IN_PROGRESS) that CloudFormation made to hold it, unless keep_stack."""
+    (REVIEW_IN_PROGRESS) that CloudFormation made to hold it, unless keep_stack. The stack is
+    addressed by the change set's StackId when known, so only the one it made is deleted."""
+    target = plan.stack_id or plan.stack_name
     try:
         cfn.delete_change_set(StackName=plan.stack_name, ChangeSetName=plan.change_set_id or plan.change_set_name)
-        if plan.kind == "CREATE" and not keep_stack and stack_status(cfn, plan.stack_name) == "REVIEW_IN_PROGRESS":
-            cfn.delete_stack(StackName=plan.stack_name)
+        if plan.kind == "CREATE" and not keep_stack and _status(_describe_stack(cfn, target)) == "REVIEW_IN_PROGRESS":
+            cfn.delete_stack(StackName=target)
     except Exception as exc:  # noqa: BLE001
         raise _translate(exc, f"deleting change set {plan.change_set_name} of stack {plan.stack_name}", cfn,
                          plan.stack_name) from None
 
 
 def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] = lambda event: None,
+            on_wait: Callable[[str, float], None] = lambda status, elapsed_s: None,
             sleep: Callable[[float], None] = time.sleep, poll_s: float = 5.0, timeout_s: float = 3600.0,
+            review_timeout_s: float = 60.0, heartbeat_s: float = 30.0,
             clock: Callable[[], float] = time.monotonic) -> StackOutputs:
     """Execute a prepared change set and wait for the stack to settle, reporting new events.
 
+    The stack is followed by the StackId the change set came with (by name only when
+    CloudFormation gave none). Each new stack event goes to `on_event`, oldest first; when a
+    poll brings none, `on_wait(status, seconds since the execute)` is called, at the first
+    such poll and then at most every `heartbeat_s`, so a caller can show the wait.
+
     Returns the stack's outputs. Raises BackendError naming every failed resource and its
-    ResourceStatusReason when the stack rolls back or fails, and when it is still in
-    progress after timeout_s (the deployment itself goes on in CloudFormation).
+    ResourceStatusReason when the stack rolls back or fails; when ExecuteChangeSet itself
+    fails (after deleting a CREATE change set and its empty stack, so a retry starts clean);
+    when the stack is still REVIEW_IN_PROGRESS after review_timeout_s (the change set did not
+    run); and when it is still in progress after timeout_s (the deployment goes on in
+    CloudFormation).
     """
     if plan.nothing_to_do:
         return read_outputs(cfn, plan.stack_name)
-    seen = {e["EventId"] for e in _events(cfn, plan.stack_name, stop_at=set(), limit_pages=1)}
+    target = plan.stack_id or plan.stack_name
+    seen = {e["EventId"] for e in _events(cfn, target, stop_at=set(), limit_pages=1)}
     try:
         cfn.execute_change_set(StackName=plan.stack_name, ChangeSetName=plan.change_set_id or plan.change_set_name)
     except Exception as exc:  # noqa: BLE001
-        raise _translate(exc, f"executing change set {plan.change_set_name} on stack {plan.stack_name}", cfn,
-                         plan.stack_name, execution=True) from None
-    deadline = clock() + timeout_s
+        error = _translate(exc, f"executing change set {plan.change_set_name} on stack {plan.stack_name}", cfn,
+                           plan.stack_name, execution=True)
+        raise _after_failed_execute(cfn, plan, error) from None
+    started = clock()
+    deadline = started + timeout_s
     failed: list[StackEvent] = []
+    last_wait_report: float | None = None
     while True:
-        new = _events(cfn, plan.stack_name, stop_at=seen)
+        new = _events(cfn, target, stop_at=seen)
         for raw in reversed(new):
             seen.add(raw["EventId"])
             event = _event(raw)
             if event.status.endswith("_FAILED") and event.resource_type != "AWS::CloudFormation::Stack":
                 failed.append(event)
             on_event(event)
-        stack = _describe_stack(cfn, plan.stack_name)
-        status = stack["StackStatus"] if stack else "DELETE_COMPLETE"
+        stack = _describe_stack(cfn, target)
+        status = _status(stack) or "DELETE_COMPLETE"
         if status in SUCCESS_STATES:
-            return read_outputs(cfn, plan.stack_name)
+            return _outputs_of(cfn, stack, plan.stack_name)
         if status in FAILURE_STATES:
             raise _deploy_failed(cfn, plan, status, (stack or {}).get("StackStatusReason"), failed)
-        if clock() >= deadline:
+        now = clock()
+        if status == "REVIEW_IN_PROGRESS" and now - started >= review_timeout_s:
+            raise BackendError(
+                f"change set {plan.change_set_name} was not executed: stack {plan.stack_name} is still "
+                f"REVIEW_IN_PROGRESS {now - started:.0f} s after ExecuteChangeSet",
+                hint="delete the change set and the empty stack, then deploy again: aws cloudformation delete-stack "
+                     f"--stack-name {target}{_region_flag(cfn)}")
+        if now >= deadline:
             raise BackendError(
                 f"stack {plan.stack_name} is still {status} after {timeout_s / 60:.0f} minutes",
                 hint="CloudFormation carries on without us; watch it with aws cloudformation describe-stack-events "
                      f"--stack-name {plan.stack_name}{_region_flag(cfn)}, then run `orchestrator infra outputs`")
+        if new:
+            last_wait_report = now
+        elif last_wait_report is None or now - last_wait_report >= heartbeat_s:
+            last_wait_report = now
+            on_wait(status, now - started)
         sleep(poll_s)
+
+
+def _after_failed_execute(cfn, plan: ChangeSetPlan, error: Exception) -> Exception:
+    """`error`, after deleting a CREATE change set that could not be executed and the empty
+    stack that holds it, its hint saying what was cleaned up (or what is left to clean)."""
+    if plan.kind != "CREATE" or not isinstance(error, OrchestratorError):
+        return error
+    target = plan.stack_id or plan.stack_name
+    try:
+        if _status(_describe_stack(cfn, target)) != "REVIEW_IN_PROGRESS":
+            return error  # the stack moved on: something did run; leave it to the events
+        discard(cfn, plan)
+    except OrchestratorError as cleanup:
+        left = (f"the change set and the empty stack it made are left behind ({cleanup.message}); delete them with "
+                f"aws cloudformation delete-stack --stack-name {target}{_region_flag(cfn)}, then deploy again")
+        return type(error)(error.message, hint="; ".join(h for h in (error.hint, left) if h))
+    done = "nothing was created: the change set and its empty stack were deleted; fix the cause and deploy again"
+    # The generic "look at the stack's events" hint points at a stack that is gone now.
+    kept = error.hint if error.hint and "describe-stack-events" not in error.hint else None
+    return type(error)(error.message, hint="; ".join(h for h in (done, kept) if h))
 
 
 def _deploy_failed(cfn, plan: ChangeSetPlan, status: str, reason: str | None, failed: list[StackEvent]) -> BackendError:
@@ -469,11 +579,16 @@ def _event(raw: Mapping) -> StackEvent:
 def read_outputs(cfn, stack_name: str) -> StackOutputs:
     """The stack's outputs. InputError when no such stack exists (wrong name or region);
     BackendError when it exists but has not (or not successfully) finished deploying."""
-    stack = _describe_stack(cfn, stack_name)
+    stack = _describe_stack(cfn, check_stack_name(stack_name))
     if stack is None:
         raise InputError(f"no stack {stack_name!r} in region {_region(cfn) or '(default)'}",
                          hint="deploy it first with `orchestrator infra deploy`, or pass the --stack-name and "
                               "--region it was deployed with")
+    return _outputs_of(cfn, stack, stack_name)
+
+
+def _outputs_of(cfn, stack: Mapping, stack_name: str) -> StackOutputs:
+    """A DescribeStacks entry's outputs as StackOutputs; BackendError when some are missing."""
     raw = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs") or []}
     missing = [key for key in REQUIRED_OUTPUTS if key not in raw]
     if missing:
@@ -513,6 +628,8 @@ def operator_policy(outputs: StackOutputs | None, *, stack_name: str = DEFAULT_S
                     template_path: Path = TEMPLATE) -> dict:
     """The operator's managed policy document from the template, its references filled in
     from `outputs`, or with <PLACEHOLDERS> (account, region, bucket, role) when None."""
+    if outputs is None:
+        check_stack_name(stack_name)
     template = load_template(template_path)
     resource = (template.get("Resources") or {}).get(OPERATOR_POLICY_RESOURCE) or {}
     document = (resource.get("Properties") or {}).get("PolicyDocument")
@@ -617,6 +734,10 @@ def _describe_stack(cfn, stack_name: str) -> dict | None:
             return None
         raise _translate(exc, f"reading stack {stack_name}", cfn, stack_name) from None
     return stacks[0] if stacks else None
+
+
+def _status(stack: Mapping | None) -> str | None:
+    return None if stack is None else stack["StackStatus"]
 
 
 def _error_code(exc: BaseException) -> tuple[str, str] | None:

@@ -124,6 +124,10 @@ def test_parameters_are_checked_against_the_template():
     (["UseKms=maybe"], None, "must be one of true, false"),
     (["CompileCacheNoncurrentDays=0"], None, "must be at least 1"),
     (["CompileCacheNoncurrentDays=many"], None, "must be a number"),
+    # S3 lifecycle days are whole numbers; CloudFormation's Number type would take these.
+    (["CompileCacheNoncurrentDays=1.5"], None, "must be a whole number"),
+    (["AbortIncompleteUploadDays=1e1"], None, "must be a whole number"),
+    (["AbortIncompleteUploadDays=nan"], None, "must be a finite number"),
     (["BucketName=Not_A_Bucket"], None, "does not match"),
     (["ImageRegistryAccount=123"], None, "12-digit"),
     (["UseKms=true", "UseKms=true"], None, "given twice"),
@@ -132,6 +136,78 @@ def test_parameters_are_checked_against_the_template():
 def test_bad_parameters_are_input_errors(pairs, kms, message):
     with pytest.raises(InputError, match=message):
         infra.parse_parameters(pairs, kms=kms)
+
+
+def test_integer_parameters_are_those_the_template_passes_to_integer_properties():
+    assert infra.integer_parameters(infra.load_template()) == {"CompileCacheNoncurrentDays",
+                                                               "AbortIncompleteUploadDays"}
+    template = {
+        "Parameters": {"Days": {"Type": "Number"}, "Ratio": {"Type": "Number"}, "Name": {"Type": "String"}},
+        "Resources": {"B": {"Type": "AWS::S3::Bucket", "Properties": {
+            "Tag": {"Fn::Sub": "${Ratio}"}, "Other": {"Ref": "Ratio"},
+            "Rule": {"ExpirationInDays": {"Fn::If": ["C", {"Ref": "Days"}, {"Ref": "AWS::NoValue"}]},
+                     "Prefix": {"Ref": "Name"}}}}},
+    }
+    assert infra.integer_parameters(template) == {"Days"}
+    assert infra.parse_parameters(["Ratio=0.5", "Days=3"], template=template) == {"Ratio": "0.5", "Days": "3"}
+    with pytest.raises(InputError, match=r"--param Days=0\.5: must be a whole number"):
+        infra.parse_parameters(["Days=0.5"], template=template)
+
+
+def test_cli_refuses_a_fractional_lifecycle_day_with_exit_2(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--yes", "--param",
+                             "CompileCacheNoncurrentDays=1.5")
+    assert code == 2
+    assert "--param CompileCacheNoncurrentDays=1.5: must be a whole number" in err
+    assert "replaced versions of compile-cache/" in err  # the parameter's description, as the hint
+    assert out == ""
+
+
+def no_aws_client(monkeypatch) -> list:
+    """Make every infra command's client one that records and refuses any AWS call."""
+    cfn = cfn_client()
+    calls: list = []
+    cfn.meta.events.register("before-call", lambda model, **kwargs: calls.append(model.name))
+    Stubber(cfn).activate()  # no responses queued: any call would fail
+    monkeypatch.setattr(infra, "make_client", lambda service, region: cfn)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["", "1stack", "my_stack", "my stack", "a" * 129])
+@pytest.mark.parametrize("command", [["deploy", "--yes"], ["outputs", "--write", "infra.yaml"], ["policy"]])
+def test_a_stack_name_cloudformation_refuses_exits_2_before_any_aws_call(
+        name, command, monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    calls = no_aws_client(monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, "infra", command[0], "--stack-name", name, *command[1:])
+    assert code == 2, err
+    assert "--stack-name" in err and "not a CloudFormation stack name" in err
+    assert "^[A-Za-z][-A-Za-z0-9]*$" in err and "at most 128 characters" in err
+    assert out == ""
+    assert calls == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_stack_name_takes_what_cloudformation_takes():
+    for name in ("orchestrator", "a", "Vit-2", "a" * 128):
+        assert infra.check_stack_name(name) == name
+    for call in (lambda: infra.read_outputs(cfn_client(), ""), lambda: infra.stack_status(cfn_client(), "-x"),
+                 lambda: infra.prepare(cfn_client(), "x_y", {}), lambda: infra.operator_policy(None, stack_name="")):
+        with pytest.raises(InputError, match="not a CloudFormation stack name"):
+            call()
+
+
+def test_outputs_with_an_empty_stack_name_do_not_read_another_stack(
+        moto_server, moto_change_set_outputs, monkeypatch, capsys, tmp_path):
+    # DescribeStacks without a name lists every stack; "" must not fall through to the first one.
+    cfn = cfn_client()
+    infra.execute(cfn, infra.prepare(cfn, "other", {}, sleep=lambda s: None), sleep=lambda s: None)
+    target = tmp_path / "x.yaml"
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "outputs", "--stack-name", "", "--write", str(target))
+    assert code == 2
+    assert "--stack-name ''" in err
+    assert out == ""
+    assert not target.exists()
 
 
 def test_cli_parameter_error_exits_2_before_any_aws_call(monkeypatch, capsys):
@@ -369,6 +445,40 @@ def test_failed_execution_in_moto_exits_1_with_the_reason(moto_server, moto_chan
     assert "hint:" in err
 
 
+@pytest.mark.timeout(60)
+def test_a_deploy_after_a_failed_first_deploy_starts_clean_and_succeeds(
+        moto_server, moto_change_set_outputs, monkeypatch, capsys):
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket="taken")
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--stack-name", "qa2", "--yes",
+                             "--param", "BucketName=taken")
+    assert code == 1
+    assert "BucketAlreadyExists" in err
+    assert "the change set and its empty stack were deleted" in err
+    # No REVIEW_IN_PROGRESS stack nor AVAILABLE change set is left for the next deploy to trip on.
+    assert infra.stack_status(cfn_client(), "qa2") is None
+    assert [s["StackStatus"] for s in cfn_client().list_stacks()["StackSummaries"]
+            if s["StackStatus"] != "DELETE_COMPLETE"] == []
+
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--stack-name", "qa2", "--yes")
+    assert code == 0, err
+    assert "stack qa2: deployed" in out
+    assert infra.stack_status(cfn_client(), "qa2") == "CREATE_COMPLETE"
+
+
+@pytest.mark.timeout(60)
+def test_deploy_follows_the_stack_of_its_change_set_not_the_name(
+        moto_server, moto_change_set_outputs, monkeypatch, capsys):
+    # A deploy killed before executing leaves a REVIEW_IN_PROGRESS stack; moto then makes a second
+    # stack of that name for the next change set. Polling by name saw the stale one forever.
+    cfn = cfn_client()
+    infra.prepare(cfn, "qa3", {}, sleep=lambda s: None)
+    assert infra.stack_status(cfn, "qa3") == "REVIEW_IN_PROGRESS"
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--stack-name", "qa3", "--yes")
+    assert code == 0, err
+    assert "stack qa3: deployed" in out
+    assert "role_arn" in out
+
+
 # --- what moto cannot do: rollback, validation, timeouts (Stubber) -----------------------
 
 
@@ -453,6 +563,139 @@ def test_rollback_names_the_failed_resource_and_its_reason():
         ("orchestrator", "ROLLBACK_COMPLETE")]
 
 
+def stack_with_outputs(status: str) -> dict:
+    body = stack(status)
+    body["Stacks"][0]["Outputs"] = [
+        {"OutputKey": "RoleArn", "OutputValue": f"arn:aws:iam::{ACCOUNT}:role/orch-Role-1"},
+        {"OutputKey": "BucketName", "OutputValue": "orch-bucket-1"},
+        {"OutputKey": "CompileCacheUri", "OutputValue": "s3://orch-bucket-1/compile-cache"},
+        {"OutputKey": "OutputUri", "OutputValue": "s3://orch-bucket-1/jobs"},
+        {"OutputKey": "OperatorPolicyArn", "OutputValue": f"arn:aws:iam::{ACCOUNT}:policy/orch-Op-1"}]
+    return body
+
+
+def test_execute_polls_the_stack_by_the_change_sets_stack_id():
+    cfn = cfn_client()
+    by_id = {"StackName": STACK_ID}
+    with Stubber(cfn) as stub:
+        planned_create(stub, pending=False)
+        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
+        stub.add_response("execute_change_set", {}, {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID})
+        stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
+        stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"), by_id)
+        stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
+        stub.add_response("describe_stacks", stack_with_outputs("CREATE_COMPLETE"), by_id)
+        outputs = infra.execute(cfn, plan, sleep=lambda s: None)
+        stub.assert_no_pending_responses()
+    assert outputs.stack_name == "orchestrator"
+    assert outputs.bucket == "orch-bucket-1"
+
+
+def test_a_change_set_left_unexecuted_stops_after_the_review_bound_and_says_how_to_clean_up():
+    cfn = cfn_client()
+    ticks = iter(range(0, 10_000, 25))
+    waits = []
+    with Stubber(cfn) as stub:
+        planned_create(stub, pending=False)
+        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        stub.add_response("describe_stack_events", {"StackEvents": []})
+        stub.add_response("execute_change_set", {})
+        for _ in range(3):  # 25 s, 50 s, 75 s after the execute at 0 s
+            stub.add_response("describe_stack_events", {"StackEvents": []})
+            stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"))
+        with pytest.raises(BackendError, match="was not executed") as caught:
+            infra.execute(cfn, plan, sleep=lambda s: None, review_timeout_s=60, heartbeat_s=30,
+                          on_wait=lambda status, elapsed: waits.append((status, elapsed)),
+                          clock=lambda: next(ticks))
+        stub.assert_no_pending_responses()
+    assert "REVIEW_IN_PROGRESS 75 s after ExecuteChangeSet" in caught.value.message
+    assert f"delete-stack --stack-name {STACK_ID} --region us-east-1" in caught.value.hint
+    # The wait was shown, not silent: at the first quiet poll, then once per heartbeat.
+    assert waits == [("REVIEW_IN_PROGRESS", 25)]
+
+
+def test_a_long_quiet_deploy_reports_its_status_every_heartbeat():
+    cfn = cfn_client()
+    ticks = iter(range(0, 10_000, 10))
+    waits = []
+    with Stubber(cfn) as stub:
+        planned_create(stub, pending=False)
+        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        stub.add_response("describe_stack_events", {"StackEvents": []})
+        stub.add_response("execute_change_set", {})
+        for n in range(7):  # polls at 10..70 s; an event at 30 s resets the heartbeat
+            events = [event(1, "Bucket", "AWS::S3::Bucket", "CREATE_IN_PROGRESS")] if n == 2 else []
+            stub.add_response("describe_stack_events", {"StackEvents": events})
+            stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"))
+        stub.add_response("describe_stack_events", {"StackEvents": []})
+        stub.add_response("describe_stacks", stack_with_outputs("CREATE_COMPLETE"))
+        infra.execute(cfn, plan, sleep=lambda s: None, heartbeat_s=30,
+                      on_wait=lambda status, elapsed: waits.append((status, elapsed)), clock=lambda: next(ticks))
+        stub.assert_no_pending_responses()
+    assert waits == [("CREATE_IN_PROGRESS", 10), ("CREATE_IN_PROGRESS", 60)]
+
+
+def failed_execute(stub: Stubber) -> None:
+    stub.add_response("describe_stack_events", {"StackEvents": []})
+    stub.add_client_error("execute_change_set", "InsufficientCapabilitiesException",
+                          "Requires capabilities : [CAPABILITY_NAMED_IAM]", 400)
+    stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"), {"StackName": STACK_ID})
+
+
+def test_a_create_change_set_that_fails_to_execute_is_deleted_with_its_empty_stack():
+    cfn = cfn_client()
+    with Stubber(cfn) as stub:
+        planned_create(stub, pending=False)
+        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        failed_execute(stub)
+        stub.add_response("delete_change_set", {}, {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID})
+        stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"), {"StackName": STACK_ID})
+        stub.add_response("delete_stack", {}, {"StackName": STACK_ID})
+        with pytest.raises(BackendError, match="InsufficientCapabilitiesException") as caught:
+            infra.execute(cfn, plan, sleep=lambda s: None)
+        stub.assert_no_pending_responses()
+    assert "the change set and its empty stack were deleted" in caught.value.hint
+    assert "administrator credentials" in caught.value.hint  # the cause's own hint is kept
+
+
+def test_a_failed_cleanup_after_a_failed_execute_says_what_is_left():
+    cfn = cfn_client()
+    with Stubber(cfn) as stub:
+        planned_create(stub, pending=False)
+        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        failed_execute(stub)
+        stub.add_client_error("delete_change_set", "Throttling", "Rate exceeded", 400)
+        with pytest.raises(BackendError, match="InsufficientCapabilitiesException") as caught:
+            infra.execute(cfn, plan, sleep=lambda s: None)
+        stub.assert_no_pending_responses()
+    assert "left behind" in caught.value.hint and "Rate exceeded" in caught.value.hint
+    assert f"delete-stack --stack-name {STACK_ID} --region us-east-1" in caught.value.hint
+
+
+def test_cli_shows_the_wait_for_a_quiet_deploy(monkeypatch, capsys):
+    cfn = cfn_client()
+    stub = Stubber(cfn)
+    planned_create(stub, pending=False)
+    stub.add_response("describe_stack_events", {"StackEvents": []})
+    stub.add_response("execute_change_set", {})
+    stub.add_response("describe_stack_events", {"StackEvents": []})
+    stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"))
+    stub.add_response("describe_stack_events", {"StackEvents": []})
+    stub.add_response("describe_stacks", stack_with_outputs("CREATE_COMPLETE"))
+    stub.activate()
+    monkeypatch.setattr(infra, "make_client", lambda service, region: cfn)
+    execute = infra.execute
+    monkeypatch.setattr(infra, "execute", lambda *a, **kw: execute(*a, sleep=lambda s: None, **kw))
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--yes")
+    assert code == 0, err
+    lines = out.splitlines()
+    executing = next(i for i, line in enumerate(lines) if line.startswith("executing change set orchestrator-"))
+    waiting = next(i for i, line in enumerate(lines) if "stack orchestrator is CREATE_IN_PROGRESS" in line)
+    assert executing < waiting < lines.index("stack orchestrator: deployed")
+    stub.assert_no_pending_responses()
+
+
 def test_cli_reports_a_rollback_with_exit_1(monkeypatch, capsys):
     cfn = cfn_client()
     stub = Stubber(cfn)
@@ -506,8 +749,9 @@ def test_a_change_set_that_fails_for_another_reason_is_an_input_error():
         stub.add_response("describe_change_set", change_set_response(
             "FAILED", reason="Parameter 'BucketName' must match pattern ..."))
         stub.add_response("delete_change_set", {})
-        stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"))
-        stub.add_response("delete_stack", {}, {"StackName": "orchestrator"})
+        stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"), {"StackName": STACK_ID})
+        # The stack the change set made, by its id: never another stack of that name.
+        stub.add_response("delete_stack", {}, {"StackName": STACK_ID})
         with pytest.raises(InputError, match="Parameter 'BucketName' must match pattern"):
             infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
         stub.assert_no_pending_responses()
