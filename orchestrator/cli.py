@@ -229,18 +229,24 @@ def _wait(backend, job_name: str, interval: float):
     console = Console(stderr=True, highlight=False)
     start = time.monotonic()
     last = None
-    with console.status(_plain(f"{job_name}: waiting")) as line:
-        while True:
-            st = backend.status(job_name)
-            elapsed = int(time.monotonic() - start)
-            text = f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
-            line.update(_plain(f"{text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"))
-            if (st.status, st.secondary) != last:
-                console.print(f"[{elapsed // 60:d}m{elapsed % 60:02d}s] {text}", markup=False)
-                last = (st.status, st.secondary)
-            if st.terminal:
-                break
-            time.sleep(interval)
+    try:
+        with console.status(_plain(f"{job_name}: waiting")) as line:
+            while True:
+                st = backend.status(job_name)
+                elapsed = int(time.monotonic() - start)
+                text = f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
+                line.update(_plain(f"{text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"))
+                if (st.status, st.secondary) != last:
+                    console.print(f"[{elapsed // 60:d}m{elapsed % 60:02d}s] {text}", markup=False)
+                    last = (st.status, st.secondary)
+                if st.terminal:
+                    break
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        # Ctrl-C ends the waiting, not the job: say so, and how to get back to it.
+        _err(f"stopped waiting; {job_name} keeps running. `orchestrator status {job_name}` shows it, "
+             f"`orchestrator stop {job_name}` stops it")
+        raise typer.Exit(code=130) from None
     for text in _status_lines(st):
         _out(text)
     if st.status != "completed":

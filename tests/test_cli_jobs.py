@@ -115,6 +115,30 @@ def test_submit_wait_follows_the_job_to_completion(aws, prepared, monkeypatch, c
     assert f"{prepared.job_name}: completed (Completed)" in err
 
 
+def test_ctrl_c_while_waiting_says_the_job_keeps_running(aws, prepared, monkeypatch, capsys):
+    import time
+
+    def interrupted(_seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", interrupted)
+    real_connect = SageMakerBackend.connect.__func__
+
+    def connect(cls, region=None, **kw):
+        backend = real_connect(cls, region, **kw)
+        backend.sm.meta.events.register(  # keep the job running so the wait goes on
+            "before-call.sagemaker.DescribeTrainingJob",
+            lambda **_: setattr(_moto_jobs()[prepared.job_name], "training_job_status", "InProgress")
+            if prepared.job_name in _moto_jobs() else None)
+        return backend
+
+    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "5")
+    assert code == 130
+    assert f"{prepared.job_name} keeps running" in err and f"orchestrator stop {prepared.job_name}" in err
+    assert out.splitlines()[0] == prepared.job_name  # it was submitted before the wait
+
+
 def test_submit_wait_exits_1_with_the_failure_reason(aws, prepared, monkeypatch, capsys):
     progress = iter([("InProgress", "Downloading", None), ("InProgress", "Training", None),
                      ("Failed", "Failed", "AlgorithmError: NEFF is invalid")])
