@@ -820,6 +820,22 @@ class Runner:
                 total += cost.estimate(self._attempt_spec(trial, entry)).usd_max
         return total
 
+    def _prepare_attempt(self, trial: TrialDef, name: str, attempt: int, info: dict) -> request.Prepared:
+        """Record how attempt `name` of `trial` runs (instance type, failover...) and prepare
+        its request. The record comes first: a runner killed after it re-plans the same
+        attempt the same way."""
+        self.ledger.put_value(_key(self.d.sweep_id, f"attempt:{name}"), info)
+        stub = Entry(name, self.d.backend, self.d.region, "", "planned", {}, self.d.sweep_id,
+                     trial.trial_id, attempt, None, 0.0, 0.0)
+        return self._prepare(trial, stub)
+
+    def _plan_attempt(self, trial: TrialDef, name: str, attempt: int, prepared: request.Prepared) -> None:
+        """The attempt's `planned` ledger row: from here on `step` submits it."""
+        self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
+                                  spec_hash=prepared.spec_hash, request=prepared.request, state="planned",
+                                  sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
+        self._acted += 1
+
     def plan_retries(self) -> None:
         """Write the next attempt's row for each trial whose latest job failed retryably."""
         rows = self._rows()
@@ -835,11 +851,8 @@ class Runner:
             latest = history[-1]
             attempt = latest.attempt + 1
             name = self.ident.job_name(trial.trial_id, attempt)
-            self.ledger.put_value(_key(self.d.sweep_id, f"attempt:{name}"),
-                                  {"instance_type": instance_type, "failover": failover})
-            stub = Entry(name, self.d.backend, self.d.region, "", "planned", {}, self.d.sweep_id,
-                         trial.trial_id, attempt, None, 0.0, 0.0)
-            prepared = self._prepare(trial, stub)
+            prepared = self._prepare_attempt(trial, name, attempt,
+                                             {"instance_type": instance_type, "failover": failover})
             if self.d.budget_usd is not None:
                 spent = self._spent_bound(rows) if spent is None else spent
                 if spent + prepared.estimate.usd_max > self.d.budget_usd:
@@ -850,10 +863,7 @@ class Runner:
                     self._event(f"{trial.trial_id}: not retried (budget)")
                     continue
                 spent += prepared.estimate.usd_max
-            self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
-                                      spec_hash=prepared.spec_hash, request=prepared.request, state="planned",
-                                      sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
-            self._acted += 1
+            self._plan_attempt(trial, name, attempt, prepared)
             how = f"failing over to {instance_type}" if failover else "retrying"
             self._event(f"{trial.trial_id}: {how} as {name} after: {latest.detail}")
 
@@ -904,11 +914,8 @@ class Runner:
             if attempt > MAX_ATTEMPT:
                 why = f"job names allow at most {MAX_ATTEMPT} resubmissions"
             else:
-                self.ledger.put_value(_key(self.d.sweep_id, f"attempt:{name}"),
-                                      {"instance_type": instance_type, "failover": False, "resumed": True})
-                stub = Entry(name, self.d.backend, self.d.region, "", "planned", {}, self.d.sweep_id,
-                             trial.trial_id, attempt, None, 0.0, 0.0)
-                prepared = self._prepare(trial, stub)
+                prepared = self._prepare_attempt(trial, name, attempt,
+                                                 {"instance_type": instance_type, "failover": False, "resumed": True})
                 if self.d.budget_usd is not None:
                     spent = self._spent_bound(rows) if spent is None else spent
                     if spent + prepared.estimate.usd_max > self.d.budget_usd:
@@ -925,10 +932,7 @@ class Runner:
                                                                 expect=("stopped",)):
                     self._event(f"{trial.trial_id}: not resubmitted after sweep stop: {why}")
                 continue
-            self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
-                                      spec_hash=prepared.spec_hash, request=prepared.request, state="planned",
-                                      sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
-            self._acted += 1
+            self._plan_attempt(trial, name, attempt, prepared)
             self._event(f"{trial.trial_id}: resubmitting as {name}: sweep stop had stopped {latest.job_name} "
                         "in flight (its cost is spent)")
 
