@@ -479,20 +479,24 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     elif not stats:
         warnings.append("no rank wrote its stats; step figures are missing")
     warnings.extend(f"compile cache: {w}" for w in cache["warnings"])
-    return _finish(job, ctr, stats, ok, reason, cache, started, warnings)
+    # Signalled (a stop, or SageMaker's MaxRuntime) without another failure first: "stopped".
+    stopped = stop.signum is not None and launch_error is None
+    return _finish(job, ctr, stats, ok, reason, cache, started, warnings, stopped=stopped)
 
 
 def _finish(job: dict, ctr: contract.Contract, stats: dict[int, dict], ok: bool, reason: str | None,
-            cache: dict, started: float, warnings: list[str]) -> int:
+            cache: dict, started: float, warnings: list[str], stopped: bool = False) -> int:
     """Write results.json (both places) and, on failure, the failure file; the exit code.
 
+    The document's status is "completed", "stopped" (the launcher was signalled) or "failed".
     The local copy (it travels in output.tar.gz) always ends with the job's final status: when
     publishing to `results_uri` fails, the job fails, and the local copy is rewritten to say so.
     """
     ended = time.time()
 
     def document(ok: bool, reason: str | None) -> bytes:
-        results = build_results(job, ctr, stats, status="completed" if ok else "failed", reason=reason,
+        status = "completed" if ok else "stopped" if stopped else "failed"
+        results = build_results(job, ctr, stats, status=status, reason=reason,
                                 cache=cache, started=started, ended=ended, warnings=warnings)
         return (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
 

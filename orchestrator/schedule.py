@@ -288,6 +288,15 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     logs = orch_home / "schedules"
     log = logs / f"{sweep.sweep}.log"
     expr = sweep.schedule.cron.strip()
+    # croniter (schedule run / tick) reads L, ? and #; cronie, Vixie cron and busybox do not,
+    # and crontab would refuse the whole file.
+    extended = [token for token in ("L", "?", "#") if token in expr.upper().replace("JUL", "")]
+    if extended:
+        file, line, _ = sweep.locate("schedule", "cron")
+        where = f"{file}:{line}: " if file and line else ""
+        raise InputError(f"{where}schedule.cron {expr!r} uses {', '.join(extended)}, which system cron does not "
+                         "understand", hint="use `orchestrator schedule run` for this schedule (it reads them), or "
+                         "write the cron with plain fields")
     command = (f"cd {shlex.quote(str(project))} && ORCHESTRATOR_HOME={shlex.quote(str(orch_home))} "
                f"PYTHONPATH={shlex.quote(str(project))} {shlex.quote(str(Path(python).absolute()))} "
                f"-m orchestrator schedule tick {shlex.quote(str(sweep.path.resolve()))} "

@@ -22,6 +22,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -125,6 +127,18 @@ class ModelSpec(_Strict):
         pattern=ARCH_PATTERN,
         description="timm ViT architecture name.",
     )
+    @field_validator("arch", mode="before")
+    @classmethod
+    def _no_pretrained_tag(cls, value: Any) -> Any:
+        # timm names pretrained weights "<arch>.<tag>"; the job builds the architecture with
+        # random weights, so the tag has no use here, and the pattern alone would not say why.
+        if isinstance(value, str) and "." in value and re.fullmatch(ARCH_PATTERN, value.split(".", 1)[0]):
+            arch, tag = value.split(".", 1)
+            raise PydanticCustomError(
+                "arch_tag", "{value!r} names pretrained weights ({tag}); training starts from random "
+                "weights, so write the architecture alone: {arch}", {"value": value, "tag": tag, "arch": arch})
+        return value
+
     patch_embed: Literal["linear", "conv"] = Field(
         "linear",
         description="linear: a conv-free patch embedding (reshape + matmul), the same function "
@@ -513,17 +527,33 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         elif kind == "finite_number":
             message = f"must be a finite number, got {smap.raw(loc) or err.get('input')}"
         elif kind in ("literal_error", "string_type", "enum"):
-            message = _unquoted_hint(err, smap.raw(loc)) or message
+            message = _unquoted_hint(err, smap.raw(loc), _field_pattern(model, loc)) or message
         file, line, col = smap.where(loc, prefer_key=prefer_key)
         problems.append(Problem(file, line, col, _dotted(loc), message))
     return problems
 
 
-def _unquoted_hint(err: dict, raw: str | None) -> str | None:
+def _field_pattern(model: type[BaseModel], loc: tuple) -> str | None:
+    """The regex a text field at `loc` must match, if it has one (for quoting hints)."""
+    current: Any = model
+    for i, part in enumerate(loc):
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        if i == len(loc) - 1:
+            return next((m.pattern for m in field.metadata if getattr(m, "pattern", None)), None)
+        candidates = [field.annotation, *getattr(field.annotation, "__args__", ())]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+    return None
+
+
+def _unquoted_hint(err: dict, raw: str | None, pattern: str | None = None) -> str | None:
     """For a text field given a boolean or a number: how YAML read it and how to write it.
 
     YAML 1.1 reads unquoted yes/no/on/off/true/false as booleans and 2.30 as the number 2.3,
-    so `mode: off` reaches the model as False; the user meant the word.
+    so `mode: off` reaches the model as False; the user meant the word. Quoting is suggested
+    only where the quoted text would pass the field's pattern; otherwise the pattern's own
+    description says what to write (`neuron_sdk: 2.30` needs "2.30.0").
     """
     value = err.get("input")
     expected = err.get("ctx", {}).get("expected")
@@ -539,7 +569,10 @@ def _unquoted_hint(err: dict, raw: str | None) -> str | None:
         got = f"expected text, got the number {value}"
         if raw is not None and raw != str(value):
             got += f" (YAML read {raw} as a number)"
-        return f'{got}; write "{raw if raw is not None else value}" in quotes'
+        text = raw if raw is not None else str(value)
+        if pattern is not None and not re.search(pattern, text):
+            return f"{got}; write it in quotes, as {PATTERN_HINTS.get(pattern, f'text matching {pattern}')}"
+        return f'{got}; write "{text}" in quotes'
     return None
 
 

@@ -322,6 +322,9 @@ def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_tr
     wait_until(lambda: not local.process_alive(data["pid"]), 10, "the supervisor outlived SIGKILL", 0.1)
     status = backend.status(prepared.job_name)
     assert status.status == "failed" and "supervisor" in status.failure_reason
+    from orchestrator import sweep as sweeps
+
+    assert sweeps.classify(status.failure_reason) == "internal"  # a sweep retries it as -rN
     for pid in tree:
         wait_until(lambda pid=pid: not local.process_alive(pid), 10, f"process {pid} outlived its supervisor", 0.1)
 

@@ -392,8 +392,9 @@ def test_neuron_image_on_an_instance_without_neuron_cores_is_an_error():
 # --- N026: the model architecture ----------------------------------------------------
 
 
-def test_a_misspelt_architecture_is_an_error_with_the_right_name():
-    f = _fires(_spec(**{"model.arch": "vit_base_patch16_244"}), "N026-model-arch-unknown")
+def test_a_misspelt_architecture_warns_with_the_right_name():
+    # A warning: a newer timm in the job may have a name this list lacks.
+    f = _fires(_spec(**{"model.arch": "vit_base_patch16_244"}), "N026-model-arch-unknown", "warning")
     assert "'vit_base_patch16_224'" in f.fix and f.path == "model.arch"
 
 

@@ -296,6 +296,23 @@ def test_crontab_line_sets_cron_tz_and_quotes_paths(tmp_path, orch_home):
     assert f"ORCHESTRATOR_HOME='{home}'" in line
 
 
+@pytest.mark.parametrize("cron, token", [("0 0 L * *", "L"), ("0 3 ? * MON", "?"), ("0 3 * * MON#1", "#")])
+def test_crontab_refuses_what_system_cron_cannot_read_but_schedule_next_takes_it(tmp_path, orch_home, cron, token):
+    load(tmp_path)
+    path = tmp_path / "nightly.yaml"
+    path.write_text(NIGHTLY.replace('cron: "0 3 * * *"', f'cron: "{cron}"').replace("CATCHUP", "latest"))
+    sweep = spec.load_sweep(path)
+    with pytest.raises(InputError) as info:
+        schedules.crontab_line(sweep)
+    assert f"uses {token}" in info.value.message and info.value.message.startswith(f"{path}:")
+    assert "schedule run" in info.value.hint
+    # croniter reads it: `schedule run` and `schedule next` work with the same expression.
+    assert len(schedules.next_fires(sweep.schedule, datetime(2026, 1, 1, tzinfo=timezone.utc), 2)) == 2
+    # A month name with an L in it is not the L field.
+    path.write_text(NIGHTLY.replace('cron: "0 3 * * *"', 'cron: "0 3 * JUL *"').replace("CATCHUP", "latest"))
+    assert schedules.crontab_line(spec.load_sweep(path)).splitlines()[-1].startswith("0 3 * JUL * cd ")
+
+
 def test_crontab_of_a_sweep_without_schedule_names_the_file(tmp_path, orch_home):
     load(tmp_path)
     path = tmp_path / "nightly.yaml"

@@ -412,7 +412,8 @@ def test_infra_value_problems_are_located_in_the_infra_file(tmp_path):
         spec.load(tmp_path / "job.yaml")
     [problem] = info.value.problems
     assert (problem.file, problem.line, problem.column, problem.path) == (str(infra), 4, 11, "role_arn")
-    assert 'write "5" in quotes' in problem.message
+    # Not 'write "5" in quotes', which would only fail the ARN pattern next.
+    assert "write it in quotes, as an IAM role ARN such as" in problem.message
     infra.write_text("role_arn: arn:aws:iam::111122223333:role/r\ncompile_cache_uri: s3://stack-bucket/cc\n"
                      "output_uri: file:///tmp/out\n")
     with pytest.raises(SpecError) as info:
@@ -454,14 +455,24 @@ def test_overrides_refuse_booleans_and_nan_too():
     ("compile_cache: {mode: no}", "compile_cache.mode",
      "got false (YAML reads unquoted no as a boolean); expected 'tarball' or 'off'"),
     ("tags: {enabled: yes}", "tags.enabled", 'write "yes" in quotes'),
+    # Quoting alone would not do here ("2.30" fails the pattern): the hint says the whole form.
     ("image: {neuron_sdk: 2.30}", "image.neuron_sdk",
-     'got the number 2.3 (YAML read 2.30 as a number); write "2.30" in quotes'),
+     "got the number 2.3 (YAML read 2.30 as a number); write it in quotes, as a Neuron SDK version such as 2.30.0"),
+    ("image: {neuron_sdk: 2.301}", "image.neuron_sdk", "as a Neuron SDK version such as 2.30.0"),
     ("environment: {FOO: 1}", "environment.FOO", 'got the number 1; write "1" in quotes'),
 ])
 def test_yaml_words_read_as_booleans_or_numbers_say_to_quote(fragment, path, expected):
     text = LOCAL.replace('compile_cache: {mode: "off"}\n', "") + fragment + "\n"
     [problem] = problems(text)
     assert problem.path == path and problem.line == text.count("\n") and expected in problem.message
+
+
+def test_a_pretrained_tag_on_the_arch_says_to_drop_it():
+    text = LOCAL.replace("arch: vit_tiny_patch16_224", "arch: vit_base_patch16_224.augreg_in21k")
+    [problem] = problems(text)
+    assert problem.path == "model.arch"
+    assert "names pretrained weights (augreg_in21k)" in problem.message
+    assert "write the architecture alone: vit_base_patch16_224" in problem.message
 
 
 def test_a_sweep_spec_is_named_as_such(tmp_path):

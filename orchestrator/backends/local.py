@@ -380,8 +380,9 @@ class LocalBackend:
         pid = self._supervisor_pid(job_name, data)
         data = {**data, "state": "stopped" if stopped else "failed",
                 "secondary": "Stopped" if stopped else "Failed", "ended": data.get("ended") or self.clock(),
-                "failure_reason": None if stopped else f"the local supervisor (pid {pid}) exited without "
-                f"finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
+                # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
+                "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
+                f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
         write_json_atomic(self.job_dir(job_name) / STATUS_FILE, data)
         return data
 
