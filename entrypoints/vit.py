@@ -86,6 +86,16 @@ def build(model_spec: Mapping[str, Any]) -> nn.Module:
     kind = model_spec.get("patch_embed", "linear")
     if kind not in ("linear", "conv"):
         raise ValueError(f"model.patch_embed must be linear or conv, not {kind!r}")
+    if kind == "linear":
+        # Hybrid ViTs (a ResNet or conv stem, timm's HybridEmbed) would silently lose their stem
+        # to our embed_layer: look at what the architecture builds by itself first. On the meta
+        # device that allocates nothing and takes a few tens of milliseconds.
+        kwargs = {k: v for k, v in timm_kwargs(model_spec).items() if k != "embed_layer"}
+        with torch.device("meta"):
+            own = type(getattr(timm.create_model(arch, **kwargs), "patch_embed", None))
+        if own is not PatchEmbed:
+            raise ValueError(f"{arch} embeds patches with {own.__name__} (a hybrid or non-ViT arch), not "
+                             "timm's PatchEmbed; use patch_embed: conv for it")
     model = timm.create_model(arch, **timm_kwargs(model_spec))
     if kind == "linear" and not isinstance(getattr(model, "patch_embed", None), LinearPatchEmbed):
         raise ValueError(f"{arch} does not use timm's PatchEmbed (a hybrid or non-ViT arch); "

@@ -161,6 +161,12 @@ def vit_architectures() -> frozenset[str]:
     return frozenset(_load("timm_vit.json")["architectures"])
 
 
+def vit_hybrid_architectures() -> frozenset[str]:
+    """The ViTs among `vit_architectures` whose patch embedding is a ResNet/conv stem
+    (timm's HybridEmbed), which `patch_embed: linear` cannot stand in for."""
+    return frozenset(_load("timm_vit.json")["hybrid"])
+
+
 def vit_architectures_source() -> tuple[str, str]:
     """(timm version, as_of) of `vit_architectures`."""
     data = _load("timm_vit.json")

@@ -39,6 +39,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N026-model-arch-unknown: model.arch is not in the pinned timm's ViT list (a warning, with a
   did-you-mean: the job's timm may be newer).
 - N027-local-oversubscribed: a local job with more training processes than this machine has CPUs.
+- N028-hybrid-linear-embed: patch_embed: linear on a hybrid ViT (ResNet/conv stem), which the
+  job would refuse at start.
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, spot, price and budget, EFA, SageMaker limits) are skipped there; model and training
@@ -417,6 +419,13 @@ def _runtime(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
 def _arch(spec: JobSpec) -> list[Finding]:
     arch = spec.model.arch
     known = catalog.vit_architectures()
+    if arch in catalog.vit_hybrid_architectures() and spec.model.patch_embed == "linear":
+        # train.py refuses it at start (vit.build); say so before an instance is paid for.
+        return [Finding(
+            "N028-hybrid-linear-embed", "error",
+            f"{arch} is a hybrid ViT: its patches come from a ResNet/conv stem, which the conv-free "
+            "linear patch embedding cannot replace",
+            "set model.patch_embed: conv for this architecture, or pick a plain ViT", "model.patch_embed")]
     if arch in known:
         return []
     version, _ = catalog.vit_architectures_source()

@@ -406,9 +406,27 @@ def test_an_architecture_far_from_any_known_one_is_a_warning():
 
 def test_the_architecture_list_is_the_installed_timms():
     timm = pytest.importorskip("timm")
+    import torch
+    from timm.layers import PatchEmbed
+
     version, _ = catalog.vit_architectures_source()
     assert version == timm.__version__, "regenerate orchestrator/data/timm_vit.json for the pinned timm"
     assert catalog.vit_architectures() == frozenset(timm.list_models("vit_*"))
+    # Which of them bring their own (hybrid) patch embedding: build each on the meta device.
+    hybrids = set()
+    for arch in sorted(catalog.vit_architectures()):
+        with torch.device("meta"):
+            model = timm.create_model(arch, pretrained=False)
+        if type(getattr(model, "patch_embed", None)) is not PatchEmbed:
+            hybrids.add(arch)
+    assert catalog.vit_hybrid_architectures() == hybrids
+
+
+def test_a_hybrid_vit_with_the_linear_patch_embed_is_an_error():
+    f = _fires(_spec(**{"model.arch": "vit_small_r26_s32_224"}), "N028-hybrid-linear-embed")
+    assert f.path == "model.patch_embed" and "patch_embed: conv" in f.fix
+    assert "N028-hybrid-linear-embed" not in _rules(_spec(**{"model.arch": "vit_small_r26_s32_224",
+                                                             "model.patch_embed": "conv"}))
 
 
 # --- N027: local processes over this machine's CPUs ----------------------------------

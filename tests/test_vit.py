@@ -88,3 +88,14 @@ def test_never_pretrained_and_bad_kind():
     assert vit.timm_kwargs(TINY)["pretrained"] is False
     with pytest.raises(ValueError, match="linear or conv"):
         vit.build(dict(TINY, patch_embed="fft"))
+
+
+def test_a_hybrid_vit_is_refused_with_the_linear_embed_and_keeps_its_stem_with_conv():
+    # timm's hybrids embed patches through a ResNet/conv stem (HybridEmbed); forcing our
+    # linear PatchEmbed in would silently drop that stem and train another model.
+    hybrid = {"arch": "vit_small_r26_s32_224", "image_size": 64, "num_classes": 10}
+    with pytest.raises(ValueError, match="HybridEmbed.*use patch_embed: conv"):
+        vit.build(dict(hybrid, patch_embed="linear"))
+    model = vit.build(dict(hybrid, patch_embed="conv"))
+    assert type(model.patch_embed).__name__ == "HybridEmbed"
+    assert isinstance(vit.build(TINY).patch_embed, vit.LinearPatchEmbed)
