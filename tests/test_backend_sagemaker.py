@@ -572,7 +572,7 @@ def test_access_denied_names_the_action_of_each_operation():
 def test_transport_errors_become_backend_errors():
     err = translate(NoCredentialsError(), operation="CreateTrainingJob")
     assert isinstance(err, BackendError) and "credentials" in err.message and "AWS_PROFILE" in err.hint
-    err = translate(EndpointConnectionError(endpoint_url="https://api.sagemaker.nowhere"), operation="ListTags")
+    err = translate(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), operation="ListTags")
     assert "cannot reach" in err.message and "AWS_ENDPOINT_URL" in err.hint
 
 

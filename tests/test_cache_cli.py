@@ -130,7 +130,7 @@ def test_show_warns_about_a_missing_archive(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("args, message", [
     (["cache", "show", "FILE_STORE", "no-such-key"], "no manifest for cache key 'no-such-key'"),
     (["cache", "show", "FILE_STORE", "../escape"], "bad cache key"),
-    (["cache", "ls", "http://example.com/cache"], "bad cache URI"),
+    (["cache", "ls", "http://127.0.0.1:9/cache"], "bad cache URI"),
     (["cache", "ls", "file://relative/path"], "bad cache URI"),
     (["cache", "prune", "FILE_STORE", "--key", "no-such-key"], "no cache key 'no-such-key'"),
     (["cache", "show", "a", "b", "c"], "takes [URI] KEY"),

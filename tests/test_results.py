@@ -401,7 +401,7 @@ def test_bad_filters_and_prefixes_are_input_errors(orch_home):
     ("s3://", "no bucket"),
     ("file://relative/path", "needs an absolute path"),
     ("file:///etc/passwd", "/etc/passwd is not a folder"),
-    ("http://example.com/x", "s3://bucket/prefix or file:///path"),
+    ("http://127.0.0.1:9/x", "s3://bucket/prefix or file:///path"),
 ])
 def test_cli_results_refuses_a_bad_prefix_before_any_call(orch_home, monkeypatch, capsys, prefix, message):
     import boto3
