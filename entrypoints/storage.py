@@ -94,8 +94,8 @@ def open_store(uri: str, *, s3_client=None, multipart_threshold: int = DEFAULT_M
         raise ValueError(f"store URI must be a string, got {type(uri).__name__}")
     if uri.startswith("s3://"):
         bucket, _, prefix = uri[len("s3://"):].partition("/")
-        if not _BUCKET.match(bucket):
-            raise ValueError(f"{uri}: {bucket!r} is not a valid S3 bucket name")
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            raise ValueError(f"{uri}: {bucket!r} is not a valid S3 bucket name" + ("" if bucket else " (no bucket)"))
         prefix = prefix.strip("/")
         if prefix:
             _check_key(prefix, uri)

@@ -60,6 +60,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from entrypoints.storage import FileStore, open_store
 from orchestrator import catalog
 from orchestrator.errors import BackendError, InputError
 
@@ -317,33 +318,18 @@ def results_uri(prefix: str, job: str) -> str:
 
 
 # S3's bucket naming rule (the part a results prefix can get wrong by hand).
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-
-
 def check_prefix(prefix: str, argument: str = "results prefix") -> str:
-    """`prefix` if it can be a results prefix: s3://BUCKET[/key] with a valid bucket name, or
-    file:///absolute/path that is a folder or does not exist (yet). InputError naming
-    `argument` otherwise; nothing is read."""
-    parsed = urlparse(prefix)
-    if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise InputError(f"{argument} {prefix!r}: no bucket in the results prefix", hint="e.g. s3://my-bucket/jobs")
-        if not _BUCKET_NAME.match(parsed.netloc) or ".." in parsed.netloc:
-            raise InputError(f"{argument} {prefix!r}: {parsed.netloc!r} is not a valid S3 bucket name (3-63 "
-                             "lowercase letters, digits, dots and dashes, starting and ending with a letter or digit)",
-                             hint="give the job spec's output.uri, e.g. s3://my-bucket/jobs")
-        return prefix
-    if parsed.scheme == "file":
-        root = _FileStore(prefix).root
-        if not root.is_absolute():
-            raise InputError(f"{argument} {prefix!r}: a file:// prefix needs an absolute path",
-                             hint="e.g. file:///home/me/.orchestrator/store/jobs")
-        if root.exists() and not root.is_dir():
-            raise InputError(f"{argument} {prefix!r}: {root} is not a folder",
-                             hint="give the folder that holds results/<job>/results.json (the jobs' output.uri)")
-        return prefix
-    raise InputError(f"{argument} {prefix!r}: a results prefix is s3://bucket/prefix or file:///path",
-                     hint="give the job spec's output.uri")
+    """`prefix` if it can be a results prefix: what `storage.open_store` takes (s3://BUCKET[/key]
+    with a valid bucket name, file:///absolute/path) and, for file://, a folder or nothing yet.
+    InputError naming `argument` otherwise; nothing is read."""
+    hint = "give the jobs' output.uri: s3://bucket/prefix or file:///path (a folder)"
+    try:
+        store = open_store(prefix)
+    except ValueError as exc:
+        raise InputError(f"{argument} {prefix!r}: {str(exc).removeprefix(f'{prefix}: ')}", hint=hint) from None
+    if isinstance(store, FileStore) and store.root.exists() and not store.root.is_dir():
+        raise InputError(f"{argument} {prefix!r}: {store.root} is not a folder", hint=hint)
+    return prefix
 
 
 def _segment(job: str) -> str:

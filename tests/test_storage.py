@@ -141,7 +141,7 @@ def test_file_store_hides_its_own_files(tmp_path):
 
 
 @pytest.mark.parametrize("uri", ["http://127.0.0.1:9/x", "file://relative/path", "s3://", "s3://Bad_Bucket/x",
-                                 "file:///a/../b", "s3://bucket/a/../b", "gs://bucket/x"])
+                                 "file:///a/../b", "s3://bucket/a/../b", "gs://bucket/x", "s3://a..b/x"])
 def test_malformed_uris_are_refused(uri):
     with pytest.raises(ValueError):
         open_store(uri)
