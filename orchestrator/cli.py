@@ -71,9 +71,6 @@ def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
 # A malformed job name or region would otherwise reach AWS (botocore's "Parameter validation
 # failed", a DNS lookup of a made-up endpoint) or a path on disk; refuse it here, exit 2.
 
-# AWS region names: two letters, one or more words, a number (us-east-1, us-gov-west-1,
-# cn-north-1, ap-southeast-5, eu-isoe-west-1).
-_REGION_PATTERN = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _JOB_NAME_RULE = "1-63 letters, digits and dashes, starting and ending with a letter or digit (SageMaker's rule)"
 
 
@@ -102,9 +99,10 @@ def _job_option(value: str | None) -> str | None:
 def _check_region(value):
     """A --region value (None, one, or a list of them) if each looks like an AWS region name."""
     from orchestrator.errors import InputError
+    from orchestrator.spec import REGION_PATTERN
 
     for region in [value] if isinstance(value, str) else (value or []):
-        if not _REGION_PATTERN.match(region):
+        if not re.fullmatch(REGION_PATTERN, region):
             raise InputError(f"--region {region!r} is not an AWS region name",
                              hint="e.g. us-east-1, eu-west-1, us-gov-west-1 or cn-north-1")
     return value

@@ -22,6 +22,7 @@ from pathlib import Path
 from orchestrator import catalog
 from orchestrator.errors import BackendError, InputError, service_message
 from orchestrator.paths import home, write_atomic
+from orchestrator.spec import REGION_PATTERN
 
 SERVICE_CODE = "AmazonSageMaker"
 SOURCE = "AWS Price List API (AmazonSageMaker)"
@@ -81,7 +82,7 @@ def check(types: Iterable[str], regions: Iterable[str]) -> None:
                 hint = f"did you mean {close[0]}?" if close else f"e.g. {', '.join(default_types())}"
             raise InputError(f"--types: {type_!r} is not a SageMaker training instance type", hint=hint)
     for region in regions:
-        if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
+        if not re.fullmatch(REGION_PATTERN, region):
             raise InputError(f"--region: {region!r} is not an AWS region name", hint="e.g. us-east-1")
 
 

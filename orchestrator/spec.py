@@ -49,7 +49,9 @@ MAX_NAME = 54
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 URI_PATTERN = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file://.+)$"
 ROLE_PATTERN = r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
-REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+# Two letters, one or more words, a number: us-east-1, us-gov-west-1, cn-north-1, eu-isoe-west-1.
+# The CLI's --region and `prices refresh` check with this one pattern too.
+REGION_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d+$"
 INSTANCE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
 ARCH_PATTERN = r"^vit_[a-z0-9_]+$"
 SDK_PATTERN = r"^\d+\.\d+\.\d+$"

@@ -545,6 +545,12 @@ def test_real_region_shapes_are_accepted(no_backend, monkeypatch, capsys, region
     code, _, err = _cli(monkeypatch, capsys, "status", "vit-1", "--region", region)
     assert code == 1 and "stub backend" in err
     assert no_backend == [("sagemaker", region)]
+    # One rule for regions everywhere: a spec and `prices refresh` take the same names.
+    from orchestrator import prices
+    from orchestrator import spec as specs
+
+    prices.check([], [region])
+    assert specs.loads(f"name: x\nbackend: local\nregion: {region}\n").region == region
 
 
 def test_infra_and_prices_regions_are_checked_before_any_call(orch_home, monkeypatch, capsys):
