@@ -1066,14 +1066,12 @@ def schedule_next(
 
     from orchestrator import schedule as schedules
     from orchestrator import spec
-    from orchestrator.errors import InputError
 
     loaded = spec.load_sweep(path)
-    if loaded.schedule is None:
-        raise InputError(f"{path}: sweep {loaded.sweep} has no schedule", hint="add schedule: {cron: ...}")
-    zone = ZoneInfo(loaded.schedule.timezone)
-    for when in schedules.next_fires(loaded.schedule, datetime.now(timezone.utc), count):
-        local = "" if loaded.schedule.timezone == "UTC" else f"  ({when.astimezone(zone):%Y-%m-%d %H:%M %Z})"
+    schedule = schedules.require_schedule(loaded)
+    zone = ZoneInfo(schedule.timezone)
+    for when in schedules.next_fires(schedule, datetime.now(timezone.utc), count):
+        local = "" if schedule.timezone == "UTC" else f"  ({when.astimezone(zone):%Y-%m-%d %H:%M %Z})"
         _out(f"{when:%Y-%m-%d %H:%M} UTC{local}")
 
 

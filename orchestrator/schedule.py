@@ -149,10 +149,7 @@ class Scheduler:
     def __init__(self, sweep: SweepSpec, backend: Backend, ledger: Ledger, *,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
                  runner_options: dict | None = None, on_report: Callable[[TickReport], None] | None = None):
-        if sweep.schedule is None:
-            file, line, _ = sweep.locate()
-            raise InputError(f"{file}:{line}: sweep {sweep.sweep} has no schedule",
-                             hint="add e.g. `schedule: {cron: \"0 3 * * *\", catchup: latest}`")
+        require_schedule(sweep)
         self.sweep = sweep
         self.schedule = sweep.schedule
         self.backend = backend
@@ -250,6 +247,16 @@ class Scheduler:
                 self.sleep(min(remaining, MAX_SLEEP_SECONDS))
 
 
+def require_schedule(sweep: SweepSpec) -> ScheduleSpec:
+    """The sweep's schedule; InputError located at the sweep's file when it has none."""
+    if sweep.schedule is None:
+        file, line, _ = sweep.locate()
+        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
+        raise InputError(f"{where}sweep {sweep.sweep} has no schedule",
+                         hint="add e.g. `schedule: {cron: \"0 3 * * *\", catchup: latest}`")
+    return sweep.schedule
+
+
 def package_root() -> Path:
     """The folder that holds the `orchestrator` package (what PYTHONPATH must name)."""
     import orchestrator
@@ -277,11 +284,9 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     submitted late (catchup latest/all) or not at all (catchup none). Converting the expression
     to the machine's zone instead is not possible in general (DST shifts, day boundaries).
     """
-    if sweep.schedule is None or sweep.path is None:
-        file, line, _ = sweep.locate()
-        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
-        raise InputError(f"{where}sweep {sweep.sweep} has no schedule",
-                         hint="add e.g. `schedule: {cron: \"0 3 * * *\", catchup: latest}`")
+    require_schedule(sweep)
+    if sweep.path is None:
+        raise InputError(f"sweep {sweep.sweep} was not loaded from a file: cron needs its path")
     project = (project or package_root()).resolve()
     python = python or sys.executable
     orch_home = (orchestrator_home or home()).resolve()

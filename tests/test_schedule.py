@@ -322,6 +322,11 @@ def test_crontab_of_a_sweep_without_schedule_names_the_file(tmp_path, orch_home)
     assert info.value.message.startswith(f"{path}:") and "has no schedule" in info.value.message
     done = _cli("schedule", "crontab", str(path), env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 2 and f"error: {path}:" in done.stderr and "Traceback" not in done.stderr
+    # `schedule next` and the scheduler say it the same way (one check: schedule.require_schedule).
+    done = _cli("schedule", "next", str(path), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 2 and f"error: {path}:" in done.stderr and "has no schedule" in done.stderr
+    with pytest.raises(InputError, match="has no schedule"):
+        schedules.Scheduler(spec.load_sweep(path), backend=None, ledger=None)
 
 
 def _cli(*args, env):
