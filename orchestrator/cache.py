@@ -41,7 +41,7 @@ _ARCHIVE_PREFIX = f"{compile_cache.ARCHIVE_DIR}/"
 
 def default_uri() -> str:
     """The local store's compile caches: file://$ORCHESTRATOR_HOME/store/compile-cache."""
-    from orchestrator.ledger import home
+    from orchestrator.paths import home
 
     return f"file://{home()}/store/compile-cache"
 

@@ -303,7 +303,7 @@ def rank(rows: Iterable[Row]) -> list[Row]:
 
 def local_store_uri() -> str:
     """Where local-backend jobs write: file://$ORCHESTRATOR_HOME/store/jobs."""
-    from orchestrator.ledger import home
+    from orchestrator.paths import home
 
     return (home() / "store" / "jobs").as_uri()
 

@@ -39,7 +39,8 @@ from pathlib import Path
 from orchestrator import sweep as sweeps
 from orchestrator.backends import Backend
 from orchestrator.errors import InputError
-from orchestrator.ledger import Ledger, home
+from orchestrator.ledger import Ledger
+from orchestrator.paths import home
 from orchestrator.spec import ScheduleSpec, SweepSpec
 
 ON_TIME_SECONDS = 300

@@ -71,7 +71,8 @@ from typing import Any
 from orchestrator import cost, doctor, request
 from orchestrator.backends import Backend
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
-from orchestrator.ledger import Entry, Ledger, home
+from orchestrator.ledger import Entry, Ledger
+from orchestrator.paths import home
 from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, spec_hash, with_overrides
 
 TAG_SWEEP = "orchestrator:sweep"

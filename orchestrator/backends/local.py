@@ -56,7 +56,8 @@ from pathlib import Path
 from entrypoints import contract
 from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted
 from orchestrator.errors import BackendError, InputError
-from orchestrator.ledger import Ledger, home
+from orchestrator.ledger import Ledger
+from orchestrator.paths import home, write_atomic
 
 STATUS_FILE = "status.json"
 PLAN_FILE = "plan.json"
@@ -85,10 +86,9 @@ def free_port(host: str = LOOPBACK) -> int:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON to `path` so readers see the old or the new file, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    """Write JSON to `path` so readers see the old or the new file, never half of one
+    (`paths.write_atomic`: a unique temp file per writer, so two threads never share one)."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> dict | None:
