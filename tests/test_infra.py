@@ -574,14 +574,22 @@ def stack_with_outputs(status: str) -> dict:
     return body
 
 
+def executing_create(cfn, stub: Stubber, by_id: dict | None = None):
+    """A computed CREATE change set, and its ExecuteChangeSet accepted: the plan to execute.
+    `by_id`: the parameters the event read before the execute must carry (the StackId)."""
+    planned_create(stub, pending=False)
+    plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+    stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
+    stub.add_response("execute_change_set", {},
+                      {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID} if by_id else None)
+    return plan
+
+
 def test_execute_polls_the_stack_by_the_change_sets_stack_id():
     cfn = cfn_client()
     by_id = {"StackName": STACK_ID}
     with Stubber(cfn) as stub:
-        planned_create(stub, pending=False)
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
-        stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
-        stub.add_response("execute_change_set", {}, {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID})
+        plan = executing_create(cfn, stub, by_id)
         stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
         stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"), by_id)
         stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
@@ -597,10 +605,7 @@ def test_a_change_set_left_unexecuted_stops_after_the_review_bound_and_says_how_
     ticks = iter(range(0, 10_000, 25))
     waits = []
     with Stubber(cfn) as stub:
-        planned_create(stub, pending=False)
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
-        stub.add_response("describe_stack_events", {"StackEvents": []})
-        stub.add_response("execute_change_set", {})
+        plan = executing_create(cfn, stub)
         for _ in range(3):  # 25 s, 50 s, 75 s after the execute at 0 s
             stub.add_response("describe_stack_events", {"StackEvents": []})
             stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"))
@@ -620,10 +625,7 @@ def test_a_long_quiet_deploy_reports_its_status_every_heartbeat():
     ticks = iter(range(0, 10_000, 10))
     waits = []
     with Stubber(cfn) as stub:
-        planned_create(stub, pending=False)
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
-        stub.add_response("describe_stack_events", {"StackEvents": []})
-        stub.add_response("execute_change_set", {})
+        plan = executing_create(cfn, stub)
         for n in range(7):  # polls at 10..70 s; an event at 30 s resets the heartbeat
             events = [event(1, "Bucket", "AWS::S3::Bucket", "CREATE_IN_PROGRESS")] if n == 2 else []
             stub.add_response("describe_stack_events", {"StackEvents": events})
