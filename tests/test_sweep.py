@@ -711,11 +711,16 @@ def test_stop_cancels_planned_trials_and_stops_jobs_in_flight(rig):
     make, cloud, _ = rig
     runner = make()
     runner.step()
-    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
-    report = sweeps.stop(runner)
+    report = _sweep_stop(runner)
     assert sorted(report.stopped_jobs) == sorted(cloud.jobs) and len(report.cancelled) == 2
     assert set(states(runner).values()) == {"stopped"}
     assert runner.step().stopped and len(cloud.jobs) == 2  # a runner started later submits nothing
+
+
+def _sweep_stop(runner):
+    """What `orchestrator sweep stop` does to a runner's sweep: the flag, then the stop."""
+    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
+    return sweeps.stop(runner)
 
 
 def _stopped_midway(make, cloud, text: str = SWEEP):
@@ -726,8 +731,7 @@ def _stopped_midway(make, cloud, text: str = SWEEP):
     cloud.finish(first)
     runner.step()
     assert Counter(states(runner).values()) == {"completed": 1, "submitted": 2, "planned": 1}
-    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
-    report = sweeps.stop(runner)
+    report = _sweep_stop(runner)
     assert len(report.stopped_jobs) == 2 and len(report.cancelled) == 1
     return runner, first, report
 
@@ -766,9 +770,8 @@ def test_a_resubmission_after_stop_does_not_use_up_max_retries(rig):
     runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 1\n")
     runner.step()
     [job] = cloud.jobs
-    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
-    sweeps.stop(runner)
-    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    _sweep_stop(runner)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)  # what resume does first
     runner.step()
     cloud.finish(job + "-r1", "failed", "InternalServerError: internal error")
     runner.step()
@@ -819,9 +822,8 @@ def test_a_resubmission_after_stop_above_budget_is_not_made(rig):
     runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
     runner.step()
     [job] = cloud.jobs
-    sweeps.request_stop(runner.ledger, runner.d.sweep_id)
-    sweeps.stop(runner)
-    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    _sweep_stop(runner)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)  # what resume does first
     first = runner.step()
     second = runner.step()
     [view] = runner.views()
