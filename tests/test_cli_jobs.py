@@ -32,6 +32,19 @@ def _moto_jobs() -> dict:
     return sagemaker_backends[ACCOUNT][REGION].training_jobs
 
 
+def hook_sagemaker(monkeypatch, event: str, handler) -> None:
+    """Register `handler` for the botocore `event` on the SageMaker client of every backend the
+    CLI connects from now on (on top of hooks registered before)."""
+    real_connect = SageMakerBackend.connect.__func__
+
+    def connect(cls, region=None, **kw):
+        backend = real_connect(cls, region, **kw)
+        backend.sm.meta.events.register(event, handler)
+        return backend
+
+    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+
+
 @pytest.fixture
 def aws(moto_server, orch_home, monkeypatch):
     """The moto server with the example config's bucket; yields the CreateTrainingJob
@@ -42,14 +55,7 @@ def aws(moto_server, orch_home, monkeypatch):
     def record(params, **_):
         sent.append(json.loads(json.dumps(params, default=str)))
 
-    real_connect = SageMakerBackend.connect.__func__
-
-    def connect(cls, region=None, **kw):
-        backend = real_connect(cls, region, **kw)
-        backend.sm.meta.events.register("provide-client-params.sagemaker.CreateTrainingJob", record)
-        return backend
-
-    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+    hook_sagemaker(monkeypatch, "provide-client-params.sagemaker.CreateTrainingJob", record)
     return sent
 
 
@@ -122,17 +128,9 @@ def test_ctrl_c_while_waiting_says_the_job_keeps_running(aws, prepared, monkeypa
         raise KeyboardInterrupt
 
     monkeypatch.setattr(time, "sleep", interrupted)
-    real_connect = SageMakerBackend.connect.__func__
-
-    def connect(cls, region=None, **kw):
-        backend = real_connect(cls, region, **kw)
-        backend.sm.meta.events.register(  # keep the job running so the wait goes on
-            "before-call.sagemaker.DescribeTrainingJob",
-            lambda **_: setattr(_moto_jobs()[prepared.job_name], "training_job_status", "InProgress")
-            if prepared.job_name in _moto_jobs() else None)
-        return backend
-
-    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+    hook_sagemaker(monkeypatch, "before-call.sagemaker.DescribeTrainingJob",  # keep the job running
+                   lambda **_: setattr(_moto_jobs()[prepared.job_name], "training_job_status", "InProgress")
+                   if prepared.job_name in _moto_jobs() else None)
     code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "5")
     assert code == 130
     assert f"{prepared.job_name} keeps running" in err and f"orchestrator stop {prepared.job_name}" in err
@@ -151,14 +149,7 @@ def test_submit_wait_exits_1_with_the_failure_reason(aws, prepared, monkeypatch,
             if failure:
                 job.failure_reason = failure
 
-    real_connect = SageMakerBackend.connect.__func__
-
-    def connect(cls, region=None, **kw):
-        backend = real_connect(cls, region, **kw)
-        backend.sm.meta.events.register("before-call.sagemaker.DescribeTrainingJob", advance)
-        return backend
-
-    monkeypatch.setattr(SageMakerBackend, "connect", classmethod(connect))
+    hook_sagemaker(monkeypatch, "before-call.sagemaker.DescribeTrainingJob", advance)
     code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "0.05")
     assert code == 1
     assert "failure   AlgorithmError: NEFF is invalid" in out
