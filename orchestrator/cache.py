@@ -49,11 +49,8 @@ def default_uri() -> str:
 def _open(uri: str | None, s3_client=None) -> Store:
     uri = uri or default_uri()
     hint = "use s3://bucket/prefix or file:///absolute/path (a folder)"
-    # Trailing slashes are dropped, but never into the scheme itself ("s3://" must not become "s3:").
-    scheme, sep, rest = uri.partition("://")
-    root = f"{scheme}{sep}{rest.rstrip('/')}" if sep and rest.rstrip("/") else uri
     try:
-        store = open_store(root, s3_client=s3_client)
+        store = open_store(uri, s3_client=s3_client)  # it drops trailing slashes itself
     except ValueError as exc:
         raise InputError(f"bad cache URI: {exc}", hint=hint) from exc
     if isinstance(store, FileStore) and store.root.exists() and not store.root.is_dir():
