@@ -129,11 +129,17 @@ def process_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
+    fields = _stat_fields(Path(f"/proc/{pid}"))
+    return fields is None or fields[0] != "Z"
+
+
+def _stat_fields(proc_dir: Path) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), or None
+    when there is no such file (another OS, or the process is gone)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+        return (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
@@ -464,13 +470,9 @@ def _process_table() -> list[tuple[int, int, int]]:
     if (proc / "self" / "stat").exists():
         rows = []
         for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat_fields(entry) if entry.name.isdigit() else None
+            if fields is not None:  # None: not a process, or it exited while we read
                 rows.append((int(entry.name), int(fields[1]), int(fields[2])))
-            except (OSError, IndexError, ValueError):
-                continue  # it exited while we read
         return rows
     out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,pgid="], capture_output=True, text=True,
                          check=False).stdout
