@@ -681,6 +681,23 @@ def test_cli_results_local_default_table_csv_json_and_plot(prices, tmp_path):
     assert [r["job"] for r in json.loads(result.stdout)["rows"]] == ["c-2"]
 
 
+def test_a_failed_plot_write_leaves_the_old_file_whole(prices, tmp_path, monkeypatch, capsys):
+    from orchestrator import paths
+
+    write_local(prices, "c-1", results_doc("c-1", backend="local", sps=40.0))
+    out = tmp_path / "plots" / "out.png"
+    out.parent.mkdir()
+    out.write_bytes(b"the previous plot")
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "replace", fail)
+    code, _, err = run_cli(monkeypatch, capsys, "results", "--plot", str(out))
+    assert code == 2 and "cannot write: No space left on device" in err
+    assert out.read_bytes() == b"the previous plot" and list(out.parent.iterdir()) == [out]  # no temp left
+
+
 def test_cli_results_from_s3_prefix(aws, prices):
     s3, sm = aws
     put_results(s3, "s-1", results_doc("s-1", sps=100.0))

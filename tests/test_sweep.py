@@ -1190,6 +1190,7 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
     stopped = _cli("sweep", "stop", sweep_id, env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert "2 job(s) stopping, 1 trial(s) cancelled" in stopped.stdout
+    assert f"continue it with `orchestrator sweep resume {sweep_id}`" in stopped.stdout
     assert {t["state"] for t in trials()} == {"stopped"}
     deadline = time.monotonic() + 30
     while process_alive(pid):
