@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from entrypoints import isa_probe
+
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
@@ -190,6 +192,7 @@ class NativeRuntime(Runtime):
         else:
             self.device = torch.device("cpu")
         self.compiled = False
+        self.isa_memo = False
         self.scaler = torch.amp.GradScaler(self.device.type) if precision == "fp16" else None
 
     def setup(self) -> None:
@@ -209,6 +212,10 @@ class NativeRuntime(Runtime):
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             model = DistributedDataParallel(module, device_ids=device_ids)
         if compile:
+            if self.device.type == "cpu":
+                # Inductor probes the CPU's vector ISAs in fresh interpreters; answer the
+                # probes from memos kept in the compile cache, so a warm job runs none.
+                self.isa_memo = isa_probe.install(os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
             if self.dist.world_size > 1:
                 self.ddp_split_graphs = ddp_split_pays(gradient_bytes(module), model.bucket_bytes_cap)
                 from torch._dynamo import config as dynamo_config
@@ -258,8 +265,9 @@ class NativeRuntime(Runtime):
             return {}
         from torch._dynamo.utils import counters
 
-        return {f"{layer}_{outcome}": int(counters[group][f"{prefix}_{outcome}"])
-                for layer, group, prefix in COMPILER_CACHE_COUNTERS for outcome in ("hit", "miss", "bypass")}
+        found = {f"{layer}_{outcome}": int(counters[group][f"{prefix}_{outcome}"])
+                 for layer, group, prefix in COMPILER_CACHE_COUNTERS for outcome in ("hit", "miss", "bypass")}
+        return found | (isa_probe.counts() if self.isa_memo else {})
 
     def agree_min(self, value: int, tag: str) -> int:
         if self.dist.world_size == 1:

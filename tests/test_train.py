@@ -234,6 +234,11 @@ def test_compiled_ddp_job_with_a_warm_inductor_cache_reuses_every_graph(tmp_path
     assert cold["fxgraph_miss"] >= 1 and cold["aotautograd_miss"] >= 1 and cold["aotautograd_bypass"] == 0
     assert warm["fxgraph_miss"] == 0 and warm["aotautograd_miss"] == 0 and warm["aotautograd_bypass"] == 0
     assert warm["aotautograd_hit"] == cold["aotautograd_miss"]
+    # Inductor's CPU ISA probes: whichever rank probed first in the cold job left memos in
+    # the cache, so the warm job answers every probe from them and starts no probe process.
+    assert cold["isa_probe_hit"] + cold["isa_probe_miss"] >= 1
+    assert warm["isa_probe_miss"] == 0
+    assert warm["isa_probe_hit"] == cold["isa_probe_hit"] + cold["isa_probe_miss"]
 
 
 DDP_SYNC_CHECK = """
