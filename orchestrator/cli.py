@@ -8,6 +8,7 @@ Heavy imports (boto3, torch, matplotlib) happen inside the commands that need th
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -1168,6 +1169,36 @@ def cache_prune(
         _err(f"warning: {note}")
     young = f"; kept {report.kept_young} archive(s) younger than the grace period" if report.kept_young else ""
     _out(f"{verb} {len(report.deleted)} object(s), {_size(report.bytes)} under {report.store_uri}{young}")
+
+
+_LIST_ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s")
+
+
+def reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph's wrapped lines joined into one, list items kept
+    one per line. Typer's rich help keeps every newline of a docstring, so lines wrapped at the
+    source's width would show as ragged breaks in any other terminal width."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            line = line.strip()
+            if lines and not _LIST_ITEM.match(line):
+                lines[-1] += " " + line
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(*apps: typer.Typer) -> None:
+    for sub in apps:
+        for info in sub.registered_commands:
+            if info.help is None and info.callback is not None and info.callback.__doc__:
+                info.help = reflowed(info.callback.__doc__)
+
+
+_reflow_help(app, infra_app, prices_app, sweep_app, schedule_app, cache_app)
 
 
 def main() -> None:
