@@ -663,14 +663,13 @@ def _sweep_backend(definition, ledger):
 
 
 def _sweep_id_of(target: str, ledger) -> str:
-    """A sweep id, given one or the sweep's YAML file."""
+    """A sweep id, given one, the sweep's name (when one saved sweep has it) or its YAML file."""
     from orchestrator import spec
     from orchestrator import sweep as sweeps
 
     if target.endswith((".yaml", ".yml")) or Path(target).is_file():
         return sweeps.identify(spec.load_sweep(target)).sweep_id
-    sweeps.load_definition(ledger, target)  # an unknown id is an InputError naming the known ones
-    return target
+    return sweeps.resolve_id(ledger, target)
 
 
 def _plan_table(planned) -> str:
@@ -861,6 +860,10 @@ def sweep_run(
     ledger = Ledger()
     definition = sweeps.save(planned, ledger)
     _err(f"sweep {definition.sweep_id}: {len(planned.trials)} trials, {_plan_summary(planned)[0]}")
+    if detach and all(v.final and v.state != "stopped" for v in sweeps.Runner(definition, None, ledger).views()):
+        # Every trial ended for good (a run reopens stopped ones): report it here instead of
+        # starting a background runner that would only find nothing to do.
+        detach = False
     if not detach:
         _drive(definition, ledger, poll, planned.prepared())
         return
@@ -873,7 +876,7 @@ def sweep_run(
 
 @sweep_app.command("resume")
 def sweep_resume(
-    target: str = typer.Argument(..., help="Sweep id (or the sweep's YAML)."),
+    target: str = typer.Argument(..., help="Sweep id, name or YAML."),
     poll: float | None = _POLL_OPTION,
 ) -> None:
     """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
@@ -888,7 +891,7 @@ def sweep_resume(
 
 @sweep_app.command("status")
 def sweep_status(
-    target: str | None = typer.Argument(None, help="Sweep id (or its YAML); none: list the sweeps."),
+    target: str | None = typer.Argument(None, help="Sweep id, name or YAML; none: list the sweeps."),
     refresh: bool = typer.Option(True, "--refresh/--no-refresh", help="Ask the backend about jobs in flight."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -941,7 +944,7 @@ def sweep_status(
 
 @sweep_app.command("stop")
 def sweep_stop(
-    target: str = typer.Argument(..., help="Sweep id (or its YAML)."),
+    target: str = typer.Argument(..., help="Sweep id, name or YAML."),
     wait: float = typer.Option(15.0, "--wait", min=0.0, help="Seconds to wait for this machine's runner to exit."),
 ) -> None:
     """Stop a sweep: its runner on this machine exits, in-flight jobs are stopped, trials not

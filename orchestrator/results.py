@@ -580,25 +580,14 @@ class _Collector:
 
 
 # A sweep id as sweep.py makes it: <name>-<8 hex>, and a scheduled tick's adds -<YYYYMMDDHHMM>.
-_SWEEP_ID = re.compile(r"(?P<name>.+)-(?P<digest>[0-9a-f]{8})(?:-(?P<tick>[0-9]{12}))?")
 # A sweep's job name: <job prefix>-t<8 hex>[-rN], the job prefix being the sweep id with its
 # name part truncated (see sweep.Identity.job_prefix).
 _SWEEP_JOB = re.compile(r"(?P<prefix>.+)-t[0-9a-f]{8}(?:-r[0-9]+)?")
 
 
-def sweep_keys(sweep_id: str) -> set[str]:
-    """The `sweep` filter values that select a sweep id: the id itself, its sweep name, and
-    for a scheduled tick the untimed id."""
-    keys = {sweep_id}
-    found = _SWEEP_ID.fullmatch(sweep_id)
-    if found:
-        keys.add(found["name"])
-        if found["tick"]:
-            keys.add(f"{found['name']}-{found['digest']}")
-    return keys
-
-
 def _tag_in(tagged: str, sweep: str) -> bool:
+    from orchestrator.sweep import sweep_keys
+
     return sweep in sweep_keys(tagged)
 
 
@@ -607,10 +596,11 @@ def _name_in(job: str, sweep: str | None) -> bool:
     if sweep is None:
         return True
     shaped = _SWEEP_JOB.fullmatch(job)
-    parts = _SWEEP_ID.fullmatch(shaped["prefix"]) if shaped else None
+    from orchestrator.sweep import SWEEP_ID, Identity
+
+    parts = SWEEP_ID.fullmatch(shaped["prefix"]) if shaped else None
     if parts is None:
         return job.startswith(f"{sweep}-")
-    from orchestrator.sweep import Identity
 
     digest, tick = parts["digest"], parts["tick"]
     prefix = shaped["prefix"]
@@ -618,7 +608,7 @@ def _name_in(job: str, sweep: str | None) -> bool:
     if Identity(sweep, digest, tick).job_prefix == prefix:
         return True
     # ... or as a sweep id, timed or untimed.
-    asked = _SWEEP_ID.fullmatch(sweep)
+    asked = SWEEP_ID.fullmatch(sweep)
     return (asked is not None and asked["digest"] == digest and asked["tick"] in (None, tick)
             and Identity(asked["name"], digest, tick).job_prefix == prefix)
 
@@ -626,9 +616,9 @@ def _name_in(job: str, sweep: str | None) -> bool:
 def _listing_needle(sweep: str) -> str:
     """A substring of every job name of `sweep` (read as a name or as an id): the start of the
     name part, as much of it as sweep.py keeps when it truncates for the longest suffix."""
-    from orchestrator.sweep import MAX_PREFIX
+    from orchestrator.sweep import MAX_PREFIX, SWEEP_ID
 
-    asked = _SWEEP_ID.fullmatch(sweep)
+    asked = SWEEP_ID.fullmatch(sweep)
     name = asked["name"] if asked else sweep
     kept = MAX_PREFIX - len("-12345678-202601010000") - 1
     return name[:kept].rstrip("-") or name[:1]

@@ -537,6 +537,38 @@ def completed_elsewhere(ledger: Ledger, sweep_id: str, spec_hashes: dict[str, st
     return {tid: by_hash[digest] for tid, digest in spec_hashes.items() if digest in by_hash}
 
 
+# A sweep id: <name>-<8 hex digest>, and for a scheduled tick -<YYYYMMDDHHMM> after it.
+SWEEP_ID = re.compile(r"(?P<name>.+)-(?P<digest>[0-9a-f]{8})(?:-(?P<tick>[0-9]{12}))?")
+
+
+def sweep_keys(sweep_id: str) -> set[str]:
+    """The names a user may give for a sweep id: the id itself, its sweep name, and for a
+    scheduled tick the untimed id."""
+    keys = {sweep_id}
+    found = SWEEP_ID.fullmatch(sweep_id)
+    if found:
+        keys.add(found["name"])
+        if found["tick"]:
+            keys.add(f"{found['name']}-{found['digest']}")
+    return keys
+
+
+def resolve_id(ledger: Ledger, target: str) -> str:
+    """The id of the one sweep in the ledger that `target` names: its id, or its sweep name
+    (or a schedule's untimed id) when that fits exactly one saved sweep. Raises InputError
+    (exit 2) for a name that fits several, listing them, or none, listing the known sweeps."""
+    known = sweep_ids(ledger)
+    if target in known:
+        return target
+    matches = [sweep_id for sweep_id in known if target in sweep_keys(sweep_id)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise InputError(f"{target!r} names {len(matches)} sweeps in the ledger: {', '.join(matches[-10:])}",
+                         hint="give the sweep id (`orchestrator sweep status` lists them)")
+    return load_definition(ledger, target).sweep_id  # the "no sweep" error, with the known ones
+
+
 def sweep_ids(ledger: Ledger) -> list[str]:
     """Sweep ids with rows in the ledger, oldest first."""
     return list(dict.fromkeys(e.sweep_id for e in ledger.entries() if e.sweep_id))

@@ -902,6 +902,30 @@ def test_unknown_sweep_id_names_the_known_ones(rig):
     assert runner.d.sweep_id in info.value.hint
 
 
+def test_a_sweep_is_found_by_its_id_or_by_a_name_only_one_sweep_has(rig):
+    make, _, _ = rig
+    runner = make()
+    ledger = runner.ledger
+    assert sweeps.resolve_id(ledger, runner.d.sweep_id) == runner.d.sweep_id
+    assert sweeps.resolve_id(ledger, "demo") == runner.d.sweep_id
+    edited = make(SWEEP.replace("concurrency: 2", "concurrency: 3").replace("[16, 32]", "[16, 48]"))
+    assert edited.d.sweep_id != runner.d.sweep_id
+    with pytest.raises(InputError) as info:
+        sweeps.resolve_id(ledger, "demo")
+    assert "'demo' names 2 sweeps" in info.value.message
+    assert runner.d.sweep_id in info.value.message and edited.d.sweep_id in info.value.message
+    assert "give the sweep id" in info.value.hint
+    with pytest.raises(InputError) as info:
+        sweeps.resolve_id(ledger, "dem")
+    assert "no sweep 'dem'" in info.value.message and runner.d.sweep_id in info.value.hint
+
+
+def test_a_scheduled_ticks_untimed_id_finds_it():
+    assert sweeps.sweep_keys("nightly-0123abcd-202611300200") == {
+        "nightly-0123abcd-202611300200", "nightly-0123abcd", "nightly"}
+    assert sweeps.sweep_keys("odd") == {"odd"}
+
+
 def test_classify_failure_reasons():
     assert sweeps.classify("[capacity] CreateTrainingJob refused") == "capacity"
     assert sweeps.classify("CapacityError: Unable to provision requested ML compute capacity") == "capacity"
@@ -1152,6 +1176,26 @@ data: {source: synthetic, num_workers: 0}
 compile_cache: {mode: "off"}
 max_run_minutes: 10
 """
+
+
+def test_cli_detach_on_a_finished_sweep_reports_in_the_foreground_and_status_takes_the_name(
+        tmp_path, orch_home, fake_train):
+    import os
+
+    path = write(tmp_path, "sweep: done\nbase: base.yaml\ngrid:\n  training.batch_size: [4, 8]\nconcurrency: 2\n",
+                 LOCAL_BASE)
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home))
+    first = _cli("sweep", "run", str(path), "--poll", "0.2", env=env)
+    assert first.returncode == 0, first.stderr
+    sweep_id = re.search(r"sweep (done-[0-9a-f]{8}): 2 completed", first.stdout).group(1)
+    again = _cli("sweep", "run", str(path), "--detach", env=env)
+    assert again.returncode == 0, again.stderr
+    assert "running in the background" not in again.stdout
+    assert f"sweep {sweep_id}: 2 completed" in again.stdout
+    assert not (orch_home / "sweeps" / f"{sweep_id}.log").exists()  # no runner was started
+    shown = _cli("sweep", "status", "done", "--json", "--no-refresh", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["sweep_id"] == sweep_id
 
 
 def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fake_train, monkeypatch):
