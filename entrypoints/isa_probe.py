@@ -33,6 +33,7 @@ so memos ask for no trust the cache did not already need.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -122,10 +123,14 @@ def memoized(check_build: CheckBuild, cache_dir: Path, features: str,
         if _remembered(path, probe):
             _counts["isa_probe_hit"] += 1
             return True
-        locks = cache_dir / "locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        with open(locks / f"{MEMO_DIR}-{path.stem}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.ExitStack() as held:
+            try:
+                locks = cache_dir / "locks"
+                locks.mkdir(parents=True, exist_ok=True)
+                lock = held.enter_context(open(locks / f"{MEMO_DIR}-{path.stem}.lock", "a"))
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            except OSError:
+                pass  # a cache dir we cannot write: probe unlocked, as inductor would
             # Another rank may have probed while this one waited.
             if _remembered(path, probe):
                 _counts["isa_probe_hit"] += 1

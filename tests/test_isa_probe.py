@@ -140,6 +140,17 @@ def test_a_memo_that_cannot_be_written_costs_only_the_next_probe(tmp_path):
     assert probe.calls == 2
 
 
+def test_a_cache_dir_that_cannot_be_written_still_probes(tmp_path):
+    # The cache dir is a file: no lock, no memo, but inductor gets the probe's answer.
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    probe = Probe()
+    assert wrapped(probe, blocked)(FakeIsa(), AVX_CODE) is True
+    failing = Probe(result=False)
+    assert wrapped(failing, blocked)(FakeIsa(), AVX_CODE) is False
+    assert probe.calls == 1 and failing.calls == 1
+
+
 def test_cpu_features_reads_x86_and_arm_flags(tmp_path):
     x86 = tmp_path / "x86"
     x86.write_text("processor\t: 0\nflags\t\t: sse2 avx2 fma avx2\n\nprocessor\t: 1\nflags\t\t: sse2\n")
