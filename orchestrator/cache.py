@@ -203,9 +203,11 @@ def prune(uri: str | None = None, *, key: str | None = None, older_than_days: fl
     Without either, only unreferenced archives go. `dry_run` reports without deleting.
     """
     if older_than_days is not None and older_than_days < 0:
-        raise InputError(f"--older-than must be zero or more days, got {older_than_days}")
+        raise InputError(f"--older-than must be zero or more days, got {older_than_days}",
+                         hint="e.g. --older-than 30 deletes the keys not updated for 30 days")
     if grace_s < 0:
-        raise InputError(f"the grace period must be zero or more, got {grace_s}")
+        raise InputError(f"the grace period must be zero or more, got {grace_s}",
+                         hint="e.g. --grace-hours 1 (the default): younger archives may belong to a push in flight")
     store = _open(uri, s3_client)
     now = time.time() if now is None else now
     report = PruneReport(store.uri_root, dry_run)

@@ -533,7 +533,9 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
     from orchestrator.errors import InputError
 
     if prefix is not None and spec_path is not None:
-        raise InputError("--prefix and --spec both say where results live; give one")
+        raise InputError("--prefix and --spec both say where results live; give one",
+                         hint="keep --prefix s3://bucket/jobs (the jobs' output.uri) or --spec job.yaml (its output.uri "
+                              "and region), not both")
     if prefix is not None:
         return res.check_prefix(prefix, "--prefix"), region
     if spec_path is not None:
@@ -579,7 +581,8 @@ def results(
 
     renderers = {"table": None, "csv": res.render_csv, "json": res.render_json}
     if fmt not in renderers:
-        raise InputError(f"--format {fmt!r}: use table, csv or json")
+        raise InputError(f"--format {fmt!r}: use table, csv or json",
+                         hint="table (the default) is for reading; --format csv or --format json for other tools")
     where, region = _results_prefix(prefix, spec_path, region)
     stderr = Console(stderr=True)
     with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -602,7 +605,9 @@ def results(
         try:
             write_atomic(plot, data)  # a failed write leaves no truncated PNG behind
         except OSError as exc:
-            raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}") from None
+            raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}",
+                             hint="the results above are complete; for the plot, run again with --plot a file in a "
+                                  "folder you can write, e.g. --plot results.png") from None
         _err(f"wrote {plot} ({len(data)} bytes)")
     if collection.retries:
         _err(f"note: {collection.retries} throttled or failed request(s) were retried")
@@ -1132,7 +1137,9 @@ def cache_show(args: list[str] = typer.Argument(..., metavar="[URI] KEY", help="
     from orchestrator.errors import InputError
 
     if len(args) > 2:
-        raise InputError(f"cache show takes [URI] KEY, got {len(args)} arguments")
+        raise InputError(f"cache show takes [URI] KEY, got {len(args)} arguments",
+                         hint="e.g. `orchestrator cache show s3://bucket/compile-cache KEY`; `orchestrator cache ls "
+                              "[URI]` lists the keys")
     uri, key = (None, args[0]) if len(args) == 1 else (args[0], args[1])
     detail = cache.show(uri, key)
     _out(f"key: {detail.key}")

@@ -43,7 +43,8 @@ The rules (ids are stable; tests and docs refer to them):
   job would refuse at start.
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
-region, spot, price and budget, EFA, SageMaker limits) are skipped there; model and training
+region, price and budget, EFA, SageMaker limits) are skipped there; the spot rules (N012,
+N013) apply to every backend, since the spec's request carries them; model and training
 rules still apply, so a local smoke run checks the same spec the cloud job will use.
 """
 
@@ -135,13 +136,15 @@ def check(spec: JobSpec) -> list[Finding]:
     if cloud:
         findings += _instance(spec, facts)
         findings += _image_and_region(spec)
-        findings += _spot(spec)
         findings += _cost(spec)
         findings += _efa(spec)
         findings += _sagemaker_limits(spec)
         findings += _runtime(spec, facts)
         if facts is not None and spec.instance.type in catalog.training_instance_types():
             findings += _workers(spec, facts)
+    # The request of every backend carries the spot settings (the local one ignores them),
+    # and building it refuses spot without a max wait: say so where the spec is checked.
+    findings += _spot(spec)
     findings += _lnc(spec, facts)
     findings += _precision(spec, facts)
     findings += _model(spec)

@@ -123,6 +123,9 @@ def _construct_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) ->
 
 _TemplateLoader.add_multi_constructor("!", _construct_tag)
 
+# How to undo edits to the shipped template, for hints.
+_RESTORE_TEMPLATE = "`git checkout -- infra/stack.yaml` in the orchestrator's checkout restores the shipped one"
+
 
 def load_template(path: Path = TEMPLATE) -> dict:
     """The template as plain data, short-form tags expanded. InputError if it cannot be read."""
@@ -134,9 +137,11 @@ def load_template(path: Path = TEMPLATE) -> dict:
     try:
         data = yaml.load(text, Loader=_TemplateLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not a valid template: {exc}") from None
+        raise InputError(f"{path}: not a valid template: {exc}",
+                         hint=f"fix the YAML where the message points; {_RESTORE_TEMPLATE}") from None
     if not isinstance(data, dict) or not isinstance(data.get("Resources"), dict):
-        raise InputError(f"{path}: not a CloudFormation template (no Resources mapping)")
+        raise InputError(f"{path}: not a CloudFormation template (no Resources mapping)",
+                         hint=f"it must be the orchestrator's stack template; {_RESTORE_TEMPLATE}")
     return data
 
 
@@ -199,7 +204,7 @@ def parse_parameters(pairs: Iterable[str], kms: bool | None = None, template: Ma
                              + (f"; did you mean {close[0]!r}?" if close else ""),
                              hint=f"parameters: {', '.join(declared)}")
         if key in values:
-            raise InputError(f"--param {key} is given twice")
+            raise InputError(f"--param {key} is given twice", hint=f"keep one --param {key}=VALUE")
         problem = _check_value(declared[key], value, integer=key in integers)
         if problem:
             raise InputError(f"--param {key}={value}: {problem}",
@@ -208,7 +213,9 @@ def parse_parameters(pairs: Iterable[str], kms: bool | None = None, template: Ma
     if kms is not None:
         wanted = "true" if kms else "false"
         if values.get(KMS_PARAMETER, wanted) != wanted:
-            raise InputError(f"--{'' if kms else 'no-'}kms contradicts --param {KMS_PARAMETER}={values[KMS_PARAMETER]}")
+            raise InputError(f"--{'' if kms else 'no-'}kms contradicts --param {KMS_PARAMETER}={values[KMS_PARAMETER]}",
+                             hint=f"drop --param {KMS_PARAMETER}={values[KMS_PARAMETER]}: --{'' if kms else 'no-'}kms sets "
+                                  f"{KMS_PARAMETER}={wanted}")
         values[KMS_PARAMETER] = wanted
     return values
 
@@ -614,7 +621,8 @@ def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
     try:
         write_atomic(path, text)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}",
+                         hint="pass --write a file in a folder you can write, e.g. --write configs/infra.yaml") from None
     return path
 
 
@@ -634,7 +642,9 @@ def operator_policy(outputs: StackOutputs | None, *, stack_name: str = DEFAULT_S
     resource = (template.get("Resources") or {}).get(OPERATOR_POLICY_RESOURCE) or {}
     document = (resource.get("Properties") or {}).get("PolicyDocument")
     if not isinstance(document, dict):
-        raise InputError(f"{template_path}: no {OPERATOR_POLICY_RESOURCE} policy document in the template")
+        raise InputError(f"{template_path}: no {OPERATOR_POLICY_RESOURCE} policy document in the template",
+                         hint=f"the policy is Properties.PolicyDocument of the AWS::IAM::ManagedPolicy resource "
+                              f"{OPERATOR_POLICY_RESOURCE}; {_RESTORE_TEMPLATE}")
     if outputs is not None:
         partition, account = _arn_parts(outputs.role_arn)
         context = {
@@ -686,7 +696,9 @@ def _resolve(node: Any, context: Mapping[str, str], conditions: Mapping[str, boo
         if key == "Fn::If":
             name, when_true, when_false = arg
             if name not in conditions:
-                raise InputError(f"the template's condition {name!r} is unknown to orchestrator/infra.py")
+                raise InputError(f"the template's condition {name!r} is unknown to orchestrator/infra.py",
+                                 hint=f"use a condition it evaluates ({', '.join(sorted(conditions)) or 'none'}), "
+                                      "or teach operator_policy() in orchestrator/infra.py this one")
             return _resolve(when_true if conditions[name] else when_false, context, conditions)
         if key == "Fn::Join":
             sep, parts = arg
@@ -701,7 +713,9 @@ def _resolve(node: Any, context: Mapping[str, str], conditions: Mapping[str, boo
 
 def _lookup(context: Mapping[str, str], name: str) -> str:
     if name not in context:
-        raise InputError(f"the template refers to {name!r}, which orchestrator/infra.py cannot fill in")
+        raise InputError(f"the template refers to {name!r}, which orchestrator/infra.py cannot fill in",
+                         hint=f"refer to a name it fills in ({', '.join(sorted(context))}), "
+                              "or add this one to operator_policy()'s context in orchestrator/infra.py")
     return context[name]
 
 

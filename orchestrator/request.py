@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from entrypoints import contract
 from orchestrator import catalog, cost, doctor, sourcedir
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, Problem, SpecError
 from orchestrator.paths import home
 from orchestrator.spec import JobSpec, spec_hash
 
@@ -66,7 +66,9 @@ def rerun_job_name(spec: JobSpec, n: int) -> str:
     tail = f"-{spec_hash(spec)[:8]}-r{n}"
     room = MAX_JOB_NAME - len(tail)
     if room < 1:
-        raise InputError(f"rerun {n} of {spec.name!r} leaves no room for the spec's name in a job name")
+        raise InputError(f"rerun {n} of {spec.name!r} leaves no room for the spec's name in a job name",
+                         hint="change any field of the spec (a tag will do): a changed spec gets a new job name, "
+                              "so it needs no rerun number")
     name = f"{spec.name[:room].rstrip('-')}{tail}"
     _check_job_name(name)
     return name
@@ -209,15 +211,23 @@ def _output_prefix(spec: JobSpec, job: dict, name: str) -> str:
 def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict) -> dict:
     """The exact CreateTrainingJob request (pure; see the module docstring).
 
-    Raises InputError only for what cannot be expressed at all (an unknown image version,
-    spot without a max wait); the doctor reports those with their location first.
+    Raises only for what cannot be expressed at all, which the doctor reports first with its
+    location: an unknown image version (InputError) and spot without a max wait (SpecError at
+    instance.max_wait_minutes, for callers that build without the doctor).
     """
     out = _output_prefix(spec, job, job_name)
     inst = spec.instance
     stopping = {"MaxRuntimeInSeconds": spec.max_run_minutes * 60}
     if inst.spot:
         if inst.max_wait_minutes is None:
-            raise InputError("managed spot training needs instance.max_wait_minutes")
+            field = "instance.max_wait_minutes"
+            file, line, column = spec.locate(field)
+            minutes = spec.max_run_minutes
+            raise SpecError([Problem(file or "<spec>", line, column, field,
+                                     "managed spot training (spot: true) needs max_wait_minutes, the longest "
+                                     "the job may wait for capacity plus run")],
+                            hint=f"set {field} to at least max_run_minutes ({minutes}), e.g. "
+                                 f"`instance: {{type: {inst.type}, spot: true, max_wait_minutes: {minutes}}}`")
         stopping["MaxWaitTimeInSeconds"] = inst.max_wait_minutes * 60
     tags = [{"Key": key, "Value": value} for key, value in sorted(job["tags"].items())]
     request: dict = {

@@ -287,7 +287,9 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     """
     require_schedule(sweep)
     if sweep.path is None:
-        raise InputError(f"sweep {sweep.sweep} was not loaded from a file: cron needs its path")
+        raise InputError(f"sweep {sweep.sweep} was not loaded from a file: cron needs its path",
+                         hint="load it with orchestrator.spec.load_sweep(PATH), as `orchestrator schedule crontab "
+                              "SWEEP.yaml` does")
     project = (project or package_root()).resolve()
     python = python or sys.executable
     orch_home = (orchestrator_home or home()).resolve()

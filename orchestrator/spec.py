@@ -1067,7 +1067,8 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
                                  f"base {base_path} is itself a sweep spec; base must name a job spec")])
     sweep._base = _job_spec(base_data, base_map, base_path.parent)
     sweep._source = smap
-    sweep._path = Path(filename)
+    # Text given without a file name has no path: a crontab line cannot point at "<string>".
+    sweep._path = None if filename == "<string>" else Path(filename)
     return sweep
 
 

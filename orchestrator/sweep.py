@@ -60,6 +60,7 @@ import math
 import os
 import random
 import re
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -463,9 +464,18 @@ class Definition:
 
     @classmethod
     def from_json(cls, data: dict) -> Definition:
-        if data.get("schema") != DEFINITION_SCHEMA:
-            raise InputError(f"the ledger holds a sweep definition of schema {data.get('schema')!r}; "
-                             f"this orchestrator reads {DEFINITION_SCHEMA}")
+        schema = data.get("schema")
+        if schema != DEFINITION_SCHEMA:
+            newer = isinstance(schema, int) and schema > DEFINITION_SCHEMA
+            hint = ("upgrade this orchestrator to the version that saved the sweep" if newer
+                    else "use the orchestrator version that saved the sweep")
+            if data.get("file") and not data.get("tick"):
+                # `sweep run` writes the definition again (`save`), keeping the rows of the same id;
+                # a tick's definition is written only by the schedule, when the tick is due.
+                hint += (f", or save it again in this version's format: `orchestrator sweep run "
+                         f"{shlex.quote(str(data['file']))}`")
+            raise InputError(f"the ledger holds a sweep definition of schema {schema!r}; "
+                             f"this orchestrator reads {DEFINITION_SCHEMA}", hint=hint)
         trials = tuple(TrialDef(t["index"], t["trial_id"], t["overrides"], JobSpec.model_validate(t["spec"]),
                                 tuple(t["chain"])) for t in data["trials"])
         return cls(Identity(data["name"], data["digest"], data.get("tick")), data["backend"], data["region"],

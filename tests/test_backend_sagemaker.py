@@ -178,6 +178,16 @@ def test_source_archive_is_uploaded_once_per_content_hash(backend, prepared, cal
     assert sorted(keys) == sorted({prepared.source_uri.split("/", 3)[3], other.source_uri.split("/", 3)[3]})
 
 
+def test_a_source_uri_outside_s3_is_refused_before_any_call(backend, prepared, calls):
+    import dataclasses
+
+    local = dataclasses.replace(prepared, source_uri="file:///tmp/jobs/source/0123/sourcedir.tar.gz")
+    with pytest.raises(InputError, match="not an s3://bucket/key URI") as info:
+        backend.upload_source(local)
+    assert "output: {uri: s3://my-bucket/jobs}" in info.value.hint
+    assert calls.named("HeadObject") == calls.named("PutObject") == []
+
+
 def test_a_concurrent_upload_of_the_same_archive_is_not_an_error(backend, prepared, clients, calls):
     bucket, key = prepared.source_uri[5:].split("/", 1)
     head = clients["s3"].head_object

@@ -140,6 +140,12 @@ def test_bad_input_exits_2(tmp_path, monkeypatch, capsys, args, message):
     populate(uri, tmp_path)
     code, _, err = _cli(monkeypatch, capsys, *[uri if a == "FILE_STORE" else a for a in args])
     assert code == 2 and message in err
+    assert "\nhint: " in err  # each says what to do
+
+
+def test_cache_show_with_three_arguments_shows_the_usage(monkeypatch, capsys):
+    code, _, err = _cli(monkeypatch, capsys, "cache", "show", "a", "b", "c")
+    assert code == 2 and "hint: e.g. `orchestrator cache show s3://bucket/compile-cache KEY`" in err
 
 
 @pytest.mark.parametrize("command", [["cache", "ls"], ["cache", "prune"], ["cache", "show"]])
@@ -279,10 +285,13 @@ def test_prune_leaves_archives_of_an_unreadable_manifest(tmp_path):
 
 
 def test_prune_refuses_negative_periods(tmp_path):
-    with pytest.raises(InputError):
+    with pytest.raises(InputError) as info:
         cache.prune(f"file://{tmp_path}/s", older_than_days=-1)
-    with pytest.raises(InputError):
+    assert "--older-than 30" in info.value.hint
+    with pytest.raises(InputError) as info:
         cache.prune(f"file://{tmp_path}/s", grace_s=-1)
+    assert "--grace-hours 1" in info.value.hint
+    assert not (tmp_path / "s").exists()
 
 
 def test_show_rejects_an_unusable_manifest(tmp_path):

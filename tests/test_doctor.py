@@ -306,9 +306,16 @@ def test_sagemaker_environment_limits():
 
 
 def test_local_backend_skips_aws_only_rules():
-    s = _spec(LOCAL, **{"instance.type": "ml.inf2.xlarge", "instance.spot": True, "region": "ap-east-1",
-                        "image.neuron_sdk": "2.24.0", "budget.max_cost_usd": 0.01})
+    s = _spec(LOCAL, **{"instance.type": "ml.inf2.xlarge", "instance.spot": True, "instance.max_wait_minutes": 180,
+                        "region": "ap-east-1", "image.neuron_sdk": "2.24.0", "budget.max_cost_usd": 0.01})
     assert doctor.check(s) == []
+
+
+def test_spot_rules_apply_to_local_specs_too():
+    # The request of a local job carries the spot settings as well, and cannot be built
+    # without a max wait: the doctor says so, located, before plan or submit gets there.
+    f = _fires(_spec(LOCAL, **{"instance.spot": True}), "N012-spot-max-wait")
+    assert f.path == "instance.max_wait_minutes" and "at least max_run_minutes" in f.fix
 
 
 def test_errors_come_first():

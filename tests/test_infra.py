@@ -84,8 +84,18 @@ def test_load_template_refuses_a_missing_or_non_template_file(tmp_path):
         infra.load_template(tmp_path / "missing.yaml")
     other = tmp_path / "other.yaml"
     other.write_text("just: a mapping\n")
-    with pytest.raises(InputError, match="no Resources"):
+    with pytest.raises(InputError, match="no Resources") as info:
         infra.load_template(other)
+    assert "git checkout -- infra/stack.yaml" in info.value.hint
+    other.write_text("Resources: [unclosed\n")
+    with pytest.raises(InputError, match="not a valid template") as info:
+        infra.load_template(other)
+    assert info.value.hint.startswith("fix the YAML") and "infra/stack.yaml" in info.value.hint
+    # A template without the OperatorPolicy resource has no policy to print.
+    other.write_text("Resources: {Bucket: {Type: AWS::S3::Bucket}}\n")
+    with pytest.raises(InputError, match="no OperatorPolicy policy document") as info:
+        infra.operator_policy(None, template_path=other)
+    assert "Properties.PolicyDocument" in info.value.hint and "infra/stack.yaml" in info.value.hint
 
 
 def test_resolve_evaluates_intrinsics_and_drops_no_value():
@@ -100,10 +110,13 @@ def test_resolve_evaluates_intrinsics_and_drops_no_value():
     assert infra.resolve(fragment, context, {"On": False}) == {
         "A": "arn:aws:s3:::b/x-${Literal}", "C": ["arn:role"], "D": "eu-west-1-b", "E": "a/b"}
     assert infra.resolve(fragment, context, {"On": True})["B"] == "b"
-    with pytest.raises(InputError, match="Nope"):
+    with pytest.raises(InputError, match="Nope") as info:
         infra.resolve({"Ref": "Nope"}, context, {})
-    with pytest.raises(InputError, match="condition 'Off'"):
-        infra.resolve({"Fn::If": ["Off", 1, 2]}, context, {})
+    assert "(AWS::Partition, AWS::Region, Bucket, Role.Arn)" in info.value.hint
+    assert "operator_policy()'s context" in info.value.hint
+    with pytest.raises(InputError, match="condition 'Off'") as info:
+        infra.resolve({"Fn::If": ["Off", 1, 2]}, context, {"On": True})
+    assert "evaluates (On)" in info.value.hint
 
 
 # --- parameters -------------------------------------------------------------------------
@@ -134,8 +147,18 @@ def test_parameters_are_checked_against_the_template():
     (["UseKms=false"], True, "--kms contradicts"),
 ])
 def test_bad_parameters_are_input_errors(pairs, kms, message):
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(InputError, match=message) as info:
         infra.parse_parameters(pairs, kms=kms)
+    assert info.value.hint  # each says what to give instead
+
+
+def test_parameter_hints_name_the_flag_to_keep():
+    with pytest.raises(InputError) as info:
+        infra.parse_parameters(["UseKms=true", "UseKms=true"])
+    assert info.value.hint == "keep one --param UseKms=VALUE"
+    with pytest.raises(InputError) as info:
+        infra.parse_parameters(["UseKms=false"], kms=True)
+    assert info.value.hint == "drop --param UseKms=false: --kms sets UseKms=true"
 
 
 def test_integer_parameters_are_those_the_template_passes_to_integer_properties():
@@ -829,8 +852,9 @@ def test_outputs_file_replaces_atomically_and_leaves_no_temp_file(tmp_path, monk
             raise OSError(28, "No space left on device")
 
         patched.setattr(paths.os, "replace", fail)
-        with pytest.raises(InputError, match="No space left on device"):
+        with pytest.raises(InputError, match="No space left on device") as info:
             infra.write_outputs_file(sample_outputs(), target)
+        assert "--write configs/infra.yaml" in info.value.hint
     assert target.read_text() == "role_arn: old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["infra.yaml"]
     infra.write_outputs_file(sample_outputs(), target)

@@ -142,6 +142,10 @@ def test_rerun_names_keep_the_hash_and_always_fit_63_characters():
     # The cut falls on the name's dash: it is dropped, never doubled before the hash.
     assert request.rerun_job_name(long, 1) == f"{'a' * 50}-{hash8}-r1"
     assert request.rerun_job_name(long, 100000) == f"{'a' * 46}-{hash8}-r100000"
+    # A rerun number so long that even the hash and it overflow 63 characters.
+    with pytest.raises(InputError, match="leaves no room") as info:
+        request.rerun_job_name(s, 10 ** 60)
+    assert "change any field of the spec" in info.value.hint
 
 
 # --- the job file ------------------------------------------------------------------
@@ -282,6 +286,25 @@ def test_spot_sets_max_wait_and_checkpoints():
 def test_spot_without_max_wait_cannot_be_built():
     with pytest.raises(InputError, match="max_wait_minutes"):
         _build(_spec(**{"instance.spot": True}))
+
+
+def test_a_local_spot_spec_without_max_wait_is_refused_in_its_instance_block(tmp_path, monkeypatch, capsys):
+    # The doctor refuses it first (N012, for every backend); the request builder refuses it
+    # too, located, for callers that build without the doctor.
+    path = tmp_path / "job.yaml"
+    path.write_text("name: spot-local\nbackend: local\ninstance:\n  type: ml.trn1.2xlarge\n  spot: true\n"
+                    "max_run_minutes: 30\n")
+    code, _, err = _cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and f"{path}:4:3: instance.max_wait_minutes: managed spot training needs" in err
+    loaded = spec.load(path)
+    with pytest.raises(SpecError) as info:
+        _build(loaded)
+    [problem] = info.value.problems
+    assert (problem.file, problem.line, problem.path) == (str(path), 4, "instance.max_wait_minutes")
+    assert "e.g. `instance: {type: ml.trn1.2xlarge, spot: true, max_wait_minutes: 30}`" in info.value.hint
+    code, out, err = _cli(monkeypatch, capsys, "plan", str(path))
+    assert code == 2 and out == "" and f"error: {path}:4:3: instance.max_wait_minutes: managed spot" in err
+    assert "hint: set instance.max_wait_minutes to at least max_run_minutes (30)" in err
 
 
 def test_checkpoints_without_spot():

@@ -695,6 +695,7 @@ def test_a_failed_plot_write_leaves_the_old_file_whole(prices, tmp_path, monkeyp
     monkeypatch.setattr(paths.os, "replace", fail)
     code, _, err = run_cli(monkeypatch, capsys, "results", "--plot", str(out))
     assert code == 2 and "cannot write: No space left on device" in err
+    assert "hint: the results above are complete" in err and "--plot results.png" in err
     assert out.read_bytes() == b"the previous plot" and list(out.parent.iterdir()) == [out]  # no temp left
 
 
@@ -712,6 +713,10 @@ def test_cli_results_bad_input_is_an_input_error(orch_home):
     runner = CliRunner()
     result = runner.invoke(app, ["results", "--format", "xml", "--prefix", "file:///tmp"])
     assert isinstance(result.exception, InputError) and "--format 'xml'" in result.exception.message
+    assert "--format csv" in result.exception.hint
+    result = runner.invoke(app, ["results", "--prefix", "file:///tmp", "--spec", "job.yaml"])
+    assert isinstance(result.exception, InputError) and "give one" in result.exception.message
+    assert "--prefix s3://bucket/jobs" in result.exception.hint and "not both" in result.exception.hint
     # An empty local store and no --prefix: nothing to guess for SageMaker jobs.
     result = runner.invoke(app, ["results"])
     assert isinstance(result.exception, InputError) and "--prefix" in result.exception.hint

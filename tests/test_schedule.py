@@ -265,6 +265,16 @@ def test_crontab_line_calls_schedule_tick_with_absolute_paths(tmp_path, orch_hom
     assert line.endswith(f">> {orch_home / 'schedules' / 'nightly.log'} 2>&1")
 
 
+def test_crontab_line_of_a_sweep_not_loaded_from_a_file_says_how_to_load_it(tmp_path, orch_home):
+    load(tmp_path)
+    # Text loaded without a file name: a crontab line must not point at "<string>".
+    sweep = spec.loads_sweep((tmp_path / "nightly.yaml").read_text(), base_dir=tmp_path)
+    assert sweep.path is None
+    with pytest.raises(InputError, match="was not loaded from a file") as info:
+        schedules.crontab_line(sweep)
+    assert "spec.load_sweep(PATH)" in info.value.hint and "schedule crontab SWEEP.yaml" in info.value.hint
+
+
 def test_crontab_line_works_from_any_directory(tmp_path, orch_home, monkeypatch):
     load(tmp_path)
     monkeypatch.chdir(tmp_path)

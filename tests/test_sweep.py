@@ -894,6 +894,33 @@ def test_run_resumes_from_the_ledger_alone(rig):
     assert len(cloud.creates) == 4 and set(cloud.creates.values()) == {1}
 
 
+def test_a_definition_of_another_schema_says_how_to_go_on(rig):
+    make, _, _ = rig
+    runner = make()
+    runner.step()
+    key = f"sweep:{runner.d.sweep_id}"
+    saved = runner.ledger.get_value(key)
+    jobs = {v.job_name: v.state for v in runner.views()}
+    for schema, advice in ((2, "upgrade this orchestrator to the version that saved the sweep"),
+                           (None, "use the orchestrator version that saved the sweep")):
+        runner.ledger.put_value(key, {**saved, "schema": schema})
+        with pytest.raises(InputError) as info:
+            sweeps.load_definition(runner.ledger, runner.d.sweep_id)
+        assert f"schema {schema!r}" in info.value.message
+        assert info.value.hint == (f"{advice}, or save it again in this version's format: "
+                                   f"`orchestrator sweep run {saved['file']}`")
+    # What the hint says works: the run saves the definition again and keeps the ledger's jobs.
+    sweeps.save(sweeps.plan(spec.load_sweep(saved["file"])), runner.ledger)
+    again = sweeps.load_definition(runner.ledger, runner.d.sweep_id)
+    assert again.to_json() == saved
+    assert {v.job_name: v.state for v in sweeps.Runner(again, None, runner.ledger).views()} == jobs
+    # A scheduled tick's definition is written by the schedule only: no `sweep run` to offer.
+    runner.ledger.put_value(key, {**saved, "schema": 2, "tick": "202601010300"})
+    with pytest.raises(InputError) as info:
+        sweeps.load_definition(runner.ledger, runner.d.sweep_id)
+    assert info.value.hint == "upgrade this orchestrator to the version that saved the sweep"
+
+
 def test_unknown_sweep_id_names_the_known_ones(rig):
     make, _, _ = rig
     runner = make()

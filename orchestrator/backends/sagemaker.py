@@ -184,7 +184,9 @@ def _epoch(value) -> float | None:
 
 def _split_s3(uri: str) -> tuple[str, str]:
     if not uri.startswith("s3://") or "/" not in uri[5:]:
-        raise InputError(f"not an s3://bucket/key URI: {uri!r}")
+        raise InputError(f"not an s3://bucket/key URI: {uri!r}",
+                         hint="the sagemaker backend uploads the source under the spec's output.uri: make that an "
+                              "S3 prefix, e.g. `output: {uri: s3://my-bucket/jobs}`")
     bucket, key = uri[5:].split("/", 1)
     return bucket, key
 
