@@ -9,7 +9,8 @@ AVX-512 host, about a third of the CPU time of a warm two-rank start on a small 
 
 Contract:
 - `install(cache_dir)` wraps inductor's probe (`VecISA.check_build`, torch 2.9) so that a
-  probe that passed is recorded as `<cache_dir>/orchestrator-isa/<fingerprint sha256>.json`,
+  probe that passed is recorded as `<cache_dir>/orchestrator-isa/<sha256>.json` (of the
+  fingerprint and the memo schema),
   and a later probe with the same fingerprint returns True without compiling or starting a
   process. The folder is an ordinary inductor-cache entry, so it travels with the compile
   cache and a warm job probes nothing. Returns whether the wrapper is in place: False (and
@@ -81,7 +82,9 @@ def fingerprint(code: str, arch_flags: str, compiler: str, features: str) -> dic
 
 
 def memo_path(cache_dir: Path, probe: dict[str, str]) -> Path:
-    digest = hashlib.sha256(json.dumps(probe, sort_keys=True).encode()).hexdigest()
+    # The schema is part of the name: a memo a later format cannot read must not hold the name
+    # a new one needs, since the store keeps the first entry published under a name for good.
+    digest = hashlib.sha256(json.dumps({"schema": SCHEMA, "fingerprint": probe}, sort_keys=True).encode()).hexdigest()
     return Path(cache_dir) / MEMO_DIR / f"{digest}.json"
 
 
@@ -99,6 +102,7 @@ def _remember(path: Path, probe: dict[str, str], isa: str) -> None:
     # "tmp" prefix: the compile cache never packs a half-written memo.
     fd, tmp = tempfile.mkstemp(prefix="tmp", suffix=".json", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # as pulled entries are: other users of a shared cache dir read it too
         with os.fdopen(fd, "w") as out:
             json.dump({"schema": SCHEMA, "ok": True, "isa": isa, "fingerprint": probe}, out, sort_keys=True)
         os.replace(tmp, path)

@@ -131,7 +131,8 @@ stats = {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LO
          "env": {k: os.environ.get(k) for k in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NEURON_CC_FLAGS",
                  "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "SM_CURRENT_HOST", "MASTER_ADDR",
                  "MASTER_PORT", "GROUP_RANK", "SM_CHANNEL_TRAIN", "PJRT_DEVICE",
-                 "TORCHINDUCTOR_COMPILE_THREADS")}}
+                 "TORCHINDUCTOR_COMPILE_THREADS")},
+         "inductor_env": {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_"))}}
 print(f"fake-train rank {rank}/{world} started", flush=True)
 entry = os.environ.get("FAKE_TRAIN_NEW_ENTRY")
 if entry and cache and rank == 0:

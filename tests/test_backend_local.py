@@ -155,6 +155,27 @@ def test_submit_lays_out_container_tree_and_runs_to_completion(orch_home, tmp_pa
     assert any(line.startswith("[local] Uploaded model.tar.gz") for line in lines)
 
 
+def test_the_callers_compiler_settings_do_not_leak_into_the_job(orch_home, tmp_path, fake_train, monkeypatch):
+    # A container never sees the laptop's shell: a TORCHINDUCTOR_CACHE_DIR exported there
+    # must not replace the job's fresh cache dir, nor other settings change the cache key.
+    mine = tmp_path / "my-inductor-cache"
+    mine.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
+    monkeypatch.setenv("TORCHINDUCTOR_FREEZING", "1")
+    monkeypatch.setenv("TORCHDYNAMO_VERBOSE", "1")
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=cnn")
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    assert wait_terminal(backend, prepared.job_name).status == "completed"
+    root = orch_home / "jobs" / prepared.job_name / "algo-1"
+    rank0 = json.loads((root / contract.OUTPUT_DATA_DIR / "ranks" / "rank-0.json").read_text())
+    assert rank0["cache_dir"] and rank0["cache_dir"] != str(mine)
+    assert set(rank0["inductor_env"]) <= {"TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS"}
+    assert rank0["env"]["NEURON_CC_FLAGS"] is None
+    assert list(mine.iterdir()) == []
+
+
 def test_resubmitting_the_same_job_runs_nothing_twice(orch_home, tmp_path, fake_train):
     prepared = prepared_for(make_spec(tmp_path))
     backend = LocalBackend()

@@ -57,6 +57,7 @@ def test_a_passed_probe_is_answered_from_its_memo_in_the_next_process(tmp_path):
     assert wrapped(first, tmp_path)(FakeIsa(), AVX_CODE) is True
     assert first.calls == 1
     [memo] = memo_files(tmp_path)
+    assert memo.stat().st_mode & 0o777 == 0o644
     recorded = json.loads(memo.read_text())
     assert recorded["ok"] is True and recorded["isa"] == "avx512"
     assert recorded["fingerprint"]["arch_flags"] == "-mavx512f -mfma"
@@ -106,6 +107,19 @@ def test_an_unreadable_or_foreign_memo_is_probed_again_and_replaced(tmp_path, co
     assert wrapped(probe, tmp_path)(FakeIsa(), AVX_CODE) is True
     assert probe.calls == 1
     assert memo.read_text() == good
+
+
+def test_a_new_memo_schema_gets_names_of_its_own(tmp_path, monkeypatch):
+    # The store never replaces an entry it has published: a memo of an older format must not
+    # occupy the name the new format writes to, or every later job would probe again.
+    wrapped(Probe(), tmp_path)(FakeIsa(), AVX_CODE)
+    [old] = memo_files(tmp_path)
+    monkeypatch.setattr(isa_probe, "SCHEMA", isa_probe.SCHEMA + 1)
+    probe = Probe()
+    check = wrapped(probe, tmp_path)
+    assert check(FakeIsa(), AVX_CODE) is True and probe.calls == 1
+    assert check(FakeIsa(), AVX_CODE) is True and probe.calls == 1
+    assert len(memo_files(tmp_path)) == 2 and old.exists()
 
 
 def test_ranks_probing_at_once_run_the_probe_once(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -53,3 +54,14 @@ def test_every_orchestrator_command_in_the_readme_exists():
                         assert sub in command.commands, line
                 checked.append(name)
     assert len(set(checked)) >= 12
+
+
+def test_every_json_line_in_the_benchmark_figures_parses():
+    # docs/BENCHMARKS.md quotes the benchmarks' JSON output; a line broken by an edit is no
+    # longer a figure anyone can check.
+    text = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", text, re.S)
+    lines = [line for block in blocks for line in block.splitlines() if line.strip()]
+    assert len(lines) >= 10
+    for line in lines:
+        json.loads(line)

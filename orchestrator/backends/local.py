@@ -12,6 +12,8 @@ supervisor, like SageMaker:
   dir and every data channel (s3:// or file://, FullyReplicated) into `input/data/<channel>`;
 - starts `python <sagemaker_program>` (launch.py) per host with the SM_* variables the
   container would set (`entrypoints.contract.sm_environment`), the request's Environment,
+  none of the caller's compiler settings (TORCHINDUCTOR_*, TORCHDYNAMO_*, TRITON_CACHE_DIR,
+  NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL: only the spec's `environment` sets those),
   and the rendezvous on loopback: with `instance.count: 2`, two launch.py processes with
   SM_HOSTS ["algo-1","algo-2"], each its own SM_CURRENT_HOST, ORCHESTRATOR_MASTER_ADDR
   127.0.0.1 and one free ORCHESTRATOR_MASTER_PORT;

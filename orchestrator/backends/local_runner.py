@@ -48,8 +48,13 @@ HOST_GRACE_S = 30.0
 # Between SIGTERM and SIGKILL (SageMaker gives the container 120 s; locally less is plenty).
 STOP_GRACE_S = 30.0
 POLL_S = 0.2
-# Variables of the caller that must not leak into a host (each host gets its own).
-_HOST_OWNED_PREFIXES = ("SM_", "ORCHESTRATOR_MASTER_", "ORCHESTRATOR_CACHE_DIR")
+# Variables of the caller that must not leak into a host: each host gets its own (SM_*, the
+# rendezvous, the cache dir), and compiler settings come from the spec's `environment` only,
+# as in a container. A TORCHINDUCTOR_CACHE_DIR exported in the user's shell would otherwise
+# replace the job's fresh cache dir (a "cold" job that is warm, foreign entries pushed under
+# the job's key), and other TORCHINDUCTOR_* values would change the cache key unseen.
+_HOST_OWNED_PREFIXES = ("SM_", "ORCHESTRATOR_MASTER_", "ORCHESTRATOR_CACHE_DIR", "TORCHINDUCTOR_", "TORCHDYNAMO_",
+                        "TRITON_CACHE_DIR", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL")
 
 
 class Supervisor:
