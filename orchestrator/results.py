@@ -26,7 +26,8 @@ Contracts:
   sweep made from files named so, across edits) or a schedule's untimed id
   (`nightly-1a2b3c4d`: all its ticks, `nightly-1a2b3c4d-<YYYYMMDDHHMM>`). A row belongs to it
   when its sweep is that id, or has that name or untimed id; its sweep is the results' tag
-  `orchestrator:sweep` when there is one (the tag wins over the name), else it is read from
+  `orchestrator:sweep` when there is one (the tag wins over the name; results tagged
+  `orchestrator:job` without it belong to no sweep, as a plain `submit` writes), else it is read from
   the job name the way sweep.py makes it (`<sweep id>-t<8 hex>[-rN]`, the name part
   truncated to fit 63 characters). So listed folders with no readable results, SageMaker
   jobs with no results yet, and tagged results are matched by the same rule. A job name not
@@ -68,6 +69,7 @@ SCHEMA = "orchestrator.results/v1"
 RESULTS_DIR = "results"
 RESULTS_FILE = "results.json"
 SWEEP_TAG = "orchestrator:sweep"
+JOB_TAG = "orchestrator:job"  # request.TAG_JOB: every job the orchestrator submits
 TRIAL_TAG = "orchestrator:trial"
 # Objects larger than this are not results.json files (they are a few KiB): refuse to read them.
 MAX_RESULTS_BYTES = 4 * 1024 * 1024
@@ -535,7 +537,7 @@ class _Collector:
         if tagged is not None:
             with self._lock:
                 self.sweeps_seen.add(tagged)
-        if sweep is not None and (not _tag_in(tagged, sweep) if tagged is not None else not _name_in(job, sweep)):
+        if sweep is not None and not _in_sweep(job, results.tags, sweep):
             return None
         note = None if results.job_name == job else f"results name {results.job_name!r} differs"
         region = results.region or self.region or "us-east-1"
@@ -589,6 +591,18 @@ def _tag_in(tagged: str, sweep: str) -> bool:
     from orchestrator.sweep import sweep_keys
 
     return sweep in sweep_keys(tagged)
+
+
+def _in_sweep(job: str, tags: dict, sweep: str) -> bool:
+    """Whether readable results belong to `sweep`: by their sweep tag when they have one; a
+    job our launcher tagged (`orchestrator:job`) without a sweep tag is in no sweep, whatever
+    its name; untagged results (written elsewhere) are matched by name."""
+    tagged = tags.get(SWEEP_TAG)
+    if tagged is not None:
+        return _tag_in(tagged, sweep)
+    if JOB_TAG in tags:
+        return False
+    return _name_in(job, sweep)
 
 
 def _name_in(job: str, sweep: str | None) -> bool:

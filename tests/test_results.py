@@ -371,6 +371,19 @@ def test_sweep_filter_takes_an_id_or_a_name_and_matches_folders_and_tags_alike(p
     assert done_id in info.value.hint and big_id in info.value.hint and "sweep name" in info.value.hint
 
 
+def test_a_plain_job_whose_name_starts_like_a_sweep_is_not_in_it(prices):
+    """The QA case: `results --sweep local` (configs/sweep-local.yaml's sweep) also listed the
+    plain `local-smoke-*` jobs of `make demo`: tagged by our launcher, with no sweep tag."""
+    sweep_id, trial_job = _sweep_job("local", "0a1b2c3d")
+    write_local(prices, trial_job, results_doc(trial_job, backend="local", sweep=sweep_id))
+    write_local(prices, "local-smoke-35d2c9a3", results_doc("local-smoke-35d2c9a3", backend="local"))
+    untagged = results_doc("local-other-1", backend="local")
+    untagged["tags"] = {}  # results written by something else: only the name can tell
+    write_local(prices, "local-other-1", untagged)
+    rows = res.collect(res.local_store_uri(), sweep="local", workers=2).rows
+    assert {r.job for r in rows} == {trial_job, "local-other-1"}
+
+
 def test_sweep_name_or_id_finds_sagemaker_jobs_without_results_alike(aws, prices):
     s3, sm = aws
     sweep_id, job = _sweep_job("instances", "e232772a")
