@@ -25,7 +25,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N014-patch-divisibility: image_size not divisible by the patch size.
 - N015-data-workers-vcpus: DataLoader workers x workers per host above the host's vCPUs.
 - N016-budget-exceeded: the cost upper bound is above budget.max_cost_usd.
-- N017-price-unknown: no price for the instance (an error when a budget is set).
+- N017-price-unknown: no price for the instance (an error when a budget is set); not given
+  for a type N001 refuses.
 - N018-efa-env-added: multi-node on an EFA instance (trn1.32xlarge, trn1n, trn2): the EFA
   variables will be added (info).
 - N019-efa-env-overridden: `environment` sets an EFA variable to another value.
@@ -134,9 +135,13 @@ def check(spec: JobSpec) -> list[Finding]:
     cloud = spec.backend == "sagemaker"
     facts = catalog.instance(spec.instance.type)
     if cloud:
-        findings += _instance(spec, facts)
+        instance = _instance(spec, facts)
+        findings += instance
         findings += _image_and_region(spec)
-        findings += _cost(spec)
+        # A type SageMaker does not train on has no training price, and refreshing prices
+        # cannot give it one: N001 says what to change, N017 would only mislead.
+        refused = any(f.rule == "N001-instance-not-trainable" for f in instance)
+        findings += [f for f in _cost(spec) if not (refused and f.rule == "N017-price-unknown")]
         findings += _efa(spec)
         findings += _sagemaker_limits(spec)
         findings += _runtime(spec, facts)
@@ -342,11 +347,11 @@ def _cost(spec: JobSpec) -> list[Finding]:
                 "N017-price-unknown", "error",
                 f"budget.max_cost_usd is {budget:g} but no price is known for {spec.instance.type} in "
                 f"{spec.region}, so the budget cannot be checked",
-                "run `orchestrator prices refresh`, or remove budget.max_cost_usd", "budget.max_cost_usd")]
+                "run `python -m orchestrator prices refresh`, or remove budget.max_cost_usd", "budget.max_cost_usd")]
         return [Finding(
             "N017-price-unknown", "warning",
             f"no price is known for {spec.instance.type} in {spec.region}: the plan shows no cost",
-            "run `orchestrator prices refresh`", "instance.type")]
+            "run `python -m orchestrator prices refresh`", "instance.type")]
     if budget is not None and est.usd_max > budget:
         per_minute = est.usd_max / spec.max_run_minutes
         minutes = int(budget // per_minute)

@@ -8,11 +8,15 @@ Contract:
 - Only regular files are read (a directory, FIFO or device is refused without being opened
   for reading), and at most MAX_SPEC_BYTES + 1 bytes of them: the spec, a sweep, a sweep's
   `base:` and the `infra:` file alike. A sweep given as a job spec (or the reverse) is named as
-  such in one problem at line 1. Numbers are strict: a boolean, NaN or infinity is not one.
+  such in one problem at line 1. A file that does not exist gets a did-you-mean hint naming a
+  YAML file of a close name in the same folder, if there is one. Numbers are strict: a boolean,
+  NaN or infinity is not one.
+- Cross-field problems (a sagemaker spec without role_arn, output.uri, ...) are all reported
+  in one SpecError, each at its own field.
 - The models do no I/O and read no clock. The one piece of I/O besides reading the file is
-  the optional `infra:` key, which names an outputs file written by `orchestrator infra
-  outputs --write`; the loader fills `role_arn`, `compile_cache.uri` and `output.uri` from it
-  where the spec leaves them out.
+  the optional `infra:` key, which names an outputs file written by `python -m orchestrator
+  infra outputs --write`; the loader fills `role_arn`, `compile_cache.uri` and `output.uri`
+  from it where the spec leaves them out.
 - `spec_hash(spec)` is the sha256 of the spec's canonical JSON: the identity of a job.
 """
 
@@ -47,7 +51,12 @@ from orchestrator.errors import Problem, SpecError
 # SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
 MAX_NAME = 54
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
-URI_PATTERN = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file://.+)$"
+# S3's bucket naming rule, as entrypoints/storage.py checks it. A file URI names an absolute
+# path, file:///PATH (`file://relative/x` would read `relative` as a host name; the job's data
+# reader takes what follows file:// as the path, so file://localhost/PATH is refused too).
+S3_BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
+FILE_URI = r"file:///.+"
+URI_PATTERN = rf"^(s3://{S3_BUCKET}(/.*)?|{FILE_URI})$"
 ROLE_PATTERN = r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
 # Two letters, one or more words, a number: us-east-1, us-gov-west-1, cn-north-1, eu-isoe-west-1.
 # The CLI's --region and `prices refresh` check with this one pattern too.
@@ -55,7 +64,8 @@ REGION_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d+$"
 INSTANCE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
 ARCH_PATTERN = r"^vit_[a-z0-9_]+$"
 SDK_PATTERN = r"^\d+\.\d+\.\d+$"
-DATA_PATTERN = r"^(synthetic|s3://.+|file://.+)$"
+# SageMaker's S3DataSource takes a whole bucket (s3://bucket) or a prefix in it.
+DATA_PATTERN = rf"^(synthetic|s3://{S3_BUCKET}(/.*)?|{FILE_URI})$"
 # Spec files are small; this bounds what anchors and aliases may expand to.
 MAX_EXPANDED_NODES = 20_000
 MAX_SPEC_BYTES = 1_000_000
@@ -64,6 +74,16 @@ MAX_SPEC_BYTES = 1_000_000
 def _cross(field_path: str, message: str) -> PydanticCustomError:
     """A cross-field error that the loader locates at `field_path` below the model."""
     return PydanticCustomError("cross_field", "{message}", {"field": field_path, "message": message})
+
+
+def _crosses(found: list[tuple[str, str]]) -> PydanticCustomError:
+    """Several cross-field errors (field path, message) as one: a model validator can raise
+    only one error, and the user should get every problem in one round. `problems_from`
+    turns each into its own located problem."""
+    if len(found) == 1:
+        return _cross(*found[0])
+    return PydanticCustomError("cross_field", "{message}", {
+        "field": found[0][0], "message": "; ".join(message for _, message in found), "all": tuple(found)})
 
 
 def _not_bool(value: Any) -> Any:
@@ -196,10 +216,13 @@ class TrainingSpec(_Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> TrainingSpec:
+        found = []
         if self.compile and self.runtime != "native":
-            raise _cross("compile", "compile: true needs runtime: native (xla always compiles)")
+            found.append(("compile", "compile: true needs runtime: native (xla always compiles)"))
         if self.warmup_steps >= self.steps:
-            raise _cross("warmup_steps", f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+            found.append(("warmup_steps", f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})"))
+        if found:
+            raise _crosses(found)
         return self
 
 
@@ -253,7 +276,7 @@ class JobSpec(_Strict):
     )
     infra: str | None = Field(
         None,
-        description="Path (relative to this spec) of an outputs file from `orchestrator infra "
+        description="Path (relative to this spec) of an outputs file from `python -m orchestrator infra "
         "outputs --write`; fills role_arn and the URIs the spec leaves out.",
     )
     instance: InstanceSpec = Field(default_factory=InstanceSpec, description="Compute.")
@@ -277,26 +300,31 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> JobSpec:
+        # Every problem is collected, so that one round of `validate` shows them all.
+        found: list[tuple[str, str]] = []
         if self.backend == "sagemaker":
             if self.role_arn is None:
-                raise _cross("role_arn", "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)")
+                found.append(("role_arn", "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)"))
             if self.output.uri is None or not self.output.uri.startswith("s3://"):
-                raise _cross("output.uri", "the sagemaker backend needs an s3:// output.uri")
+                found.append(("output.uri", "the sagemaker backend needs an s3:// output.uri"))
             if self.compile_cache.mode == "tarball" and (
                 self.compile_cache.uri is None or not self.compile_cache.uri.startswith("s3://")
             ):
-                raise _cross("compile_cache.uri", "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off")
+                found.append(("compile_cache.uri",
+                              "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off"))
             if self.data.source.startswith("file://"):
-                raise _cross("data.source", "a sagemaker job cannot read file:// data; use s3://")
+                found.append(("data.source", "a sagemaker job cannot read file:// data; use s3://"))
         if len(self.tags) > 40:
-            raise _cross("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)")
+            found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
         for key, value in self.tags.items():
             if key.lower().startswith(("aws:", "orchestrator:")) or not 1 <= len(key) <= 128 or len(value) > 256:
-                raise _cross("tags", f"tag {key!r}: keys are 1-128 characters, values at most 256, "
-                             "and the prefixes aws: and orchestrator: are reserved")
+                found.append(("tags", f"tag {key!r}: keys are 1-128 characters, values at most 256, "
+                              "and the prefixes aws: and orchestrator: are reserved"))
         for key in self.environment:
             if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-                raise _cross("environment", f"{key!r} is not a valid environment variable name")
+                found.append(("environment", f"{key!r} is not a valid environment variable name"))
+        if found:
+            raise _crosses(found)
         return self
 
     def locate(self, dotted: str) -> tuple[str, int, int]:
@@ -487,13 +515,15 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str] | None:
 PATTERN_HINTS = {
     NAME_PATTERN: "letters, digits and single dashes (no spaces or underscores), starting and ending "
                   "with a letter or digit",
-    URI_PATTERN: "s3://BUCKET/PREFIX (bucket: 3-63 lowercase letters, digits, dots, dashes) or file:///PATH",
+    URI_PATTERN: "s3://BUCKET/PREFIX (bucket: 3-63 lowercase letters, digits, dots, dashes) or "
+                 "file:///ABSOLUTE/PATH",
     ROLE_PATTERN: "an IAM role ARN such as arn:aws:iam::123456789012:role/NAME",
     REGION_PATTERN: "an AWS region such as us-east-1",
     INSTANCE_PATTERN: "a SageMaker instance type such as ml.trn1.2xlarge",
     ARCH_PATTERN: "a timm ViT architecture such as vit_base_patch16_224",
     SDK_PATTERN: "a Neuron SDK version such as 2.30.0",
-    DATA_PATTERN: "synthetic, s3://BUCKET/PREFIX or file:///PATH",
+    DATA_PATTERN: "synthetic, s3://BUCKET/PREFIX (bucket: 3-63 lowercase letters, digits, dots, dashes; "
+                  "the prefix may be left out) or file:///ABSOLUTE/PATH",
 }
 
 
@@ -506,8 +536,11 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         message = err["msg"]
         prefer_key = False
         if kind == "cross_field":
-            loc = loc + _split(err["ctx"]["field"])
-            message = err["ctx"]["message"]
+            # One error may carry several (see `_crosses`): each is located at its own field.
+            for field_path, each in err["ctx"].get("all", ((err["ctx"]["field"], err["ctx"]["message"]),)):
+                at = loc + _split(field_path)
+                problems.append(Problem(*smap.where(at), _dotted(at), each))
+            continue
         elif kind == "extra_forbidden":
             prefer_key = True
             known = _fields_at(model, loc[:-1]) or []
@@ -518,7 +551,9 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         elif kind == "missing":
             message = "required field is missing"
         elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_HINTS:
-            message = f"{err.get('input')!r} is not valid: expected {PATTERN_HINTS[err['ctx']['pattern']]}"
+            pattern = err["ctx"]["pattern"]
+            why = _uri_reason(err.get("input")) if pattern in (URI_PATTERN, DATA_PATTERN) else None
+            message = f"{err.get('input')!r} is not valid: {why or f'expected {PATTERN_HINTS[pattern]}'}"
         elif kind == "model_type" or kind == "dict_type":
             message = f"expected a mapping, got {type(err.get('input')).__name__}"
             if loc == ("schedule",) and isinstance(err.get("input"), str):
@@ -533,6 +568,31 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         file, line, col = smap.where(loc, prefer_key=prefer_key)
         problems.append(Problem(file, line, col, _dotted(loc), message))
     return problems
+
+
+def _uri_reason(value: Any) -> str | None:
+    """What is wrong with an s3:// or file:// URI that fails its pattern, and a valid example;
+    None for anything else (the pattern's words say what is expected then)."""
+    if not isinstance(value, str):
+        return None
+    if value.startswith("s3://"):
+        bucket, slash, key = value[len("s3://"):].partition("/")
+        if re.fullmatch(S3_BUCKET, bucket):
+            return None
+        # Upper case and underscores are the usual slips; suggest the name without them.
+        guess = re.sub(r"[^a-z0-9.\-]", "-", bucket.lower()).strip(".-")
+        example = f"s3://{guess if re.fullmatch(S3_BUCKET, guess) else 'my-bucket'}{slash}{key or ''}"
+        what = f"{bucket!r} is not a valid S3 bucket name" if bucket else "no bucket name after s3://"
+        return (f"{what}; a bucket name has 3-63 lowercase letters, digits, dots and dashes, starting and "
+                f"ending with a letter or digit: write s3://BUCKET/PREFIX, e.g. {example}")
+    if value.startswith("file://"):
+        rest = value[len("file://"):]
+        host, _, path = rest.partition("/")
+        if host:
+            absolute = "/" + (path if host == "localhost" else rest)
+            return (f"a file URI needs an absolute path: file://{rest} reads {host!r} as a host name; "
+                    f"write three slashes and the absolute path, e.g. file://{absolute} for {absolute}")
+    return None
 
 
 def _field_pattern(model: type[BaseModel], loc: tuple) -> str | None:
@@ -600,7 +660,35 @@ INFRA_OTHER_KEYS = ("region", "bucket", "stack_name")
 
 
 class _Unreadable(Exception):
-    """Why a file cannot be read as a spec; the caller says where the file was named."""
+    """Why a file cannot be read as a spec; the caller says where the file was named.
+
+    `missing` is True when nothing is at the path (see `_missing_hint`)."""
+
+    def __init__(self, message: str, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing
+
+
+def _close_spec_name(path: Path) -> str | None:
+    """The name of a YAML file in `path`'s folder close to `path`'s name, or None.
+
+    For a path that does not exist: `local-smoke.yml` when `local-smoke.yaml` is there."""
+    try:
+        with os.scandir(path.parent) as entries:
+            names = [e.name for e in entries if e.name.endswith((".yaml", ".yml")) and e.name != path.name]
+    except (OSError, ValueError):
+        return None
+    close = difflib.get_close_matches(path.name, sorted(names), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _missing_hint(path: Path) -> str:
+    """A hint for a spec file named on the command line that does not exist: a close name in
+    its folder, or to check the path."""
+    close = _close_spec_name(path)
+    if close:
+        return f"did you mean {path.parent / close}?"
+    return f"check the path: {path.parent} has no YAML file of a close name"
 
 
 def _read_text(path: Path) -> str:
@@ -613,7 +701,7 @@ def _read_text(path: Path) -> str:
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise _Unreadable("does not exist") from None
+        raise _Unreadable("does not exist", missing=True) from None
     except (OSError, ValueError) as exc:
         raise _Unreadable(f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     if stat.S_ISDIR(info.st_mode):
@@ -645,7 +733,8 @@ def _read_spec_file(path: Path) -> str:
     try:
         return _read_text(path)
     except _Unreadable as exc:
-        raise SpecError([Problem(str(path), 0, 0, "", str(exc))]) from None
+        raise SpecError([Problem(str(path), 0, 0, "", str(exc))],
+                        hint=_missing_hint(path) if exc.missing else None) from None
 
 
 # The top-level keys that tell a job spec from a sweep spec (see `_kind`).
@@ -679,11 +768,14 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
         return data
     path = base_dir / ref
     line, col = smap.find(("infra",))
-    hint = "run `orchestrator infra outputs --write <path>` after deploying the stack"
+    hint = "run `python -m orchestrator infra outputs --write <path>` after deploying the stack"
     try:
         text = _read_text(path)
     except _Unreadable as exc:
-        raise SpecError([Problem(smap.file, line, col, "infra", f"infra outputs {path} {exc}")], hint=hint) from None
+        close = _close_spec_name(path) if exc.missing else None
+        where = f"did you mean infra: {Path(ref).parent / close}? If not, " if close else ""
+        raise SpecError([Problem(smap.file, line, col, "infra", f"infra outputs {path} {exc}")],
+                        hint=where + hint) from None
     outputs, infra_map = read_yaml(text, str(path))
     if not isinstance(outputs, Mapping):
         raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")], hint=hint)
@@ -743,7 +835,9 @@ def loads(text: str, filename: str = "<string>", base_dir: Path | None = None) -
     """Load a job spec from YAML text. See the module docstring for the contract."""
     data, smap = read_yaml(text, filename)
     if _kind(data) == "sweep":
-        raise SpecError([Problem(filename, 1, 1, "", f"this is a sweep spec: use `orchestrator sweep plan {filename}`")])
+        raise SpecError([Problem(filename, 1, 1, "", "this is a sweep spec, not a job spec")],
+                        hint=f"check it with `python -m orchestrator sweep plan {filename}`, "
+                             f"run it with `python -m orchestrator sweep run {filename}`")
     return _job_spec(data, smap, base_dir or Path.cwd())
 
 
@@ -1049,7 +1143,8 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     data, smap = read_yaml(text, filename)
     if _kind(data) == "job":
         raise SpecError([Problem(filename, 1, 1, "", "this is a job spec; a sweep needs base: and grid:/random:")],
-                        hint=f"check it with `orchestrator validate {filename}`")
+                        hint=f"check it with `python -m orchestrator validate {filename}`, "
+                             f"run it with `python -m orchestrator submit {filename}`")
     sweep = validate(SweepSpec, data, smap)
     problems = _sweep_problems(sweep, smap)
     if problems:
@@ -1059,8 +1154,10 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     try:
         base_text = _read_text(base_path)
     except _Unreadable as exc:
+        close = _close_spec_name(base_path) if exc.missing else None
+        where = f"did you mean base: {Path(sweep.base).parent / close}? " if close else ""
         raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} {exc}")],
-                        hint="base is a path relative to the sweep file") from None
+                        hint=f"{where}base is a path relative to the sweep file") from None
     base_data, base_map = read_yaml(base_text, str(base_path))
     if _kind(base_data) == "sweep":
         raise SpecError([Problem(filename, line, col, "base",

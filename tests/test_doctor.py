@@ -73,6 +73,18 @@ def test_unknown_type_suggests_the_nearest_and_lists_trainium():
         assert t in f.fix
 
 
+@pytest.mark.parametrize("budget", [25, None])
+def test_a_type_that_does_not_train_gets_no_price_finding(budget):
+    # Refreshing prices cannot price a type SageMaker does not train on: N001 alone says what to do.
+    for itype in ("ml.trn1.4xlarge", "ml.inf2.xlarge"):
+        s = _spec(**{"instance.type": itype, "budget.max_cost_usd": budget})
+        rules = _rules(s)
+        assert "N001-instance-not-trainable" in rules and "N017-price-unknown" not in rules
+        with pytest.raises(SpecError) as info:
+            doctor.raise_for(s, doctor.check(s))
+        assert "prices refresh" not in info.value.hint
+
+
 def test_trainable_types_follow_botocore_not_a_copy(monkeypatch):
     assert "N001-instance-not-trainable" not in _rules(_spec())
     monkeypatch.setattr(catalog, "training_instance_types", lambda: frozenset({"ml.trn1.32xlarge"}))
@@ -240,8 +252,10 @@ def test_budget_exceeded():
 
 def test_unknown_price_refuses_a_budget_and_warns_without_one(orch_home):
     trn2 = {"instance.type": "ml.trn2.48xlarge", "data.num_workers": 1}
-    _fires(_spec(**trn2), "N017-price-unknown", "error")
-    _fires(_spec(**trn2, **{"budget.max_cost_usd": None}), "N017-price-unknown", "warning")
+    f = _fires(_spec(**trn2), "N017-price-unknown", "error")
+    assert "`python -m orchestrator prices refresh`" in f.fix
+    f = _fires(_spec(**trn2, **{"budget.max_cost_usd": None}), "N017-price-unknown", "warning")
+    assert f.fix == "run `python -m orchestrator prices refresh`"
     rows = [{"type": "ml.trn2.48xlarge", "region": "us-east-1", "usd_per_hour": 10.0, "source": "test",
              "as_of": "2026-09-01", "kind": "sagemaker-training"}]
     (orch_home / "prices.json").write_text(json.dumps({"prices": rows}))

@@ -392,7 +392,7 @@ def test_infra_file_problems_are_accurate(tmp_path):
             spec.load(tmp_path / "job.yaml")
         [problem] = info.value.problems
         assert (problem.file, problem.line, problem.path) == (str(tmp_path / "job.yaml"), 2, "infra")
-        assert "infra outputs --write" in info.value.hint
+        assert "`python -m orchestrator infra outputs --write" in info.value.hint
         return problem.message
 
     assert infra_problem("missing.yaml").endswith("missing.yaml does not exist")
@@ -477,16 +477,31 @@ def test_a_pretrained_tag_on_the_arch_says_to_drop_it():
 
 def test_a_sweep_spec_is_named_as_such(tmp_path):
     sweep_text = "sweep: demo\nbase: job.yaml\ngrid:\n  training.batch_size: [16, 32]\nmax_run_minutes: 3\n"
-    [problem] = problems(sweep_text, "sweep.yaml")
-    assert (problem.line, problem.column) == (1, 1)
-    assert "this is a sweep spec: use `orchestrator sweep plan sweep.yaml`" in problem.message
+    with pytest.raises(SpecError) as info:
+        spec.loads(sweep_text, "sweep.yaml")
+    [problem] = info.value.problems
+    assert (problem.line, problem.column) == (1, 1) and "this is a sweep spec" in problem.message
+    # Both what checks it and what runs it, in the form the README's set-up can run.
+    assert "check it with `python -m orchestrator sweep plan sweep.yaml`" in info.value.hint
+    assert "run it with `python -m orchestrator sweep run sweep.yaml`" in info.value.hint
     path = tmp_path / "sweep.yaml"
     path.write_text(sweep_text)
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    run = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(path)], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "sweep plan" in run.stderr
-    assert "unknown field" not in run.stderr and "did you mean" not in run.stderr
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "ORCHESTRATOR_HOME": str(tmp_path / "home"),
+           "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    for command in ("validate", "submit"):
+        run = subprocess.run([sys.executable, "-m", "orchestrator", command, str(path)], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode == 2 and f"sweep plan {path}" in run.stderr and f"sweep run {path}" in run.stderr
+        assert "unknown field" not in run.stderr and "did you mean" not in run.stderr
+
+
+def test_a_job_spec_given_as_a_sweep_says_how_to_check_and_run_it(tmp_path):
+    with pytest.raises(SpecError) as info:
+        spec.loads_sweep(LOCAL, "job.yaml", base_dir=tmp_path)
+    assert "this is a job spec" in info.value.problems[0].message
+    assert "`python -m orchestrator validate job.yaml`" in info.value.hint
+    assert "`python -m orchestrator submit job.yaml`" in info.value.hint
 
 
 def test_non_string_keys_are_located_at_the_key():
@@ -503,3 +518,109 @@ def test_tabs_say_to_indent_with_spaces():
     assert (problem.line, problem.column) == (3, 1) and "indent with spaces, not tabs" in problem.message
     [problem] = problems("name: x\ntraining:\n  steps:\t3\n")
     assert problem.line == 3 and "spaces, not tabs" in problem.message
+
+
+# --- QA fixes: URIs, all cross-field problems at once, missing files -------------------------
+
+
+@pytest.mark.parametrize("field, key", [("data", "source"), ("output", "uri"), ("compile_cache", "uri")])
+@pytest.mark.parametrize("uri, expected", [
+    ("s3:///x", "no bucket name after s3://"),
+    ("s3://b", "'b' is not a valid S3 bucket name"),
+    ("s3://Bad_Bucket/x", "'Bad_Bucket' is not a valid S3 bucket name"),
+    ("file://relative/out", "a file URI needs an absolute path: file://relative/out reads 'relative' as a host"),
+    ("file://localhost/srv/out", "a file URI needs an absolute path"),
+])
+def test_uris_need_a_valid_bucket_or_an_absolute_path(field, key, uri, expected):
+    text = LOCAL.replace('compile_cache: {mode: "off"}\n', "") + f'{field}: {{{key}: "{uri}"}}\n'
+    [problem] = problems(text)
+    assert (problem.file, problem.line, problem.path) == ("job.yaml", 5, f"{field}.{key}")
+    assert problem.column == text.splitlines()[4].index(f"\"{uri}") + 1  # at the quoted value
+    assert expected in problem.message
+    # Each says what a valid one looks like.
+    examples = {"s3:///x": "e.g. s3://my-bucket/x", "s3://b": "e.g. s3://my-bucket",
+                "s3://Bad_Bucket/x": "e.g. s3://bad-bucket/x",
+                "file://relative/out": "e.g. file:///relative/out for /relative/out",
+                "file://localhost/srv/out": "e.g. file:///srv/out for /srv/out"}
+    assert examples[uri] in problem.message
+
+
+def test_data_can_be_a_whole_bucket_or_a_prefix_and_file_uris_an_absolute_path():
+    for source in ("s3://my-bucket", "s3://my-bucket/", "s3://my.bucket-1/imagenet/train", "file:///data/train"):
+        assert spec.loads(LOCAL + f"data: {{source: \"{source}\"}}\n", "job.yaml").data.source == source
+    loaded = spec.loads(LOCAL.replace('compile_cache: {mode: "off"}\n', "")
+                        + "output: {uri: file:///tmp/out}\ncompile_cache: {uri: file:///tmp/cc}\n", "job.yaml")
+    assert loaded.output.uri == "file:///tmp/out"
+
+
+def test_plan_refuses_a_data_source_without_a_bucket(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(SAGEMAKER + "data: {source: \"s3:///x\"}\n")
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "ORCHESTRATOR_HOME": str(tmp_path / "home"),
+           "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    run = subprocess.run([sys.executable, "-m", "orchestrator", "plan", str(path)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert f"{path}:17:16: data.source" in run.stderr and "S3Uri" not in run.stdout
+
+
+def test_every_cross_field_problem_is_reported_in_one_round():
+    text = ("name: sm\nbackend: sagemaker\ndata: {source: file:///data}\n"
+            "tags: {aws:owner: me}\nenvironment: {1BAD: x}\n")
+    found = {p.path: p for p in problems(text)}
+    assert set(found) == {"role_arn", "output.uri", "compile_cache.uri", "data.source", "tags", "environment"}
+    # Each at its own field (or, when absent, where it would go).
+    assert found["data.source"].line == 3 and "cannot read file://" in found["data.source"].message
+    assert found["tags"].line == 4 and "aws:owner" in found["tags"].message
+    assert found["environment"].line == 5 and "1BAD" in found["environment"].message
+    assert "needs role_arn" in found["role_arn"].message and "output.uri" in found["output.uri"].message
+    both = problems(LOCAL.replace("runtime: native", "runtime: xla, compile: true").replace("warmup_steps: 1",
+                                                                                            "warmup_steps: 6"))
+    assert {p.path for p in both} == {"training.compile", "training.warmup_steps"}
+    assert all(p.line == 4 for p in both)
+
+
+def test_cross_field_problems_keep_their_own_file_when_filled_from_infra(tmp_path):
+    infra = tmp_path / "infra.yaml"
+    infra.write_text("compile_cache_uri: file:///tmp/cc\noutput_uri: file:///tmp/out\n")
+    (tmp_path / "job.yaml").write_text("name: x\ninfra: infra.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    found = {p.path: (p.file, p.line) for p in info.value.problems}
+    assert found == {"role_arn": (str(tmp_path / "job.yaml"), 1), "compile_cache.uri": (str(infra), 1),
+                     "output.uri": (str(infra), 2)}
+
+
+def test_a_missing_spec_file_suggests_a_close_name(tmp_path):
+    (tmp_path / "local-smoke.yaml").write_text(LOCAL)
+    (tmp_path / "other.txt").write_text("")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "local-smoke.yml")
+    [problem] = info.value.problems
+    assert problem.file == str(tmp_path / "local-smoke.yml") and problem.message == "does not exist"
+    assert info.value.hint == f"did you mean {tmp_path / 'local-smoke.yaml'}?"
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "nothing-like-it.yaml")
+    assert "check the path" in info.value.hint and "did you mean" not in info.value.hint
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "no-folder" / "local-smoke.yaml")
+    assert "check the path" in info.value.hint
+
+
+def test_a_missing_sweep_base_or_infra_file_suggests_a_close_name(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "local-smoke.yaml").write_text(LOCAL)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("sweep: s\nbase: configs/local-smoke.yml\ngrid:\n  training.batch_size: [2]\n")
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(sweep)
+    [problem] = info.value.problems
+    assert (problem.path, problem.line) == ("base", 2) and "does not exist" in problem.message
+    assert info.value.hint.startswith("did you mean base: configs/local-smoke.yaml?")
+    (tmp_path / "infra-outputs.yaml").write_text("role_arn: arn:aws:iam::111122223333:role/r\n")
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\ninfra: infra-output.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(job)
+    assert info.value.hint.startswith("did you mean infra: infra-outputs.yaml?")
