@@ -28,6 +28,7 @@ store failures raise BackendError (exit 1).
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -59,7 +60,15 @@ def _open(uri: str | None, s3_client=None) -> Store:
 
 
 def _backend(exc: StorageError) -> BackendError:
+    # storage.py ends some messages with its own "(hint: ...)": make that the one hint line.
+    message, sep, rest = str(exc).partition(" (hint: ")
+    if sep and rest.endswith(")"):
+        return BackendError(message, hint=rest[:-1])
     return BackendError(str(exc), hint="check the URI, your credentials and the network")
+
+
+def _ls_hint(store) -> str:
+    return f"`python -m orchestrator cache ls {shlex.quote(store.uri_root)}` lists the keys there"
 
 
 @dataclass
@@ -146,13 +155,13 @@ def show(uri: str | None, key: str, *, s3_client=None) -> KeyDetail:
     """One key's manifest: its key fields, entries, and the archives stored beside it."""
     store = _open(uri, s3_client)
     if not key or "/" in key or key in (".", ".."):
-        raise InputError(f"bad cache key {key!r}", hint="use a key folder name as `orchestrator cache ls` shows it")
+        raise InputError(f"bad cache key {key!r}", hint=f"use a key folder name as {_ls_hint(store).removesuffix(' lists the keys there')} shows it")
     manifest_key = f"{key}/{compile_cache.MANIFEST}"
     try:
         raw = store.get_bytes(manifest_key)
         if raw is None:
             raise InputError(f"no manifest for cache key {key!r} under {store.uri_root}",
-                             hint="`orchestrator cache ls` lists the keys there")
+                             hint=_ls_hint(store))
         try:
             doc, warnings = compile_cache.parse_manifest(raw)
         except ValueError as exc:
@@ -216,7 +225,7 @@ def prune(uri: str | None = None, *, key: str | None = None, older_than_days: fl
         groups = _group(store.list(f"{key}/" if key else "", with_etags=False))
         if key is not None and key not in groups:
             raise InputError(f"no cache key {key!r} under {store.uri_root}",
-                             hint="`orchestrator cache ls` lists the keys there")
+                             hint=_ls_hint(store))
         if isinstance(store, FileStore) and key is None:
             for path, size in store.stale_temporaries(grace_s, now=now):
                 if not dry_run:

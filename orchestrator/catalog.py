@@ -198,7 +198,7 @@ def _price_rows() -> list[dict]:
     if override.exists():
         # `prices refresh` refuses to merge into a damaged file, so the way out starts with deleting it.
         return read_price_file(override, hint=(
-            f"delete {override} to fall back to the built-in prices, then run `orchestrator prices refresh` "
+            f"delete {override} to fall back to the built-in prices, then run `python -m orchestrator prices refresh` "
             "again to fetch current ones"))
     return _load("prices.json")["prices"]
 

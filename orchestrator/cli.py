@@ -12,6 +12,7 @@ import inspect
 import json
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -85,7 +86,8 @@ def _check_job_arg(value: str | None, argument: str) -> str | None:
     if not value or len(value) > MAX_JOB_NAME or not JOB_NAME_PATTERN.match(value):
         shown = value if len(value) <= 80 else value[:77] + "..."
         raise InputError(f"{argument} {shown!r} is not a job name: a job name is {_JOB_NAME_RULE}",
-                         hint="use the job name `submit` printed (a sweep's jobs: `orchestrator sweep status ID`)")
+                         hint="use the job name `submit` printed (a sweep's jobs: `python -m orchestrator sweep status "
+                              "ID`)")
     return value
 
 
@@ -107,6 +109,11 @@ def _check_region(value):
             raise InputError(f"--region {region!r} is not an AWS region name",
                              hint="e.g. us-east-1, eu-west-1, us-gov-west-1 or cn-north-1")
     return value
+
+
+# The region of every command that calls AWS without one named (backends.sagemaker.default_region).
+_REGION_DEFAULTS = ("AWS_REGION, else AWS_DEFAULT_REGION, else the region of your AWS config profile "
+                    "(AWS_PROFILE), else us-east-1")
 
 
 def _finding_text(loaded, finding) -> str:
@@ -182,23 +189,65 @@ def smoke(
 # --- jobs: submit, status, logs, stop -------------------------------------------------------
 
 _JOB_REGION_OPTION = typer.Option(None, "--region", callback=_check_region, help="Region of a job the ledger "
-                                  "does not know (default: AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1).")
+                                  f"does not know (default: {_REGION_DEFAULTS}).")
 _JOB_ARGUMENT = typer.Argument(..., callback=_job_argument, help="Job name (as printed by submit).")
 
 
+@contextmanager
 def _job_backend(job: str, region: str | None):
-    """The backend that owns `job`: the one the ledger recorded, else SageMaker in --region."""
-    import os
+    """The backend that owns `job`, for the block that asks it about the job: the one the
+    ledger recorded; else the local backend when the local jobs folder has the job; else
+    SageMaker in --region (default: `_REGION_DEFAULTS`), since a job submitted from another
+    machine is in neither.
 
+    In the block, a backend that has no such job (UnknownJob) raises an InputError that adds
+    what the ledger knows of the name (its state and why, e.g. a submit that failed), and a
+    SageMaker that could not be asked at all (credentials, endpoint, connection) about a name
+    known to neither the ledger nor the local jobs raises an InputError (exit 2) saying so:
+    most often the name is mistyped."""
     from orchestrator import backends
+    from orchestrator.backends.sagemaker import could_not_ask, default_region
+    from orchestrator.errors import BackendError, InputError
     from orchestrator.ledger import Ledger
+    from orchestrator.paths import home
 
     ledger = Ledger()
     entry = ledger.get(job)
+    jobs = home() / "jobs"
     if entry is not None:
-        return backends.create(entry.backend, region=region or entry.region, ledger=ledger)
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return backends.create("sagemaker", region=region, ledger=ledger)
+        backend = backends.create(entry.backend, region=region or entry.region, ledger=ledger)
+    elif (jobs / job / "status.json").exists():  # a local job whose ledger row is gone
+        backend = backends.create("local", ledger=ledger)
+    else:
+        region = default_region(region)
+        backend = backends.create("sagemaker", region=region, ledger=ledger)
+    try:
+        yield backend
+    except backends.UnknownJob as exc:
+        if entry is None:
+            raise
+        raise InputError(f"{exc.message}; the ledger records {job} ({entry.backend}, {entry.region}) as "
+                         f"{_ledger_state(entry)}",
+                         hint=f"`python -m orchestrator sweep status {entry.sweep_id}` shows its trial"
+                         if entry.sweep_id else exc.hint) from exc
+    except BackendError as exc:
+        if entry is not None or backend.name != "sagemaker" or not could_not_ask(exc):
+            raise
+        raise InputError(
+            f"no job {job}: it is in neither the ledger ({ledger.path}) nor the local jobs ({jobs}), and "
+            f"SageMaker could not be asked in {region}: {exc.message}",
+            hint=f"check the name (`ls {jobs}` lists the local jobs, `python -m orchestrator sweep status` the "
+                 "sweeps, `python -m orchestrator results` the jobs with results); if it is a SageMaker job, "
+                 + (exc.hint or "configure AWS credentials (aws configure, AWS_PROFILE)")) from exc
+
+
+def _ledger_state(entry) -> str:
+    """A ledger row's state, and why when the ledger says: "failed: [permanent] ...",
+    or "planned (never created: ...)"."""
+    if entry.state in ("planned", "submitting"):
+        why = f": {entry.detail}" if entry.detail else ""
+        return f"{entry.state} (never created{why})"
+    return f"{entry.state}: {entry.detail}" if entry.detail else entry.state
 
 
 def _status_lines(st) -> list[str]:
@@ -243,14 +292,15 @@ def _wait(backend, job_name: str, interval: float):
                 time.sleep(interval)
     except KeyboardInterrupt:
         # Ctrl-C ends the waiting, not the job: say so, and how to get back to it.
-        _err(f"stopped waiting; {job_name} keeps running. `orchestrator status {job_name}` shows it, "
-             f"`orchestrator stop {job_name}` stops it")
+        _err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
+             f"`python -m orchestrator stop {job_name}` stops it")
         raise typer.Exit(code=130) from None
     for text in _status_lines(st):
         _out(text)
     if st.status != "completed":
         reason = f": {st.failure_reason}" if st.failure_reason else ""
-        raise JobFailed(f"job {job_name} {st.status}{reason}", hint=f"`orchestrator logs {job_name}` shows its output")
+        raise JobFailed(f"job {job_name} {st.status}{reason}",
+                        hint=f"`python -m orchestrator logs {job_name}` shows its output")
     return st
 
 
@@ -330,8 +380,8 @@ def status(
     """
     import dataclasses
 
-    backend = _job_backend(job, region)
-    st = backend.status(job)
+    with _job_backend(job, region) as backend:
+        st = backend.status(job)
     if as_json:
         _out(json.dumps({**dataclasses.asdict(st), "backend": backend.name, "terminal": st.terminal,
                          "spot_savings": st.spot_savings}, indent=2))
@@ -350,7 +400,11 @@ def logs(
 
     stdout carries log lines only; a job with no logs (yet) gets a note on stderr, exit 0.
     """
-    backend = _job_backend(job, region)
+    with _job_backend(job, region) as backend:
+        _print_logs(backend, job, follow)
+
+
+def _print_logs(backend, job: str, follow: bool) -> None:
     noted = None
     if follow:
         # Following a job that has not logged yet can be silent for minutes: say why up front.
@@ -397,15 +451,15 @@ def stop(
     Exit 2 for a job the backend does not know; exit 0, stopping nothing, for a job that has
     already ended or is stopping.
     """
-    backend = _job_backend(job, region)
-    st = backend.status(job)  # an unknown job is an InputError (exit 2): nothing to ask to stop
-    if st.terminal:
-        _out(f"{job} already {st.status}; nothing to stop")
-        return
-    if st.status == "stopping":
-        _out(f"{job} is already stopping; nothing more to do")
-        return
-    backend.stop(job)
+    with _job_backend(job, region) as backend:
+        st = backend.status(job)  # an unknown job is an InputError (exit 2): nothing to ask to stop
+        if st.terminal:
+            _out(f"{job} already {st.status}; nothing to stop")
+            return
+        if st.status == "stopping":
+            _out(f"{job} is already stopping; nothing more to do")
+            return
+        backend.stop(job)
     _out(f"{job}: stop requested")
 
 
@@ -416,9 +470,8 @@ infra_app = typer.Typer(no_args_is_help=True, help="Deploy and read the AWS set-
 app.add_typer(infra_app, name="infra")
 
 _STACK_OPTION = typer.Option("orchestrator", "--stack-name", help="CloudFormation stack name.")
-_REGION_OPTION = typer.Option(None, "--region", callback=_check_region, help="AWS region (default: "
-                              "AWS_DEFAULT_REGION, else the region of your AWS config profile; botocore does not "
-                              "read AWS_REGION).")
+_REGION_OPTION = typer.Option(None, "--region", callback=_check_region,
+                              help=f"AWS region (default: {_REGION_DEFAULTS}).")
 
 
 @infra_app.command("deploy")
@@ -564,8 +617,7 @@ def results(
     plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
     region: str | None = typer.Option(None, "--region", callback=_check_region, help="Region of jobs whose "
                                       "results name none (default: the spec's, else us-east-1), and where a sweep's "
-                                      "SageMaker jobs are listed (default: AWS_REGION, else AWS_DEFAULT_REGION, "
-                                      "else us-east-1)."),
+                                      f"SageMaker jobs are listed (default: {_REGION_DEFAULTS})."),
     workers: int = typer.Option(16, "--workers", min=1, max=128, help="Parallel reads."),
 ) -> None:
     """Price-performance table from the jobs' results.json objects, SageMaker and prices.
@@ -625,18 +677,17 @@ app.add_typer(prices_app, name="prices")
 @prices_app.command("refresh")
 def prices_refresh(
     region: list[str] = typer.Option([], "--region", callback=_check_region, help="Region to price "
-                                     "(repeatable; default: AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1)."),
+                                     f"(repeatable; default: {_REGION_DEFAULTS})."),
     types: list[str] = typer.Option([], "--types", help="Instance types (repeatable or comma-separated; "
                                     "default: the catalog's training types)."),
 ) -> None:
     """Fetch SageMaker training prices and write $ORCHESTRATOR_HOME/prices.json (atomic, merged)."""
-    import os
-
     from orchestrator import prices
+    from orchestrator.backends.sagemaker import default_region
     from orchestrator.errors import BackendError
 
     wanted = [t.strip() for item in types for t in item.split(",") if t.strip()] or prices.default_types()
-    regions = region or [os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"]
+    regions = region or [default_region()]
     prices.check(wanted, regions)
     refresh = prices.fetch(prices.client(), wanted, regions)
     for found in refresh.found:
@@ -668,13 +719,44 @@ def _sweep_backend(definition, ledger):
 
 
 def _sweep_id_of(target: str, ledger) -> str:
-    """A sweep id, given one, the sweep's name (when one saved sweep has it) or its YAML file."""
+    """The id of the saved sweep `target` names: a sweep id, a sweep name (or a schedule's
+    untimed id) that one saved sweep has, or its YAML file, which names the sweep `sweep run`
+    saved from it or, for a schedule, its tick sweep. InputError (exit 2) for a file that does
+    not exist, a file whose sweep was never saved (or that was edited since), and a file or
+    name that fits several sweeps (listing them)."""
+    import shlex
+
     from orchestrator import spec
     from orchestrator import sweep as sweeps
+    from orchestrator.errors import InputError, SpecError
 
-    if target.endswith((".yaml", ".yml")) or Path(target).is_file():
-        return sweeps.identify(spec.load_sweep(target)).sweep_id
-    return sweeps.resolve_id(ledger, target)
+    if not (target.endswith((".yaml", ".yml")) or Path(target).is_file()):
+        return sweeps.resolve_id(ledger, target)
+    try:
+        loaded = spec.load_sweep(target)
+    except SpecError as exc:
+        if Path(target).exists():
+            raise
+        # No such file: the path is wrong, or a sweep id or name was meant.
+        other = "give a sweep id or name instead (`python -m orchestrator sweep status` lists the sweeps)"
+        hint = (f"{exc.hint} Or {other}" if exc.hint and exc.hint.endswith(("?", ".")) else
+                "; or ".join(filter(None, (exc.hint, other))))
+        raise SpecError(exc.problems, hint=hint) from None
+    ident = sweeps.identify(loaded)
+    known = sweeps.sweep_ids(ledger)
+    if not any(ident.sweep_id in sweeps.sweep_keys(sweep_id) for sweep_id in known):
+        same = [sweep_id for sweep_id in known if ident.name in sweeps.sweep_keys(sweep_id)]
+        hint = (f"sweeps named {ident.name} in the ledger: {', '.join(same[-10:])}; give one of these ids "
+                "instead of the file" if same else
+                f"start it with `python -m orchestrator sweep run {shlex.quote(target)}` (a scheduled sweep: `python -m orchestrator "
+                f"schedule tick {shlex.quote(target)}`)")
+        raise InputError(f"{target}: no saved sweep {ident.sweep_id} in the ledger {ledger.path}: this file, as "
+                         "it is now, was never run (it may have been edited since it ran)", hint=hint)
+    # One sweep, or a schedule's ticks (<id>-<time>): one is the answer, several are listed.
+    try:
+        return sweeps.resolve_id(ledger, ident.sweep_id)
+    except InputError as exc:
+        raise InputError(f"{target}: {exc.message}", hint=exc.hint) from None
 
 
 def _plan_table(planned) -> str:
@@ -686,7 +768,9 @@ def _plan_table(planned) -> str:
     table = Table(title=_plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
                                f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
     for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound"):
-        table.add_column(column, justify="right" if column in ("#", "cost bound") else "left")
+        # Folded, never cut with "…": the table must show what each trial is in any width.
+        table.add_column(column, justify="right" if column in ("#", "cost bound") else "left",
+                         overflow="fold" if column in ("job name", "overrides") else "ellipsis")
     for t in planned.trials:
         overrides = ", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) or "(base)"
         usd = t.usd_max
@@ -793,35 +877,73 @@ class _SweepDisplay:
         self.printed = progress.event_count
 
 
+class _Terminated(BaseException):
+    """SIGTERM reached a runner (`sweep stop` sends it): a BaseException, like Ctrl-C's
+    KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
+
+
 def _drive(definition, ledger, poll: float | None, prepared: dict | None = None) -> None:
-    """Run a saved sweep to the end in this process, with the progress display."""
+    """Run a saved sweep to the end in this process, with the progress display.
+
+    SIGTERM (what `sweep stop` sends this machine's runner, foreground or detached) ends it
+    as a stop the runner noticed itself: the display closes, the counts are printed, exit 0
+    when the sweep's stop flag is set, else exit 143 with the resume hint. Ctrl-C: exit 130
+    with the resume hint.
+    """
     import os
+    import signal
 
     from orchestrator import sweep as sweeps
     from orchestrator.errors import JobFailed
 
     backend = _sweep_backend(definition, ledger)
     poll_seconds = poll if poll is not None else (2.0 if definition.backend == "local" else 30.0)
+    sigterm = {"armed": False, "received": False}
+
+    def on_sigterm(signum, frame):
+        sigterm["received"] = True
+        if sigterm["armed"]:
+            # Raised once, and only inside the run: the runner is crash-safe, so leaving a step
+            # anywhere is fine, while the display and the lock must close as after a normal end.
+            sigterm["armed"] = False
+            raise _Terminated
+
     with sweeps.runner_lock(definition.sweep_id):
         sweeps.clear_stop(ledger, definition.sweep_id)
         sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
         runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared)
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
             with _SweepDisplay(runner) as display:
                 runner.on_progress = display
-                final = runner.run()
+                try:
+                    sigterm["armed"] = not sigterm["received"]
+                    if sigterm["armed"]:
+                        final = runner.run()
+                except _Terminated:
+                    pass
+                finally:
+                    sigterm["armed"] = False
         except KeyboardInterrupt:
-            _err(f"interrupted; continue with `orchestrator sweep resume {definition.sweep_id}` "
+            _err(f"interrupted; continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
                  "(jobs already submitted keep running)")
             raise typer.Exit(code=130) from None
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        if sigterm["received"]:
+            final = runner.progress(stopped=runner.stop_requested())
     counts = ", ".join(f"{n} {state}" for state, n in sorted(final.counts.items()))
     _out(f"sweep {definition.sweep_id}: {counts}")
+    if sigterm["received"] and not final.stopped:
+        _err(f"terminated (SIGTERM); continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
+             "(jobs already submitted keep running)")
+        raise typer.Exit(code=143)
     if final.stopped:
         _out("stopped (sweep stop)")
         return
     if final.failed:
         raise JobFailed(f"sweep {definition.sweep_id}: {final.failed} trial(s) failed",
-                        hint=f"see `orchestrator sweep status {definition.sweep_id}` for the reasons")
+                        hint=f"see `python -m orchestrator sweep status {definition.sweep_id}` for the reasons")
 
 
 def _spawn_runner(sweep_id: str, ledger, poll: float | None) -> tuple[int, Path]:
@@ -865,9 +987,9 @@ def sweep_run(
     ledger = Ledger()
     definition = sweeps.save(planned, ledger)
     _err(f"sweep {definition.sweep_id}: {len(planned.trials)} trials, {_plan_summary(planned)[0]}")
-    if detach and all(v.final and v.state != "stopped" for v in sweeps.Runner(definition, None, ledger).views()):
-        # Every trial ended for good (a run reopens stopped ones): report it here instead of
-        # starting a background runner that would only find nothing to do.
+    if detach and not sweeps.Runner(definition, None, ledger).has_work():
+        # The runner would find nothing to do (every trial ended for good, and nothing `sweep
+        # stop` stopped can be reopened): report it here instead of starting it in the background.
         detach = False
     if not detach:
         _drive(definition, ledger, poll, planned.prepared())
@@ -875,8 +997,8 @@ def sweep_run(
     pid, log = _spawn_runner(definition.sweep_id, ledger, poll)
     _out(f"sweep {definition.sweep_id}: running in the background (pid {pid})")
     _out(f"log: {log}")
-    _out(f"follow with `orchestrator sweep status {definition.sweep_id}`; "
-         f"stop with `orchestrator sweep stop {definition.sweep_id}`")
+    _out(f"follow with `python -m orchestrator sweep status {definition.sweep_id}`; "
+         f"stop with `python -m orchestrator sweep stop {definition.sweep_id}`")
 
 
 @sweep_app.command("resume")
@@ -885,7 +1007,8 @@ def sweep_resume(
     poll: float | None = _POLL_OPTION,
 ) -> None:
     """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
-    then run on (trials stop cancelled are submitted, jobs it stopped are resubmitted as -rN)."""
+    then run on. Trials that `sweep stop` cancelled before submission are submitted under their
+    own names; jobs it stopped in flight are submitted again as new attempts (-rN)."""
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
@@ -933,7 +1056,8 @@ def sweep_status(
 
     table = Table(title=_plain(f"sweep {definition.sweep_id} ({definition.backend}, {definition.region})"))
     for column in ("#", "trial", "job", "try", "instance", "state", "overrides", "detail"):
-        table.add_column(column)
+        # Folded, never cut with "…": the table must show what each trial is in any width.
+        table.add_column(column, overflow="fold" if column in ("job", "overrides", "detail") else "ellipsis")
     for v in views:
         state = v.state + ("" if v.final or v.state not in ("failed",) else " (retry due)")
         table.add_row(*map(_plain, (
@@ -947,13 +1071,20 @@ def sweep_status(
     _out(f"{done}/{len(views)} trials final")
 
 
+# How long `sweep stop` waits for a runner it signalled to exit, whatever --wait says.
+_RUNNER_EXIT_SECONDS = 5.0
+
+
 @sweep_app.command("stop")
 def sweep_stop(
     target: str = typer.Argument(..., help="Sweep id, name or YAML."),
     wait: float = typer.Option(15.0, "--wait", min=0.0, help="Seconds to wait for this machine's runner to exit."),
 ) -> None:
     """Stop a sweep: its runner on this machine exits, in-flight jobs are stopped, trials not
-    yet submitted are marked stopped. Exit 1 when a job could not be stopped."""
+    yet submitted are marked stopped. Exit 1 when a job could not be stopped, or when this
+    machine's runner has not exited in time (it was signalled; the stop flag keeps it from
+    submitting more)."""
+    import contextlib
     import os
     import signal
 
@@ -963,30 +1094,57 @@ def sweep_stop(
 
     ledger = Ledger()
     definition = sweeps.load_definition(ledger, _sweep_id_of(target, ledger))
-    sweeps.request_stop(ledger, definition.sweep_id)
-    pid = sweeps.runner_pid(ledger, definition.sweep_id)
+    sweep_id = definition.sweep_id
+    sweeps.request_stop(ledger, sweep_id)
+    pid = sweeps.runner_pid(ledger, sweep_id)
+    signalled = False
     try:
-        with sweeps.runner_lock(definition.sweep_id):
+        with sweeps.runner_lock(sweep_id):
             pass
     except OrchestratorError:
         if pid is not None:
             try:
                 os.kill(pid, signal.SIGTERM)  # the runner is crash-safe: ending it at any point is fine
+                signalled = True
             except ProcessLookupError:
                 pass
-    with sweeps.runner_lock(definition.sweep_id, wait_seconds=wait):
+    # A signalled runner needs a moment to close its display and let go of the lock: waited
+    # for even with --wait 0, so that a stop is not left half done.
+    grace = max(wait, _RUNNER_EXIT_SECONDS) if signalled else wait
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(sweeps.runner_lock(sweep_id, wait_seconds=grace))
+        except OrchestratorError:
+            if signalled:
+                raise BackendError(
+                    f"sweep {sweep_id}: its runner (pid {pid}) was sent SIGTERM but has not exited after "
+                    f"{grace:g}s, so the jobs in flight were not stopped yet",
+                    hint=f"the stop flag is set, so the runner submits nothing more; once it has exited, run "
+                    f"`python -m orchestrator sweep stop {sweep_id}` again (or with a longer --wait) to stop the jobs in "
+                    "flight and cancel the trials not yet submitted") from None
+            raise BackendError(
+                f"sweep {sweep_id} is being run by another process on this machine that did not exit within "
+                f"{grace:g}s (no runner pid recorded here to signal), so the jobs in flight were not stopped yet",
+                hint=f"the stop flag is set, so a runner stops at its next poll; run `python -m orchestrator sweep stop "
+                f"{sweep_id} --wait 60` to wait longer, then stop the jobs in flight") from None
         runner = sweeps.Runner(definition, _sweep_backend(definition, ledger), ledger)
         report = sweeps.stop(runner)
     for name in report.stopped_jobs:
         _out(f"stopping {name}")
-    _out(f"sweep {definition.sweep_id}: {len(report.stopped_jobs)} job(s) stopping, "
-         f"{len(report.cancelled)} trial(s) cancelled before submission; continue it with "
-         f"`orchestrator sweep resume {definition.sweep_id}`")
+    if report.stopped_jobs or report.cancelled:
+        _out(f"sweep {sweep_id}: {len(report.stopped_jobs)} job(s) stopping, "
+             f"{len(report.cancelled)} trial(s) cancelled before submission; continue it with "
+             f"`python -m orchestrator sweep resume {sweep_id}`")
+    elif not report.errors:
+        _out(f"sweep {sweep_id}: nothing in flight, nothing stopped" + (
+            f"; trials are left to run: continue them with `python -m orchestrator sweep resume {sweep_id}`"
+            if runner.has_work() else ": every trial has ended"))
     if report.errors:
         for line in report.errors:
             _err(f"error: {line}")
         raise BackendError(f"{len(report.errors)} job(s) could not be stopped",
-                           hint=f"run `orchestrator sweep stop {definition.sweep_id}` again")
+                           hint=f"the errors above say why; once that is fixed (or for a passing error), run "
+                           f"`python -m orchestrator sweep stop {sweep_id}` again: it stops only what still runs")
 
 
 # --- schedule: sweeps on a cron schedule ---------------------------------------------------------
@@ -1138,8 +1296,8 @@ def cache_show(args: list[str] = typer.Argument(..., metavar="[URI] KEY", help="
 
     if len(args) > 2:
         raise InputError(f"cache show takes [URI] KEY, got {len(args)} arguments",
-                         hint="e.g. `orchestrator cache show s3://bucket/compile-cache KEY`; `orchestrator cache ls "
-                              "[URI]` lists the keys")
+                         hint="e.g. `python -m orchestrator cache show s3://bucket/compile-cache KEY`; "
+                              "`python -m orchestrator cache ls [URI]` lists the keys")
     uri, key = (None, args[0]) if len(args) == 1 else (args[0], args[1])
     detail = cache.show(uri, key)
     _out(f"key: {detail.key}")
@@ -1214,13 +1372,19 @@ _reflow_help(app, infra_app, prices_app, sweep_app, schedule_app, cache_app)
 def main() -> None:
     """Run the CLI, turning our errors into one message and an exit code.
 
-    Usage errors (unknown command, missing argument) are typer's own: exit 2.
+    Usage errors (unknown command, missing argument) are typer's own: exit 2. With --debug
+    the traceback comes first, then the hint, and the exit code is the error's own.
     """
     try:
         app()
     except OrchestratorError as exc:
         if _state["debug"]:
-            raise
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            if exc.hint:
+                _err(f"hint: {exc.hint}")
+            sys.exit(exc.exit_code)
         _err(f"error: {exc.message}")
         if exc.hint:
             _err(f"hint: {exc.hint}")

@@ -83,7 +83,7 @@ def estimate(spec: JobSpec) -> Estimate:
     if price is None:
         return Estimate(usd_max=math.inf, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
                         spot=spot, note=f"no price known for {spec.instance.type} in {spec.region}; "
-                        "run `orchestrator prices refresh`")
+                        "run `python -m orchestrator prices refresh`")
     notes = ["on-demand upper bound" + ("; managed spot usually bills less" if spot else "")]
     if price.kind.startswith("ec2"):
         notes.append("EC2 price: SageMaker ml.* prices are higher")

@@ -465,7 +465,7 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
             raise BackendError(
                 f"stack {plan.stack_name} is still {status} after {timeout_s / 60:.0f} minutes",
                 hint="CloudFormation carries on without us; watch it with aws cloudformation describe-stack-events "
-                     f"--stack-name {plan.stack_name}{_region_flag(cfn)}, then run `orchestrator infra outputs`")
+                     f"--stack-name {plan.stack_name}{_region_flag(cfn)}, then run `python -m orchestrator infra outputs`")
         if new:
             last_wait_report = now
         elif last_wait_report is None or now - last_wait_report >= heartbeat_s:
@@ -589,7 +589,7 @@ def read_outputs(cfn, stack_name: str) -> StackOutputs:
     stack = _describe_stack(cfn, check_stack_name(stack_name))
     if stack is None:
         raise InputError(f"no stack {stack_name!r} in region {_region(cfn) or '(default)'}",
-                         hint="deploy it first with `orchestrator infra deploy`, or pass the --stack-name and "
+                         hint="deploy it first with `python -m orchestrator infra deploy`, or pass the --stack-name and "
                               "--region it was deployed with")
     return _outputs_of(cfn, stack, stack_name)
 
@@ -600,7 +600,7 @@ def _outputs_of(cfn, stack: Mapping, stack_name: str) -> StackOutputs:
     missing = [key for key in REQUIRED_OUTPUTS if key not in raw]
     if missing:
         raise BackendError(f"stack {stack_name} ({stack['StackStatus']}) has no output {', '.join(missing)}",
-                           hint="is it the orchestrator's stack, deployed to completion? `orchestrator infra "
+                           hint="is it the orchestrator's stack, deployed to completion? `python -m orchestrator infra "
                                 "deploy` creates or updates it")
     known = {key: raw[key] for key in OUTPUT_KEYS if key in raw}
     return StackOutputs(
@@ -614,7 +614,7 @@ def _outputs_of(cfn, stack: Mapping, stack_name: str) -> StackOutputs:
 def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
     """Write the `infra:` file for job specs, atomically (a temp file, then replace)."""
     path = Path(path)
-    header = (f"# Written by `orchestrator infra outputs --write` from stack {outputs.stack_name}"
+    header = (f"# Written by `python -m orchestrator infra outputs --write` from stack {outputs.stack_name}"
               f"{' in ' + outputs.region if outputs.region else ''}.\n"
               "# A job spec's `infra:` key points here; keys: see orchestrator/spec.py INFRA_FIELDS.\n")
     text = header + yaml.safe_dump(outputs.infra_file(), sort_keys=False, default_flow_style=False)
@@ -730,14 +730,12 @@ def _arn_parts(arn: str) -> tuple[str, str]:
 
 
 def make_client(service: str, region: str | None):
-    """A boto3 client; InputError when no region is configured anywhere."""
-    import boto3
-    from botocore.exceptions import NoRegionError
+    """A boto3 client for `region`, default as every command that calls AWS takes it
+    (`backends.sagemaker.default_region`: AWS_REGION, AWS_DEFAULT_REGION, the AWS config
+    profile's region, us-east-1). InputError for an unreadable AWS configuration."""
+    from orchestrator.backends.sagemaker import aws_session, default_region
 
-    try:
-        return boto3.client(service, region_name=region)
-    except NoRegionError:
-        raise InputError("no AWS region given", hint="pass --region, or set AWS_DEFAULT_REGION (botocore does not read AWS_REGION)") from None
+    return aws_session().client(service, region_name=default_region(region))
 
 
 def _describe_stack(cfn, stack_name: str) -> dict | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from orchestrator.errors import InputError
@@ -43,12 +44,21 @@ def home() -> Path:
 def write_atomic(path: Path, text: str | bytes) -> Path:
     """Write `text` (str, or bytes as they are) to `path` so readers see the old file or the
     new one, never a part: a temp file in the same folder, fsync'd, then renamed over.
+
+    The file gets the mode a plain `open(path, "w")` would give it: an existing file keeps
+    its mode, a new one gets 0o666 less the umask (mkstemp alone would make it 0600).
     OSError propagates."""
+    import stat
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~current_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
             handle.flush()
@@ -58,3 +68,23 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS lets us (Linux's
+    /proc/self/status); elsewhere set and restored under a lock, so two of our threads never
+    see the temporary value."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask

@@ -88,10 +88,11 @@ def check(types: Iterable[str], regions: Iterable[str]) -> None:
 
 def client():
     """A boto3 pricing client on the Price List API's endpoint region."""
-    import boto3
     from botocore.config import Config
 
-    return boto3.session.Session().client("pricing", region_name=PRICING_REGION,
+    from orchestrator.backends.sagemaker import aws_session
+
+    return aws_session().client("pricing", region_name=PRICING_REGION,
                                           config=Config(retries={"mode": "standard", "max_attempts": 8}))
 
 
@@ -217,7 +218,7 @@ def write(refresh: Refresh, path: Path | None = None) -> Path:
     doc = {
         "currency": "USD",
         "unit": "instance-hour",
-        "note": "Written by `orchestrator prices refresh`; rows whose source is not the Price List API "
+        "note": "Written by `python -m orchestrator prices refresh`; rows whose source is not the Price List API "
                 "come from the shipped file.",
         "prices": rows,
     }

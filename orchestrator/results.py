@@ -243,7 +243,7 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
     if local:
         price_source = "local: no cloud cost"
     elif price is None:
-        notes.append(f"no price for {inst.type} in {results.region}; run `orchestrator prices refresh`")
+        notes.append(f"no price for {inst.type} in {results.region}; run `python -m orchestrator prices refresh`")
     else:
         price_per_hour = price.usd_per_hour * inst.count
         price_source = f"{price.source}, {price.as_of}"
@@ -472,9 +472,9 @@ class _Collector:
         with self._lock:
             client = self._sagemaker.get(region)
             if client is None:
-                import boto3
+                from orchestrator.backends.sagemaker import aws_session
 
-                client = boto3.session.Session().client("sagemaker", region_name=region,
+                client = aws_session().client("sagemaker", region_name=region,
                                                         config=client_config(self.workers))
                 self._sagemaker[region] = client
             return client
@@ -690,9 +690,9 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
     scheme = urlparse(prefix).scheme
     if scheme == "s3":
         if s3 is None:
-            import boto3
+            from orchestrator.backends.sagemaker import aws_session
 
-            s3 = boto3.session.Session().client("s3", config=client_config(workers))
+            s3 = aws_session().client("s3", config=client_config(workers))
         store: _Store = _S3Store(prefix, s3)
     else:
         store = _FileStore(prefix)
@@ -707,7 +707,9 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
             raise BackendError(f"cannot list {prefix}: {_reason(exc)}",
                                hint="check the prefix (the job spec's output.uri) and your credentials") from None
         if sweep is not None and scheme == "s3":
-            where = region or _default_region()
+            from orchestrator.backends.sagemaker import default_region
+
+            where = default_region(region)
             try:
                 listed = _sagemaker_jobs(collector, sweep, where)
             except Exception as exc:
@@ -729,12 +731,6 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
                               "elsewhere, pass --prefix with its output.uri (or --spec with its job spec); a job "
                               "still running has written none yet")
     return Collection(prefix=prefix, rows=rank(rows), retries=collector.retries)
-
-
-def _default_region() -> str:
-    import os
-
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
 # --- rendering ----------------------------------------------------------------------------

@@ -288,7 +288,7 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     require_schedule(sweep)
     if sweep.path is None:
         raise InputError(f"sweep {sweep.sweep} was not loaded from a file: cron needs its path",
-                         hint="load it with orchestrator.spec.load_sweep(PATH), as `orchestrator schedule crontab "
+                         hint="load it with orchestrator.spec.load_sweep(PATH), as `python -m orchestrator schedule crontab "
                               "SWEEP.yaml` does")
     project = (project or package_root()).resolve()
     python = python or sys.executable
@@ -303,7 +303,7 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
         file, line, _ = sweep.locate("schedule", "cron")
         where = f"{file}:{line}: " if file and line else ""
         raise InputError(f"{where}schedule.cron {expr!r} uses {', '.join(extended)}, which system cron does not "
-                         "understand", hint="use `orchestrator schedule run` for this schedule (it reads them), or "
+                         "understand", hint="use `python -m orchestrator schedule run` for this schedule (it reads them), or "
                          "write the cron with plain fields")
     command = (f"cd {shlex.quote(str(project))} && ORCHESTRATOR_HOME={shlex.quote(str(orch_home))} "
                f"PYTHONPATH={shlex.quote(str(project))} {shlex.quote(str(Path(python).absolute()))} "

@@ -46,6 +46,8 @@ Contract:
   jobs stopped by anything other than `sweep stop`, are left alone. Reopening is a ledger
   transition (stopped -> planned) or the same attempt record and `planned` row a retry
   writes, so a runner killed halfway reopens the rest on its next step, under the same names.
+  `Runner.has_work()` tells from the ledger alone whether a runner started now would act at
+  all (`sweep run --detach` asks it before starting one in the background).
 - A sweep edited into a new id submits its trials again under the new names, even those
   whose exact spec already completed under the old id; the runner says so once (an event
   naming the earlier jobs), see `completed_elsewhere`.
@@ -472,7 +474,7 @@ class Definition:
             if data.get("file") and not data.get("tick"):
                 # `sweep run` writes the definition again (`save`), keeping the rows of the same id;
                 # a tick's definition is written only by the schedule, when the tick is due.
-                hint += (f", or save it again in this version's format: `orchestrator sweep run "
+                hint += (f", or save it again in this version's format: `python -m orchestrator sweep run "
                          f"{shlex.quote(str(data['file']))}`")
             raise InputError(f"the ledger holds a sweep definition of schema {schema!r}; "
                              f"this orchestrator reads {DEFINITION_SCHEMA}", hint=hint)
@@ -519,7 +521,7 @@ def save(planned: Plan, ledger: Ledger) -> Definition:
         sweep_id = definition.sweep_id
         raise InputError(exc.message, hint=(
             f"nothing was changed: the running sweep keeps its saved concurrency, budget and file; "
-            f"watch it with `orchestrator sweep status {sweep_id}`, or stop it with `orchestrator sweep "
+            f"watch it with `python -m orchestrator sweep status {sweep_id}`, or stop it with `python -m orchestrator sweep "
             f"stop {sweep_id}` and run again")) from None
     return definition
 
@@ -530,7 +532,7 @@ def load_definition(ledger: Ledger, sweep_id: str) -> Definition:
         known = sweep_ids(ledger)
         raise InputError(f"no sweep {sweep_id!r} in the ledger {ledger.path}",
                          hint=("known sweeps: " + ", ".join(known[-10:])) if known else
-                         "start one with `orchestrator sweep run SWEEP.yaml`")
+                         "start one with `python -m orchestrator sweep run SWEEP.yaml`")
     return Definition.from_json(data)
 
 
@@ -575,7 +577,7 @@ def resolve_id(ledger: Ledger, target: str) -> str:
         return matches[0]
     if matches:
         raise InputError(f"{target!r} names {len(matches)} sweeps in the ledger: {', '.join(matches[-10:])}",
-                         hint="give the sweep id (`orchestrator sweep status` lists them)")
+                         hint="give the sweep id (`python -m orchestrator sweep status` lists them)")
     return load_definition(ledger, target).sweep_id  # the "no sweep" error, with the known ones
 
 
@@ -681,8 +683,8 @@ def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0, sleep: Callable[[fl
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise InputError(f"sweep {sweep_id} is being run by another process on this machine",
-                                     hint=f"watch it with `orchestrator sweep status {sweep_id}`, or stop it "
-                                     f"with `orchestrator sweep stop {sweep_id}`") from None
+                                     hint=f"watch it with `python -m orchestrator sweep status {sweep_id}`, or stop it "
+                                     f"with `python -m orchestrator sweep stop {sweep_id}`") from None
                 sleep(0.2)
         yield path
     finally:
@@ -928,6 +930,21 @@ class Runner:
             return None
         return False
 
+    def _resubmission_refused(self, trial: TrialDef, latest: Entry, spent: float | None) -> str | None:
+        """Why the job `sweep stop` stopped in flight (`latest`) would not be resubmitted, or
+        None. `spent` is the sweep's cost bound so far (None: no budget to check). Reads the
+        ledger only: no backend calls, no writes."""
+        if latest.attempt + 1 > MAX_ATTEMPT:
+            return f"job names allow at most {MAX_ATTEMPT} resubmissions"
+        if self.d.budget_usd is None or spent is None:
+            return None
+        # The resubmission runs on the stopped job's instance type: the same spec, the same bound.
+        usd = cost.estimate(self._attempt_spec(trial, latest)).usd_max
+        if spent + usd <= self.d.budget_usd:
+            return None
+        return (f"a resubmission would take the sweep's cost bound to {spent + usd:.2f} USD (the stopped "
+                f"job's cost is spent), above budget.max_total_cost_usd {self.d.budget_usd:g}")
+
     def reopen_stopped(self) -> None:
         """Reopen the trials `sweep stop` stopped (see the module docstring): back to planned
         when no job was created, else a new `-rN` row on the same instance type."""
@@ -952,21 +969,9 @@ class Runner:
                 continue
             attempt = latest.attempt + 1
             name = self.ident.job_name(trial.trial_id, attempt)
-            instance_type = self._attempt_info(trial, latest)["instance_type"]
-            why = None
-            if attempt > MAX_ATTEMPT:
-                why = f"job names allow at most {MAX_ATTEMPT} resubmissions"
-            else:
-                prepared = self._prepare_attempt(trial, name, attempt,
-                                                 {"instance_type": instance_type, "failover": False, "resumed": True})
-                if self.d.budget_usd is not None:
-                    spent = self._spent_bound(rows) if spent is None else spent
-                    if spent + prepared.estimate.usd_max > self.d.budget_usd:
-                        why = (f"a resubmission would take the sweep's cost bound to "
-                               f"{spent + prepared.estimate.usd_max:.2f} USD (the stopped job's cost is spent), "
-                               f"above budget.max_total_cost_usd {self.d.budget_usd:g}")
-                    else:
-                        spent += prepared.estimate.usd_max
+            if self.d.budget_usd is not None and spent is None:
+                spent = self._spent_bound(rows)
+            why = self._resubmission_refused(trial, latest, spent)
             if why is not None:
                 # Stays stopped; the detail keeps its prefix, so a later step (a raised budget
                 # saved by `sweep run`) looks again. Said once, not on every step.
@@ -975,9 +980,39 @@ class Runner:
                                                                 expect=("stopped",)):
                     self._event(f"{trial.trial_id}: not resubmitted after sweep stop: {why}")
                 continue
+            instance_type = self._attempt_info(trial, latest)["instance_type"]
+            prepared = self._prepare_attempt(trial, name, attempt,
+                                             {"instance_type": instance_type, "failover": False, "resumed": True})
+            if spent is not None:
+                spent += prepared.estimate.usd_max
             self._plan_attempt(trial, name, attempt, prepared)
             self._event(f"{trial.trial_id}: resubmitting as {name}: sweep stop had stopped {latest.job_name} "
                         "in flight (its cost is spent)")
+
+    def has_work(self) -> bool:
+        """Whether a runner started now would act (the stop flag aside, which a runner clears):
+        a trial planned, being submitted, in flight or with a retry due, or one `sweep stop`
+        stopped that `reopen_stopped` would reopen. False when every trial ended for good,
+        including a job stopped by anything but `sweep stop` and one whose resubmission the
+        budget refuses. Reads the ledger only: no backend calls, no writes; a row an older
+        version stopped counts as work (telling it apart needs the backend)."""
+        if not all(view.final for view in self.views()):
+            return True
+        rows = self._rows()
+        spent: float | None = None
+        for trial in self.d.trials:
+            latest = rows[trial.trial_id][-1]  # views() saw a row for every trial
+            detail = latest.detail or ""
+            if latest.state != "stopped" or not detail.startswith(STOPPED_LEGACY):
+                continue
+            if not detail.startswith(STOPPED_IN_FLIGHT):
+                return True  # cancelled before submission (planned again), or a legacy row
+            if self.d.budget_usd is not None and spent is None:
+                spent = self._spent_bound(rows)
+            # The first resubmission made is what counts, so `spent` never grows here.
+            if self._resubmission_refused(trial, latest, spent) is None:
+                return True
+        return False
 
     def note_completed_elsewhere(self) -> None:
         """Once per runner: an event naming trials about to be submitted whose exact spec

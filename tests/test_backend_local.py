@@ -351,11 +351,16 @@ def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_tr
 
 
 def test_unknown_job_is_an_input_error(orch_home):
+    from orchestrator.backends import UnknownJob
+
     backend = LocalBackend()
-    with pytest.raises(InputError, match="no local job named nope"):
+    # UnknownJob, an InputError: the CLI adds what the ledger knows of the name.
+    with pytest.raises(UnknownJob, match="no local job named nope"):
         backend.status("nope")
-    with pytest.raises(InputError):
+    with pytest.raises(UnknownJob):
         list(backend.logs("nope"))
+    with pytest.raises(UnknownJob):
+        backend.stop("nope")
 
 
 def test_job_name_of_another_spec_is_refused(orch_home, tmp_path, fake_train):

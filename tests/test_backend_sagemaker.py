@@ -555,12 +555,12 @@ def test_stop_of_an_unknown_job_is_an_input_error(ledger):
 
 @pytest.mark.parametrize(("code", "message", "status", "wanted"), [
     ("AccessDeniedException", "User: arn:aws:iam::1:user/x is not authorized to perform: sagemaker:CreateTrainingJob",
-     400, ["access denied", "sagemaker:CreateTrainingJob", "iam:PassRole", "orchestrator infra policy"]),
+     400, ["access denied", "sagemaker:CreateTrainingJob", "iam:PassRole", "`python -m orchestrator infra policy`"]),
     ("ResourceLimitExceeded", "The account-level service limit", 400,
      ["service quota", "ml.trn1.32xlarge for training job usage", "us-west-2", "Service Quotas"]),
     ("ResourceInUse", "already exists", 400, ["already exists", "unique per account and region"]),
     ("ValidationException", "1 validation error detected: Value 'x' at 'roleArn'", 400,
-     ["1 validation error detected: Value 'x' at 'roleArn'", "orchestrator plan"]),
+     ["1 validation error detected: Value 'x' at 'roleArn'", "`python -m orchestrator plan SPEC`"]),
     ("ThrottlingException", "Rate exceeded", 400, ["still throttled", "AWS_MAX_ATTEMPTS"]),
 ])
 def test_client_errors_become_errors_with_hints(code, message, status, wanted):
@@ -726,3 +726,59 @@ def _described(name: str, primary: str, secondary: str) -> dict:
         "CreationTime": NOW,
         "TrainingEndTime": NOW + dt.timedelta(seconds=600),
     }
+
+
+# --- default_region: one order for every command that calls AWS ----------------------------------
+
+
+def test_default_region_order_flag_env_profile_fallback(tmp_path, monkeypatch):
+    config = tmp_path / "aws-config"
+    config.write_text("[profile work]\nregion = eu-north-1\n\n[profile bare]\noutput = json\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "work")
+    monkeypatch.setenv("AWS_REGION", "eu-west-2")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert sm_backend.default_region("ca-central-1") == "ca-central-1"
+    assert sm_backend.default_region() == "eu-west-2"
+    monkeypatch.delenv("AWS_REGION")
+    assert sm_backend.default_region() == "eu-west-1"
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    assert sm_backend.default_region() == "eu-north-1"
+    monkeypatch.setenv("AWS_PROFILE", "bare")
+    assert sm_backend.default_region() == "us-east-1"
+
+
+def test_default_region_refuses_a_value_that_is_not_a_region(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "us east 1")
+    with pytest.raises(InputError) as info:
+        sm_backend.default_region()
+    assert info.value.message == "AWS_REGION='us east 1' is not an AWS region name"
+    assert "--region" in info.value.hint
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\nregion = Mars\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    with pytest.raises(InputError, match="the region 'Mars' of the AWS config profile default is not an AWS region"):
+        sm_backend.default_region()
+
+
+@pytest.mark.parametrize("cause, asked", [
+    (NoCredentialsError(), False),
+    (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), False),
+    (ClientError({"Error": {"Code": "UnrecognizedClientException", "Message": "bad token"}}, "DescribeTrainingJob"),
+     False),
+    (ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "DescribeTrainingJob"), True),
+    (ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "DescribeTrainingJob"), True),
+])
+def test_could_not_ask_tells_a_missing_connection_from_an_answer(cause, asked):
+    error = translate(cause, operation="DescribeTrainingJob", job_name="vit-1", region="us-east-1")
+    error.__cause__ = cause
+    assert sm_backend.could_not_ask(error) is (not asked)
+
+
+def test_an_unknown_job_is_unknown_job():
+    missing = ClientError({"Error": {"Code": "ValidationException", "Message": "Requested resource not found"}},
+                          "DescribeTrainingJob")
+    error = translate(missing, operation="DescribeTrainingJob", job_name="x")
+    assert isinstance(error, backends.UnknownJob) and error.exit_code == 2

@@ -133,7 +133,7 @@ def test_ctrl_c_while_waiting_says_the_job_keeps_running(aws, prepared, monkeypa
                    if prepared.job_name in _moto_jobs() else None)
     code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "5")
     assert code == 130
-    assert f"{prepared.job_name} keeps running" in err and f"orchestrator stop {prepared.job_name}" in err
+    assert f"{prepared.job_name} keeps running" in err and f"`python -m orchestrator stop {prepared.job_name}`" in err
     assert out.splitlines()[0] == prepared.job_name  # it was submitted before the wait
 
 
@@ -154,7 +154,7 @@ def test_submit_wait_exits_1_with_the_failure_reason(aws, prepared, monkeypatch,
     assert code == 1
     assert "failure   AlgorithmError: NEFF is invalid" in out
     assert f"error: job {prepared.job_name} failed: AlgorithmError: NEFF is invalid" in err
-    assert f"orchestrator logs {prepared.job_name}" in err
+    assert f"`python -m orchestrator logs {prepared.job_name}`" in err
     # Every change was shown once, in order.
     shown = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[") and "m" in line[:8]]
     assert shown == [f"{prepared.job_name}: starting (Downloading)", f"{prepared.job_name}: running (Training)",
@@ -430,10 +430,17 @@ def test_cli_end_to_end_in_subprocesses(moto_server, orch_home, prepared):
 
 
 def test_cli_unreachable_endpoint_is_exit_1_without_traceback(orch_home, tmp_path):
+    # A job the ledger knows is on SageMaker: not reaching it is a backend failure.
+    Ledger().record_intent("vit-1", backend="sagemaker", region=REGION, spec_hash="0" * 64, request={})
     env = dict(os.environ, PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_MAX_ATTEMPTS="1")
     done = _run("status", "vit-1", env=env)
     assert done.returncode == 1
     assert "cannot reach the AWS endpoint" in done.stderr and "Traceback" not in done.stderr
+    # A name nobody knows here: most likely mistyped, so bad input, saying where it looked.
+    done = _run("status", "vit-2", env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "error: no job vit-2: it is in neither the ledger" in done.stderr
+    assert "SageMaker could not be asked in us-east-1: DescribeTrainingJob: cannot reach the AWS endpoint" in done.stderr
 
 
 def _seed(job: str, hosts: dict[str, list[str]], order: list[str]) -> None:
@@ -559,12 +566,22 @@ def test_infra_and_prices_regions_are_checked_before_any_call(orch_home, monkeyp
 
 
 def test_region_help_names_the_variables_the_code_reads():
+    import typer.main
+
     from orchestrator import cli
 
-    # botocore reads AWS_DEFAULT_REGION (and the config profile), never AWS_REGION.
-    assert "AWS_DEFAULT_REGION" in cli._REGION_OPTION.help and "AWS_REGION /" not in cli._REGION_OPTION.help
-    # status/logs/stop fall back to AWS_REGION, then AWS_DEFAULT_REGION, then us-east-1 (_job_backend).
-    assert "AWS_REGION, else AWS_DEFAULT_REGION, else us-east-1" in cli._JOB_REGION_OPTION.help
+    # One order everywhere (backends.sagemaker.default_region), told by one string.
+    told = ("AWS_REGION, else AWS_DEFAULT_REGION, else the region of your AWS config profile (AWS_PROFILE), "
+            "else us-east-1")
+    assert cli._REGION_DEFAULTS == told
+    group = typer.main.get_command(cli.app)
+    for path in (["status"], ["logs"], ["stop"], ["infra", "deploy"], ["infra", "outputs"], ["infra", "policy"],
+                 ["results"], ["prices", "refresh"]):
+        command = group
+        for name in path:
+            command = command.commands[name]
+        option = next(p for p in command.params if "--region" in p.opts)
+        assert f"default: {told})" in option.help and "botocore does not read" not in option.help, path
 
 
 def test_status_of_a_local_job_without_its_folder_points_at_the_jobs_folder(orch_home, monkeypatch, capsys):
@@ -572,3 +589,160 @@ def test_status_of_a_local_job_without_its_folder_points_at_the_jobs_folder(orch
     code, _, err = _cli(monkeypatch, capsys, "status", "local-job-1")
     assert code == 2 and "no local job named local-job-1" in err
     assert "`orchestrator status`" not in err and f"hint: each local job has a folder in {orch_home / 'jobs'}" in err
+
+
+# --- --debug ------------------------------------------------------------------------------------
+
+
+def test_debug_shows_the_traceback_and_keeps_the_exit_code_and_hint(no_backend, tmp_path, monkeypatch, capsys):
+    code, out, err = _cli(monkeypatch, capsys, "--debug", "status", "vit_1")
+    assert code == 2 and out == ""
+    lines = err.rstrip("\n").splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert any(line.startswith("orchestrator.errors.InputError: JOB 'vit_1' is not a job name") for line in lines)
+    assert lines[-1].startswith("hint: use the job name `submit` printed")
+    # A spec error is exit 2 too, with or without --debug.
+    assert _cli(monkeypatch, capsys, "--debug", "validate", str(tmp_path / "typo.yaml"))[0] == 2
+    # A backend error keeps its exit 1.
+    code, _, err = _cli(monkeypatch, capsys, "--debug", "status", "vit-1")
+    assert code == 1 and "BackendError: stub backend" in err
+
+
+# --- a job name nobody here knows, and one the ledger knows better than the backend ------------
+
+
+@pytest.fixture
+def no_credentials(orch_home, monkeypatch):
+    """No AWS credentials anywhere (the conftest already keeps config files and IMDS out)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # never reached: no credentials to sign with
+    return orch_home
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "stop"])
+def test_a_mistyped_job_name_without_credentials_is_exit_2_naming_where_it_looked(
+        no_credentials, monkeypatch, capsys, command):
+    code, out, err = _cli(monkeypatch, capsys, command, "local-smoke-typo")
+    assert code == 2 and out == "" and "Traceback" not in err
+    error, hint = err.rstrip("\n").split("\n")
+    assert error == (f"error: no job local-smoke-typo: it is in neither the ledger ({no_credentials / 'ledger.sqlite3'}) "
+                     f"nor the local jobs ({no_credentials / 'jobs'}), and SageMaker could not be asked in "
+                     f"{REGION}: DescribeTrainingJob: no usable AWS credentials (Unable to locate credentials)")
+    assert hint.startswith(f"hint: check the name (`ls {no_credentials / 'jobs'}` lists the local jobs")
+    assert "if it is a SageMaker job, configure credentials" in hint
+
+
+def test_a_job_the_ledger_knows_without_credentials_stays_a_backend_error(no_credentials, monkeypatch, capsys):
+    Ledger().record_intent("vit-1", backend="sagemaker", region=REGION, spec_hash="0" * 64, request={})
+    code, _, err = _cli(monkeypatch, capsys, "status", "vit-1")
+    assert code == 1 and err.startswith("error: DescribeTrainingJob: no usable AWS credentials")
+
+
+def test_a_local_job_without_its_ledger_row_is_found_in_the_jobs_folder(no_credentials, monkeypatch, capsys):
+    folder = no_credentials / "jobs" / "local-done-2"
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"state": "completed", "secondary": "Completed",
+                                                    "created": 1.0, "started": 2.0, "ended": 3.0}))
+    code, out, err = _cli(monkeypatch, capsys, "status", "local-done-2", "--json")
+    assert code == 0, err
+    assert (json.loads(out)["backend"], json.loads(out)["status"]) == ("local", "completed")
+
+
+def test_status_of_a_sweep_job_whose_submit_failed_says_what_the_ledger_knows(aws, monkeypatch, capsys):
+    ledger = Ledger()
+    ledger.record_intent("sw-1a2b3c4d-t0000000a", backend="sagemaker", region=REGION, spec_hash="0" * 64,
+                         request={}, sweep_id="sw-1a2b3c4d", trial_id="t0000000a")
+    ledger.transition("sw-1a2b3c4d-t0000000a", "failed",
+                      detail="[permanent] CreateTrainingJob: SageMaker refused the request: bad role")
+    code, _, err = _cli(monkeypatch, capsys, "status", "sw-1a2b3c4d-t0000000a")
+    assert code == 2
+    assert ("error: no SageMaker training job named sw-1a2b3c4d-t0000000a in us-east-1; the ledger records "
+            "sw-1a2b3c4d-t0000000a (sagemaker, us-east-1) as failed: [permanent] CreateTrainingJob: SageMaker "
+            "refused the request: bad role") in err
+    assert "hint: `python -m orchestrator sweep status sw-1a2b3c4d` shows its trial" in err
+    assert "check the job name" not in err
+
+    ledger.record_intent("plain-1", backend="sagemaker", region=REGION, spec_hash="0" * 64, request={})
+    ledger.transition("plain-1", "planned", detail="CreateTrainingJob plain-1: access denied")
+    code, _, err = _cli(monkeypatch, capsys, "logs", "plain-1")
+    assert code == 2 and "the ledger records plain-1 (sagemaker, us-east-1) as planned (never created: " \
+        "CreateTrainingJob plain-1: access denied)" in err
+
+
+# --- one region default for every command that calls AWS -----------------------------------------
+
+
+@pytest.fixture
+def profile_region(tmp_path, monkeypatch) -> str:
+    """Only the AWS config profile names a region: no AWS_REGION, no AWS_DEFAULT_REGION."""
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\nregion = ap-south-1\n\n[profile work]\nregion = eu-north-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "work")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    return "eu-north-1"
+
+
+@pytest.fixture
+def clients_made(monkeypatch) -> list:
+    """(service, region) of every boto3 client made from a Session, made as asked."""
+    made: list = []
+    real = boto3.session.Session.client
+
+    def client(self, service, *args, **kwargs):
+        made.append((service, kwargs.get("region_name") or self.region_name))
+        return real(self, service, *args, **kwargs)
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    return made
+
+
+def test_every_command_that_calls_aws_takes_the_profiles_region(
+        moto_server, orch_home, profile_region, clients_made, monkeypatch, capsys):
+    from orchestrator import prices
+
+    for command in ("status", "logs", "stop"):
+        code, _, err = _cli(monkeypatch, capsys, command, "vit-9")
+        assert code == 2 and f"no SageMaker training job named vit-9 in {profile_region}" in err, err
+    assert ("sagemaker", profile_region) in clients_made
+
+    clients_made.clear()
+    code, _, err = _cli(monkeypatch, capsys, "infra", "outputs")
+    assert code == 2 and f"no stack 'orchestrator' in region {profile_region}" in err, err
+    assert clients_made == [("cloudformation", profile_region)]
+
+    # A fresh session: boto3's default one has read another config file before this test.
+    boto3.session.Session(region_name=REGION).client("s3").create_bucket(Bucket=BUCKET)
+    clients_made.clear()
+    code, _, err = _cli(monkeypatch, capsys, "results", "--prefix", f"s3://{BUCKET}/jobs", "--sweep", "sw")
+    assert code == 2 and "no results for sweep sw" in err, err
+    assert ("sagemaker", profile_region) in clients_made  # where the sweep's jobs were listed
+
+    asked: list = []
+
+    def fetch(client, types, regions):
+        asked.extend(regions)
+        return prices.Refresh(as_of="2026-01-01")
+
+    monkeypatch.setattr(prices, "fetch", fetch)
+    code, _, err = _cli(monkeypatch, capsys, "prices", "refresh", "--types", "ml.trn1.2xlarge")
+    assert code == 1 and asked == [profile_region], err
+
+    # AWS_DEFAULT_REGION, then AWS_REGION, win over the profile; --region over both.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert _cli(monkeypatch, capsys, "prices", "refresh", "--types", "ml.trn1.2xlarge")[0] == 1
+    monkeypatch.setenv("AWS_REGION", "eu-west-2")
+    assert _cli(monkeypatch, capsys, "prices", "refresh", "--types", "ml.trn1.2xlarge")[0] == 1
+    assert _cli(monkeypatch, capsys, "prices", "refresh", "--types", "ml.trn1.2xlarge", "--region", "eu-west-3")[0] == 1
+    assert asked == [profile_region, "eu-west-1", "eu-west-2", "eu-west-3"]
+
+
+def test_a_profile_that_does_not_exist_is_exit_2_without_a_traceback(orch_home, monkeypatch, capsys):
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    for args in (["status", "vit-9"], ["infra", "outputs"], ["prices", "refresh"]):
+        code, _, err = _cli(monkeypatch, capsys, *args)
+        assert code == 2 and "Traceback" not in err, (args, err)
+        assert "error: cannot read the AWS configuration: The config profile (no-such-profile) could not be found" in err
+        assert "hint: fix or unset AWS_PROFILE" in err

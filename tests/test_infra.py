@@ -284,6 +284,8 @@ def test_deploy_write_outputs_and_submit_a_job_against_the_same_moto_server(
         "region": REGION,
     }
     assert [p.name for p in configs.iterdir()] == ["infra.yaml"]
+    # A config file for the user to read and commit: the mode open() gives, not mkstemp's 0600.
+    assert infra_file.stat().st_mode & 0o777 == 0o666 & ~paths.current_umask()
 
     job_file = configs / "job.yaml"
     job_file.write_text(
@@ -362,7 +364,7 @@ def test_readme_setup_commands_run_from_nothing_to_a_submitted_job(
     monkeypatch.delenv("AWS_REGION")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     exports = re.findall(r"^export (\w+)=(\S+)", block, re.M)
-    assert exports == [("AWS_DEFAULT_REGION", REGION)]
+    assert exports == [("AWS_REGION", REGION)]
     for name, value in exports:
         monkeypatch.setenv(name, value)
     (tmp_path / "configs").mkdir()
@@ -375,7 +377,7 @@ def test_readme_setup_commands_run_from_nothing_to_a_submitted_job(
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
     outputs = stack_outputs()
-    boto3.client("iam").get_policy(PolicyArn=outputs["OperatorPolicyArn"])  # step 3 attaches this
+    boto3.client("iam", region_name=REGION).get_policy(PolicyArn=outputs["OperatorPolicyArn"])  # step 3 attaches this
     (job,) = boto3.client("sagemaker", region_name=REGION).list_training_jobs()["TrainingJobSummaries"]
     described = boto3.client("sagemaker", region_name=REGION).describe_training_job(
         TrainingJobName=job["TrainingJobName"])
@@ -447,7 +449,7 @@ def test_outputs_of_a_missing_stack_exit_2_and_policy_falls_back_to_placeholders
     code, out, err = run_cli(monkeypatch, capsys, "infra", "outputs", "--stack-name", "nope")
     assert code == 2
     assert "no stack 'nope' in region us-east-1" in err
-    assert "orchestrator infra deploy" in err
+    assert "`python -m orchestrator infra deploy`" in err
 
     code, out, err = run_cli(monkeypatch, capsys, "infra", "policy", "--stack-name", "nope")
     assert code == 0, err

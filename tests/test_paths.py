@@ -70,3 +70,51 @@ def test_cli_with_home_a_file_exits_2_without_a_traceback(tmp_path, monkeypatch,
     assert "hint: point ORCHESTRATOR_HOME at a folder" in err
     assert "Traceback" not in err
     assert target.read_text() == ""
+
+
+# --- write_atomic: the mode a plain open() gives ---------------------------------------------
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test and restore it after."""
+    import os
+
+    saved = os.umask(0o022)
+    os.umask(saved)
+    yield lambda mask: os.umask(mask)
+    os.umask(saved)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_write_atomic_gives_a_new_file_the_mode_open_would(tmp_path, umask, mask, mode):
+    umask(mask)
+    target = paths.write_atomic(tmp_path / "new.yaml", "a: 1\n")
+    assert target.stat().st_mode & 0o777 == mode
+    assert target.read_text() == "a: 1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["new.yaml"]  # no temp file left
+
+
+def test_write_atomic_keeps_an_existing_files_mode(tmp_path, umask):
+    umask(0o022)
+    target = tmp_path / "kept.json"
+    target.write_bytes(b"old")
+    target.chmod(0o640)
+    paths.write_atomic(target, b"new")
+    assert target.stat().st_mode & 0o777 == 0o640 and target.read_bytes() == b"new"
+
+
+def test_current_umask_without_proc_reads_and_restores_it(umask, monkeypatch):
+    import builtins
+    import os
+
+    real_open = builtins.open
+
+    def no_proc(file, *args, **kwargs):
+        if str(file).startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory", str(file))
+        return real_open(file, *args, **kwargs)
+
+    umask(0o027)
+    monkeypatch.setattr(builtins, "open", no_proc)
+    assert paths.current_umask() == 0o027
+    assert os.umask(0o027) == 0o027  # unchanged by the read

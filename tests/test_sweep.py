@@ -718,7 +718,7 @@ def test_stop_cancels_planned_trials_and_stops_jobs_in_flight(rig):
 
 
 def _sweep_stop(runner):
-    """What `orchestrator sweep stop` does to a runner's sweep: the flag, then the stop."""
+    """What `python -m orchestrator sweep stop` does to a runner's sweep: the flag, then the stop."""
     sweeps.request_stop(runner.ledger, runner.d.sweep_id)
     return sweeps.stop(runner)
 
@@ -908,7 +908,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
             sweeps.load_definition(runner.ledger, runner.d.sweep_id)
         assert f"schema {schema!r}" in info.value.message
         assert info.value.hint == (f"{advice}, or save it again in this version's format: "
-                                   f"`orchestrator sweep run {saved['file']}`")
+                                   f"`python -m orchestrator sweep run {saved['file']}`")
     # What the hint says works: the run saves the definition again and keeps the ledger's jobs.
     sweeps.save(sweeps.plan(spec.load_sweep(saved["file"])), runner.ledger)
     again = sweeps.load_definition(runner.ledger, runner.d.sweep_id)
@@ -1261,13 +1261,13 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
     stopped = _cli("sweep", "stop", sweep_id, env=env)
     assert stopped.returncode == 0, stopped.stderr
     assert "2 job(s) stopping, 1 trial(s) cancelled" in stopped.stdout
-    assert f"continue it with `orchestrator sweep resume {sweep_id}`" in stopped.stdout
+    assert f"continue it with `python -m orchestrator sweep resume {sweep_id}`" in stopped.stdout
     assert {t["state"] for t in trials()} == {"stopped"}
     deadline = time.monotonic() + 30
     while process_alive(pid):
         assert time.monotonic() < deadline, "the detached runner did not exit"
         time.sleep(0.2)
-    assert "submitted" in log.read_text()
+    assert "submitted" in log.read_text() and "stopped (sweep stop)" in log.read_text()  # it ended cleanly
     ledger = Ledger(orch_home / "ledger.sqlite3")
     jobs = [e.job_name for e in ledger.entries(sweep_id=sweep_id) if e.state == "stopped"]
     backend = LocalBackend(ledger=ledger)
@@ -1277,3 +1277,296 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
             while backend.status(name).status != "stopped":
                 assert time.monotonic() < deadline, f"{name} did not stop"
                 time.sleep(0.5)
+
+
+# --- the command line: status, resume and stop of a saved sweep ----------------------------------
+
+
+def _invoke(*args):
+    """The CLI in this process (ORCHESTRATOR_HOME from `orch_home`); our errors stay exceptions."""
+    from typer.testing import CliRunner
+
+    from orchestrator import cli
+
+    return CliRunner().invoke(cli.app, list(args))
+
+
+def test_a_sweep_file_names_its_saved_sweep_or_its_scheduled_ticks(tmp_path, orch_home):
+    from datetime import datetime, timezone
+
+    from orchestrator import cli
+
+    path = write(tmp_path, "sweep: nightly\nbase: base.yaml\n")
+    ledger = Ledger()
+    with pytest.raises(InputError) as info:
+        cli._sweep_id_of(str(path), ledger)  # never run
+    assert info.value.message.startswith(f"{path}: no saved sweep nightly-")
+    assert "edited since it ran" in info.value.message and f"sweep run {path}" in info.value.hint
+    tick = sweeps.save(sweeps.plan(spec.load_sweep(path), tick=datetime(2026, 11, 30, 2, 39, tzinfo=timezone.utc)),
+                       ledger)
+    assert tick.sweep_id.endswith("-202611300239")
+    assert cli._sweep_id_of(str(path), ledger) == tick.sweep_id  # what `sweep status nightly.yaml` shows
+    later = sweeps.save(sweeps.plan(spec.load_sweep(path), tick=datetime(2026, 12, 1, 2, 39, tzinfo=timezone.utc)),
+                        ledger)
+    with pytest.raises(InputError) as info:
+        cli._sweep_id_of(str(path), ledger)
+    assert info.value.exit_code == 2 and info.value.message.startswith(f"{path}: ")
+    assert tick.sweep_id in info.value.message and later.sweep_id in info.value.message
+    path.write_text("sweep: nightly\nbase: base.yaml\ngrid: {training.batch_size: [8]}\n")  # edited since
+    with pytest.raises(InputError) as info:
+        cli._sweep_id_of(str(path), ledger)
+    assert "no saved sweep" in info.value.message and "edited since it ran" in info.value.message
+    assert tick.sweep_id in info.value.hint and later.sweep_id in info.value.hint
+
+
+def test_a_missing_sweep_file_says_what_to_give_instead(orch_home):
+    from orchestrator import cli
+
+    with pytest.raises(SpecError) as info:
+        cli._sweep_id_of("nope.yaml", Ledger())
+    assert info.value.message == "nope.yaml: does not exist" and info.value.exit_code == 2
+    assert info.value.hint.endswith("give a sweep id or name instead (`python -m orchestrator sweep status` lists the sweeps)")
+
+
+@pytest.mark.parametrize("stopped", [True, False])
+def test_sigterm_ends_a_runner_like_a_stop_it_noticed(rig, monkeypatch, capsys, stopped):
+    """`sweep stop` from another terminal sets the stop flag, then SIGTERMs this machine's
+    runner: it ends cleanly (counts, "stopped", exit 0); a SIGTERM alone exits 143."""
+    import os
+    import signal
+
+    import typer
+
+    from orchestrator import cli
+
+    make, cloud, _ = rig
+    runner = make()
+    monkeypatch.setattr(cli, "_sweep_backend", lambda definition, ledger: cloud)
+    real_status = cloud.status
+
+    def status(name):  # the runner polls its jobs in flight: the signal comes now
+        if stopped:
+            sweeps.request_stop(runner.ledger, runner.d.sweep_id)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_status(name)
+
+    cloud.status = status
+
+    def fallback(signum, frame):  # without the runner's own handler, SIGTERM would end pytest
+        raise AssertionError("SIGTERM reached the default handler")
+
+    previous = signal.signal(signal.SIGTERM, fallback)
+    try:
+        if stopped:
+            cli._drive(runner.d, runner.ledger, poll=0)
+        else:
+            with pytest.raises(typer.Exit) as info:
+                cli._drive(runner.d, runner.ledger, poll=0)
+            assert info.value.exit_code == 143
+        assert signal.getsignal(signal.SIGTERM) is fallback  # put back as it was
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out = capsys.readouterr()
+    assert f"sweep {runner.d.sweep_id}: 2 planned, 2 submitted" in out.out
+    if stopped:
+        assert "stopped (sweep stop)" in out.out and out.err == ""
+    else:
+        assert "stopped (sweep stop)" not in out.out
+        assert f"terminated (SIGTERM); continue with `python -m orchestrator sweep resume {runner.d.sweep_id}`" in out.err
+
+
+def _local_sweep(tmp_path, trials: str = "[4, 8]") -> tuple[Path, sweeps.Definition]:
+    path = write(tmp_path, f"sweep: loc\nbase: base.yaml\ngrid:\n  training.batch_size: {trials}\nconcurrency: 2\n",
+                 LOCAL_BASE)
+    return path, sweeps.save(sweeps.plan(spec.load_sweep(path)), Ledger())
+
+
+def test_cli_sweep_stop_from_another_terminal_ends_a_foreground_run_cleanly(
+        tmp_path, orch_home, fake_train, monkeypatch):
+    """The QA case: `sweep run` in a terminal (rich's live table), `sweep stop` from another
+    one: the run ends with exit 0, says it was stopped, and shows the cursor again."""
+    import os
+    import pty
+    import threading
+    import time
+
+    from orchestrator.backends.local import LocalBackend
+
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "60")
+    path, definition = _local_sweep(tmp_path, "[4, 8, 16]")
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home), TERM="xterm-256color")
+    master, slave = pty.openpty()
+    run = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "run", str(path), "--poll", "0.2"],
+                           stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain():  # a terminal that is not read from would block the live display
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    ledger = Ledger()
+    try:
+        deadline = time.monotonic() + 90
+        while sum(e.state in ("submitted", "running") for e in ledger.entries(sweep_id=definition.sweep_id)) < 2:
+            assert run.poll() is None and time.monotonic() < deadline, b"".join(chunks).decode(errors="replace")
+            time.sleep(0.2)
+        stopped = _cli("sweep", "stop", definition.sweep_id, env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "2 job(s) stopping, 1 trial(s) cancelled" in stopped.stdout
+        assert run.wait(timeout=30) == 0, b"".join(chunks).decode(errors="replace")
+    finally:
+        run.kill()
+        reader.join(timeout=5)
+        os.close(master)
+    output = b"".join(chunks).decode(errors="replace")
+    assert "stopped (sweep stop)" in output
+    assert output.rfind("\x1b[?25h") > output.rfind("\x1b[?25l") >= 0  # the cursor is shown again
+    backend = LocalBackend(ledger=ledger)
+    deadline = time.monotonic() + 60
+    for entry in ledger.entries(sweep_id=definition.sweep_id, states=("stopped",)):
+        if (backend.job_dir(entry.job_name) / "status.json").exists():
+            while backend.status(entry.job_name).status != "stopped":
+                assert time.monotonic() < deadline, f"{entry.job_name} did not stop"
+                time.sleep(0.5)
+
+
+HOLD_RUNNER_LOCK = """
+import os, signal, sys, time
+from orchestrator import sweep as sweeps
+from orchestrator.ledger import Ledger
+if sys.argv[2] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with sweeps.runner_lock(sys.argv[1]):
+    sweeps.record_runner(Ledger(), sys.argv[1], os.getpid())
+    print("holding", flush=True)
+    time.sleep(120)
+"""
+
+
+def _runner_stand_in(sweep_id: str, on_sigterm: str) -> subprocess.Popen:
+    """A process holding the sweep's runner lock, recorded as its runner, as `sweep run` is."""
+    import os
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_RUNNER_LOCK, sweep_id, on_sigterm], stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert holder.stdout.readline().strip() == "holding"
+    return holder
+
+
+def test_cli_stop_with_no_wait_still_waits_briefly_for_the_runner_it_signalled(tmp_path, orch_home, monkeypatch):
+    from orchestrator import cli
+
+    _, definition = _local_sweep(tmp_path)
+    holder = _runner_stand_in(definition.sweep_id, "exit")
+    try:
+        done = _invoke("sweep", "stop", definition.sweep_id, "--wait", "0")
+        assert done.exit_code == 0, (done.output, done.exception)
+        assert "0 job(s) stopping, 2 trial(s) cancelled" in done.output
+        assert holder.wait(timeout=10) == -15
+    finally:
+        holder.kill()
+    # A runner that does not exit in time: exit 1, saying so, and what running it again does.
+    monkeypatch.setattr(cli, "_RUNNER_EXIT_SECONDS", 0.5)
+    holder = _runner_stand_in(definition.sweep_id, "ignore")
+    try:
+        done = _invoke("sweep", "stop", definition.sweep_id, "--wait", "0")
+    finally:
+        holder.kill()
+    assert isinstance(done.exception, BackendError) and done.exception.exit_code == 1
+    assert f"runner (pid {holder.pid}) was sent SIGTERM but has not exited after 0.5s" in done.exception.message
+    assert "the stop flag is set" in done.exception.hint and "once it has exited" in done.exception.hint
+
+
+def test_cli_stop_of_a_sweep_with_nothing_in_flight_gives_no_resume_advice(tmp_path, orch_home):
+    _, definition = _local_sweep(tmp_path)
+    ledger = Ledger()
+    for entry in ledger.entries(sweep_id=definition.sweep_id):
+        ledger.transition(entry.job_name, "completed")
+    done = _invoke("sweep", "stop", definition.sweep_id)
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert f"sweep {definition.sweep_id}: nothing in flight, nothing stopped: every trial has ended" in done.output
+    assert "resume" not in done.output and "job(s) stopping" not in done.output
+
+
+def test_the_runner_says_whether_a_step_would_act(rig):
+    make, cloud, _ = rig
+    # One trn1.2xlarge hour is about 1.34 USD: the stopped job's bound is spent, no room for another.
+    text = "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n"
+    runner = make(text)
+    assert runner.has_work()  # planned
+    runner.step()
+    assert runner.has_work()  # in flight
+    [job] = cloud.jobs
+    _sweep_stop(runner)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    assert not runner.has_work()  # its resubmission is above the budget...
+    assert runner.step().done and list(cloud.jobs) == [job]  # ...and the runner indeed does nothing
+    roomy = make(text.replace(": 2}", ": 10}"))  # the same sweep with a raised budget
+    assert roomy.d.sweep_id == runner.d.sweep_id and roomy.has_work()
+    roomy.step()
+    assert sorted(cloud.jobs) == [job, job + "-r1"]
+    cloud.stop(job + "-r1")  # `orchestrator stop JOB`: not the sweep's stop
+    roomy.step()
+    [view] = roomy.views()
+    assert view.state == "stopped" and not roomy.has_work()
+    assert roomy.step().done and len(cloud.jobs) == 2
+
+
+def test_cli_detach_with_nothing_the_runner_would_do_starts_no_background_runner(tmp_path, orch_home):
+    import os
+
+    path, definition = _local_sweep(tmp_path)
+    ledger = Ledger()
+    first, second = (e.job_name for e in ledger.entries(sweep_id=definition.sweep_id))
+    ledger.transition(first, "completed")
+    ledger.transition(second, "stopped", detail="stopped by the user")  # `orchestrator stop JOB`
+    done = _cli("sweep", "run", str(path), "--detach", env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    assert "running in the background" not in done.stdout
+    assert f"sweep {definition.sweep_id}: 1 completed, 1 stopped" in done.stdout
+    assert not (orch_home / "sweeps" / f"{definition.sweep_id}.log").exists()
+
+
+def test_resume_help_says_in_plain_words_what_it_submits_again():
+    from orchestrator import cli
+
+    text = cli.reflowed(cli.sweep_resume.__doc__)
+    assert "stop cancelled are" not in text
+    assert "Trials that `sweep stop` cancelled before submission are submitted under their own names" in text
+
+
+def _column(table: str, index: int) -> str:
+    """The text of a rendered table's body column `index`, its lines joined."""
+    cells = [line.split("│")[index + 1].strip() for line in table.splitlines() if line.count("│") > index + 1]
+    return "".join(cells)
+
+
+def test_sweep_tables_fold_long_job_names_and_overrides_instead_of_cutting_them(tmp_path, orch_home, monkeypatch):
+    from orchestrator import cli
+
+    monkeypatch.setenv("COLUMNS", "60")
+    lr = "training.optimizer.lr"
+    text = ("sweep: a-rather-long-sweep-name-for-the-nightly-comparison\nbase: base.yaml\n"
+            f"grid:\n  training.batch_size: [16, 32]\n  {lr}: [0.000123456, 0.000654321]\n"
+            "  training.warmup_steps: [5, 7]\n")
+    planned = sweeps.plan(load(tmp_path, text))
+    table = cli._plan_table(planned)
+    assert "…" not in table
+    assert _column(table, 2) == "".join(t.job_name for t in planned.trials)
+    overrides = "".join(", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) for t in planned.trials)
+    assert _column(table, 3) == overrides.replace(" ", "")
+    sweeps.save(planned, Ledger())
+    shown = _invoke("sweep", "status", planned.sweep_id, "--no-refresh")
+    assert shown.exit_code == 0, (shown.output, shown.exception)
+    assert "…" not in shown.output
+    assert _column(shown.output, 2) == "".join(t.job_name for t in planned.trials)
+    assert _column(shown.output, 6) == overrides.replace(" ", "")

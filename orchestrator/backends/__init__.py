@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from orchestrator.errors import InputError
+
 # Our job statuses, in the order a job moves through them.
 STATUSES = ("pending", "starting", "running", "stopping", "completed", "failed", "stopped")
 TERMINAL_STATUSES = frozenset({"completed", "failed", "stopped"})
@@ -47,6 +49,11 @@ class JobStatus:
         return max(0.0, 1.0 - self.billable_seconds / self.training_seconds)
 
 
+class UnknownJob(InputError):
+    """The backend answered that it has no job of that name (exit 2). Raised by `status`,
+    `logs` and `stop`; the CLI adds what the ledger knows of the name."""
+
+
 @dataclass(frozen=True)
 class Submitted:
     """The outcome of a submit: the job's name, and whether this call created it (False when
@@ -67,7 +74,8 @@ class Backend(Protocol):
         of the same job name instead of creating a second job.
         """
 
-    def status(self, job_name: str) -> JobStatus: ...
+    def status(self, job_name: str) -> JobStatus:
+        """The job's status; UnknownJob when the backend has no job of that name."""
 
     def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
         """Log lines of every host of the job, in time order; with follow, until it ends."""
@@ -92,6 +100,4 @@ def create(name: str, *, region: str | None = None, **clients) -> Backend:
         from orchestrator.backends.local import LocalBackend
 
         return LocalBackend(**clients)
-    from orchestrator.errors import InputError
-
     raise InputError(f"unknown backend {name!r}", hint="use sagemaker or local")

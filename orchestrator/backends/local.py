@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from entrypoints import contract
-from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted
+from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted, UnknownJob
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 from orchestrator.paths import home, write_atomic
@@ -346,7 +346,7 @@ class LocalBackend:
     def _read_status(self, job_name: str) -> dict:
         data = read_json(self.job_dir(job_name) / STATUS_FILE)
         if data is None:
-            raise InputError(f"no local job named {job_name} under {self.home / 'jobs'}",
+            raise UnknownJob(f"no local job named {job_name} under {self.home / 'jobs'}",
                              hint=f"each local job has a folder in {self.home / 'jobs'} (`ls` it for their "
                                   "names); or check ORCHESTRATOR_HOME")
         return data

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted
+from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, service_message
 from orchestrator.ledger import Ledger
 from orchestrator.request import TAG_SPEC_HASH as SPEC_HASH_TAG
@@ -89,13 +89,57 @@ def retry_config() -> dict:
     return {"mode": mode, "total_max_attempts": int(raw)}
 
 
+# Where a command that calls AWS goes when neither --region nor the environment nor the AWS
+# config profile names a region (a spec without `region:` means us-east-1 too, by its schema).
+FALLBACK_REGION = "us-east-1"
+
+
+def aws_session(region: str | None = None):
+    """A boto3 Session (for `region`, else botocore's default). InputError when the AWS
+    configuration cannot be read: an AWS_PROFILE no config file names, a config file that
+    does not parse (botocore raises these while building the session)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        return boto3.session.Session(region_name=region)
+    except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
+        raise InputError(f"cannot read the AWS configuration: {service_message(exc)}",
+                         hint="fix or unset AWS_PROFILE (`aws configure list-profiles` lists the profiles), "
+                              "or AWS_CONFIG_FILE") from None
+
+
+def default_region(region: str | None = None) -> str:
+    """The region of a command that calls AWS: `region` (its --region), else AWS_REGION,
+    else AWS_DEFAULT_REGION, else the AWS config profile's region, else FALLBACK_REGION (the
+    order `cli._REGION_DEFAULTS` tells the user). Imports boto3 only to read the profile's
+    region. InputError for an environment or profile value that is not a region name."""
+    from orchestrator.spec import REGION_PATTERN
+
+    if region:
+        return region
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        value = os.environ.get(variable)
+        if value:
+            where = f"{variable}={value!r}"
+            break
+    else:
+        value = aws_session().region_name
+        if not value:
+            return FALLBACK_REGION
+        where = f"the region {value!r} of the AWS config profile {os.environ.get('AWS_PROFILE') or 'default'}"
+    if not re.fullmatch(REGION_PATTERN, value):
+        raise InputError(f"{where} is not an AWS region name",
+                         hint="make it a region such as us-east-1, or pass --region")
+    return value
+
+
 def make_clients(region: str | None) -> dict:
     """sagemaker, s3 and logs clients for `region` with our retry config. The endpoint follows
     botocore's own settings (AWS_ENDPOINT_URL in tests)."""
-    import boto3
     from botocore.config import Config
 
-    session = boto3.session.Session(region_name=region)
+    session = aws_session(region)
     if not session.region_name:
         raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
     config = Config(retries=retry_config(), connect_timeout=10, read_timeout=70,
@@ -128,7 +172,7 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
     if code in _ACCESS_DENIED:
         action = _IAM_ACTION.get(operation, operation)
         return BackendError(f"{operation}{job}: access denied{where}: {message}",
-                            hint=f"the caller needs {action}; `orchestrator infra policy` prints the IAM "
+                            hint=f"the caller needs {action}; `python -m orchestrator infra policy` prints the IAM "
                             "policy the orchestrator needs")
     if code == "ResourceLimitExceeded":
         what = f"{instance_type} for training job usage" if instance_type else "the instance type's training quota"
@@ -144,16 +188,39 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
         return BackendError(f"{operation}{job}: still throttled after {attempts + 1} attempts{where}: {message}",
                             hint="lower the sweep's concurrency, or raise AWS_MAX_ATTEMPTS; rerunning is safe")
     if operation in _JOB_OPERATIONS and _is_not_found(exc):
-        return InputError(f"no SageMaker training job named{job}{where}",
+        return UnknownJob(f"no SageMaker training job named{job}{where}",
                           hint="check the job name (as printed by submit) and the region (--region)")
     if code == "NoSuchBucket":
         return BackendError(f"{operation}: the bucket does not exist{where}: {message}",
                             hint="deploy the stack (see infra/README.md) or fix the spec's s3:// URIs")
     if code in ("ValidationException", "ValidationError"):
-        hint = ("run `orchestrator plan SPEC` to see the exact request; fix the spec field behind it"
+        hint = ("run `python -m orchestrator plan SPEC` to see the exact request; fix the spec field behind it"
                 if operation == "CreateTrainingJob" else None)
         return BackendError(f"{operation}{job}: SageMaker refused the request: {message}", hint=hint)
     return BackendError(f"{operation}{job} failed{where}: {code}: {message}")
+
+
+# Error codes of an answer that rejects the caller's credentials, not the request.
+_BAD_CREDENTIALS = frozenset({
+    "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
+    "InvalidSignatureException", "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException", "AuthFailure",
+})
+
+
+def could_not_ask(error: OrchestratorError) -> bool:
+    """Whether `error` (raised from a botocore error through `translate`) means SageMaker was
+    never really asked: no usable credentials (none, partial, expired, rejected), or no
+    connection to the endpoint. An answer about the request (access denied, not found,
+    throttled) is not such an error."""
+    from botocore import exceptions as aws
+
+    cause = error.__cause__
+    if isinstance(cause, aws.ClientError):
+        return _code(cause) in _BAD_CREDENTIALS
+    return isinstance(cause, (aws.NoCredentialsError, aws.PartialCredentialsError, aws.CredentialRetrievalError,
+                              aws.TokenRetrievalError, aws.NoAuthTokenError, aws.SSOError, aws.ConnectionError,
+                              aws.HTTPClientError))
 
 
 def _is_not_found(exc: Exception) -> bool:
