@@ -404,13 +404,19 @@ def test_infra_file_problems_are_accurate(tmp_path):
     assert "not UTF-8 text (byte 10)" in infra_problem("bin.yaml")
 
 
-def test_infra_value_problems_are_located_in_the_infra_file(tmp_path):
-    infra = tmp_path / "i2.yaml"
-    infra.write_text("compile_cache_uri: s3://stack-bucket/cc\noutput_uri: file:///tmp/out\n\nrole_arn: 5\n")
-    (tmp_path / "job.yaml").write_text("name: x\ninfra: i2.yaml\n")
+def infra_load_problems(tmp_path, infra_text: str, name: str = "infra.yaml") -> list:
+    """The problems of loading `name: x` with `infra:` pointing at a file holding `infra_text`."""
+    (tmp_path / name).write_text(infra_text)
+    (tmp_path / "job.yaml").write_text(f"name: x\ninfra: {name}\n")
     with pytest.raises(SpecError) as info:
         spec.load(tmp_path / "job.yaml")
-    [problem] = info.value.problems
+    return info.value.problems
+
+
+def test_infra_value_problems_are_located_in_the_infra_file(tmp_path):
+    infra = tmp_path / "i2.yaml"
+    [problem] = infra_load_problems(
+        tmp_path, "compile_cache_uri: s3://stack-bucket/cc\noutput_uri: file:///tmp/out\n\nrole_arn: 5\n", "i2.yaml")
     assert (problem.file, problem.line, problem.column, problem.path) == (str(infra), 4, 11, "role_arn")
     # Not 'write "5" in quotes', which would only fail the ARN pattern next.
     assert "write it in quotes, as an IAM role ARN such as" in problem.message
@@ -583,11 +589,8 @@ def test_every_cross_field_problem_is_reported_in_one_round():
 
 def test_cross_field_problems_keep_their_own_file_when_filled_from_infra(tmp_path):
     infra = tmp_path / "infra.yaml"
-    infra.write_text("compile_cache_uri: file:///tmp/cc\noutput_uri: file:///tmp/out\n")
-    (tmp_path / "job.yaml").write_text("name: x\ninfra: infra.yaml\n")
-    with pytest.raises(SpecError) as info:
-        spec.load(tmp_path / "job.yaml")
-    found = {p.path: (p.file, p.line) for p in info.value.problems}
+    problems_ = infra_load_problems(tmp_path, "compile_cache_uri: file:///tmp/cc\noutput_uri: file:///tmp/out\n")
+    found = {p.path: (p.file, p.line) for p in problems_}
     assert found == {"role_arn": (str(tmp_path / "job.yaml"), 1), "compile_cache.uri": (str(infra), 1),
                      "output.uri": (str(infra), 2)}
 
