@@ -87,7 +87,7 @@ class Ledger:
             self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
             try:
-                self._db.execute("PRAGMA journal_mode=WAL")
+                self._use_wal()
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
                 with self._tx():
@@ -97,6 +97,23 @@ class Ledger:
             except BaseException:
                 self._db.close()
                 raise
+
+    def _use_wal(self) -> None:
+        """Put the file in WAL mode, once. Switching the journal mode needs the whole file:
+        SQLite answers "database is locked" at once, without waiting for the busy timeout,
+        when another connection holds it, as when several processes open a new ledger
+        together (a sweep's first submits, each job's supervisor). So read the mode first
+        (WAL stays set in the file) and retry the switch until the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                if str(self._db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
 
     def close(self) -> None:
         self._db.close()

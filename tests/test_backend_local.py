@@ -330,6 +330,30 @@ def test_empty_data_channel_is_refused_at_submit(orch_home, tmp_path, fake_train
     assert Ledger().get(prepared.job_name) is None  # nothing left "submitting"
 
 
+def test_a_job_laid_out_before_its_supervisor_wrote_its_pid_is_starting_not_orphaned(orch_home, tmp_path,
+                                                                                       fake_train, monkeypatch):
+    # QA: a sweep runner stopped (SIGTERM) inside submit, after the layout and before the
+    # supervisor's pid file, left a job that status() marked failed at once; the supervisor
+    # then started and trained it anyway, and the sweep's retry ran the trial a second time.
+    prepared = prepared_for(make_spec(tmp_path))
+    clock = {"now": 1_000_000.0}
+    backend = LocalBackend(clock=lambda: clock["now"])
+    job_dir = backend.job_dir(prepared.job_name)
+    job_dir.mkdir(parents=True)
+    backend._lay_out(prepared, job_dir)  # what submit does before it starts the supervisor
+    assert backend.status(prepared.job_name).status == "pending"
+    clock["now"] += local.START_GRACE_S + 1
+    orphaned = backend.status(prepared.job_name)
+    assert orphaned.status == "failed" and orphaned.failure_reason.startswith("InternalServerError")
+    # A supervisor that starts only now finds the job ended and runs nothing.
+    from orchestrator.backends import local_runner
+
+    assert local_runner.Supervisor(job_dir).run() == 1
+    assert json.loads((job_dir / local.STATUS_FILE).read_text())["state"] == "failed"
+    assert not (job_dir / "algo-1" / contract.OUTPUT_DATA_DIR / "ranks").exists()
+    assert "nothing run" in (job_dir / local.LOG_DIR / local.MERGED_LOG).read_text()
+
+
 def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_train, monkeypatch):
     import signal
 

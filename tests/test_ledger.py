@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +227,21 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
         assert {e.state for e in rows} == {"completed"}
         assert ledger.get_value(f"count-{worker}") == JOBS_PER_WORKER
     assert ledger.get("shared-job").state == "running"
+
+
+def _open_and_read(path: str) -> str:
+    try:
+        Ledger(Path(path), busy_timeout_s=10).get("x")
+        return "ok"
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_processes_opening_a_new_ledger_together_all_get_it(tmp_path):
+    # CI caught "the ledger stayed locked" from concurrent submits: switching a new file to
+    # WAL fails at once, without the busy timeout, while another process holds it.
+    with multiprocessing.get_context("fork").Pool(8) as pool:
+        for round_ in range(12):
+            path = tmp_path / str(round_) / "ledger.sqlite3"
+            path.parent.mkdir()
+            assert pool.map(_open_and_read, [str(path)] * 8) == ["ok"] * 8, round_

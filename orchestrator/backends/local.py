@@ -64,6 +64,9 @@ from orchestrator.paths import home, write_atomic
 STATUS_FILE = "status.json"
 PLAN_FILE = "plan.json"
 PID_FILE = "supervisor.pid"
+# How long a laid-out job may wait for its supervisor's pid before it counts as orphaned: more
+# than submit's own wait for the supervisor to start (60 s), on a loaded machine.
+START_GRACE_S = 120.0
 STOP_FILE = "stop-requested"
 LOG_DIR = "logs"
 MERGED_LOG = "all.log"
@@ -363,7 +366,7 @@ class LocalBackend:
         """The job's state from its status.json; a supervisor that vanished makes it failed.
         Moves the ledger row forward."""
         data = self._read_status(job_name)
-        if data["state"] not in TERMINAL_STATUSES and not process_alive(self._supervisor_pid(job_name, data)):
+        if data["state"] not in TERMINAL_STATUSES and not self._supervisor_alive(job_name, data):
             data = self._read_status(job_name)  # it may have finished between the two reads
             if data["state"] not in TERMINAL_STATUSES:
                 data = self._mark_orphaned(job_name, data)
@@ -379,6 +382,18 @@ class LocalBackend:
         )
         self._record(status)
         return status
+
+    def _supervisor_alive(self, job_name: str, data: dict) -> bool:
+        """Whether the job's supervisor runs, or may still be starting.
+
+        A job is laid out (status.json "pending") before its supervisor writes its pid. A
+        submitter interrupted in between (a sweep runner stopped by SIGTERM) leaves a
+        supervisor that starts on its own a moment later, so a pending job with no pid yet
+        counts as alive for START_GRACE_S after it was laid out; then it is orphaned."""
+        pid = self._supervisor_pid(job_name, data)
+        if pid is None and data.get("state") == "pending":
+            return self.clock() - float(data.get("created") or 0) < START_GRACE_S
+        return process_alive(pid)
 
     def _mark_orphaned(self, job_name: str, data: dict) -> dict:
         """The supervisor is gone without a final state: kill what it left, record why."""

@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from entrypoints import contract
+from orchestrator.backends import TERMINAL_STATUSES
 from orchestrator.backends.local import (
     LOG_DIR,
     MERGED_LOG,
@@ -100,6 +101,11 @@ class Supervisor:
     # --- the job ------------------------------------------------------------------------------
 
     def run(self) -> int:
+        if self.status.get("state") in TERMINAL_STATUSES:
+            # Counted as orphaned (or ended otherwise) before this process got going: a sweep
+            # may already be retrying it as another job, so it must not run now.
+            self.note(f"Job already {self.status['state']} before its supervisor started; nothing run")
+            return 1
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         self.update(state="starting", secondary="Starting", started=time.time(), pid=os.getpid())
