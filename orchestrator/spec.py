@@ -71,12 +71,13 @@ MAX_EXPANDED_NODES = 20_000
 MAX_SPEC_BYTES = 1_000_000
 
 
-def _cross(field_path: str, message: str) -> PydanticCustomError:
-    """A cross-field error that the loader locates at `field_path` below the model."""
+def _cross(field_path: str | tuple[str, ...], message: str) -> PydanticCustomError:
+    """A cross-field error that the loader locates at `field_path` below the model (dotted,
+    or a tuple where a part may hold dots: a tag or variable name)."""
     return PydanticCustomError("cross_field", "{message}", {"field": field_path, "message": message})
 
 
-def _crosses(found: list[tuple[str, str]]) -> PydanticCustomError:
+def _crosses(found: list[tuple[str | tuple[str, ...], str]]) -> PydanticCustomError:
     """Several cross-field errors (field path, message) as one: a model validator can raise
     only one error, and the user should get every problem in one round. `problems_from`
     turns each into its own located problem."""
@@ -234,6 +235,11 @@ class DataSpec(_Strict):
     )
     num_workers: Int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
 
+    @field_validator("source")
+    @classmethod
+    def _bucket(cls, value):
+        return _bucket_checked(value)
+
 
 class CompileCacheSpec(_Strict):
     uri: str | None = Field(
@@ -244,6 +250,11 @@ class CompileCacheSpec(_Strict):
     )
     mode: Literal["tarball", "off"] = Field("tarball", description="tarball: pull before, push after; off.")
 
+    @field_validator("uri")
+    @classmethod
+    def _bucket(cls, value):
+        return _bucket_checked(value)
+
 
 class OutputSpec(_Strict):
     uri: str | None = Field(
@@ -252,6 +263,11 @@ class OutputSpec(_Strict):
         description="Job outputs and results prefix (s3:// or file://); local jobs default to "
         "the local store.",
     )
+
+    @field_validator("uri")
+    @classmethod
+    def _bucket(cls, value):
+        return _bucket_checked(value)
 
 
 class BudgetSpec(_Strict):
@@ -318,11 +334,11 @@ class JobSpec(_Strict):
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
         for key, value in self.tags.items():
             if key.lower().startswith(("aws:", "orchestrator:")) or not 1 <= len(key) <= 128 or len(value) > 256:
-                found.append(("tags", f"tag {key!r}: keys are 1-128 characters, values at most 256, "
+                found.append((("tags", key), f"tag {key!r}: keys are 1-128 characters, values at most 256, "
                               "and the prefixes aws: and orchestrator: are reserved"))
         for key in self.environment:
             if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-                found.append(("environment", f"{key!r} is not a valid environment variable name"))
+                found.append((("environment", key), f"{key!r} is not a valid environment variable name"))
         if found:
             raise _crosses(found)
         return self
@@ -538,8 +554,8 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         if kind == "cross_field":
             # One error may carry several (see `_crosses`): each is located at its own field.
             for field_path, each in err["ctx"].get("all", ((err["ctx"]["field"], err["ctx"]["message"]),)):
-                at = loc + _split(field_path)
-                problems.append(Problem(*smap.where(at), _dotted(at), each))
+                at = loc + (_split(field_path) if isinstance(field_path, str) else tuple(field_path))
+                problems.append(Problem(*smap.where(at, prefer_key=not isinstance(field_path, str)), _dotted(at), each))
             continue
         elif kind == "extra_forbidden":
             prefer_key = True
@@ -577,22 +593,43 @@ def _uri_reason(value: Any) -> str | None:
         return None
     if value.startswith("s3://"):
         bucket, slash, key = value[len("s3://"):].partition("/")
-        if re.fullmatch(S3_BUCKET, bucket):
+        if valid_bucket(bucket):
             return None
-        # Upper case and underscores are the usual slips; suggest the name without them.
-        guess = re.sub(r"[^a-z0-9.\-]", "-", bucket.lower()).strip(".-")
-        example = f"s3://{guess if re.fullmatch(S3_BUCKET, guess) else 'my-bucket'}{slash}{key or ''}"
+        # Upper case, underscores and doubled dots are the usual slips; suggest the name without them.
+        guess = re.sub(r"\.{2,}", ".", re.sub(r"[^a-z0-9.\-]", "-", bucket.lower())).strip(".-")
+        example = f"s3://{guess if valid_bucket(guess) else 'my-bucket'}{slash}{key or ''}"
         what = f"{bucket!r} is not a valid S3 bucket name" if bucket else "no bucket name after s3://"
-        return (f"{what}; a bucket name has 3-63 lowercase letters, digits, dots and dashes, starting and "
-                f"ending with a letter or digit: write s3://BUCKET/PREFIX, e.g. {example}")
+        return (f"{what}; a bucket name has 3-63 lowercase letters, digits, dots (never two in a row) and "
+                f"dashes, starting and ending with a letter or digit: write s3://BUCKET/PREFIX, e.g. {example}")
     if value.startswith("file://"):
         rest = value[len("file://"):]
         host, _, path = rest.partition("/")
         if host:
-            absolute = "/" + (path if host == "localhost" else rest)
-            return (f"a file URI needs an absolute path: file://{rest} reads {host!r} as a host name; "
-                    f"write three slashes and the absolute path, e.g. file://{absolute} for {absolute}")
+            if host == "localhost":
+                if not path.strip("/"):
+                    return "file://localhost names no folder; write file:///ABSOLUTE/PATH (three slashes)"
+                return (f"write file:///{path} (three slashes, no host): the job reads file:// URIs as "
+                        "plain absolute paths")
+            return (f"a file URI needs an absolute path: file://{rest} reads {host!r} as a host name, and "
+                    "relative paths are not allowed; write file:///ABSOLUTE/PATH, e.g. "
+                    f"file:///{rest.strip('/')} if you meant /{rest.strip('/')}")
     return None
+
+
+def valid_bucket(name: str) -> bool:
+    """An S3 bucket name as entrypoints/storage.py accepts it: S3_BUCKET, and no '..'."""
+    return re.fullmatch(S3_BUCKET, name) is not None and ".." not in name
+
+
+def _bucket_checked(value: str | None) -> str | None:
+    """A URI field's value, refused when its S3 bucket has '..' (which S3_BUCKET, a pattern
+    pydantic checks without look-ahead, lets through)."""
+    if isinstance(value, str) and value.startswith("s3://"):
+        bucket = value[len("s3://"):].partition("/")[0]
+        if ".." in bucket:
+            raise PydanticCustomError("uri_bucket", "{message}",
+                                      {"message": f"{value!r} is not valid: {_uri_reason(value)}"})
+    return value
 
 
 def _field_pattern(model: type[BaseModel], loc: tuple) -> str | None:
@@ -669,22 +706,39 @@ class _Unreadable(Exception):
         self.missing = missing
 
 
-def _close_spec_name(path: Path) -> str | None:
+def _close_spec_name(path: Path, referrer: str | None = None) -> str | None:
     """The name of a YAML file in `path`'s folder close to `path`'s name, or None.
 
-    For a path that does not exist: `local-smoke.yml` when `local-smoke.yaml` is there."""
+    For a path that does not exist: `local-smoke.yml` when `local-smoke.yaml` is there. Names
+    are compared without their extension (a shared ".yaml" would make any two look alike),
+    and `referrer`, the file whose field names `path`, is never offered for itself."""
     try:
         with os.scandir(path.parent) as entries:
             names = [e.name for e in entries if e.name.endswith((".yaml", ".yml")) and e.name != path.name]
     except (OSError, ValueError):
         return None
-    close = difflib.get_close_matches(path.name, sorted(names), n=1, cutoff=0.6)
-    return close[0] if close else None
+    if referrer is not None:
+        names = [name for name in names if not _same_file(path.parent / name, referrer)]
+    by_stem = {Path(name).stem: name for name in sorted(names)}
+    close = difflib.get_close_matches(Path(path.name).stem, list(by_stem), n=1, cutoff=0.6)
+    if close:
+        return by_stem[close[0]]
+    # The same name with the other YAML extension (.yml for .yaml) is the likeliest slip.
+    return next((name for name in sorted(names) if Path(name).stem == Path(path.name).stem), None)
+
+
+def _same_file(a: Path, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _missing_hint(path: Path) -> str:
     """A hint for a spec file named on the command line that does not exist: a close name in
     its folder, or to check the path."""
+    if not path.parent.is_dir():
+        return f"check the path: the folder {path.parent} does not exist"
     close = _close_spec_name(path)
     if close:
         return f"did you mean {path.parent / close}?"
@@ -772,7 +826,7 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
     try:
         text = _read_text(path)
     except _Unreadable as exc:
-        close = _close_spec_name(path) if exc.missing else None
+        close = _close_spec_name(path, referrer=smap.file) if exc.missing else None
         where = f"did you mean infra: {Path(ref).parent / close}? If not, " if close else ""
         raise SpecError([Problem(smap.file, line, col, "infra", f"infra outputs {path} {exc}")],
                         hint=where + hint) from None
@@ -835,9 +889,12 @@ def loads(text: str, filename: str = "<string>", base_dir: Path | None = None) -
     """Load a job spec from YAML text. See the module docstring for the contract."""
     data, smap = read_yaml(text, filename)
     if _kind(data) == "sweep":
+        # A sweep with a schedule runs on its cron; `sweep run` would run it once, now.
+        run = (f"follow its schedule with `python -m orchestrator schedule run {filename}` (or "
+               f"`schedule crontab {filename}` for system cron)" if isinstance(data, Mapping) and data.get("schedule")
+               else f"run it with `python -m orchestrator sweep run {filename}`")
         raise SpecError([Problem(filename, 1, 1, "", "this is a sweep spec, not a job spec")],
-                        hint=f"check it with `python -m orchestrator sweep plan {filename}`, "
-                             f"run it with `python -m orchestrator sweep run {filename}`")
+                        hint=f"check it with `python -m orchestrator sweep plan {filename}`, {run}")
     return _job_spec(data, smap, base_dir or Path.cwd())
 
 
@@ -1154,7 +1211,7 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     try:
         base_text = _read_text(base_path)
     except _Unreadable as exc:
-        close = _close_spec_name(base_path) if exc.missing else None
+        close = _close_spec_name(base_path, referrer=filename) if exc.missing else None
         where = f"did you mean base: {Path(sweep.base).parent / close}? " if close else ""
         raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} {exc}")],
                         hint=f"{where}base is a path relative to the sweep file") from None

@@ -490,6 +490,11 @@ def test_a_sweep_spec_is_named_as_such(tmp_path):
     # Both what checks it and what runs it, in the form the README's set-up can run.
     assert "check it with `python -m orchestrator sweep plan sweep.yaml`" in info.value.hint
     assert "run it with `python -m orchestrator sweep run sweep.yaml`" in info.value.hint
+    # A scheduled sweep runs on its cron: `sweep run` would run it once, now.
+    with pytest.raises(SpecError) as info:
+        spec.loads(sweep_text + 'schedule: {cron: "0 3 * * *"}\n', "nightly.yaml")
+    assert "follow its schedule with `python -m orchestrator schedule run nightly.yaml`" in info.value.hint
+    assert "sweep run" not in info.value.hint
     path = tmp_path / "sweep.yaml"
     path.write_text(sweep_text)
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "ORCHESTRATOR_HOME": str(tmp_path / "home"),
@@ -535,7 +540,9 @@ def test_tabs_say_to_indent_with_spaces():
     ("s3://b", "'b' is not a valid S3 bucket name"),
     ("s3://Bad_Bucket/x", "'Bad_Bucket' is not a valid S3 bucket name"),
     ("file://relative/out", "a file URI needs an absolute path: file://relative/out reads 'relative' as a host"),
-    ("file://localhost/srv/out", "a file URI needs an absolute path"),
+    ("file://localhost/srv/out", "write file:///srv/out (three slashes, no host)"),
+    ("file://localhost", "file://localhost names no folder"),
+    ("s3://my..bucket/x", "'my..bucket' is not a valid S3 bucket name"),
 ])
 def test_uris_need_a_valid_bucket_or_an_absolute_path(field, key, uri, expected):
     text = LOCAL.replace('compile_cache: {mode: "off"}\n', "") + f'{field}: {{{key}: "{uri}"}}\n'
@@ -546,8 +553,9 @@ def test_uris_need_a_valid_bucket_or_an_absolute_path(field, key, uri, expected)
     # Each says what a valid one looks like.
     examples = {"s3:///x": "e.g. s3://my-bucket/x", "s3://b": "e.g. s3://my-bucket",
                 "s3://Bad_Bucket/x": "e.g. s3://bad-bucket/x",
-                "file://relative/out": "e.g. file:///relative/out for /relative/out",
-                "file://localhost/srv/out": "e.g. file:///srv/out for /srv/out"}
+                "file://relative/out": "e.g. file:///relative/out if you meant /relative/out",
+                "file://localhost/srv/out": "write file:///srv/out", "file://localhost": "file:///ABSOLUTE/PATH",
+                "s3://my..bucket/x": "e.g. s3://my.bucket/x"}
     assert examples[uri] in problem.message
 
 
@@ -575,11 +583,18 @@ def test_every_cross_field_problem_is_reported_in_one_round():
     text = ("name: sm\nbackend: sagemaker\ndata: {source: file:///data}\n"
             "tags: {aws:owner: me}\nenvironment: {1BAD: x}\n")
     found = {p.path: p for p in problems(text)}
-    assert set(found) == {"role_arn", "output.uri", "compile_cache.uri", "data.source", "tags", "environment"}
+    assert set(found) == {"role_arn", "output.uri", "compile_cache.uri", "data.source", "tags.aws:owner",
+                          "environment.1BAD"}
     # Each at its own field (or, when absent, where it would go).
     assert found["data.source"].line == 3 and "cannot read file://" in found["data.source"].message
-    assert found["tags"].line == 4 and "aws:owner" in found["tags"].message
-    assert found["environment"].line == 5 and "1BAD" in found["environment"].message
+    assert found["tags.aws:owner"].line == 4 and "aws:owner" in found["tags.aws:owner"].message
+    assert found["environment.1BAD"].line == 5 and "1BAD" in found["environment.1BAD"].message
+    # In block style each tag or variable is on its own line, and so is its problem (QA: every
+    # one was reported at the first key's line).
+    block = problems("name: tg\nbackend: local\ntags:\n  team: vision\n  aws:x: \"1\"\n  orchestrator:z: \"2\"\n"
+                     "environment:\n  GOOD: \"1\"\n  1BAD: x\n")
+    assert {(p.path, p.line, p.column) for p in block} == {
+        ("tags.aws:x", 5, 3), ("tags.orchestrator:z", 6, 3), ("environment.1BAD", 9, 3)}
     assert "needs role_arn" in found["role_arn"].message and "output.uri" in found["output.uri"].message
     both = problems(LOCAL.replace("runtime: native", "runtime: xla, compile: true").replace("warmup_steps: 1",
                                                                                             "warmup_steps: 6"))
@@ -608,7 +623,12 @@ def test_a_missing_spec_file_suggests_a_close_name(tmp_path):
     assert "check the path" in info.value.hint and "did you mean" not in info.value.hint
     with pytest.raises(SpecError) as info:
         spec.load(tmp_path / "no-folder" / "local-smoke.yaml")
-    assert "check the path" in info.value.hint
+    assert info.value.hint == f"check the path: the folder {tmp_path / 'no-folder'} does not exist"
+    # Names are compared without ".yaml": 'a' is not close to 'sw' just because both end alike.
+    (tmp_path / "sw.yaml").write_text("")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "a.yaml")
+    assert "did you mean" not in info.value.hint
 
 
 def test_a_missing_sweep_base_or_infra_file_suggests_a_close_name(tmp_path):
@@ -627,3 +647,16 @@ def test_a_missing_sweep_base_or_infra_file_suggests_a_close_name(tmp_path):
     with pytest.raises(SpecError) as info:
         spec.load(job)
     assert info.value.hint.startswith("did you mean infra: infra-outputs.yaml?")
+
+
+def test_a_missing_base_or_infra_file_is_never_matched_to_the_file_naming_it(tmp_path):
+    # QA: `base: base.yaml` in sweep.yaml suggested sweep.yaml itself; `infra: out.yaml` in
+    # job.yaml suggested job.yaml.
+    (tmp_path / "sweep.yaml").write_text("sweep: s\nbase: swee.yaml\ngrid:\n  training.batch_size: [2]\n")
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(tmp_path / "sweep.yaml")
+    assert "did you mean" not in info.value.hint
+    (tmp_path / "job.yaml").write_text("name: x\ninfra: jobs.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    assert "did you mean" not in info.value.hint
