@@ -22,7 +22,9 @@ publishes the manifest naming it a moment later (seconds, even after conflict re
 
 Bad URIs (an unknown scheme, a bad bucket name, a relative path, a file:// path that exists
 but is not a folder) and unknown keys raise InputError (exit 2), before any store is read;
-store failures raise BackendError (exit 1).
+store failures raise BackendError (exit 1). An s3:// store gets its client here, in the region
+of every command that calls AWS (`backends.sagemaker.default_region`); an AWS configuration
+that cannot be read (an unknown AWS_PROFILE) is an InputError.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 
 from entrypoints import compile_cache
-from entrypoints.storage import FileStore, ObjectInfo, StorageError, Store, open_store
+from entrypoints.storage import FileStore, ObjectInfo, S3Store, StorageError, Store, open_store
 from orchestrator.errors import BackendError, InputError
 
 DEFAULT_GRACE_S = 3600.0
@@ -47,11 +49,28 @@ def default_uri() -> str:
     return f"file://{home()}/store/compile-cache"
 
 
+def _s3_client():
+    """An S3 client in the region every AWS-calling command uses (`default_region`): botocore
+    alone reads AWS_DEFAULT_REGION only, so a user who set AWS_REGION would reach us-east-1's
+    endpoint (another partition's, for cn-/us-gov- buckets). An AWS config that cannot be
+    read (an unknown AWS_PROFILE) is an InputError, as for every other command. The retry
+    settings are storage.py's own."""
+    from botocore.config import Config
+
+    from entrypoints.storage import DEFAULT_WORKERS
+    from orchestrator.backends.sagemaker import aws_session, default_region
+
+    config = Config(max_pool_connections=2 * DEFAULT_WORKERS, retries={"mode": "standard", "max_attempts": 5})
+    return aws_session(default_region()).client("s3", config=config)
+
+
 def _open(uri: str | None, s3_client=None) -> Store:
     uri = uri or default_uri()
     hint = "use s3://bucket/prefix or file:///absolute/path (a folder)"
     try:
         store = open_store(uri, s3_client=s3_client)  # it drops trailing slashes itself
+        if isinstance(store, S3Store) and s3_client is None:  # the URI is good: now the client
+            store = open_store(uri, s3_client=_s3_client())
     except ValueError as exc:
         raise InputError(f"bad cache URI: {exc}", hint=hint) from exc
     if isinstance(store, FileStore) and store.root.exists() and not store.root.is_dir():

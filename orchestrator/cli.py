@@ -189,22 +189,25 @@ def smoke(
 # --- jobs: submit, status, logs, stop -------------------------------------------------------
 
 _JOB_REGION_OPTION = typer.Option(None, "--region", callback=_check_region, help="Region of a job the ledger "
-                                  f"does not know (default: {_REGION_DEFAULTS}).")
+                                  f"does not know (default: {_REGION_DEFAULTS}). A job the ledger knows is looked "
+                                  "up where the ledger recorded it; a different --region is noted and ignored.")
 _JOB_ARGUMENT = typer.Argument(..., callback=_job_argument, help="Job name (as printed by submit).")
 
 
 @contextmanager
 def _job_backend(job: str, region: str | None):
     """The backend that owns `job`, for the block that asks it about the job: the one the
-    ledger recorded; else the local backend when the local jobs folder has the job; else
-    SageMaker in --region (default: `_REGION_DEFAULTS`), since a job submitted from another
-    machine is in neither.
+    ledger recorded, in the ledger's region (a different --region is noted on stderr and
+    ignored: the job was submitted there); else the local backend when the local jobs folder
+    has the job; else SageMaker in --region (default: `_REGION_DEFAULTS`), since a job
+    submitted from another machine is in neither.
 
-    In the block, a backend that has no such job (UnknownJob) raises an InputError that adds
-    what the ledger knows of the name (its state and why, e.g. a submit that failed), and a
-    SageMaker that could not be asked at all (credentials, endpoint, connection) about a name
-    known to neither the ledger nor the local jobs raises an InputError (exit 2) saying so:
-    most often the name is mistyped."""
+    In the block, a backend that has no such job (UnknownJob) raises an InputError: for a
+    name the ledger knows, saying what the ledger recorded (e.g. a submit that failed, and
+    what to do about it); for a name known nowhere, saying where it looked. A SageMaker that
+    could not be asked at all (credentials, endpoint, connection) about a name known to
+    neither the ledger nor the local jobs raises an InputError (exit 2) saying so: most often
+    the name is mistyped."""
     from orchestrator import backends
     from orchestrator.backends.sagemaker import could_not_ask, default_region
     from orchestrator.errors import BackendError, InputError
@@ -215,39 +218,70 @@ def _job_backend(job: str, region: str | None):
     entry = ledger.get(job)
     jobs = home() / "jobs"
     if entry is not None:
-        backend = backends.create(entry.backend, region=region or entry.region, ledger=ledger)
+        if region and (entry.backend != "sagemaker" or region != entry.region):
+            where = f"SageMaker in {entry.region}" if entry.backend == "sagemaker" else f"the {entry.backend} backend"
+            _err(f"note: --region {region} ignored: the ledger ({ledger.path}) records {job} on {where}")
+        backend = backends.create(entry.backend, region=entry.region, ledger=ledger)
     elif (jobs / job / "status.json").exists():  # a local job whose ledger row is gone
         backend = backends.create("local", ledger=ledger)
     else:
         region = default_region(region)
         backend = backends.create("sagemaker", region=region, ledger=ledger)
+    nowhere = f"it is in neither the ledger ({ledger.path}) nor the local jobs ({jobs})"
+    check = (f"check the name (`ls {jobs}` lists the local jobs, `python -m orchestrator sweep status` the sweeps, "
+             "`python -m orchestrator results` the jobs with results)")
     try:
         yield backend
     except backends.UnknownJob as exc:
         if entry is None:
-            raise
+            if backend.name != "sagemaker":
+                raise
+            raise InputError(f"no job {job}: {nowhere}, and {exc.message}",
+                             hint=f"{check}; if it is a SageMaker job in another region, pass --region") from exc
         raise InputError(f"{exc.message}; the ledger records {job} ({entry.backend}, {entry.region}) as "
-                         f"{_ledger_state(entry)}",
-                         hint=f"`python -m orchestrator sweep status {entry.sweep_id}` shows its trial"
-                         if entry.sweep_id else exc.hint) from exc
+                         f"{_ledger_state(entry)}", hint=_ledger_hint(entry, exc.hint)) from exc
     except BackendError as exc:
         if entry is not None or backend.name != "sagemaker" or not could_not_ask(exc):
             raise
         raise InputError(
-            f"no job {job}: it is in neither the ledger ({ledger.path}) nor the local jobs ({jobs}), and "
-            f"SageMaker could not be asked in {region}: {exc.message}",
-            hint=f"check the name (`ls {jobs}` lists the local jobs, `python -m orchestrator sweep status` the "
-                 "sweeps, `python -m orchestrator results` the jobs with results); if it is a SageMaker job, "
+            f"no job {job}: {nowhere}, and SageMaker could not be asked in {region}: {exc.message}",
+            hint=f"{check}; if it is a SageMaker job, "
                  + (exc.hint or "configure AWS credentials (aws configure, AWS_PROFILE)")) from exc
 
 
 def _ledger_state(entry) -> str:
     """A ledger row's state, and why when the ledger says: "failed: [permanent] ...",
-    or "planned (never created: ...)"."""
+    "planned (never created: ...)", or "planned (not submitted yet)" for a row that waits
+    for its submit (a sweep's queued trial)."""
     if entry.state in ("planned", "submitting"):
-        why = f": {entry.detail}" if entry.detail else ""
-        return f"{entry.state} (never created{why})"
+        if entry.detail:
+            return f"{entry.state} (never created: {entry.detail})"
+        if entry.state == "planned":
+            return "planned (not submitted yet)"
+        return "submitting (its submit has not finished, or was interrupted)"
     return f"{entry.state}: {entry.detail}" if entry.detail else entry.state
+
+
+def _ledger_hint(entry, backend_hint: str | None) -> str | None:
+    """What to do about a job the ledger knows and its backend does not: the name is right,
+    so never "check the name" for a job that was never created."""
+    sweep = (f"`python -m orchestrator sweep status {entry.sweep_id}` shows its trial" if entry.sweep_id else None)
+    if entry.state not in ("planned", "submitting"):
+        return sweep or backend_hint
+    if entry.sweep_id:
+        if entry.state == "planned" and not entry.detail:
+            return f"{sweep}; the sweep's runner submits it in its turn"
+        return (f"{sweep}; fix what kept it from being created, then `python -m orchestrator sweep resume "
+                f"{entry.sweep_id}` submits it again")
+    if entry.detail:
+        return "the job was never created: fix that, then submit its spec again (`python -m orchestrator submit SPEC`)"
+    if entry.state == "planned":
+        return "submit its spec (`python -m orchestrator submit SPEC`) to create the job"
+    # A submit still running, or one killed before it created the job (or a local job whose
+    # folder was removed since: the local backend's hint says where the folders are).
+    again = ("if its submit was interrupted, submit its spec again (`python -m orchestrator submit SPEC`): that "
+             "creates the job, or finds it if it exists")
+    return f"{backend_hint}; {again}" if entry.backend == "local" and backend_hint else again
 
 
 def _status_lines(st) -> list[str]:
@@ -449,10 +483,24 @@ def stop(
     """Ask the backend to stop a job; `status` then shows stopping, and stopped.
 
     Exit 2 for a job the backend does not know; exit 0, stopping nothing, for a job that has
-    already ended or is stopping.
+    already ended or is stopping, and for one the ledger records as ended that was never
+    created (a sweep trial cancelled before submission).
     """
+    from orchestrator.backends import UnknownJob
+    from orchestrator.ledger import TERMINAL
+
     with _job_backend(job, region) as backend:
-        st = backend.status(job)  # an unknown job is an InputError (exit 2): nothing to ask to stop
+        try:
+            st = backend.status(job)  # an unknown job is an InputError (exit 2): nothing to ask to stop
+        except UnknownJob:
+            entry = backend.ledger.get(job)
+            if entry is None or entry.state not in TERMINAL:
+                raise
+            # Ended in the ledger and unknown to the backend (a sweep trial cancelled before
+            # submission, a submit refused for good): nothing runs under this name.
+            _out(f"{job}: the ledger records it as {_ledger_state(entry)}, and the {backend.name} backend has no "
+                 "job of this name; nothing to stop")
+            return
         if st.terminal:
             _out(f"{job} already {st.status}; nothing to stop")
             return
@@ -615,9 +663,9 @@ def results(
     spec_path: Path | None = typer.Option(None, "--spec", help="A job spec whose output.uri and region to use."),
     fmt: str = typer.Option("table", "--format", help="table, csv or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
-    region: str | None = typer.Option(None, "--region", callback=_check_region, help="Region of jobs whose "
-                                      "results name none (default: the spec's, else us-east-1), and where a sweep's "
-                                      f"SageMaker jobs are listed (default: {_REGION_DEFAULTS})."),
+    region: str | None = typer.Option(None, "--region", callback=_check_region, help="Region of the S3 "
+                                      "prefix, of jobs whose results name none, and where a sweep's SageMaker jobs "
+                                      f"are listed (--spec: the spec's; default: {_REGION_DEFAULTS})."),
     workers: int = typer.Option(16, "--workers", min=1, max=128, help="Parallel reads."),
 ) -> None:
     """Price-performance table from the jobs' results.json objects, SageMaker and prices.
@@ -939,7 +987,9 @@ def _drive(definition, ledger, poll: float | None, prepared: dict | None = None)
              "(jobs already submitted keep running)")
         raise typer.Exit(code=143)
     if final.stopped:
-        _out("stopped (sweep stop)")
+        # The counts are the runner's last view: the stopping command cancels what had not
+        # started after this runner let go of the sweep.
+        _out(f"stopped (sweep stop); `python -m orchestrator sweep status {definition.sweep_id}` shows what it stopped")
         return
     if final.failed:
         raise JobFailed(f"sweep {definition.sweep_id}: {final.failed} trial(s) failed",
@@ -990,6 +1040,7 @@ def sweep_run(
     if detach and not sweeps.Runner(definition, None, ledger).has_work():
         # The runner would find nothing to do (every trial ended for good, and nothing `sweep
         # stop` stopped can be reopened): report it here instead of starting it in the background.
+        _err(f"sweep {definition.sweep_id}: nothing left to run, so no background runner was started")
         detach = False
     if not detach:
         _drive(definition, ledger, poll, planned.prepared())

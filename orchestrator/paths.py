@@ -46,24 +46,27 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
     new one, never a part: a temp file in the same folder, fsync'd, then renamed over.
 
     The file gets the mode a plain `open(path, "w")` would give it: an existing file keeps
-    its mode, a new one gets 0o666 less the umask (mkstemp alone would make it 0600).
-    OSError propagates."""
+    its mode, a new one gets 0o666 less the umask (mkstemp alone would make it 0600). A
+    symlink is written through, as open() would: its target gets the new content (and keeps
+    its mode), the link stays a link. Returns `path` as given. OSError propagates."""
     import stat
     import tempfile
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # The rename must land on the file the link names, not replace the link with a file.
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = 0o666 & ~current_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

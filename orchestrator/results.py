@@ -464,6 +464,7 @@ class _Collector:
         if sagemaker is not None:
             self._sagemaker[sagemaker.meta.region_name] = sagemaker
         self._lock = threading.Lock()
+        self._default_region: str | None = None
         self._prices: dict[tuple[str, str], catalog.Price | None] = {}
         self.retries = 0
         self.sweeps_seen: set[str] = set()  # sweep tags read, for the hint of a filter that matches none
@@ -478,6 +479,22 @@ class _Collector:
                                                         config=client_config(self.workers))
                 self._sagemaker[region] = client
             return client
+
+    def job_region(self, results: ResultsV1) -> str:
+        """The results' region, else the command's region rule (`default_region`: --region,
+        AWS_REGION, ..., us-east-1), resolved once and only when a results object names none.
+        An AWS config that rule cannot read is the command's error, not one job's."""
+        if results.region:
+            return results.region
+        with self._lock:
+            if self._default_region is None:
+                from orchestrator.backends.sagemaker import default_region
+
+                try:
+                    self._default_region = default_region(self.region)
+                except InputError as exc:
+                    raise _CommandError(exc) from None
+            return self._default_region
 
     def price(self, type_: str, region: str) -> catalog.Price | None:
         key = (type_, region)
@@ -540,7 +557,7 @@ class _Collector:
         if sweep is not None and not _in_sweep(job, results.tags, sweep):
             return None
         note = None if results.job_name == job else f"results name {results.job_name!r} differs"
-        region = results.region or self.region or "us-east-1"
+        region = self.job_region(results)
         describe = None
         if results.backend != "local":
             try:
@@ -577,8 +594,18 @@ class _Collector:
     def _safe_row(self, job: str, sweep: str | None) -> Row | None:
         try:
             return self.row(job, sweep)
+        except _CommandError as exc:
+            raise exc.error from None
         except Exception as exc:  # a bug or an odd answer for one job must not lose the others
             return Row(job=job, status=ERROR, note=f"{type(exc).__name__}: {exc}", uri=self.store.uri(job))
+
+
+class _CommandError(Exception):
+    """Carries an InputError about the whole command (its AWS config) out of one job's row."""
+
+    def __init__(self, error: InputError):
+        super().__init__(error.message)
+        self.error = error
 
 
 # A sweep id as sweep.py makes it: <name>-<8 hex>, and a scheduled tick's adds -<YYYYMMDDHHMM>.
@@ -672,9 +699,12 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
     a row when it is unreadable or could not be fetched); `sweep` to the jobs of a sweep id,
     a sweep name or a schedule's untimed id, by tag or else by job name (see the module
     docstring; on S3 also its SageMaker jobs with no results yet; InputError listing the
-    sweeps found when it matches nothing). `s3` and `sagemaker` are boto3 clients (created with `client_config` when
-    None; SageMaker ones per job region). `workers` 1 collects sequentially. `progress(done,
-    total)` is called as jobs finish. Raises InputError for an unusable prefix or filter.
+    sweeps found when it matches nothing). `region` (default: the region rule of
+    `backends.sagemaker.default_region`) is the S3 client's, that of jobs whose results name
+    none, and where a sweep's SageMaker jobs are listed. `s3` and `sagemaker` are boto3
+    clients (created with `client_config` when None; SageMaker ones per job region).
+    `workers` 1 collects sequentially. `progress(done, total)` is called as jobs finish.
+    Raises InputError for an unusable prefix or filter, or an AWS config that cannot be read.
     """
     from orchestrator.request import JOB_NAME_PATTERN, MAX_JOB_NAME
 
@@ -689,10 +719,15 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
     check_prefix(prefix)
     scheme = urlparse(prefix).scheme
     if scheme == "s3":
+        from orchestrator.backends.sagemaker import default_region
+
+        # botocore itself reads AWS_DEFAULT_REGION only: without this, AWS_REGION alone would
+        # send S3 calls to us-east-1 (another partition's endpoint for cn-/us-gov- regions).
+        region = default_region(region)
         if s3 is None:
             from orchestrator.backends.sagemaker import aws_session
 
-            s3 = aws_session().client("s3", config=client_config(workers))
+            s3 = aws_session().client("s3", region_name=region, config=client_config(workers))
         store: _Store = _S3Store(prefix, s3)
     else:
         store = _FileStore(prefix)

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import cost, doctor, request
-from orchestrator.backends import Backend
+from orchestrator.backends import Backend, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.paths import home
@@ -834,7 +834,7 @@ class Runner:
                     self._backoff(f"status of {latest.job_name}: {exc.message}")
                     return
                 raise
-            except InputError as exc:
+            except UnknownJob as exc:
                 # The job the ledger says exists is gone (deleted account data, wrong region):
                 # the trial is not lost, it is resubmitted as a retry.
                 self.ledger.transition(latest.job_name, "failed", detail=f"[lost] {exc.message}",
@@ -923,7 +923,7 @@ class Runner:
         # STOPPED_LEGACY was written in both cases: ask the backend whether the job exists.
         try:
             self.backend.status(entry.job_name)
-        except InputError:
+        except UnknownJob:
             return True
         except BackendError as exc:
             self._event(f"{entry.job_name}: not reopened yet ({exc.message})")
@@ -1223,7 +1223,7 @@ def stop(runner: Runner) -> StopReport:
             continue
         try:
             status = runner.backend.status(entry.job_name)
-        except InputError:
+        except UnknownJob:
             # The backend does not know the job. From `submitting`, a create that never reached
             # it: nothing runs, and a resume may create it under this name. A job the ledger
             # saw created but the backend lost is treated as stopped in flight: a resume gives

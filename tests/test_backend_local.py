@@ -387,6 +387,32 @@ def test_unknown_job_is_an_input_error(orch_home):
         backend.stop("nope")
 
 
+@pytest.mark.parametrize("content, why", [
+    ("{bad", "not JSON (Expecting property name enclosed in double quotes"),
+    ("[]", "a JSON array, not an object"),
+    ("", "it is empty"),
+    ("null", "a JSON null, not an object"),
+    ('{"secondary": "Training"}', "state None is none of pending, starting"),
+    ('{"state": "running", "started": "noon"}', "started 'noon' is not a time in seconds"),
+    ('{"state": "running", "pid": "12a"}', "pid '12a' is not a process id"),
+])
+def test_a_damaged_status_file_is_an_input_error_naming_it(orch_home, content, why):
+    from orchestrator.backends import UnknownJob
+
+    folder = orch_home / "jobs" / "broken-1"
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(content)
+    backend = LocalBackend()
+    for call in (backend.status, lambda job: list(backend.logs(job)), backend.stop):
+        with pytest.raises(InputError) as info:
+            call("broken-1")
+        assert not isinstance(info.value, UnknownJob)  # the name is right: the file is not
+        assert info.value.message.startswith(f"{folder / 'status.json'}: the local job's status file is damaged: {why}")
+        assert f"remove its folder (rm -r {folder}) to forget the job" in info.value.hint
+    assert (folder / "status.json").read_text() == content  # left for the user to look at
+    assert sorted(p.name for p in folder.iterdir()) == ["status.json"]  # stop wrote no stop request
+
+
 def test_job_name_of_another_spec_is_refused(orch_home, tmp_path, fake_train):
     prepared = prepared_for(make_spec(tmp_path))
     Ledger().record_intent(prepared.job_name, backend="local", region="us-east-1", spec_hash="0" * 64, request={})
@@ -442,3 +468,14 @@ def test_two_hosts_train_to_the_end_over_gloo_on_loopback(orch_home, tmp_path, m
     job_dir = orch_home / "jobs" / prepared.job_name
     second = json.loads((job_dir / "algo-2" / contract.OUTPUT_DATA_DIR / "results.json").read_text())
     assert second["status"] == "completed" and second["world_size"] == 2
+
+
+def test_a_supervisor_finding_a_damaged_status_file_leaves_a_whole_failed_one(tmp_path):
+    from orchestrator.backends import local_runner
+
+    job_dir = tmp_path / "job"
+    (job_dir / local.LOG_DIR).mkdir(parents=True)
+    (job_dir / local.STATUS_FILE).write_text("{damaged")
+    assert local_runner.main([str(job_dir)]) == 1
+    status = json.loads((job_dir / local.STATUS_FILE).read_text())
+    assert status["state"] == "failed" and "supervisor crashed" in status["failure_reason"]

@@ -748,6 +748,23 @@ def test_default_region_order_flag_env_profile_fallback(tmp_path, monkeypatch):
     assert sm_backend.default_region() == "us-east-1"
 
 
+@pytest.mark.parametrize("empty", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_an_empty_region_variable_counts_as_unset_and_the_profile_region_shows(tmp_path, monkeypatch, empty):
+    config = tmp_path / "aws-config"
+    config.write_text("[default]\nregion = ap-south-1\n\n[profile work]\nregion = eu-north-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.setenv(empty, "")
+    # botocore takes an empty AWS_DEFAULT_REGION as the region "", hiding the profile's.
+    assert sm_backend.default_region() == "ap-south-1"
+    monkeypatch.setenv("AWS_PROFILE", "work")
+    assert sm_backend.default_region() == "eu-north-1"
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    with pytest.raises(InputError, match=r"cannot read the AWS configuration: The config profile \(nope\)"):
+        sm_backend.default_region()
+
+
 def test_default_region_refuses_a_value_that_is_not_a_region(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_REGION", "us east 1")
     with pytest.raises(InputError) as info:

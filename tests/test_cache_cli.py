@@ -175,6 +175,47 @@ def test_store_failure_exits_1(moto_server, monkeypatch, capsys):
         cache.prune("s3://no-such-bucket/cache")
 
 
+def test_s3_stores_are_read_in_the_commands_region(moto_bucket, tmp_path, monkeypatch, capsys):
+    """botocore reads AWS_DEFAULT_REGION only: a user who set AWS_REGION (README step 0) must
+    reach that region's S3 endpoint, as every other command does."""
+    uri = f"s3://{moto_bucket}/compile-cache"
+    populate(uri, tmp_path)
+    monkeypatch.setenv("AWS_REGION", "eu-west-2")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    regions: list = []
+    real = cache.open_store
+
+    def spy(uri, **kwargs):
+        store = real(uri, **kwargs)
+        if isinstance(store, storage.S3Store):
+            regions.append(store.client.meta.region_name)
+        return store
+
+    monkeypatch.setattr(cache, "open_store", spy)
+    for args in (["ls", uri], ["show", uri, NEURON.digest()], ["prune", uri, "--dry-run"]):
+        regions.clear()
+        code, _, err = _cli(monkeypatch, capsys, "cache", *args)
+        assert code == 0, err
+        assert regions and regions[-1] == "eu-west-2", args
+
+
+@pytest.mark.parametrize("config, message", [
+    (None, "The config profile (nope) could not be found"),
+    ("[default\nregion = eu-west-1\n", "Unable to parse config file"),
+])
+def test_an_unreadable_aws_config_is_exit_2_as_for_every_command(tmp_path, monkeypatch, capsys, config, message):
+    if config is None:
+        monkeypatch.setenv("AWS_PROFILE", "nope")
+    else:
+        (tmp_path / "aws-config").write_text(config)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    for args in (["ls"], ["show", "some-key"], ["prune"]):
+        code, out, err = _cli(monkeypatch, capsys, "cache", args[0], "s3://test-bucket/cache", *args[1:])
+        assert code == 2 and out == "" and "Traceback" not in err, (args, err)
+        assert f"error: cannot read the AWS configuration: {message}" in err
+        assert "hint: fix or unset AWS_PROFILE" in err
+
+
 def test_prune_deletes_only_old_unreferenced_archives(store_uri, tmp_path):
     populate(store_uri, tmp_path)
     name = orphan(store_uri)

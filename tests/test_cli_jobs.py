@@ -259,11 +259,17 @@ def no_stop(monkeypatch):
     monkeypatch.setattr(LocalBackend, "stop", stop)
 
 
-def test_stop_of_an_unknown_job_exits_2_without_asking_to_stop(aws, no_stop, monkeypatch, capsys):
-    code, out, err = _cli(monkeypatch, capsys, "stop", "no-such-job")
-    assert code == 2 and out == ""
-    assert f"error: no SageMaker training job named no-such-job in {REGION}" in err and "hint: " in err
-    assert "Traceback" not in err
+@pytest.mark.parametrize("command", ["status", "logs", "stop"])
+def test_a_mistyped_job_name_with_credentials_says_where_it_looked(aws, no_stop, orch_home, monkeypatch, capsys,
+                                                                   command):
+    code, out, err = _cli(monkeypatch, capsys, command, "no-such-job")
+    assert code == 2 and out == "" and "Traceback" not in err
+    error, hint = err.rstrip("\n").split("\n")
+    assert error == (f"error: no job no-such-job: it is in neither the ledger ({orch_home / 'ledger.sqlite3'}) nor "
+                     f"the local jobs ({orch_home / 'jobs'}), and no SageMaker training job named no-such-job in "
+                     f"{REGION}")
+    assert hint.startswith(f"hint: check the name (`ls {orch_home / 'jobs'}` lists the local jobs")
+    assert hint.endswith("if it is a SageMaker job in another region, pass --region")
 
 
 def _local_job(home: Path, job: str, state: str) -> None:
@@ -668,6 +674,70 @@ def test_status_of_a_sweep_job_whose_submit_failed_says_what_the_ledger_knows(aw
     code, _, err = _cli(monkeypatch, capsys, "logs", "plain-1")
     assert code == 2 and "the ledger records plain-1 (sagemaker, us-east-1) as planned (never created: " \
         "CreateTrainingJob plain-1: access denied)" in err
+
+
+def test_a_plain_submit_that_failed_says_it_was_never_created_and_to_submit_again(aws, monkeypatch, capsys):
+    ledger = Ledger()
+    ledger.record_intent("plain-2", backend="sagemaker", region=REGION, spec_hash="0" * 64, request={})
+    ledger.transition("plain-2", "planned", detail="CreateTrainingJob plain-2: access denied")
+    for command in ("status", "logs", "stop"):
+        code, out, err = _cli(monkeypatch, capsys, command, "plain-2")
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert "as planned (never created: CreateTrainingJob plain-2: access denied)" in err
+        assert "hint: the job was never created: fix that, then submit its spec again " \
+            "(`python -m orchestrator submit SPEC`)" in err
+        assert "check the job name" not in err and "check the name" not in err
+
+
+def _queued_trial(job: str) -> None:
+    """A sweep trial waiting for its turn, as the sweep runner plans it: planned, no detail."""
+    Ledger().record_intent(job, backend="sagemaker", region=REGION, spec_hash="0" * 64, request={},
+                           state="planned", sweep_id="sw-1a2b3c4d", trial_id=job.rsplit("-", 1)[-1])
+
+
+def test_a_queued_sweep_trial_reads_as_not_submitted_yet(aws, monkeypatch, capsys):
+    _queued_trial("sw-1a2b3c4d-t0000000b")
+    code, _, err = _cli(monkeypatch, capsys, "status", "sw-1a2b3c4d-t0000000b")
+    assert code == 2
+    assert "as planned (not submitted yet)" in err and "never created" not in err
+    assert ("hint: `python -m orchestrator sweep status sw-1a2b3c4d` shows its trial; the sweep's runner submits "
+            "it in its turn") in err
+
+
+def test_stop_of_a_trial_cancelled_before_submission_has_nothing_to_stop(aws, no_stop, monkeypatch, capsys):
+    from orchestrator.sweep import STOPPED_BEFORE_SUBMISSION
+
+    _queued_trial("sw-1a2b3c4d-t0000000b")
+    Ledger().transition("sw-1a2b3c4d-t0000000b", "stopped", detail=STOPPED_BEFORE_SUBMISSION)
+    code, out, err = _cli(monkeypatch, capsys, "stop", "sw-1a2b3c4d-t0000000b")
+    assert code == 0, err
+    assert out.strip() == ("sw-1a2b3c4d-t0000000b: the ledger records it as stopped: [stopped] by sweep stop before "
+                           "submission, and the sagemaker backend has no job of this name; nothing to stop")
+    assert Ledger().get("sw-1a2b3c4d-t0000000b").state == "stopped"
+    # A trial still to come is not "nothing to stop": the backend has no job to stop yet (exit 2).
+    _queued_trial("sw-1a2b3c4d-t0000000c")
+    assert _cli(monkeypatch, capsys, "stop", "sw-1a2b3c4d-t0000000c")[0] == 2
+
+
+def test_region_of_a_job_the_ledger_knows_is_the_ledgers(aws, prepared, orch_home, monkeypatch, capsys):
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0  # in us-east-1; moto completes it
+    code, out, err = _cli(monkeypatch, capsys, "status", prepared.job_name, "--region", "eu-west-1")
+    assert code == 0 and "status    completed" in out
+    assert err == (f"note: --region eu-west-1 ignored: the ledger ({orch_home / 'ledger.sqlite3'}) records "
+                   f"{prepared.job_name} on SageMaker in {REGION}\n")
+    code, out, err = _cli(monkeypatch, capsys, "status", prepared.job_name, "--region", REGION)
+    assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "stop"])
+def test_a_damaged_local_status_file_is_exit_2_naming_it(orch_home, monkeypatch, capsys, command):
+    _local_job(orch_home, "local-bad-1", "running")
+    status_file = orch_home / "jobs" / "local-bad-1" / "status.json"
+    status_file.write_text("{bad")
+    code, out, err = _cli(monkeypatch, capsys, command, "local-bad-1")
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.startswith(f"error: {status_file}: the local job's status file is damaged: not JSON")
+    assert f"rm -r {status_file.parent}) to forget the job" in err
 
 
 # --- one region default for every command that calls AWS -----------------------------------------

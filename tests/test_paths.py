@@ -103,6 +103,28 @@ def test_write_atomic_keeps_an_existing_files_mode(tmp_path, umask):
     assert target.stat().st_mode & 0o777 == 0o640 and target.read_bytes() == b"new"
 
 
+def test_write_atomic_writes_through_a_symlink_as_open_would(tmp_path, umask):
+    umask(0o022)
+    elsewhere = tmp_path / "shared" / "infra.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("old: 1\n")
+    elsewhere.chmod(0o640)
+    link = tmp_path / "sl" / "infra.yaml"
+    link.parent.mkdir()
+    link.symlink_to(Path("..") / "shared" / "infra.yaml")  # relative, as `ln -s` users make them
+    assert paths.write_atomic(link, "new: 2\n") == link
+    assert link.is_symlink() and link.resolve() == elsewhere.resolve()
+    assert elsewhere.read_text() == "new: 2\n" and elsewhere.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in elsewhere.parent.iterdir()) == ["infra.yaml"]  # no temp file left
+    assert sorted(p.name for p in link.parent.iterdir()) == ["infra.yaml"]
+    # A link whose target does not exist yet: open() would create the target, so do we.
+    dangling = tmp_path / "sl" / "new.yaml"
+    dangling.symlink_to(elsewhere.parent / "new.yaml")
+    paths.write_atomic(dangling, b"x")
+    assert dangling.is_symlink() and (elsewhere.parent / "new.yaml").read_bytes() == b"x"
+    assert (elsewhere.parent / "new.yaml").stat().st_mode & 0o777 == 0o644
+
+
 def test_current_umask_without_proc_reads_and_restores_it(umask, monkeypatch):
     import builtins
     import os

@@ -284,6 +284,53 @@ def test_collects_from_a_prefix_without_any_ledger(aws, prices, tmp_path, monkey
     assert not (fresh_home / "ledger.sqlite3").exists()
 
 
+def test_the_region_rule_applies_to_s3_and_to_jobs_whose_results_name_no_region(aws, prices, monkeypatch):
+    import boto3
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sagemaker.models import sagemaker_backends
+
+    s3, _ = aws
+    doc = results_doc("far-1")
+    del doc["region"]  # an older launcher's results
+    put_results(s3, "far-1", doc)
+    # The job lives in eu-west-2, the region the user's AWS_REGION names (README step 0).
+    boto3.client("sagemaker", region_name="eu-west-2").create_training_job(
+        TrainingJobName="far-1", RoleArn=ROLE, OutputDataConfig={"S3OutputPath": f"s3://{BUCKET}/jobs"},
+        AlgorithmSpecification={"TrainingImage": "x:1", "TrainingInputMode": "File"},
+        ResourceConfig={"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+        StoppingCondition={"MaxRuntimeInSeconds": 3600})
+    sagemaker_backends[DEFAULT_ACCOUNT_ID]["eu-west-2"].training_jobs["far-1"].billable_time_in_seconds = 321
+    monkeypatch.setenv("AWS_REGION", "eu-west-2")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    s3_regions: list = []
+    real_init = res._S3Store.__init__
+
+    def spy(self, prefix, client):
+        s3_regions.append(client.meta.region_name)
+        real_init(self, prefix, client)
+
+    monkeypatch.setattr(res._S3Store, "__init__", spy)
+    row = res.collect(PREFIX, sleep=lambda s: None).rows[0]
+    assert s3_regions == ["eu-west-2"]  # botocore alone would have taken us-east-1
+    assert row.status == "completed" and row.billable_s == 321, row.note
+    assert "no SageMaker job" not in (row.note or "")
+
+
+def test_an_unreadable_aws_config_is_the_commands_error_only_when_a_region_is_needed(prices, monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    write_local(prices, "loc-1", results_doc("loc-1", backend="local"))
+    assert res.collect(res.local_store_uri()).rows[0].status == "completed"  # its results name the region
+    doc = results_doc("sm-1")
+    del doc["region"]
+    write_local(prices, "sm-1", doc)
+    for workers in (1, 4):
+        with pytest.raises(InputError, match="cannot read the AWS configuration") as info:
+            res.collect(res.local_store_uri(), workers=workers)
+        assert "AWS_PROFILE" in info.value.hint
+
+
 # --- filters ------------------------------------------------------------------------------
 
 def test_sweep_filter_by_tag_and_name_and_sagemaker_jobs_without_results(aws, prices):

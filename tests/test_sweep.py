@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from orchestrator import spec
 from orchestrator import sweep as sweeps
-from orchestrator.backends import JobStatus, Submitted
+from orchestrator.backends import JobStatus, Submitted, UnknownJob
 from orchestrator.errors import BackendError, InputError, SpecError
 from orchestrator.ledger import Ledger
 
@@ -501,7 +501,7 @@ class FakeCloud:
 
     def status(self, job_name: str) -> JobStatus:
         if job_name not in self.jobs:
-            raise InputError(f"no job {job_name}")
+            raise UnknownJob(f"no job {job_name}")
         job = self.jobs[job_name]
         tags = {t["Key"]: t["Value"] for t in job["request"]["Tags"]}
         return JobStatus(job_name, job["status"], failure_reason=job["reason"], tags=tags,
@@ -679,6 +679,26 @@ def test_user_errors_at_submit_are_never_retried(rig):
     [view] = runner.views()
     assert final.done and view.state == "failed" and view.detail.startswith("[user]")
     assert cloud.submit_calls == 1 and cloud.jobs == {}
+
+
+def test_a_job_the_backend_lost_is_retried_but_a_damaged_status_is_not_taken_for_lost(rig, monkeypatch):
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16]\n")
+    runner.step()
+    [job] = list(cloud.jobs)
+    # A damaged local status file is an InputError naming the file: the runner stops on it
+    # instead of failing the trial as lost and submitting it again.
+    real_status = cloud.status
+    monkeypatch.setattr(cloud, "status", lambda name: (_ for _ in ()).throw(
+        InputError(f"{name}: status.json is damaged", hint="remove the job's folder")))
+    with pytest.raises(InputError, match="damaged"):
+        runner.step()
+    assert states(runner) == {job: "submitted"} and len(cloud.creates) == 1
+    # The backend answering that it has no such job is what makes a trial lost (and retried).
+    monkeypatch.setattr(cloud, "status", real_status)
+    del cloud.jobs[job]
+    runner.step()
+    assert runner.ledger.get(job).state == "failed" and runner.ledger.get(job).detail.startswith("[lost]")
 
 
 def test_a_lost_answer_leaves_submitting_and_is_reconciled_not_duplicated(rig):
@@ -1218,6 +1238,7 @@ def test_cli_detach_on_a_finished_sweep_reports_in_the_foreground_and_status_tak
     again = _cli("sweep", "run", str(path), "--detach", env=env)
     assert again.returncode == 0, again.stderr
     assert "running in the background" not in again.stdout
+    assert f"sweep {sweep_id}: nothing left to run, so no background runner was started" in again.stderr
     assert f"sweep {sweep_id}: 2 completed" in again.stdout
     assert not (orch_home / "sweeps" / f"{sweep_id}.log").exists()  # no runner was started
     shown = _cli("sweep", "status", "done", "--json", "--no-refresh", env=env)

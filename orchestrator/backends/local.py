@@ -56,7 +56,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from entrypoints import contract
-from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted, UnknownJob
+from orchestrator.backends import STATUSES, TERMINAL_STATUSES, JobStatus, Submitted, UnknownJob
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 from orchestrator.paths import home, write_atomic
@@ -97,10 +97,42 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict | None:
+    """The JSON in `path` as it is (the supervisor's reader; `status`, `logs` and `stop` check
+    status.json through `_parse_status`); None when there is no such file. A file that is not
+    JSON raises ValueError."""
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+
+
+def _parse_status(text: str) -> tuple[dict | None, str | None]:
+    """(status, None) for a status.json as the backend and its supervisor write it, else
+    (None, why it is not one)."""
+    if not text.strip():
+        return None, "it is empty"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    if not isinstance(data, dict):
+        return None, f"a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}, not an object"
+    if data.get("state") not in STATUSES:
+        return None, f"state {data.get('state')!r} is none of {', '.join(STATUSES)}"
+    for field in ("created", "started", "ended"):
+        value = data.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return None, f"{field} {value!r} is not a time in seconds"
+    pid = data.get("pid")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
+        return None, f"pid {pid!r} is not a process id"
+    hosts = data.get("hosts")
+    if hosts is not None and not (isinstance(hosts, dict) and all(isinstance(h, dict) for h in hosts.values())):
+        return None, "hosts is not an object of host objects"
+    return data, None
+
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def decode_hyperparameters(raw: dict[str, str]) -> dict[str, object]:
@@ -347,11 +379,25 @@ class LocalBackend:
     # --- status -----------------------------------------------------------------------------
 
     def _read_status(self, job_name: str) -> dict:
-        data = read_json(self.job_dir(job_name) / STATUS_FILE)
-        if data is None:
+        """The job's status.json. UnknownJob when there is none; InputError naming the file
+        when it is not a status this backend wrote (empty, not JSON, not an object, no known
+        state, times that are not numbers): a damaged file, not a job to guess about."""
+        path = self.job_dir(job_name) / STATUS_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
             raise UnknownJob(f"no local job named {job_name} under {self.home / 'jobs'}",
                              hint=f"each local job has a folder in {self.home / 'jobs'} (`ls` it for their "
-                                  "names); or check ORCHESTRATOR_HOME")
+                                  "names); or check ORCHESTRATOR_HOME") from None
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8
+            data, why = None, (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        else:
+            data, why = _parse_status(text)
+        if why is not None:
+            folder = self.job_dir(job_name)
+            raise InputError(f"{path}: the local job's status file is damaged: {why}",
+                             hint=f"the job's state is lost (its log is in {folder / LOG_DIR}); remove its folder "
+                                  f"(rm -r {folder}) to forget the job, and submit the spec again to rerun it")
         return data
 
     def _supervisor_pid(self, job_name: str, data: dict) -> int | None:

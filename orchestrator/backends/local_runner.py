@@ -300,7 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         return Supervisor(job_dir).run()
     except Exception:  # noqa: BLE001 - last resort: status.json must not stay non-terminal
         traceback.print_exc()
-        status = read_json(job_dir / STATUS_FILE) or {}
+        try:
+            status = read_json(job_dir / STATUS_FILE) or {}
+        except ValueError:  # the status file itself was what failed: write a whole one
+            status = {}
+        if not isinstance(status, dict):
+            status = {}
         status.update(state="failed", secondary="Failed", ended=time.time(),
                       failure_reason="InternalServerError: the local supervisor crashed; see supervisor.log")
         write_json_atomic(job_dir / STATUS_FILE, status)

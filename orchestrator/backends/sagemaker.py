@@ -94,6 +94,12 @@ def retry_config() -> dict:
 FALLBACK_REGION = "us-east-1"
 
 
+def _config_error(exc: Exception) -> InputError:
+    return InputError(f"cannot read the AWS configuration: {service_message(exc)}",
+                      hint="fix or unset AWS_PROFILE (`aws configure list-profiles` lists the profiles), "
+                           "or AWS_CONFIG_FILE")
+
+
 def aws_session(region: str | None = None):
     """A boto3 Session (for `region`, else botocore's default). InputError when the AWS
     configuration cannot be read: an AWS_PROFILE no config file names, a config file that
@@ -104,16 +110,29 @@ def aws_session(region: str | None = None):
     try:
         return boto3.session.Session(region_name=region)
     except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
-        raise InputError(f"cannot read the AWS configuration: {service_message(exc)}",
-                         hint="fix or unset AWS_PROFILE (`aws configure list-profiles` lists the profiles), "
-                              "or AWS_CONFIG_FILE") from None
+        raise _config_error(exc) from None
+
+
+def _profile_region() -> tuple[str | None, str]:
+    """(the region the AWS config file gives the profile in use, or None; that profile's
+    name). Read from the config file itself: a Session's region_name would be an empty
+    AWS_DEFAULT_REGION's "" instead. InputError as `aws_session` raises it."""
+    import botocore.session
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        session = botocore.session.Session()
+        return session.get_scoped_config().get("region") or None, session.profile or "default"
+    except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
+        raise _config_error(exc) from None
 
 
 def default_region(region: str | None = None) -> str:
     """The region of a command that calls AWS: `region` (its --region), else AWS_REGION,
     else AWS_DEFAULT_REGION, else the AWS config profile's region, else FALLBACK_REGION (the
-    order `cli._REGION_DEFAULTS` tells the user). Imports boto3 only to read the profile's
-    region. InputError for an environment or profile value that is not a region name."""
+    order `cli._REGION_DEFAULTS` tells the user). A variable set to "" counts as unset.
+    Imports botocore only to read the profile's region. InputError for an environment or
+    profile value that is not a region name, or an AWS config that cannot be read."""
     from orchestrator.spec import REGION_PATTERN
 
     if region:
@@ -124,10 +143,10 @@ def default_region(region: str | None = None) -> str:
             where = f"{variable}={value!r}"
             break
     else:
-        value = aws_session().region_name
+        value, profile = _profile_region()
         if not value:
             return FALLBACK_REGION
-        where = f"the region {value!r} of the AWS config profile {os.environ.get('AWS_PROFILE') or 'default'}"
+        where = f"the region {value!r} of the AWS config profile {profile}"
     if not re.fullmatch(REGION_PATTERN, value):
         raise InputError(f"{where} is not an AWS region name",
                          hint="make it a region such as us-east-1, or pass --region")
