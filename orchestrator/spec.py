@@ -320,14 +320,13 @@ class JobSpec(_Strict):
         found: list[tuple[str, str]] = []
         if self.backend == "sagemaker":
             if self.role_arn is None:
-                found.append(("role_arn", "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)"))
+                found.append(("role_arn", _NEEDS_ROLE))
             if self.output.uri is None or not self.output.uri.startswith("s3://"):
-                found.append(("output.uri", "the sagemaker backend needs an s3:// output.uri"))
+                found.append(("output.uri", _NEEDS_OUTPUT))
             if self.compile_cache.mode == "tarball" and (
                 self.compile_cache.uri is None or not self.compile_cache.uri.startswith("s3://")
             ):
-                found.append(("compile_cache.uri",
-                              "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off"))
+                found.append(("compile_cache.uri", _NEEDS_CACHE))
             if self.data.source.startswith("file://"):
                 found.append(("data.source", "a sagemaker job cannot read file:// data; use s3://"))
         if len(self.tags) > 40:
@@ -675,6 +674,33 @@ def _unquoted_hint(err: dict, raw: str | None, pattern: str | None = None) -> st
     return None
 
 
+_NEEDS_ROLE = "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)"
+_NEEDS_OUTPUT = "the sagemaker backend needs an s3:// output.uri"
+_NEEDS_CACHE = "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off"
+
+
+def _sagemaker_fields_absent(data: Mapping) -> list[tuple[tuple[str, ...], str]]:
+    """The fields a sagemaker spec needs that `data` leaves out altogether, read from the raw
+    data: pydantic runs JobSpec's cross-field checks only when every field is valid, so with
+    another problem in the file these would otherwise surface one round later."""
+    if data.get("backend") != "sagemaker":
+        return []
+
+    def part(name: str) -> Mapping:
+        value = data.get(name)
+        return value if isinstance(value, Mapping) else {}
+
+    found = []
+    if data.get("role_arn") is None:
+        found.append((("role_arn",), _NEEDS_ROLE))
+    if isinstance(data.get("output", {}), Mapping) and part("output").get("uri") is None:
+        found.append((("output", "uri"), _NEEDS_OUTPUT))
+    cache = data.get("compile_cache", {})
+    if isinstance(cache, Mapping) and cache.get("mode", "tarball") == "tarball" and cache.get("uri") is None:
+        found.append((("compile_cache", "uri"), _NEEDS_CACHE))
+    return found
+
+
 def validate(model: type[BaseModel], data: Any, smap: SourceMap) -> BaseModel:
     """Validate plain data against `model`, raising SpecError with located problems."""
     if not isinstance(data, Mapping):
@@ -682,7 +708,12 @@ def validate(model: type[BaseModel], data: Any, smap: SourceMap) -> BaseModel:
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:
-        raise SpecError(problems_from(exc, model, smap)) from None
+        problems = problems_from(exc, model, smap)
+        if model is JobSpec:
+            seen = {p.path for p in problems}
+            problems += [Problem(*smap.where(loc), _dotted(loc), message)
+                         for loc, message in _sagemaker_fields_absent(data) if _dotted(loc) not in seen]
+        raise SpecError(problems) from None
     except RecursionError:
         raise SpecError([Problem(smap.file, 1, 1, "", "the document is nested too deeply")]) from None
 

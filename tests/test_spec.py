@@ -602,6 +602,23 @@ def test_every_cross_field_problem_is_reported_in_one_round():
     assert all(p.line == 4 for p in both)
 
 
+def test_absent_sagemaker_fields_show_up_with_other_problems_in_the_same_round(tmp_path):
+    # pydantic runs JobSpec's cross-field checks only when every field is valid: a bad value
+    # elsewhere used to hide the missing role and URIs until it was fixed.
+    found = {p.path for p in problems("name: sm\nbackend: sagemaker\ntraining: {steps: 5, warmup_steps: 10}\n")}
+    assert found == {"training.warmup_steps", "role_arn", "output.uri", "compile_cache.uri"}
+    # What an infra file fills in, or mode: off, is not missing.
+    (tmp_path / "infra.yaml").write_text("role_arn: arn:aws:iam::123456789012:role/r\n"
+                                         "output_uri: s3://my-bucket/jobs\ncompile_cache_uri: s3://my-bucket/cc\n")
+    (tmp_path / "job.yaml").write_text("name: sm\nbackend: sagemaker\ninfra: infra.yaml\n"
+                                       "training: {steps: 5, warmup_steps: 10}\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    assert [p.path for p in info.value.problems] == ["training.warmup_steps"]
+    off = problems("name: sm\nbackend: sagemaker\ncompile_cache: {mode: \"off\"}\nrole_arn: 5\n")
+    assert {p.path for p in off} == {"role_arn", "output.uri"}
+
+
 def test_cross_field_problems_keep_their_own_file_when_filled_from_infra(tmp_path):
     infra = tmp_path / "infra.yaml"
     problems_ = infra_load_problems(tmp_path, "compile_cache_uri: file:///tmp/cc\noutput_uri: file:///tmp/out\n")
