@@ -1183,9 +1183,12 @@ def sweep_stop(
     for name in report.stopped_jobs:
         _out(f"stopping {name}")
     if report.stopped_jobs or report.cancelled:
+        # Resume reopens what was stopped only within the budget and retry limits.
+        then = (f"continue it with `python -m orchestrator sweep resume {sweep_id}`" if runner.has_work() else
+                f"a resume would run nothing (budget or retries used up: `python -m orchestrator sweep status "
+                f"{sweep_id}` shows why)")
         _out(f"sweep {sweep_id}: {len(report.stopped_jobs)} job(s) stopping, "
-             f"{len(report.cancelled)} trial(s) cancelled before submission; continue it with "
-             f"`python -m orchestrator sweep resume {sweep_id}`")
+             f"{len(report.cancelled)} trial(s) cancelled before submission; {then}")
     elif not report.errors:
         _out(f"sweep {sweep_id}: nothing in flight, nothing stopped" + (
             f"; trials are left to run: continue them with `python -m orchestrator sweep resume {sweep_id}`"

@@ -1518,6 +1518,25 @@ def test_cli_stop_of_a_sweep_with_nothing_in_flight_gives_no_resume_advice(tmp_p
     assert "resume" not in done.output and "job(s) stopping" not in done.output
 
 
+def test_cli_stop_says_when_a_resume_would_run_nothing(rig, monkeypatch):
+    # The budget leaves no room to resubmit the stopped job: no "continue it with resume".
+    from orchestrator import cli
+
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
+    runner.step()
+    monkeypatch.setattr(cli, "_sweep_backend", lambda definition, ledger: cloud)
+    done = _invoke("sweep", "stop", runner.d.sweep_id)
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert "1 job(s) stopping" in done.output and "a resume would run nothing (budget or retries used up" in done.output
+    assert "continue it with" not in done.output
+    roomy = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 100}\n"
+                 "grid:\n  training.batch_size: [16, 32]\n")
+    roomy.step()
+    done = _invoke("sweep", "stop", roomy.d.sweep_id)
+    assert f"continue it with `python -m orchestrator sweep resume {roomy.d.sweep_id}`" in done.output
+
+
 def test_the_runner_says_whether_a_step_would_act(rig):
     make, cloud, _ = rig
     # One trn1.2xlarge hour is about 1.34 USD: the stopped job's bound is spent, no room for another.
