@@ -482,10 +482,13 @@ class _Collector:
 
     def job_region(self, results: ResultsV1) -> str:
         """The results' region, else the command's region rule (`default_region`: --region,
-        AWS_REGION, ..., us-east-1), resolved once and only when a results object names none.
+        AWS_REGION, ..., us-east-1), resolved once and only when a SageMaker job's results
+        object names none (a local job's needs no AWS configuration).
         An AWS config that rule cannot read is the command's error, not one job's."""
         if results.region:
             return results.region
+        if results.backend == "local":
+            return "us-east-1"  # a local row is priced as "local": no AWS config to read for it
         with self._lock:
             if self._default_region is None:
                 from orchestrator.backends.sagemaker import default_region

@@ -72,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import cost, doctor, request
-from orchestrator.backends import Backend, UnknownJob
+from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.paths import home
@@ -829,6 +829,11 @@ class Runner:
                 continue
             try:
                 status = self.backend.status(latest.job_name)
+            except DamagedStatus as exc:
+                # The job's own record is unreadable: say so and leave the trial as it is (it may
+                # still run); the rest of the sweep goes on.
+                self._event(f"{latest.job_name}: {exc.message}")
+                continue
             except BackendError as exc:
                 if submit_error_kind(exc) in ("throttled", "quota", "transient"):
                     self._backoff(f"status of {latest.job_name}: {exc.message}")
@@ -1234,10 +1239,12 @@ def stop(runner: Runner) -> StopReport:
                 expect=("submitting", "submitted", "running"))
             cancelled.append(entry.job_name)
             continue
+        except DamagedStatus:
+            status = None  # its record is unreadable, but the backend may still stop it
         except BackendError as exc:
             errors.append(f"{entry.job_name}: {exc.message}")
             continue
-        if status.terminal:
+        if status is not None and status.terminal:
             runner.ledger.transition(entry.job_name, status.status, detail=status.failure_reason,
                                      expect=("submitting", "submitted", "running"))
             continue

@@ -21,7 +21,7 @@ from entrypoints import contract, storage
 from orchestrator import request, spec
 from orchestrator.backends import local
 from orchestrator.backends.local import LocalBackend
-from orchestrator.errors import InputError
+from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -320,6 +320,24 @@ def test_s3_data_channel_is_downloaded(orch_home, tmp_path, fake_train, moto_ser
     assert rank0["env"]["SM_CHANNEL_TRAIN"] == str(root / "input/data/train")
 
 
+def test_an_output_bucket_that_does_not_exist_fails_the_submit_cleanly(orch_home, tmp_path, fake_train, moto_server):
+    # QA: a local spec with an s3:// output.uri whose bucket is missing gave a 65-line
+    # traceback, and the ledger row stayed "submitting" without the reason.
+    import boto3
+
+    path = make_spec(tmp_path)
+    path.write_text(path.read_text() + "output: {uri: s3://no-such-bucket/jobs}\n")
+    prepared = prepared_for(path)
+    backend = LocalBackend(s3_client=boto3.client("s3", region_name="us-east-1"))
+    with pytest.raises(BackendError) as info:
+        backend.submit(prepared)
+    assert "could not upload the job's source to s3://no-such-bucket/" in info.value.message
+    assert "bucket exists" in info.value.hint
+    entry = Ledger().get(prepared.job_name)
+    assert entry.state == "planned" and "no-such-bucket" in entry.detail
+    assert not (orch_home / "jobs" / prepared.job_name).exists()
+
+
 def test_empty_data_channel_is_refused_at_submit(orch_home, tmp_path, fake_train):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -408,9 +426,21 @@ def test_a_damaged_status_file_is_an_input_error_naming_it(orch_home, content, w
             call("broken-1")
         assert not isinstance(info.value, UnknownJob)  # the name is right: the file is not
         assert info.value.message.startswith(f"{folder / 'status.json'}: the local job's status file is damaged: {why}")
-        assert f"remove its folder (rm -r {folder}) to forget the job" in info.value.hint
+        assert f"remove its folder (rm -r {folder}) to forget it" in info.value.hint
+        assert "`python -m orchestrator stop broken-1` stops it" in info.value.hint and "--rerun" in info.value.hint
     assert (folder / "status.json").read_text() == content  # left for the user to look at
     assert sorted(p.name for p in folder.iterdir()) == ["status.json"]  # stop wrote no stop request
+
+
+def test_a_running_job_with_a_damaged_status_file_can_still_be_stopped(orch_home, tmp_path, fake_train,
+                                                                         monkeypatch):
+    # QA: stop of a running job whose status.json was damaged was exit 2, with no way to stop it.
+    backend, prepared, job_dir, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
+    (job_dir / local.STATUS_FILE).write_text("{}")
+    backend.stop(prepared.job_name)
+    wait_until(lambda: not local.process_alive(data["pid"]), 60, "the supervisor did not stop")
+    final = json.loads((job_dir / local.STATUS_FILE).read_text())
+    assert final["state"] == "stopped"  # the supervisor wrote a whole status as it stopped
 
 
 def test_job_name_of_another_spec_is_refused(orch_home, tmp_path, fake_train):

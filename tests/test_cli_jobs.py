@@ -737,7 +737,7 @@ def test_a_damaged_local_status_file_is_exit_2_naming_it(orch_home, monkeypatch,
     code, out, err = _cli(monkeypatch, capsys, command, "local-bad-1")
     assert code == 2 and out == "" and "Traceback" not in err
     assert err.startswith(f"error: {status_file}: the local job's status file is damaged: not JSON")
-    assert f"rm -r {status_file.parent}) to forget the job" in err
+    assert f"rm -r {status_file.parent}) to forget it" in err
 
 
 # --- one region default for every command that calls AWS -----------------------------------------

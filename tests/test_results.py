@@ -322,6 +322,11 @@ def test_an_unreadable_aws_config_is_the_commands_error_only_when_a_region_is_ne
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     write_local(prices, "loc-1", results_doc("loc-1", backend="local"))
     assert res.collect(res.local_store_uri()).rows[0].status == "completed"  # its results name the region
+    nameless = results_doc("loc-2", backend="local")
+    del nameless["region"]
+    write_local(prices, "loc-2", nameless)
+    # A local job needs no AWS configuration, even when its results name no region (QA).
+    assert {r.status for r in res.collect(res.local_store_uri()).rows} == {"completed"}
     doc = results_doc("sm-1")
     del doc["region"]
     write_local(prices, "sm-1", doc)

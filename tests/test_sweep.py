@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from orchestrator import spec
 from orchestrator import sweep as sweeps
-from orchestrator.backends import JobStatus, Submitted, UnknownJob
+from orchestrator.backends import DamagedStatus, JobStatus, Submitted, UnknownJob
 from orchestrator.errors import BackendError, InputError, SpecError
 from orchestrator.ledger import Ledger
 
@@ -683,22 +683,37 @@ def test_user_errors_at_submit_are_never_retried(rig):
 
 def test_a_job_the_backend_lost_is_retried_but_a_damaged_status_is_not_taken_for_lost(rig, monkeypatch):
     make, cloud, _ = rig
-    runner = make("sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16]\n")
+    runner = make()
     runner.step()
-    [job] = list(cloud.jobs)
-    # A damaged local status file is an InputError naming the file: the runner stops on it
-    # instead of failing the trial as lost and submitting it again.
-    real_status = cloud.status
-    monkeypatch.setattr(cloud, "status", lambda name: (_ for _ in ()).throw(
-        InputError(f"{name}: status.json is damaged", hint="remove the job's folder")))
-    with pytest.raises(InputError, match="damaged"):
-        runner.step()
-    assert states(runner) == {job: "submitted"} and len(cloud.creates) == 1
+    damaged, healthy = sorted(cloud.jobs)
+    real_status, stops = cloud.status, []
+    real_stop = cloud.stop
+
+    def status(name):
+        if name == damaged:
+            raise DamagedStatus(f"{name}: status.json is damaged", hint="remove the job's folder")
+        return real_status(name)
+
+    monkeypatch.setattr(cloud, "status", status)
+    monkeypatch.setattr(cloud, "stop", lambda name: (stops.append(name), real_stop(name)))
+    # QA: one damaged local status file made every poll, `sweep status` and `sweep stop` exit 2.
+    # The runner reports it, leaves that trial as it is (never resubmitted) and goes on.
+    cloud.jobs[healthy]["status"] = "completed"
+    progress = runner.step()
+    assert any(f"{damaged}: status.json is damaged" in e for e in progress.events)
+    assert states(runner)[damaged] == "submitted" and states(runner)[healthy] == "completed"
+    assert len(cloud.creates) == 3  # the freed slot went to the next trial, nothing was resubmitted
+    # sweep stop still stops it (the backend can, while its supervisor runs) and the others.
+    report = _sweep_stop(runner)
+    assert damaged in report.stopped_jobs and damaged in stops and report.errors == []
     # The backend answering that it has no such job is what makes a trial lost (and retried).
     monkeypatch.setattr(cloud, "status", real_status)
+    lost = make("sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16]\n")
+    lost.step()
+    [job] = [name for name in cloud.jobs if name.startswith(lost.d.sweep_id)]
     del cloud.jobs[job]
-    runner.step()
-    assert runner.ledger.get(job).state == "failed" and runner.ledger.get(job).detail.startswith("[lost]")
+    lost.step()
+    assert lost.ledger.get(job).state == "failed" and lost.ledger.get(job).detail.startswith("[lost]")
 
 
 def test_a_lost_answer_leaves_submitting_and_is_reconciled_not_duplicated(rig):

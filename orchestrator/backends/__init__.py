@@ -49,6 +49,12 @@ class JobStatus:
         return max(0.0, 1.0 - self.billable_seconds / self.training_seconds)
 
 
+class DamagedStatus(InputError):
+    """The backend's own record of the job cannot be read (a local job's status.json damaged
+    by hand or by a full disk): exit 2 naming the file. `stop` still stops such a job while
+    its supervisor runs; sweeps report it per trial instead of giving up on the sweep."""
+
+
 class UnknownJob(InputError):
     """The backend answered that it has no job of that name (exit 2). Raised by `status`,
     `logs` and `stop`; the CLI adds what the ledger knows of the name."""

@@ -42,6 +42,7 @@ to S3 (checkpoints stay in each host's tree), the warm pool, metric parsing into
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -56,7 +57,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from entrypoints import contract
-from orchestrator.backends import STATUSES, TERMINAL_STATUSES, JobStatus, Submitted, UnknownJob
+from orchestrator.backends import STATUSES, TERMINAL_STATUSES, DamagedStatus, JobStatus, Submitted, UnknownJob
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 from orchestrator.paths import home, write_atomic
@@ -281,7 +282,13 @@ class LocalBackend:
             return Submitted(name, created=False)
         if entry.state == "planned":
             self.ledger.transition(name, "submitting", expect=("planned",))
-        self._upload_source(prepared)
+        try:
+            self._upload_source(prepared)
+        except BackendError as exc:
+            # Nothing was laid out or started: back to planned, and a later submit (after the
+            # bucket or credentials are fixed) tries again.
+            self.ledger.transition(name, "planned", detail=exc.message, expect=("submitting",))
+            raise
         job_dir.parent.mkdir(parents=True, exist_ok=True)
         with _locked(job_dir.parent / f".{name}.lock"):
             if (job_dir / STATUS_FILE).exists():
@@ -319,12 +326,20 @@ class LocalBackend:
                                  hint="data.source must hold an ImageFolder tree (class/image files)")
 
     def _upload_source(self, prepared) -> None:
-        """Put the archive at `sagemaker_submit_directory` unless that content is there."""
+        """Put the archive at `sagemaker_submit_directory` unless that content is there.
+        A store that fails (no such bucket, credentials) is a BackendError."""
+        from entrypoints.storage import StorageError
+
         prefix, _, key = prepared.source_uri.rpartition("/")
-        store = self._store(prefix)
-        if store.exists(key):
-            return
-        store.put_bytes(key, prepared.archive)
+        try:
+            store = self._store(prefix)
+            if store.exists(key):
+                return
+            store.put_bytes(key, prepared.archive)
+        except StorageError as exc:
+            raise BackendError(f"could not upload the job's source to {prepared.source_uri}: {exc}",
+                               hint="check that output.uri's bucket exists and your credentials can write "
+                                    "to it, then submit again") from exc
 
     def _lay_out(self, prepared, job_dir: Path) -> None:
         request = prepared.request
@@ -395,9 +410,11 @@ class LocalBackend:
             data, why = _parse_status(text)
         if why is not None:
             folder = self.job_dir(job_name)
-            raise InputError(f"{path}: the local job's status file is damaged: {why}",
-                             hint=f"the job's state is lost (its log is in {folder / LOG_DIR}); remove its folder "
-                                  f"(rm -r {folder}) to forget the job, and submit the spec again to rerun it")
+            raise DamagedStatus(f"{path}: the local job's status file is damaged: {why}",
+                                hint=f"the job's state is lost (its log is in {folder / LOG_DIR}). If it still "
+                                     f"runs, `python -m orchestrator stop {job_name}` stops it; then remove its "
+                                     f"folder (rm -r {folder}) to forget it. To run it again: `submit --rerun "
+                                     "SPEC`, or `sweep resume` for a sweep's trial")
         return data
 
     def _supervisor_pid(self, job_name: str, data: dict) -> int | None:
@@ -498,8 +515,20 @@ class LocalBackend:
     def stop(self, job_name: str) -> None:
         """Ask the job to stop: its supervisor terminates every host's process group (SIGTERM,
         then SIGKILL after a grace period), uploads outputs and marks it stopped. Returns at
-        once; `status` shows stopping until then. A job that has ended is left as it is."""
-        data = self._read_status(job_name)
+        once; `status` shows stopping until then. A job that has ended is left as it is.
+
+        A job whose status.json is damaged is still stopped while its supervisor runs (found by
+        its pid file; it writes a whole final status as it stops); DamagedStatus otherwise."""
+        try:
+            data = self._read_status(job_name)
+        except DamagedStatus:
+            pid = self._supervisor_pid(job_name, {})
+            if not process_alive(pid):
+                raise
+            (self.job_dir(job_name) / STOP_FILE).touch()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            return
         if data["state"] in TERMINAL_STATUSES:
             return
         job_dir = self.job_dir(job_name)

@@ -148,8 +148,8 @@ def default_region(region: str | None = None) -> str:
             return FALLBACK_REGION
         where = f"the region {value!r} of the AWS config profile {profile}"
     if not re.fullmatch(REGION_PATTERN, value):
-        raise InputError(f"{where} is not an AWS region name",
-                         hint="make it a region such as us-east-1, or pass --region")
+        # Not "pass --region": some commands that read this rule (cache) have no such flag.
+        raise InputError(f"{where} is not an AWS region name", hint="make it a region such as us-east-1")
     return value
 
 
