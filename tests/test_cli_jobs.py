@@ -262,14 +262,21 @@ def no_stop(monkeypatch):
 @pytest.mark.parametrize("command", ["status", "logs", "stop"])
 def test_a_mistyped_job_name_with_credentials_says_where_it_looked(aws, no_stop, orch_home, monkeypatch, capsys,
                                                                    command):
-    code, out, err = _cli(monkeypatch, capsys, command, "no-such-job")
+    hint = where_it_looked(monkeypatch, capsys, command, "no-such-job", orch_home,
+                           f"and no SageMaker training job named no-such-job in {REGION}")
+    assert hint.endswith("if it is a SageMaker job in another region, pass --region")
+
+
+def where_it_looked(monkeypatch, capsys, command: str, job: str, home, sagemaker: str) -> str:
+    """Run `command job` for a name nobody knows; check the exit-2 error names the ledger, the
+    local jobs folder and what SageMaker said (`sagemaker`); return the hint line."""
+    code, out, err = _cli(monkeypatch, capsys, command, job)
     assert code == 2 and out == "" and "Traceback" not in err
     error, hint = err.rstrip("\n").split("\n")
-    assert error == (f"error: no job no-such-job: it is in neither the ledger ({orch_home / 'ledger.sqlite3'}) nor "
-                     f"the local jobs ({orch_home / 'jobs'}), and no SageMaker training job named no-such-job in "
-                     f"{REGION}")
-    assert hint.startswith(f"hint: check the name (`ls {orch_home / 'jobs'}` lists the local jobs")
-    assert hint.endswith("if it is a SageMaker job in another region, pass --region")
+    assert error == (f"error: no job {job}: it is in neither the ledger ({home / 'ledger.sqlite3'}) nor the local "
+                     f"jobs ({home / 'jobs'}), {sagemaker}")
+    assert hint.startswith(f"hint: check the name (`ls {home / 'jobs'}` lists the local jobs")
+    return hint
 
 
 def _local_job(home: Path, job: str, state: str) -> None:
@@ -629,13 +636,9 @@ def no_credentials(orch_home, monkeypatch):
 @pytest.mark.parametrize("command", ["status", "logs", "stop"])
 def test_a_mistyped_job_name_without_credentials_is_exit_2_naming_where_it_looked(
         no_credentials, monkeypatch, capsys, command):
-    code, out, err = _cli(monkeypatch, capsys, command, "local-smoke-typo")
-    assert code == 2 and out == "" and "Traceback" not in err
-    error, hint = err.rstrip("\n").split("\n")
-    assert error == (f"error: no job local-smoke-typo: it is in neither the ledger ({no_credentials / 'ledger.sqlite3'}) "
-                     f"nor the local jobs ({no_credentials / 'jobs'}), and SageMaker could not be asked in "
-                     f"{REGION}: DescribeTrainingJob: no usable AWS credentials (Unable to locate credentials)")
-    assert hint.startswith(f"hint: check the name (`ls {no_credentials / 'jobs'}` lists the local jobs")
+    hint = where_it_looked(monkeypatch, capsys, command, "local-smoke-typo", no_credentials,
+                           f"and SageMaker could not be asked in {REGION}: DescribeTrainingJob: no usable AWS "
+                           "credentials (Unable to locate credentials)")
     assert "if it is a SageMaker job, configure credentials" in hint
 
 
