@@ -604,13 +604,9 @@ def _uri_reason(value: Any) -> str | None:
         rest = value[len("file://"):]
         host, _, path = rest.partition("/")
         if host:
-            if host == "localhost":
-                if not path.strip("/"):
-                    return "file://localhost names no folder; write file:///ABSOLUTE/PATH (three slashes)"
-                return (f"write file:///{path} (three slashes, no host): the job reads file:// URIs as "
-                        "plain absolute paths")
-            return (f"a file URI needs an absolute path: file://{rest} reads {host!r} as a host name, and "
-                    "relative paths are not allowed; write file:///ABSOLUTE/PATH, e.g. "
+            # One rule for every host name: the job reads what follows file:// as the path.
+            return (f"a file URI needs an absolute path and no host: file://{rest} reads {host!r} as a host "
+                    "name, and relative paths are not allowed; write file:///ABSOLUTE/PATH, e.g. "
                     f"file:///{rest.strip('/')} if you meant /{rest.strip('/')}")
     return None
 

@@ -539,9 +539,9 @@ def test_tabs_say_to_indent_with_spaces():
     ("s3:///x", "no bucket name after s3://"),
     ("s3://b", "'b' is not a valid S3 bucket name"),
     ("s3://Bad_Bucket/x", "'Bad_Bucket' is not a valid S3 bucket name"),
-    ("file://relative/out", "a file URI needs an absolute path: file://relative/out reads 'relative' as a host"),
-    ("file://localhost/srv/out", "write file:///srv/out (three slashes, no host)"),
-    ("file://localhost", "file://localhost names no folder"),
+    ("file://relative/out", "a file URI needs an absolute path and no host: file://relative/out reads 'relative' "
+                            "as a host"),
+    ("file://srv", "file://srv reads 'srv' as a host name"),
     ("s3://my..bucket/x", "'my..bucket' is not a valid S3 bucket name"),
 ])
 def test_uris_need_a_valid_bucket_or_an_absolute_path(field, key, uri, expected):
@@ -554,7 +554,7 @@ def test_uris_need_a_valid_bucket_or_an_absolute_path(field, key, uri, expected)
     examples = {"s3:///x": "e.g. s3://my-bucket/x", "s3://b": "e.g. s3://my-bucket",
                 "s3://Bad_Bucket/x": "e.g. s3://bad-bucket/x",
                 "file://relative/out": "e.g. file:///relative/out if you meant /relative/out",
-                "file://localhost/srv/out": "write file:///srv/out", "file://localhost": "file:///ABSOLUTE/PATH",
+                "file://srv": "write file:///ABSOLUTE/PATH, e.g. file:///srv if you meant /srv",
                 "s3://my..bucket/x": "e.g. s3://my.bucket/x"}
     assert examples[uri] in problem.message
 
