@@ -464,6 +464,14 @@ def _code(exc) -> str:
     return code or str(status or "")
 
 
+def s3_client_config(max_workers: int = DEFAULT_WORKERS):
+    """The botocore config of an S3 client for a store: a connection pool for its parallel
+    part transfers, and standard retries."""
+    from botocore.config import Config
+
+    return Config(max_pool_connections=max(10, 2 * max_workers), retries={"mode": "standard", "max_attempts": 5})
+
+
 class S3Store(Store):
     """A store under an S3 prefix; see the module docstring."""
 
@@ -485,12 +493,9 @@ class S3Store(Store):
             if self._client is None:
                 try:
                     import boto3
-                    from botocore.config import Config
                 except ImportError as exc:
                     raise StorageError(f"{self.uri_root}: boto3 is needed for s3:// stores") from exc
-                config = Config(max_pool_connections=max(10, 2 * self.max_workers),
-                                retries={"mode": "standard", "max_attempts": 5})
-                self._client = boto3.client("s3", config=config)
+                self._client = boto3.client("s3", config=s3_client_config(self.max_workers))
             return self._client
 
     def _key(self, key: str) -> str:

@@ -53,15 +53,12 @@ def _s3_client():
     """An S3 client in the region every AWS-calling command uses (`default_region`): botocore
     alone reads AWS_DEFAULT_REGION only, so a user who set AWS_REGION would reach us-east-1's
     endpoint (another partition's, for cn-/us-gov- buckets). An AWS config that cannot be
-    read (an unknown AWS_PROFILE) is an InputError, as for every other command. The retry
+    read (an unknown AWS_PROFILE) is an InputError, as for every other command. The client
     settings are storage.py's own."""
-    from botocore.config import Config
-
-    from entrypoints.storage import DEFAULT_WORKERS
+    from entrypoints.storage import s3_client_config
     from orchestrator.backends.sagemaker import aws_session, default_region
 
-    config = Config(max_pool_connections=2 * DEFAULT_WORKERS, retries={"mode": "standard", "max_attempts": 5})
-    return aws_session(default_region()).client("s3", config=config)
+    return aws_session(default_region()).client("s3", config=s3_client_config())
 
 
 def _open(uri: str | None, s3_client=None) -> Store:
