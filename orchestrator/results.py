@@ -69,7 +69,6 @@ SCHEMA = "orchestrator.results/v1"
 RESULTS_DIR = "results"
 RESULTS_FILE = "results.json"
 SWEEP_TAG = "orchestrator:sweep"
-JOB_TAG = "orchestrator:job"  # request.TAG_JOB: every job the orchestrator submits
 TRIAL_TAG = "orchestrator:trial"
 # Objects larger than this are not results.json files (they are a few KiB): refuse to read them.
 MAX_RESULTS_BYTES = 4 * 1024 * 1024
@@ -627,10 +626,12 @@ def _in_sweep(job: str, tags: dict, sweep: str) -> bool:
     """Whether readable results belong to `sweep`: by their sweep tag when they have one; a
     job our launcher tagged (`orchestrator:job`) without a sweep tag is in no sweep, whatever
     its name; untagged results (written elsewhere) are matched by name."""
+    from orchestrator.request import TAG_JOB
+
     tagged = tags.get(SWEEP_TAG)
     if tagged is not None:
         return _tag_in(tagged, sweep)
-    if JOB_TAG in tags:
+    if TAG_JOB in tags:
         return False
     return _name_in(job, sweep)
 
