@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -96,7 +97,25 @@ def _not_bool(value: Any) -> Any:
 
 # The number types of every spec field: a boolean is refused (NaN and infinity are refused by
 # the models' allow_inf_nan=False).
+def valid_bucket(name: str) -> bool:
+    """An S3 bucket name as entrypoints/storage.py accepts it: S3_BUCKET, and no '..'."""
+    return re.fullmatch(S3_BUCKET, name) is not None and ".." not in name
+
+
+def _bucket_checked(value: str | None) -> str | None:
+    """A URI field's value, refused when its S3 bucket has '..' (which S3_BUCKET, a pattern
+    pydantic checks without look-ahead, lets through)."""
+    if isinstance(value, str) and value.startswith("s3://"):
+        bucket = value[len("s3://"):].partition("/")[0]
+        if ".." in bucket:
+            raise PydanticCustomError("uri_bucket", "{message}",
+                                      {"message": f"{value!r} is not valid: {_uri_reason(value)}"})
+    return value
+
+
 Int = Annotated[int, BeforeValidator(_not_bool)]
+# A URI field's text (its pattern is on the field): also refused when its S3 bucket has '..'.
+UriText = Annotated[str, AfterValidator(_bucket_checked)]
 Float = Annotated[float, BeforeValidator(_not_bool)]
 
 
@@ -228,21 +247,16 @@ class TrainingSpec(_Strict):
 
 
 class DataSpec(_Strict):
-    source: str = Field(
+    source: UriText = Field(
         "synthetic",
         pattern=DATA_PATTERN,
         description="synthetic, or an s3:// (or file://) prefix holding an ImageFolder tree.",
     )
     num_workers: Int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
 
-    @field_validator("source")
-    @classmethod
-    def _bucket(cls, value):
-        return _bucket_checked(value)
-
 
 class CompileCacheSpec(_Strict):
-    uri: str | None = Field(
+    uri: UriText | None = Field(
         None,
         pattern=URI_PATTERN,
         description="Where compile caches live (s3:// or file://); local jobs default to the "
@@ -250,24 +264,14 @@ class CompileCacheSpec(_Strict):
     )
     mode: Literal["tarball", "off"] = Field("tarball", description="tarball: pull before, push after; off.")
 
-    @field_validator("uri")
-    @classmethod
-    def _bucket(cls, value):
-        return _bucket_checked(value)
-
 
 class OutputSpec(_Strict):
-    uri: str | None = Field(
+    uri: UriText | None = Field(
         None,
         pattern=URI_PATTERN,
         description="Job outputs and results prefix (s3:// or file://); local jobs default to "
         "the local store.",
     )
-
-    @field_validator("uri")
-    @classmethod
-    def _bucket(cls, value):
-        return _bucket_checked(value)
 
 
 class BudgetSpec(_Strict):
@@ -609,22 +613,6 @@ def _uri_reason(value: Any) -> str | None:
                     "name, and relative paths are not allowed; write file:///ABSOLUTE/PATH, e.g. "
                     f"file:///{rest.strip('/')} if you meant /{rest.strip('/')}")
     return None
-
-
-def valid_bucket(name: str) -> bool:
-    """An S3 bucket name as entrypoints/storage.py accepts it: S3_BUCKET, and no '..'."""
-    return re.fullmatch(S3_BUCKET, name) is not None and ".." not in name
-
-
-def _bucket_checked(value: str | None) -> str | None:
-    """A URI field's value, refused when its S3 bucket has '..' (which S3_BUCKET, a pattern
-    pydantic checks without look-ahead, lets through)."""
-    if isinstance(value, str) and value.startswith("s3://"):
-        bucket = value[len("s3://"):].partition("/")[0]
-        if ".." in bucket:
-            raise PydanticCustomError("uri_bucket", "{message}",
-                                      {"message": f"{value!r} is not valid: {_uri_reason(value)}"})
-    return value
 
 
 def _field_pattern(model: type[BaseModel], loc: tuple) -> str | None:
