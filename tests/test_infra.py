@@ -625,19 +625,32 @@ def test_execute_polls_the_stack_by_the_change_sets_stack_id():
     assert outputs.bucket == "orch-bucket-1"
 
 
+def add_polls(stub: Stubber, status: str, polls: int, event_at: int | None = None) -> None:
+    """`polls` rounds of a deploy's wait: the stack in `status`, and no new event except one
+    at round `event_at`."""
+    for n in range(polls):
+        events = [event(1, "Bucket", "AWS::S3::Bucket", "CREATE_IN_PROGRESS")] if n == event_at else []
+        stub.add_response("describe_stack_events", {"StackEvents": events})
+        stub.add_response("describe_stacks", stack(status))
+
+
+def execute_ticking(cfn, plan, step_s: int, waits: list | None = None, **options):
+    """infra.execute with no sleeping and a clock that moves `step_s` seconds at each reading;
+    the (status, elapsed) waits it reports are appended to `waits`."""
+    ticks = iter(range(0, 10_000, step_s))
+    if waits is not None:
+        options["on_wait"] = lambda status, elapsed: waits.append((status, elapsed))
+    return infra.execute(cfn, plan, sleep=lambda s: None, clock=lambda: next(ticks), **options)
+
+
 def test_a_change_set_left_unexecuted_stops_after_the_review_bound_and_says_how_to_clean_up():
     cfn = cfn_client()
-    ticks = iter(range(0, 10_000, 25))
     waits = []
     with Stubber(cfn) as stub:
         plan = executing_create(cfn, stub)
-        for _ in range(3):  # 25 s, 50 s, 75 s after the execute at 0 s
-            stub.add_response("describe_stack_events", {"StackEvents": []})
-            stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"))
+        add_polls(stub, "REVIEW_IN_PROGRESS", 3)  # 25 s, 50 s, 75 s after the execute at 0 s
         with pytest.raises(BackendError, match="was not executed") as caught:
-            infra.execute(cfn, plan, sleep=lambda s: None, review_timeout_s=60, heartbeat_s=30,
-                          on_wait=lambda status, elapsed: waits.append((status, elapsed)),
-                          clock=lambda: next(ticks))
+            execute_ticking(cfn, plan, 25, waits, review_timeout_s=60, heartbeat_s=30)
         stub.assert_no_pending_responses()
     assert "REVIEW_IN_PROGRESS 75 s after ExecuteChangeSet" in caught.value.message
     assert f"delete-stack --stack-name {STACK_ID} --region us-east-1" in caught.value.hint
@@ -647,35 +660,32 @@ def test_a_change_set_left_unexecuted_stops_after_the_review_bound_and_says_how_
 
 def test_a_long_quiet_deploy_reports_its_status_every_heartbeat():
     cfn = cfn_client()
-    ticks = iter(range(0, 10_000, 10))
     waits = []
     with Stubber(cfn) as stub:
         plan = executing_create(cfn, stub)
-        for n in range(7):  # polls at 10..70 s; an event at 30 s resets the heartbeat
-            events = [event(1, "Bucket", "AWS::S3::Bucket", "CREATE_IN_PROGRESS")] if n == 2 else []
-            stub.add_response("describe_stack_events", {"StackEvents": events})
-            stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"))
+        add_polls(stub, "CREATE_IN_PROGRESS", 7, event_at=2)  # polls at 10..70 s; the event at 30 s resets the heartbeat
         stub.add_response("describe_stack_events", {"StackEvents": []})
         stub.add_response("describe_stacks", stack_with_outputs("CREATE_COMPLETE"))
-        infra.execute(cfn, plan, sleep=lambda s: None, heartbeat_s=30,
-                      on_wait=lambda status, elapsed: waits.append((status, elapsed)), clock=lambda: next(ticks))
+        execute_ticking(cfn, plan, 10, waits, heartbeat_s=30)
         stub.assert_no_pending_responses()
     assert waits == [("CREATE_IN_PROGRESS", 10), ("CREATE_IN_PROGRESS", 60)]
 
 
-def failed_execute(stub: Stubber) -> None:
+def failed_execute(cfn, stub: Stubber):
+    """A computed CREATE change set whose ExecuteChangeSet is refused: the plan to execute."""
+    planned_create(stub, pending=False)
+    plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
     stub.add_response("describe_stack_events", {"StackEvents": []})
     stub.add_client_error("execute_change_set", "InsufficientCapabilitiesException",
                           "Requires capabilities : [CAPABILITY_NAMED_IAM]", 400)
     stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"), {"StackName": STACK_ID})
+    return plan
 
 
 def test_a_create_change_set_that_fails_to_execute_is_deleted_with_its_empty_stack():
     cfn = cfn_client()
     with Stubber(cfn) as stub:
-        planned_create(stub, pending=False)
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
-        failed_execute(stub)
+        plan = failed_execute(cfn, stub)
         stub.add_response("delete_change_set", {}, {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID})
         stub.add_response("describe_stacks", stack("REVIEW_IN_PROGRESS"), {"StackName": STACK_ID})
         stub.add_response("delete_stack", {}, {"StackName": STACK_ID})
@@ -689,9 +699,7 @@ def test_a_create_change_set_that_fails_to_execute_is_deleted_with_its_empty_sta
 def test_a_failed_cleanup_after_a_failed_execute_says_what_is_left():
     cfn = cfn_client()
     with Stubber(cfn) as stub:
-        planned_create(stub, pending=False)
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
-        failed_execute(stub)
+        plan = failed_execute(cfn, stub)
         stub.add_client_error("delete_change_set", "Throttling", "Rate exceeded", 400)
         with pytest.raises(BackendError, match="InsufficientCapabilitiesException") as caught:
             infra.execute(cfn, plan, sleep=lambda s: None)
@@ -706,8 +714,7 @@ def test_cli_shows_the_wait_for_a_quiet_deploy(monkeypatch, capsys):
     planned_create(stub, pending=False)
     stub.add_response("describe_stack_events", {"StackEvents": []})
     stub.add_response("execute_change_set", {})
-    stub.add_response("describe_stack_events", {"StackEvents": []})
-    stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"))
+    add_polls(stub, "CREATE_IN_PROGRESS", 1)
     stub.add_response("describe_stack_events", {"StackEvents": []})
     stub.add_response("describe_stacks", stack_with_outputs("CREATE_COMPLETE"))
     stub.activate()
@@ -800,17 +807,14 @@ def test_a_stack_that_cannot_take_a_change_set_is_a_backend_error(status, messag
 
 def test_a_deploy_still_running_after_the_timeout_says_how_to_follow_it():
     cfn = cfn_client()
-    ticks = iter(range(0, 10_000, 400))
     with Stubber(cfn) as stub:
         planned_create(stub)
         plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
         stub.add_response("describe_stack_events", {"StackEvents": []})
         stub.add_response("execute_change_set", {})
-        for _ in range(3):
-            stub.add_response("describe_stack_events", {"StackEvents": []})
-            stub.add_response("describe_stacks", stack("CREATE_IN_PROGRESS"))
+        add_polls(stub, "CREATE_IN_PROGRESS", 3)
         with pytest.raises(BackendError, match="still CREATE_IN_PROGRESS after 10 minutes") as caught:
-            infra.execute(cfn, plan, sleep=lambda s: None, timeout_s=600, clock=lambda: next(ticks))
+            execute_ticking(cfn, plan, 400, timeout_s=600)
     assert "describe-stack-events --stack-name orchestrator" in caught.value.hint
 
 

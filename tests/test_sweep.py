@@ -758,6 +758,17 @@ def _sweep_stop(runner):
     return sweeps.stop(runner)
 
 
+def _one_job_stopped_then_resumed(make, cloud, text: str):
+    """(runner, job) for a one-trial sweep whose job `sweep stop` stopped in flight, with the
+    stop flag cleared again as `sweep resume` does first."""
+    runner = make(text)
+    runner.step()
+    [job] = cloud.jobs
+    _sweep_stop(runner)
+    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
+    return runner, job
+
+
 def _stopped_midway(make, cloud, text: str = SWEEP):
     """A sweep of 4 trials, concurrency 2, stopped with 1 completed, 2 in flight, 1 planned."""
     runner = make(text)
@@ -802,11 +813,7 @@ def test_resume_after_stop_reopens_cancelled_trials_and_resubmits_stopped_jobs(r
 
 def test_a_resubmission_after_stop_does_not_use_up_max_retries(rig):
     make, cloud, _ = rig
-    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 1\n")
-    runner.step()
-    [job] = cloud.jobs
-    _sweep_stop(runner)
-    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)  # what resume does first
+    runner, job = _one_job_stopped_then_resumed(make, cloud, "sweep: demo\nbase: base.yaml\nmax_retries: 1\n")
     runner.step()
     cloud.finish(job + "-r1", "failed", "InternalServerError: internal error")
     runner.step()
@@ -854,11 +861,8 @@ def test_rows_stopped_by_an_older_version_are_told_apart_by_the_backend(rig):
 def test_a_resubmission_after_stop_above_budget_is_not_made(rig):
     make, cloud, _ = rig
     # One trn1.2xlarge hour is about 1.34 USD: the stopped job's bound is spent, no room for another.
-    runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
-    runner.step()
-    [job] = cloud.jobs
-    _sweep_stop(runner)
-    sweeps.clear_stop(runner.ledger, runner.d.sweep_id)  # what resume does first
+    runner, job = _one_job_stopped_then_resumed(make, cloud,
+                                                "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
     first = runner.step()
     second = runner.step()
     [view] = runner.views()
