@@ -203,6 +203,30 @@ def test_a_concurrent_upload_of_the_same_archive_is_not_an_error(backend, prepar
     assert calls.named("PutObject")[0]["IfNoneMatch"] == "*"  # our conditional put was refused, harmlessly
 
 
+def test_a_head_answered_403_is_maybe_absent_and_the_conditional_put_decides(backend, prepared, clients, calls):
+    """Without s3:ListBucket S3 answers a missing key with 403: the upload goes ahead as a
+    conditional put (IfNoneMatch), which writes only when the key is absent."""
+    forbidden = ClientError({"Error": {"Code": "403", "Message": "Forbidden"},
+                             "ResponseMetadata": {"HTTPStatusCode": 403}}, "HeadObject")
+
+    def head_without_list_bucket(**kw):
+        raise forbidden
+
+    backend.s3 = types.SimpleNamespace(head_object=head_without_list_bucket, put_object=clients["s3"].put_object)
+    assert backend.upload_source(prepared) is True  # it was absent: uploaded
+    assert calls.named("PutObject")[0]["IfNoneMatch"] == "*"
+    assert backend.upload_source(prepared) is False  # present now: the conditional put is refused, harmlessly
+
+    def put_denied(**kw):
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                           "ResponseMetadata": {"HTTPStatusCode": 403}}, "PutObject")
+
+    backend.s3 = types.SimpleNamespace(head_object=head_without_list_bucket, put_object=put_denied)
+    with pytest.raises(BackendError, match="PutObject: access denied") as info:
+        backend.upload_source(prepared)
+    assert "s3:PutObject" in info.value.hint
+
+
 def test_resubmitting_a_submitted_job_creates_nothing(backend, prepared, calls):
     assert backend.submit(prepared).created
     again = backend.submit(prepared)

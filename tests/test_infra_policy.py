@@ -31,17 +31,19 @@ ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/orchestrator-ExecutionRole-XYZ"
 KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 PREFIXES = ("compile-cache/", "jobs/", "data/")
 # The only actions allowed on "Resource": "*": their APIs support no resource-level permission.
-STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs"}
+STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs",
+                   "pricing:GetProducts"}
 # Actions that exist in IAM only (no API operation of that name in botocore's models).
 IAM_ONLY_ACTIONS = {"s3:ListBucket", "iam:PassRole", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
 SERVICE_MODELS = {"sagemaker": "sagemaker", "s3": "s3", "ecr": "ecr", "logs": "logs", "cloudwatch": "cloudwatch",
-                  "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts"}
+                  "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts",
+                  "pricing": "pricing"}
 OPERATOR_ACTIONS = {
     "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs",
     "sagemaker:StopTrainingJob", "sagemaker:AddTags", "sagemaker:ListTags", "iam:PassRole",
     "logs:GetLogEvents", "logs:DescribeLogStreams", "logs:FilterLogEvents",
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
-    "cloudformation:DescribeStacks",
+    "cloudformation:DescribeStacks", "pricing:GetProducts",
 }
 ROLE_ACTIONS = {
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
@@ -111,13 +113,14 @@ def identity_policy_problems(doc: dict, where: str, role_arn: str = ROLE_ARN, bu
         for resource in resources:
             if resource.startswith("arn:aws:s3:::"):
                 if resource == bucket_arn:
-                    prefixes = condition.get("StringLike", {}).get("s3:prefix")
-                    if actions != ["s3:ListBucket"] or not prefixes or any(
-                            not p.startswith(PREFIXES) for p in as_list(prefixes)):
-                        problems.append(f"{at}: bucket-level access other than ListBucket on the tool's prefixes")
+                    if actions != ["s3:ListBucket"]:
+                        problems.append(f"{at}: bucket-level access other than ListBucket")
+                    if "s3:prefix" in json.dumps(condition):
+                        # HEAD/GET of a missing key checks ListBucket without any s3:prefix: 403, not 404.
+                        problems.append(f"{at}: ListBucket under an s3:prefix condition makes missing keys 403")
                 elif not any(resource == f"{bucket_arn}/{p}*" for p in PREFIXES):
                     problems.append(f"{at}: S3 resource {resource} outside the tool's prefixes")
-            elif resource.startswith("arn:aws:logs:") and resource not in (log_group, f"{log_group}:log-stream:*"):
+            elif resource.startswith("arn:aws:logs:") and resource not in (f"{log_group}:*", f"{log_group}:log-stream:*"):
                 problems.append(f"{at}: logs resource {resource} outside /aws/sagemaker/TrainingJobs")
             elif resource.startswith("arn:aws:sagemaker:") and not resource.endswith(":training-job/*"):
                 problems.append(f"{at}: SageMaker resource {resource} is not training jobs")
@@ -160,9 +163,14 @@ def test_the_walker_flags_each_kind_of_over_grant():
         {"Sid": "AnyRole", "Effect": "Allow", "Action": "iam:PassRole", "Resource": ROLE_ARN},
         {"Sid": "Metrics", "Effect": "Allow", "Action": "cloudwatch:PutMetricData", "Resource": "*"},
         {"Sid": "Logs", "Effect": "Allow", "Action": "logs:GetLogEvents", "Resource": "arn:aws:logs:*:*:*"},
+        {"Sid": "BareLogGroup", "Effect": "Allow", "Action": "logs:DescribeLogStreams",
+         "Resource": f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs"},
+        {"Sid": "ListUnderPrefix", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{BUCKET}",
+         "Condition": {"StringLike": {"s3:prefix": ["jobs/*"]}}},
     ]}
     problems = "\n".join(identity_policy_problems(bad, "bad"))
-    for sid in ("Star", "ServiceStar", "Prefix", "StarResource", "WholeBucket", "AnyRole", "Metrics", "Logs"):
+    for sid in ("Star", "ServiceStar", "Prefix", "StarResource", "WholeBucket", "AnyRole", "Metrics", "Logs",
+                "BareLogGroup", "ListUnderPrefix"):
         assert f"statement {sid}:" in problems
 
 
@@ -320,6 +328,8 @@ def test_bucket_lifecycle_aborts_uploads_and_expires_old_compile_cache_versions(
     cache = rules["expire-noncurrent-compile-cache"]
     assert cache["Prefix"] == "compile-cache/"
     assert cache["NoncurrentVersionExpiration"] == {"NoncurrentDays": {"Ref": "CompileCacheNoncurrentDays"}}
+    # `cache prune`'s deletes leave delete markers behind on this versioned bucket: expired too.
+    assert cache["ExpiredObjectDeleteMarker"] is True
     days = template["Parameters"]["CompileCacheNoncurrentDays"]
     assert days["Type"] == "Number" and days["MinValue"] >= 1
     assert set(rules) == {"abort-incomplete-multipart-uploads", "expire-noncurrent-compile-cache"}

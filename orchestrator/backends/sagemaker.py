@@ -72,6 +72,8 @@ _ACCESS_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "Unauthoriz
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
                         "SlowDown", "ProvisionedThroughputExceededException"})
 _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "NotFound", "404"})
+# What a HEAD answers for a key the caller may not see, or that is missing without s3:ListBucket.
+_FORBIDDEN = frozenset({"403", "Forbidden", "AccessDenied"})
 _JOB_OPERATIONS = frozenset({"DescribeTrainingJob", "StopTrainingJob", "ListTags"})
 
 def retry_config() -> dict:
@@ -447,7 +449,12 @@ class SageMakerBackend:
                 self.s3.head_object(Bucket=bucket, Key=key)
                 return False
             except ClientError as exc:
-                if not _is_not_found(exc):
+                # S3 answers a missing key with 403, not 404, to a caller without s3:ListBucket
+                # on the bucket (HeadObject API reference, "Permissions"): a bucket other than
+                # the stack's may grant only object access. The put below is conditional
+                # (IfNoneMatch), so "maybe absent" is safe: it writes only if the key is not there,
+                # and a caller really denied is told so by the put's own AccessDenied.
+                if not _is_not_found(exc) and _code(exc) not in _FORBIDDEN:
                     raise
         digest = bytes.fromhex(prepared.archive_sha256)
         with self._aws("PutObject"):
