@@ -65,8 +65,28 @@ class Price:
     as_of: str
     kind: str
 
+    @property
+    def verified(self) -> bool:
+        """Whether this is SageMaker's own price (from `prices refresh`), not an EC2 price."""
+        return self.kind.startswith("sagemaker")
+
     def describe(self) -> str:
         return f"{self.usd_per_hour:.4f} USD/h ({self.source}, {self.as_of})"
+
+
+@dataclass(frozen=True)
+class Markup:
+    """What an unverified (non-SageMaker) price is multiplied by, and where that comes from."""
+
+    factor: float
+    source: str
+    as_of: str
+
+
+def sagemaker_markup() -> Markup:
+    """The shipped data's assumed SageMaker-over-EC2 markup (data/prices.json)."""
+    data = _load("prices.json")["sagemaker_markup"]
+    return Markup(float(data["factor"]), data["source"], data["as_of"])
 
 
 @cache

@@ -6,6 +6,12 @@ job stops at `max_run_minutes`, so it cannot bill more instance time than that (
 makes it cheaper; waiting for spot capacity is not billed). The price's source and date
 travel with every estimate so the user can see how much to trust it.
 
+Unverified prices: a price that is not SageMaker's own (the shipped EC2 prices, lower than
+SageMaker's) never makes a budget check pass on its own. Until `prices refresh` has fetched
+SageMaker's price, `rate(price)` multiplies it by the stated, conservative markup
+(`catalog.sagemaker_markup()`, data/prices.json), and every estimate, budget check and
+results cost built on it says so ("unverified"). `rate` is the one place that policy lives.
+
 An instance type without a known price gives `usd_max = math.inf` (and `usd_per_hour = None`):
 a budget can then not be shown to hold, and budget checks refuse rather than pass silently.
 """
@@ -20,12 +26,46 @@ from orchestrator.spec import JobSpec
 
 
 @dataclass(frozen=True)
+class Rate:
+    """The hourly price estimates use for one instance: SageMaker's own, or an unverified
+    price times the assumed markup."""
+
+    usd_per_hour: float
+    price: catalog.Price
+    markup: float  # 1.0 for SageMaker's own price
+
+    @property
+    def verified(self) -> bool:
+        return self.price.verified
+
+    def describe(self) -> str:
+        """"1.3438 USD/h (source, as_of)", or for an unverified price how the rate was made."""
+        if self.verified:
+            return self.price.describe()
+        return (f"{self.usd_per_hour:.4f} USD/h = {self.price.usd_per_hour:.4f} USD/h ({self.price.source}, "
+                f"{self.price.as_of}) x {self.markup:g}, an assumed SageMaker markup")
+
+
+# What every line built on an unverified price says, and how to get rid of it.
+UNVERIFIED = "unverified price: not SageMaker's own; `python -m orchestrator prices refresh` fetches it"
+
+
+def rate(price: catalog.Price) -> Rate:
+    """The rate of `price` under the unverified-price policy (see the module docstring)."""
+    if price.verified:
+        return Rate(price.usd_per_hour, price, 1.0)
+    factor = catalog.sagemaker_markup().factor
+    return Rate(price.usd_per_hour * factor, price, factor)
+
+
+@dataclass(frozen=True)
 class Estimate:
     """An upper bound on what one job costs.
 
     `hours_max` is the wall-clock bound (max_run_minutes / 60); `usd_max` multiplies it by the
-    instance count and `usd_per_hour` (the price of one instance). `usd_max` is 0 for the
-    local backend and `math.inf` when no price is known.
+    instance count and `usd_per_hour` (the rate of one instance: `rate(price)`, so an
+    unverified price carries the markup). `usd_max` is 0 for the local backend and `math.inf`
+    when no price is known.
     """
 
     usd_max: float
@@ -35,6 +75,12 @@ class Estimate:
     instance_count: int
     spot: bool
     note: str
+    markup: float = 1.0
+
+    @property
+    def verified(self) -> bool:
+        """Whether the bound rests on SageMaker's own price (False: the markup policy applies)."""
+        return self.price is not None and self.price.verified
 
     @property
     def known(self) -> bool:
@@ -52,7 +98,7 @@ class Estimate:
         if not self.known:
             return f"cost: unknown ({self.note})"
         return (f"cost: at most {self.usd_max:.2f} USD = {self.hours_max:g} h x {self.instance_count} "
-                f"x {self.price.type} at {self.price.describe()}; {self.note}")
+                f"x {self.price.type} at {rate(self.price).describe()}; {self.note}")
 
     def to_json(self) -> dict:
         """A JSON-safe dict (an unknown bound is null, not Infinity)."""
@@ -60,6 +106,8 @@ class Estimate:
             "usd_max": self.usd_max if self.known else None,
             "hours_max": self.hours_max,
             "usd_per_hour": self.usd_per_hour,
+            "verified": self.verified,
+            "markup": self.markup,
             "instance_count": self.instance_count,
             "spot": self.spot,
             "price": None if self.price is None else {
@@ -84,8 +132,12 @@ def estimate(spec: JobSpec) -> Estimate:
         return Estimate(usd_max=math.inf, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
                         spot=spot, note=f"no price known for {spec.instance.type} in {spec.region}; "
                         "run `python -m orchestrator prices refresh`")
-    notes = ["on-demand upper bound" + ("; managed spot usually bills less" if spot else "")]
-    if price.kind.startswith("ec2"):
-        notes.append("EC2 price: SageMaker ml.* prices are higher")
-    return Estimate(usd_max=hours * count * price.usd_per_hour, hours_max=hours, usd_per_hour=price.usd_per_hour,
-                    price=price, instance_count=count, spot=spot, note="; ".join(notes))
+    hourly = rate(price)
+    if hourly.verified:
+        notes = ["upper bound: max_run_minutes at SageMaker's on-demand price"]
+    else:
+        notes = [f"upper bound only if SageMaker charges at most {hourly.markup:g} x this EC2 price; {UNVERIFIED}"]
+    if spot:
+        notes.append("managed spot usually bills less")
+    return Estimate(usd_max=hours * count * hourly.usd_per_hour, hours_max=hours, usd_per_hour=hourly.usd_per_hour,
+                    price=price, instance_count=count, spot=spot, note="; ".join(notes), markup=hourly.markup)

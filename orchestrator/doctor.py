@@ -359,7 +359,8 @@ def _cost(spec: JobSpec) -> list[Finding]:
         return [Finding(
             "N016-budget-exceeded", "error",
             f"the job may cost up to {est.usd_max:.2f} USD ({est.hours_max:g} h x {est.instance_count} x "
-            f"{est.usd_per_hour:g} USD/h, {est.price.source}), above budget.max_cost_usd {budget:g}",
+            f"{cost.rate(est.price).describe()}), above budget.max_cost_usd {budget:g}"
+            + ("" if est.verified else f" ({cost.UNVERIFIED})"),
             f"{shorter}raise budget.max_cost_usd to at least {est.usd_max:.2f}", "budget.max_cost_usd")]
     return []
 

@@ -35,8 +35,11 @@ Contracts:
   InputError whose hint lists the sweep ids tagged under the prefix.
 - A number that is NaN or infinite in a results object shows as blank, and the row keeps its
   status with a note naming the field ("non-finite value in step_time_s.p50").
-- Prices: `price_per_hour` is the instance price times the instance count. For managed spot
-  with known seconds, it is the effective price, `price x billable / training seconds`.
+- Prices: `price_per_hour` is the instance's rate (`cost.rate`: SageMaker's own price, or an
+  unverified price times the stated markup) times the instance count. For managed spot with
+  known seconds, it is the effective price, `rate x billable / training seconds`. A row priced
+  from an unverified price has `price_verified` False, and the table marks its cost cells
+  with "~" and says why below it.
   Local-backend jobs have no price (their rows say so) and take part in no ranking.
 - `relative` is the row's samples per dollar over the best completed row's (best = 1.0).
 - Rows are sorted best first; rows without a ranking follow (see `rank`).
@@ -62,7 +65,7 @@ from urllib.parse import unquote, urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entrypoints.storage import FileStore, open_store
-from orchestrator import catalog
+from orchestrator import catalog, cost
 from orchestrator.errors import BackendError, InputError
 
 SCHEMA = "orchestrator.results/v1"
@@ -183,6 +186,7 @@ class Row:
     samples_per_s: float | None = None
     price_per_hour: float | None = None
     price_source: str | None = None
+    price_verified: bool | None = None  # False: an unverified price times the markup (cost.rate)
     spot: bool = False
     spot_savings: float | None = None
     billable_s: int | None = None
@@ -238,14 +242,19 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
         notes.append(results.failure_reason)
 
     local = results.backend == "local"
-    price_per_hour = price_source = spot_savings = None
+    price_per_hour = price_source = spot_savings = verified = None
+    hourly = None
     if local:
         price_source = "local: no cloud cost"
     elif price is None:
         notes.append(f"no price for {inst.type} in {results.region}; run `python -m orchestrator prices refresh`")
     else:
-        price_per_hour = price.usd_per_hour * inst.count
-        price_source = f"{price.source}, {price.as_of}"
+        hourly = cost.rate(price)
+        verified = hourly.verified
+        price_per_hour = hourly.usd_per_hour * inst.count
+        price_source = (f"{price.source}, {price.as_of}" if verified else
+                        f"~ {price.source}, {price.as_of}, x {hourly.markup:g} (assumed SageMaker markup; "
+                        f"{cost.UNVERIFIED})")
         if spot:
             if billable is not None and training:
                 spot_savings = max(0.0, 1.0 - billable / training)
@@ -265,8 +274,8 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
         samples_per_dollar = sps * 3600.0 / price_per_hour
         cost_per_million = 1e6 / samples_per_dollar
     cost_usd = None
-    if not local and price is not None and billable is not None:
-        cost_usd = billable / 3600.0 * price.usd_per_hour * inst.count
+    if hourly is not None and billable is not None:
+        cost_usd = billable / 3600.0 * hourly.usd_per_hour * inst.count
 
     hit_ratio = None
     cache = results.cache
@@ -281,7 +290,8 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
         cores=None if inst.neuron_cores is None else inst.neuron_cores * inst.count,
         runtime=results.runtime, precision=results.precision, global_batch=results.global_batch,
         step_time_p50_s=_finite(results.step_time_s.p50) if results.step_time_s else None,
-        samples_per_s=sps, price_per_hour=price_per_hour, price_source=price_source, spot=spot,
+        samples_per_s=sps, price_per_hour=price_per_hour, price_source=price_source, price_verified=verified,
+        spot=spot,
         spot_savings=spot_savings, billable_s=billable, training_s=training, cost_usd=cost_usd,
         cost_per_million_samples=cost_per_million, samples_per_dollar=samples_per_dollar,
         compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio,
@@ -795,11 +805,16 @@ COLUMNS = (
 )
 
 
+# Columns computed from the price: marked "~" when the price is unverified (cost.rate).
+_PRICED = frozenset({"price_per_hour", "cost_per_million_samples", "samples_per_dollar", "relative"})
+
+
 def _cell(row: Row, attr: str, fmt: str) -> str:
     value = getattr(row, attr)
     if value is None:
         return "local" if attr == "price_per_hour" and row.backend == "local" else "-"
-    return format(value, fmt) if fmt != "s" else str(value)
+    text = format(value, fmt) if fmt != "s" else str(value)
+    return f"~{text}" if attr in _PRICED and row.price_verified is False else text
 
 
 def render_table(collection: Collection, width: int | None = None, color: bool = False) -> str:
@@ -828,6 +843,9 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     sources = sorted({r.price_source for r in collection.rows if r.price_source})
     for source in sources:
         console.print(f"price: {source}", markup=False, highlight=False)
+    if any(r.price_verified is False for r in collection.rows):
+        console.print(f"~ estimated: an EC2 price times an assumed SageMaker markup, not SageMaker's own price "
+                      f"({cost.UNVERIFIED})", markup=False, highlight=False)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 

@@ -30,20 +30,25 @@ def _spec(**overrides):
     return spec.with_overrides(spec.loads(BASE), overrides)
 
 
+# The shipped prices are EC2's, lower than SageMaker's: until `prices refresh`, estimates use
+# them times the stated markup (data/prices.json sagemaker_markup).
+MARKUP = 1.5
+
+
 def test_upper_bound_is_minutes_times_count_times_catalog_price():
     est = cost.estimate(_spec())
     price = catalog.price("ml.trn1.2xlarge", "us-east-1")
     assert est.price == price
-    assert est.usd_per_hour == pytest.approx(1.34375)
+    assert est.usd_per_hour == pytest.approx(1.34375 * MARKUP)
     assert est.hours_max == pytest.approx(1.5)
-    assert est.usd_max == pytest.approx(1.5 * 1.34375)
+    assert est.usd_max == pytest.approx(1.5 * 1.34375 * MARKUP)
     assert est.instance_count == 1 and not est.spot and est.known
 
 
 def test_multi_node_multiplies_by_count():
     est = cost.estimate(_spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2,
                                  "max_run_minutes": 120}))
-    assert est.usd_max == pytest.approx(2 * 2 * 24.78)
+    assert est.usd_max == pytest.approx(2 * 2 * 24.78 * MARKUP)
     assert est.instance_hours == pytest.approx(4)
 
 
@@ -60,7 +65,7 @@ def test_spot_is_still_bounded_by_on_demand_and_says_so():
     est = cost.estimate(_spec(**{"instance.spot": True, "instance.max_wait_minutes": 600}))
     assert est.spot
     # Waiting for capacity is not billed: the bound stays max_run_minutes of on-demand.
-    assert est.usd_max == pytest.approx(1.5 * 1.34375)
+    assert est.usd_max == pytest.approx(1.5 * 1.34375 * MARKUP)
     assert "spot" in est.note
 
 
@@ -84,7 +89,7 @@ def test_unknown_price_is_infinite_and_serialises_as_null():
 
 def test_other_region_falls_back_to_us_east_1_and_says_so():
     est = cost.estimate(_spec(region="eu-west-1"))
-    assert est.usd_per_hour == pytest.approx(1.34375)
+    assert est.usd_per_hour == pytest.approx(1.34375 * MARKUP)
     assert "us-east-1 price used for eu-west-1" in est.describe()
 
 
@@ -104,3 +109,30 @@ def test_to_json_round_trips_the_numbers():
     assert data["usd_max"] == pytest.approx(est.usd_max)
     assert data["price"]["source"] == est.price.source
     assert data["describe"] == est.describe()
+
+
+def test_an_unverified_price_is_marked_up_by_the_stated_factor_and_every_line_says_so():
+    """An EC2 price never makes a budget pass silently: the bound carries the markup the data
+    file states (with its source), and the line says the price is unverified and how to fix
+    it, instead of "upper bound" beside "SageMaker prices are higher"."""
+    markup = catalog.sagemaker_markup()
+    assert markup.factor == MARKUP and markup.source and markup.as_of
+    est = cost.estimate(_spec())
+    assert not est.verified and est.markup == MARKUP
+    line = est.describe()
+    assert "x 1.5, an assumed SageMaker markup" in line and "1.3438 USD/h" in line and "2.0156 USD/h" in line
+    assert "unverified price" in line and "prices refresh" in line
+    assert "SageMaker ml.* prices are higher" not in line
+    data = est.to_json()
+    assert data["verified"] is False and data["markup"] == MARKUP
+    assert data["price"]["usd_per_hour"] == pytest.approx(1.34375)  # the source price, as the catalog has it
+
+
+def test_sagemakers_own_price_is_used_as_is(orch_home):
+    rows = [{"type": "ml.trn1.2xlarge", "region": "us-east-1", "usd_per_hour": 1.6,
+             "source": "AWS Price List API (AmazonSageMaker)", "as_of": "2026-12-01", "kind": "sagemaker-on-demand"}]
+    (orch_home / "prices.json").write_text(json.dumps({"prices": rows}))
+    est = cost.estimate(_spec())
+    assert est.verified and est.markup == 1.0
+    assert est.usd_max == pytest.approx(1.5 * 1.6)
+    assert "unverified" not in est.describe() and "SageMaker's on-demand price" in est.note

@@ -243,11 +243,26 @@ def test_data_workers_exceeding_vcpus():
 
 def test_budget_exceeded():
     f = _fires(_spec(**{"budget.max_cost_usd": 1.0}), "N016-budget-exceeded")
-    # 120 min x 1.34375 USD/h = 2.69 USD; 1 USD buys 44 minutes.
-    assert "2.69" in f.message and "at most 44" in f.fix and "2.69" in f.fix
+    # 120 min x 1.34375 USD/h x 1.5 (the markup of an unverified EC2 price) = 4.03 USD; 1 USD buys 29 minutes.
+    assert "4.03" in f.message and "at most 29" in f.fix and "4.03" in f.fix
     assert f.path == "budget.max_cost_usd"
-    assert "N016-budget-exceeded" not in _rules(_spec(**{"budget.max_cost_usd": 2.7}))
+    assert "N016-budget-exceeded" not in _rules(_spec(**{"budget.max_cost_usd": 4.1}))
     assert "N016-budget-exceeded" not in _rules(_spec(LOCAL, **{"budget.max_cost_usd": 0.01}))
+
+
+def test_an_unverified_price_never_lets_a_budget_pass_on_ec2s_price(orch_home):
+    """2 h of trn1.2xlarge at EC2's 1.34375 USD/h is 2.69 USD, under a 3 USD budget; SageMaker
+    charges more, so the check uses the stated markup (4.03 USD) and refuses, saying why."""
+    f = _fires(_spec(**{"budget.max_cost_usd": 3.0}), "N016-budget-exceeded")
+    assert "x 1.5, an assumed SageMaker markup" in f.message and "unverified price" in f.message
+    assert "prices refresh" in f.message
+    # SageMaker's own price, once `prices refresh` fetched it, is used as it is.
+    rows = [{"type": "ml.trn1.2xlarge", "region": "us-east-1", "usd_per_hour": 1.4, "source": "AWS Price List API",
+             "as_of": "2026-12-01", "kind": "sagemaker-on-demand"}]
+    (orch_home / "prices.json").write_text(json.dumps({"prices": rows}))
+    assert "N016-budget-exceeded" not in _rules(_spec(**{"budget.max_cost_usd": 3.0}))
+    f = _fires(_spec(**{"budget.max_cost_usd": 2.0}), "N016-budget-exceeded")
+    assert "2.80" in f.message and "unverified" not in f.message
 
 
 def test_unknown_price_refuses_a_budget_and_warns_without_one(orch_home):

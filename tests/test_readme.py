@@ -28,7 +28,8 @@ def test_the_readme_sweep_example_plans_within_its_budgets(orch_home, tmp_path):
     assert len(plan.trials) == 32
     assert {t.trial.spec.instance.type for t in plan.trials} == {"ml.trn1.2xlarge", "ml.trn1.32xlarge"}
     assert all(t.trial.spec.max_run_minutes == 60 for t in plan.trials)
-    assert sum(t.usd_max for t in plan.trials) <= 500
+    assert sum(t.usd_max for t in plan.trials) <= plan.sweep.budget.max_total_cost_usd
+    sweeps.check_budget(plan)
 
 
 def test_every_orchestrator_command_in_the_readme_exists():

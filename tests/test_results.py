@@ -231,6 +231,32 @@ def test_spot_without_seconds_uses_on_demand_price_and_says_so(aws, prices):
     assert "spot savings unknown" in row.note
 
 
+def test_cost_columns_from_an_unverified_price_carry_the_markup_and_are_marked(aws, orch_home):
+    """With the shipped EC2 prices (no `prices refresh`), cost columns use EC2 x the stated
+    markup, the row says its price is unverified, and the table marks those cells "~"."""
+    s3, sm = aws
+    put_results(s3, "ec2", results_doc("ec2", sps=100.0))
+    create_job(sm, "ec2", billable=3600, training=3600)
+    collection = res.collect(PREFIX)
+    row = collection.rows[0]
+    assert row.price_verified is False
+    assert row.price_per_hour == pytest.approx(1.34375 * 1.5)
+    assert row.cost_usd == pytest.approx(1.34375 * 1.5)
+    assert "x 1.5 (assumed SageMaker markup" in row.price_source and "unverified price" in row.price_source
+    table = res.render_table(collection)
+    assert "~2.0156" in table and "~ estimated: an EC2 price times an assumed SageMaker markup" in table
+    assert json.loads(res.render_json(collection))["rows"][0]["price_verified"] is False
+
+
+def test_sagemaker_prices_are_not_marked(aws, prices):
+    s3, sm = aws
+    put_results(s3, "sm", results_doc("sm", sps=100.0))
+    create_job(sm, "sm")
+    collection = res.collect(PREFIX)
+    assert collection.rows[0].price_verified is True
+    assert "~" not in res.render_table(collection)
+
+
 def test_unknown_price_and_missing_sagemaker_job(aws, prices):
     s3, _ = aws
     put_results(s3, "odd", results_doc("odd", type_="ml.trn2.48xlarge", cores=64))
