@@ -815,21 +815,24 @@ def _plan_table(planned) -> str:
 
     table = Table(title=_plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
                                f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
-    for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound"):
+    for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
         # Folded, never cut with "…": the table must show what each trial is in any width.
-        table.add_column(column, justify="right" if column in ("#", "cost bound") else "left",
+        table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
                          overflow="fold" if column in ("job name", "overrides") else "ellipsis")
     for t in planned.trials:
         overrides = ", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) or "(base)"
-        usd = t.usd_max
         table.add_row(*map(_plain, (
             t.trial.index, t.trial.trial_id, t.job_name, overrides,
             f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
-            f"{usd:.2f} USD" if usd == usd and usd != float("inf") else "unknown")))
+            _usd(t.usd_max), _usd(t.worst_usd))))
     console = Console(width=max(100, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
     with console.capture() as captured:
         console.print(table)
     return captured.get().rstrip("\n")
+
+
+def _usd(value: float) -> str:
+    return f"{value:.2f} USD" if value == value and value != float("inf") else "unknown"
 
 
 def _plan_summary(planned) -> list[str]:
@@ -838,6 +841,14 @@ def _plan_summary(planned) -> list[str]:
     lines = [f"total: at most {total:.2f} USD" if total != float("inf") else "total: unknown (a price is missing)"]
     if budget is not None:
         lines[-1] += f" (budget {budget:g} USD)"
+    worst = planned.worst_usd
+    if worst != total:
+        retries = planned.sweep.max_retries
+        line = (f"worst case: {_usd(worst)} if trials fail over ({', '.join(planned.sweep.failover.get('instance.type', [])) or 'no failover'}) "
+                f"and use their {retries} retr{'y' if retries == 1 else 'ies'}, each job running to max_run_minutes")
+        if budget is not None:
+            line += f"; a retry or failover that would take the sweep past {budget:g} USD is not submitted"
+        lines.append(line)
     first = planned.trials[0].prepared.estimate if planned.trials else None
     if first is not None and first.price is not None:
         lines.append(f"prices: {first.price.source}, {first.price.as_of}; {first.note}")

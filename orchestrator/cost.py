@@ -141,3 +141,14 @@ def estimate(spec: JobSpec) -> Estimate:
         notes.append("managed spot usually bills less")
     return Estimate(usd_max=hours * count * hourly.usd_per_hour, hours_max=hours, usd_per_hour=hourly.usd_per_hour,
                     price=price, instance_count=count, spot=spot, note="; ".join(notes), markup=hourly.markup)
+
+
+def worst_case(costs: list[float], max_retries: int) -> float:
+    """The most a sweep trial can bill under the runner's policy, from the cost bounds of its
+    failover chain (its own instance type first): a capacity error moves it once along the
+    chain, each to a new job, and up to `max_retries` resubmissions (capacity at the end of
+    the chain, spot interruption, internal error) may each run in full on any of them, so at
+    worst on the dearest. `math.inf` when a bound is unknown."""
+    if not costs:
+        return 0.0
+    return sum(costs) + max_retries * max(costs)

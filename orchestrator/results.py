@@ -73,6 +73,8 @@ RESULTS_DIR = "results"
 RESULTS_FILE = "results.json"
 SWEEP_TAG = "orchestrator:sweep"
 TRIAL_TAG = "orchestrator:trial"
+# sweep.TAG_ATTEMPT: "failover:<type>" on a trial's job that failed over from <type>.
+ATTEMPT_TAG = "orchestrator:attempt"
 # Objects larger than this are not results.json files (they are a few KiB): refuse to read them.
 MAX_RESULTS_BYTES = 4 * 1024 * 1024
 DEFAULT_WORKERS = 16
@@ -187,6 +189,7 @@ class Row:
     price_per_hour: float | None = None
     price_source: str | None = None
     price_verified: bool | None = None  # False: an unverified price times the markup (cost.rate)
+    failover_from: str | None = None  # a sweep job that failed over from this instance type
     spot: bool = False
     spot_savings: float | None = None
     billable_s: int | None = None
@@ -263,6 +266,13 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
             else:
                 notes.append("spot savings unknown: on-demand price shown")
 
+    attempt = results.tags.get(ATTEMPT_TAG, "")
+    failover_from = attempt.removeprefix("failover:") if attempt.startswith("failover:") else None
+    if failover_from:
+        batch = f", global batch {results.global_batch}" if results.global_batch is not None else ""
+        notes.append(f"failed over from {failover_from}: not its trial's configuration (ran on {inst.type} "
+                     f"x{inst.count}{batch}); compare it as a configuration of its own")
+
     read = {"step_time_s.p50": results.step_time_s.p50 if results.step_time_s else None,
             "samples_per_s": results.samples_per_s, "compile_s": results.compile_s}
     odd = [name for name, value in read.items() if value is not None and not math.isfinite(value)]
@@ -291,6 +301,7 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
         runtime=results.runtime, precision=results.precision, global_batch=results.global_batch,
         step_time_p50_s=_finite(results.step_time_s.p50) if results.step_time_s else None,
         samples_per_s=sps, price_per_hour=price_per_hour, price_source=price_source, price_verified=verified,
+        failover_from=failover_from,
         spot=spot,
         spot_savings=spot_savings, billable_s=billable, training_s=training, cost_usd=cost_usd,
         cost_per_million_samples=cost_per_million, samples_per_dollar=samples_per_dollar,
@@ -814,6 +825,8 @@ def _cell(row: Row, attr: str, fmt: str) -> str:
     if value is None:
         return "local" if attr == "price_per_hour" and row.backend == "local" else "-"
     text = format(value, fmt) if fmt != "s" else str(value)
+    if attr == "instance" and row.failover_from:
+        return f"{text} (failover from {row.failover_from})"
     return f"~{text}" if attr in _PRICED and row.price_verified is False else text
 
 
@@ -872,6 +885,8 @@ def render_json(collection: Collection) -> str:
 
 def _label(row: Row) -> str:
     parts = [f"{row.instance} x{row.count}" if row.instance else "?"]
+    if row.failover_from:
+        parts.append(f"(failover from {row.failover_from})")
     if row.global_batch is not None:
         parts.append(f"b{row.global_batch}")
     if row.precision:

@@ -80,6 +80,9 @@ from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, spec_hash, with_ov
 
 TAG_SWEEP = "orchestrator:sweep"
 TAG_TRIAL = "orchestrator:trial"
+# On every resubmission of a trial: "retry", "resumed" (after sweep stop), or
+# "failover:<the instance type it failed over from>" (a different configuration: results says so).
+TAG_ATTEMPT = "orchestrator:attempt"
 TRIAL_HEX = 8
 # "-t" + 8 hex, then at most "-r99": the sweep part gets what is left of SageMaker's 63.
 _TRIAL_PART = 2 + TRIAL_HEX
@@ -309,10 +312,17 @@ class PlannedTrial:
     job_name: str
     prepared: request.Prepared
     chain: tuple[str, ...]  # instance types: the trial's own, then its failover order
+    chain_usd: tuple[float, ...] = ()  # the cost bound of a job on each type of `chain`
+    max_retries: int = 0
 
     @property
     def usd_max(self) -> float:
         return self.prepared.estimate.usd_max
+
+    @property
+    def worst_usd(self) -> float:
+        """The trial's cost bound with every failover and retry (`cost.worst_case`)."""
+        return cost.worst_case(list(self.chain_usd or (self.usd_max,)), self.max_retries)
 
 
 @dataclass
@@ -331,6 +341,11 @@ class Plan:
     def total_usd(self) -> float:
         return sum(t.usd_max for t in self.trials)
 
+    @property
+    def worst_usd(self) -> float:
+        """The total if every trial failed over along its whole chain and used every retry."""
+        return sum(t.worst_usd for t in self.trials)
+
     def prepared(self) -> dict[str, request.Prepared]:
         """Job name -> prepared request of each trial's first job (for `Runner(prepared=...)`)."""
         return {t.job_name: t.prepared for t in self.trials}
@@ -348,10 +363,12 @@ class Plan:
                 "overrides": t.trial.overrides, "instance_type": t.trial.spec.instance.type,
                 "instance_count": t.trial.spec.instance.count, "failover": list(t.chain[1:]),
                 "usd_max": t.prepared.estimate.to_json()["usd_max"], "spec_hash": t.trial.spec_hash,
+                "worst_usd_max": round(t.worst_usd, 4) if math.isfinite(t.worst_usd) else None,
             } for t in self.trials],
             "duplicates": [{"index": a, "same_as": b} for a, b in self.duplicates],
             "warnings": self.warnings,
             "total_usd_max": round(total, 4) if math.isfinite(total) else None,
+            "worst_usd_max": round(self.worst_usd, 4) if math.isfinite(self.worst_usd) else None,
             "budget_usd": self.sweep.budget.max_total_cost_usd,
         }
 
@@ -389,8 +406,10 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
                 elif finding.severity == "warning":
                     warnings.setdefault(f"{finding.rule}: {finding.message}", []).append(trial.trial_id)
         chain = failover_chain(sweep, trial.spec)
+        chain_usd = [cost.estimate(trial.spec).usd_max]
         for fallback in chain[1:]:
             variant = with_overrides(trial.spec, {"instance.type": fallback})
+            chain_usd.append(cost.estimate(variant).usd_max)
             for finding in doctor.errors(doctor.check(variant)):
                 file, line, col = sweep.locate("failover", "instance.type", str(
                     sweep.failover["instance.type"].index(fallback)))
@@ -401,7 +420,7 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
             failing += 1
             problems += bad
             continue
-        planned.append(PlannedTrial(trial, name, prepared, chain))
+        planned.append(PlannedTrial(trial, name, prepared, chain, tuple(chain_usd), sweep.max_retries))
     _raise_problems(problems, failing, "trial(s) fail the doctor's checks; nothing was submitted",
                     "fix the base spec or the sweep's values")
     return Plan(sweep, ident, planned, duplicates, warnings)
@@ -621,6 +640,13 @@ def submit_error_kind(exc: OrchestratorError) -> str:
     return "transient"
 
 
+def attempt_tag(info: dict, own_type: str) -> str:
+    """The TAG_ATTEMPT value of a resubmission from its attempt record."""
+    if info.get("failover"):
+        return f"failover:{info.get('from_type') or own_type}"
+    return "resumed" if info.get("resumed") else "retry"
+
+
 # --- the runner --------------------------------------------------------------------------------
 
 
@@ -808,8 +834,10 @@ class Runner:
         cached = self._prepared.get(entry.job_name)
         if cached is not None:
             return cached
-        prepared = request.prepare(self._attempt_spec(trial, entry), job_name=entry.job_name,
-                                   extra_tags=self.ident.tags(trial.trial_id))
+        tags = self.ident.tags(trial.trial_id)
+        if entry.attempt > 0:
+            tags[TAG_ATTEMPT] = attempt_tag(self._attempt_info(trial, entry), trial.chain[0])
+        prepared = request.prepare(self._attempt_spec(trial, entry), job_name=entry.job_name, extra_tags=tags)
         self._prepared[entry.job_name] = prepared
         return prepared
 
@@ -901,8 +929,10 @@ class Runner:
             latest = history[-1]
             attempt = latest.attempt + 1
             name = self.ident.job_name(trial.trial_id, attempt)
-            prepared = self._prepare_attempt(trial, name, attempt,
-                                             {"instance_type": instance_type, "failover": failover})
+            info = {"instance_type": instance_type, "failover": failover}
+            if failover:
+                info["from_type"] = self._attempt_info(trial, latest)["instance_type"]
+            prepared = self._prepare_attempt(trial, name, attempt, info)
             if self.d.budget_usd is not None:
                 spent = self._spent_bound(rows) if spent is None else spent
                 if spent + prepared.estimate.usd_max > self.d.budget_usd:

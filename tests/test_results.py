@@ -257,6 +257,24 @@ def test_sagemaker_prices_are_not_marked(aws, prices):
     assert "~" not in res.render_table(collection)
 
 
+def test_a_failed_over_sweep_job_is_marked_as_a_configuration_of_its_own(aws, prices):
+    s3, sm = aws
+    doc = results_doc("demo-1a2b3c4d-t0badf00-r1", sps=800.0, type_="ml.trn1.32xlarge", cores=32,
+                      sweep="demo-1a2b3c4d", global_batch=1024)
+    doc["tags"]["orchestrator:attempt"] = "failover:ml.trn1.2xlarge"
+    put_results(s3, "demo-1a2b3c4d-t0badf00-r1", doc)
+    put_results(s3, "demo-1a2b3c4d-t11111111", results_doc("demo-1a2b3c4d-t11111111", sweep="demo-1a2b3c4d"))
+    collection = res.collect(PREFIX, workers=1)
+    rows = by_job(collection)
+    moved = rows["demo-1a2b3c4d-t0badf00-r1"]
+    assert moved.failover_from == "ml.trn1.2xlarge"
+    assert "failed over from ml.trn1.2xlarge: not its trial's configuration" in moved.note
+    assert "global batch 1024" in moved.note
+    assert rows["demo-1a2b3c4d-t11111111"].failover_from is None
+    table = res.render_table(collection)
+    assert "ml.trn1.32xlarge (failover from ml.trn1.2xlarge)" in table
+
+
 def test_unknown_price_and_missing_sagemaker_job(aws, prices):
     s3, _ = aws
     put_results(s3, "odd", results_doc("odd", type_="ml.trn2.48xlarge", cores=64))

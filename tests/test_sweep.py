@@ -413,6 +413,37 @@ def test_a_failover_type_failing_the_doctor_refuses_the_sweep(tmp_path):
     assert all(p.line == line_of(text, "failover") for p in found)
 
 
+def test_the_plan_shows_the_worst_case_with_failover_and_retries(tmp_path, orch_home):
+    """A trial failing over from trn1.2xlarge to trn1n.32xlarge costs 18x the hour: the plan's
+    worst case counts the whole failover chain plus every retry on its dearest type."""
+    from orchestrator import cost
+
+    text = ("sweep: demo\nbase: base.yaml\nfailover: {instance.type: [ml.trn1n.32xlarge]}\nmax_retries: 2\n"
+            "budget: {max_total_cost_usd: 50}\n")
+    planned = sweeps.plan(load(tmp_path, text))
+    [trial] = planned.trials
+    own = cost.estimate(trial.trial.spec).usd_max
+    failover = cost.estimate(spec.with_overrides(trial.trial.spec, {"instance.type": "ml.trn1n.32xlarge"})).usd_max
+    assert trial.usd_max == pytest.approx(own)
+    assert trial.worst_usd == pytest.approx(own + failover + 2 * failover)
+    assert planned.worst_usd == pytest.approx(trial.worst_usd)
+    assert planned.to_json()["worst_usd_max"] == pytest.approx(trial.worst_usd, abs=1e-3)
+    sweeps.check_budget(planned)  # the budget bounds what is submitted, not the worst case
+
+    from orchestrator import cli
+
+    lines = cli._plan_summary(planned)
+    assert lines[0].startswith(f"total: at most {own:.2f} USD (budget 50 USD)")
+    assert (f"worst case: {trial.worst_usd:.2f} USD if trials fail over (ml.trn1n.32xlarge) and use their 2 retries"
+            in lines[1])
+    assert "past 50 USD is not submitted" in lines[1]
+    assert "worst case" in cli._plan_table(planned)
+    # Without failover or retries the worst case is the total, and the plan says nothing more.
+    plain = sweeps.plan(load(tmp_path, "sweep: demo\nbase: base.yaml\nmax_retries: 0\n"))
+    assert plain.worst_usd == pytest.approx(plain.total_usd)
+    assert not any(line.startswith("worst case") for line in cli._plan_summary(plain))
+
+
 def test_budget_refuses_with_the_location(tmp_path):
     text = SWEEP + "budget:\n  max_total_cost_usd: 10\n"
     planned = sweeps.plan(load(tmp_path, text))
@@ -617,6 +648,20 @@ def test_capacity_at_submit_fails_over_to_the_next_type(rig):
     tags = {t["Key"]: t["Value"] for t in cloud.jobs[view.job_name]["request"]["Tags"]}
     assert tags["orchestrator:trial"] == view.trial.trial_id
     assert tags["orchestrator:spec-hash"] != view.trial.trial_id[1:]  # the failover spec differs
+    # Marked, so results can tell it ran another configuration than its trial.
+    assert tags["orchestrator:attempt"] == "failover:ml.trn1.2xlarge"
+
+
+def test_retries_are_tagged_as_retries(rig):
+    make, cloud, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 1\n")
+    runner.step()
+    [first] = cloud.jobs
+    assert "orchestrator:attempt" not in {t["Key"] for t in cloud.jobs[first]["request"]["Tags"]}
+    cloud.finish(first, "failed", "InternalServerError: try again")
+    runner.step()
+    tags = {t["Key"]: t["Value"] for t in cloud.jobs[first + "-r1"]["request"]["Tags"]}
+    assert tags["orchestrator:attempt"] == "retry"
 
 
 def test_capacity_failures_walk_the_failover_list_then_use_retries(rig):
