@@ -818,7 +818,7 @@ def _plan_table(planned) -> str:
     for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
         # Folded, never cut with "…": the table must show what each trial is in any width.
         table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
-                         overflow="fold" if column in ("job name", "overrides") else "ellipsis")
+                         overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
     for t in planned.trials:
         overrides = ", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) or "(base)"
         table.add_row(*map(_plain, (
@@ -1076,6 +1076,10 @@ def sweep_resume(
 
     ledger = Ledger()
     definition = sweeps.load_definition(ledger, _sweep_id_of(target, ledger))
+    # A budget (or concurrency, max_retries) changed in the sweep's file counts, as for `sweep run`.
+    definition, note = sweeps.reload_policy(ledger, definition)
+    if note:
+        _err(note)
     _drive(definition, ledger, poll)
 
 

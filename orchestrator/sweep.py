@@ -42,12 +42,17 @@ Contract:
   stopped in flight is resubmitted as the next `-rN` on the same instance type, like a retry
   (it does not use up `max_retries`; the stopped job's cost is spent and stays in the
   sweep's cost bound, and a resubmission that would take that bound above the budget is not
-  made: the trial stays stopped and its detail says why). Completed and failed trials, and
+  made: the trial stays stopped and its detail says why, and what to do). Completed and failed trials, and
   jobs stopped by anything other than `sweep stop`, are left alone. Reopening is a ledger
   transition (stopped -> planned) or the same attempt record and `planned` row a retry
   writes, so a runner killed halfway reopens the rest on its next step, under the same names.
   `Runner.has_work()` tells from the ledger alone whether a runner started now would act at
   all (`sweep run --detach` asks it before starting one in the background).
+- Budget: each job counts its cost bound until it has ended; then what SageMaker billed (its
+  billable seconds, recorded in the ledger) counts instead, so a job stopped while Starting
+  counts next to nothing. A retry or resubmission refused by the budget is looked at again on
+  every step, so a budget raised in the file (`reload_policy`, which `sweep resume` calls, or
+  `sweep run`'s `save`) lets it run.
 - A sweep edited into a new id submits its trials again under the new names, even those
   whose exact spec already completed under the old id; the runner says so once (an event
   naming the earlier jobs), see `completed_elsewhere`.
@@ -66,7 +71,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -76,7 +81,7 @@ from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.paths import home
-from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, spec_hash, with_overrides
+from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, load_sweep, spec_hash, with_overrides
 
 TAG_SWEEP = "orchestrator:sweep"
 TAG_TRIAL = "orchestrator:trial"
@@ -555,6 +560,40 @@ def load_definition(ledger: Ledger, sweep_id: str) -> Definition:
     return Definition.from_json(data)
 
 
+def reload_policy(ledger: Ledger, definition: Definition) -> tuple[Definition, str | None]:
+    """The saved sweep with the run policy (budget, concurrency, max_retries) its file has now,
+    as `sweep run FILE` would save it, and a note saying what changed; so `sweep resume` honours
+    a budget raised in the file. Nothing changes (and the note says why) when the file is gone,
+    no longer loads, or was edited into another sweep (other trials: another id). Writes under
+    the runner lock, as `save` does."""
+    if not definition.file:
+        return definition, None
+    path = Path(definition.file)
+    try:
+        loaded = load_sweep(path)
+        tick = (datetime.strptime(definition.identity.tick, "%Y%m%d%H%M").replace(tzinfo=timezone.utc)
+                if definition.identity.tick else None)
+        now = identify(loaded, tick)
+    except (InputError, OSError) as exc:
+        why = exc.message.splitlines()[0] if isinstance(exc, InputError) else str(exc)
+        return definition, f"note: {path} could not be read again ({why}); resuming with the saved settings"
+    if now.sweep_id != definition.sweep_id:
+        return definition, (f"note: {path} now describes another sweep ({now.sweep_id}: its trials changed); "
+                            f"resuming {definition.sweep_id} with its saved settings (`python -m orchestrator sweep run "
+                            f"{shlex.quote(str(path))}` starts the new one)")
+    fresh = replace(definition, concurrency=loaded.concurrency, max_retries=loaded.max_retries,
+                    budget_usd=loaded.budget.max_total_cost_usd)
+    if fresh == definition:
+        return definition, None
+    changes = [f"{name} {old} -> {new}" for name, old, new in (
+        ("budget.max_total_cost_usd", definition.budget_usd, fresh.budget_usd),
+        ("concurrency", definition.concurrency, fresh.concurrency),
+        ("max_retries", definition.max_retries, fresh.max_retries)) if old != new]
+    with runner_lock(definition.sweep_id):
+        ledger.put_value(_key(definition.sweep_id), fresh.to_json())
+    return fresh, f"note: took {', '.join(changes)} from {path}"
+
+
 def completed_elsewhere(ledger: Ledger, sweep_id: str, spec_hashes: dict[str, str]) -> dict[str, str]:
     """Trial id -> name of a completed job of another sweep (or none) with the same spec hash,
     for the trials in `spec_hashes` (trial id -> spec hash). Names are not changed by this:
@@ -618,6 +657,15 @@ def classify(detail: str | None) -> str:
         if pattern.search(text):
             return kind
     return "user"
+
+
+_BUDGET_REFUSAL = re.compile(r"^\[budget\] (.*?); a retry would take the sweep's cost bound to ", re.S)
+
+
+def budget_refused_reason(detail: str | None) -> str | None:
+    """The failure a "[budget]" row's retry was refused after, or None for any other row."""
+    found = _BUDGET_REFUSAL.match(detail or "")
+    return found.group(1) if found else None
 
 
 def submit_error_kind(exc: OrchestratorError) -> str:
@@ -755,6 +803,7 @@ class Runner:
         self._acted = 0
         self._event_count = 0
         self._noted_elsewhere = False
+        self._billing_unknown: set[str] = set()  # ended jobs whose backend reports no billable seconds
 
     # -- ledger views --
 
@@ -774,11 +823,15 @@ class Runner:
             raise OrchestratorError(f"the ledger lost the attempt record of {entry.job_name}")
         return info
 
-    def _next_attempt(self, trial: TrialDef, history: list[Entry]) -> tuple[str, bool] | str:
+    def _next_attempt(self, trial: TrialDef, history: list[Entry], *,
+                      reopen_budget: bool = False) -> tuple[str, bool] | str:
         """(instance type, is failover) of the resubmission after the failed latest attempt,
-        or the reason there is none."""
+        or the reason there is none. A retry the budget refused ("[budget] ...") is final,
+        unless `reopen_budget`: then it is judged by its own failure, for the caller to check
+        the budget (raised since, maybe) again."""
         latest = history[-1]
-        kind = classify(latest.detail)
+        refused = budget_refused_reason(latest.detail) if reopen_budget else None
+        kind = classify(refused if refused is not None else latest.detail)
         if latest.state != "failed":
             return "not failed"
         if kind not in RETRYABLE:
@@ -879,6 +932,9 @@ class Runner:
             # a job that is certainly training as running.
             if status.terminal:
                 target = status.status
+                if status.billable_seconds is not None:
+                    self.ledger.put_value(_key(self.d.sweep_id, f"billed:{latest.job_name}"),
+                                          int(status.billable_seconds))
             elif status.status == "running" and latest.state == "submitted":
                 target = "running"
             else:
@@ -887,15 +943,48 @@ class Runner:
             self.ledger.transition(latest.job_name, target, detail=detail, expect=("submitted", "running"))
             self._event(f"{latest.job_name}: {target}" + (f" ({detail})" if detail else ""))
 
+    def _billed_seconds(self, entry: Entry) -> int | None:
+        """The billable seconds of a job that has ended, as SageMaker reported them
+        (DescribeTrainingJob BillableTimeInSeconds): recorded in the ledger when the runner saw
+        it end, else asked of the backend once (a job `sweep stop` stopped is recorded only
+        once it is Stopped). None when unknown (still running, or the backend cannot say)."""
+        key = _key(self.d.sweep_id, f"billed:{entry.job_name}")
+        known = self.ledger.get_value(key)
+        if isinstance(known, int):
+            return known
+        if entry.state not in ("completed", "failed", "stopped") or self.backend is None \
+                or entry.job_name in self._billing_unknown:
+            return None
+        try:
+            status = self.backend.status(entry.job_name)
+        except (BackendError, InputError):
+            return None
+        if not status.terminal or status.billable_seconds is None:
+            if status.terminal:
+                self._billing_unknown.add(entry.job_name)  # this backend does not report it
+            return None
+        self.ledger.put_value(key, int(status.billable_seconds))
+        return int(status.billable_seconds)
+
+    def _job_cost(self, trial: TrialDef, entry: Entry) -> float:
+        """What one job of the sweep counts against its budget: the billable seconds SageMaker
+        reports for a job that has ended (a job stopped while Starting bills next to nothing),
+        else the job's cost bound."""
+        estimate = cost.estimate(self._attempt_spec(trial, entry))
+        seconds = self._billed_seconds(entry)
+        if seconds is None or estimate.usd_per_hour is None:
+            return estimate.usd_max
+        return min(estimate.usd_max, seconds / 3600 * estimate.instance_count * estimate.usd_per_hour)
+
     def _spent_bound(self, rows: dict[str, list[Entry]]) -> float:
-        """The sum of the cost bounds of every job this sweep has planned so far."""
+        """What every job this sweep has planned so far counts against its budget (`_job_cost`)."""
         total = 0.0
         for trial_id, history in rows.items():
             trial = self._trials.get(trial_id)
             if trial is None:
                 continue
             for entry in history:
-                total += cost.estimate(self._attempt_spec(trial, entry)).usd_max
+                total += self._job_cost(trial, entry)
         return total
 
     def _prepare_attempt(self, trial: TrialDef, name: str, attempt: int, info: dict) -> request.Prepared:
@@ -914,38 +1003,49 @@ class Runner:
                                   sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
         self._acted += 1
 
+    def _retry_spec(self, trial: TrialDef, instance_type: str) -> JobSpec:
+        if instance_type == trial.spec.instance.type:
+            return trial.spec
+        return with_overrides(trial.spec, {"instance.type": instance_type})
+
     def plan_retries(self) -> None:
-        """Write the next attempt's row for each trial whose latest job failed retryably."""
+        """Write the next attempt's row for each trial whose latest job failed retryably (and
+        for one whose retry the budget refused, once the budget allows it)."""
         rows = self._rows()
         spent: float | None = None
         for trial in self.d.trials:
             history = rows.get(trial.trial_id)
             if not history or history[-1].state != "failed":
                 continue
-            nxt = self._next_attempt(trial, history)
+            nxt = self._next_attempt(trial, history, reopen_budget=True)
             if isinstance(nxt, str):
                 continue
             instance_type, failover = nxt
             latest = history[-1]
+            reason = budget_refused_reason(latest.detail)
+            reason = latest.detail if reason is None else reason
+            if self.d.budget_usd is not None:
+                spent = self._spent_bound(rows) if spent is None else spent
+                usd = cost.estimate(self._retry_spec(trial, instance_type)).usd_max
+                if spent + usd > self.d.budget_usd:
+                    refusal = (f"[budget] {reason or 'failed'}; a retry would take the sweep's cost bound to "
+                               f"{spent + usd:.2f} USD, above budget.max_total_cost_usd {self.d.budget_usd:g}; "
+                               f"{self._raise_budget_hint()}")
+                    # Said once: a later step (a raised budget, re-read by `sweep resume`) looks again.
+                    if refusal != latest.detail:
+                        self.ledger.transition(latest.job_name, "failed", detail=refusal, expect=("failed",))
+                        self._event(f"{trial.trial_id}: not retried (budget): {self._raise_budget_hint()}")
+                    continue
+                spent += usd
             attempt = latest.attempt + 1
             name = self.ident.job_name(trial.trial_id, attempt)
             info = {"instance_type": instance_type, "failover": failover}
             if failover:
                 info["from_type"] = self._attempt_info(trial, latest)["instance_type"]
             prepared = self._prepare_attempt(trial, name, attempt, info)
-            if self.d.budget_usd is not None:
-                spent = self._spent_bound(rows) if spent is None else spent
-                if spent + prepared.estimate.usd_max > self.d.budget_usd:
-                    self.ledger.transition(latest.job_name, "failed", detail=(
-                        f"[budget] {latest.detail or 'failed'}; a retry would take the sweep's cost bound to "
-                        f"{spent + prepared.estimate.usd_max:.2f} USD, above budget.max_total_cost_usd "
-                        f"{self.d.budget_usd:g}"), expect=("failed",))
-                    self._event(f"{trial.trial_id}: not retried (budget)")
-                    continue
-                spent += prepared.estimate.usd_max
             self._plan_attempt(trial, name, attempt, prepared)
             how = f"failing over to {instance_type}" if failover else "retrying"
-            self._event(f"{trial.trial_id}: {how} as {name} after: {latest.detail}")
+            self._event(f"{trial.trial_id}: {how} as {name} after: {reason}")
 
     def _stopped_before_submission(self, entry: Entry) -> bool | None:
         """Whether `sweep stop` cancelled this row before its job was created (True), or
@@ -978,7 +1078,14 @@ class Runner:
         if spent + usd <= self.d.budget_usd:
             return None
         return (f"a resubmission would take the sweep's cost bound to {spent + usd:.2f} USD (the stopped "
-                f"job's cost is spent), above budget.max_total_cost_usd {self.d.budget_usd:g}")
+                f"job's billed cost is spent), above budget.max_total_cost_usd {self.d.budget_usd:g}; "
+                f"{self._raise_budget_hint()}")
+
+    def _raise_budget_hint(self) -> str:
+        """The next step after a refusal by the budget."""
+        where = f"in {self.d.file}" if self.d.file else "in the sweep's file"
+        return (f"to run it, raise budget.max_total_cost_usd {where}, then `python -m orchestrator sweep resume "
+                f"{self.d.sweep_id}`")
 
     def reopen_stopped(self) -> None:
         """Reopen the trials `sweep stop` stopped (see the module docstring): back to planned
@@ -1036,8 +1143,18 @@ class Runner:
         rows = self._rows()
         spent: float | None = None
         for trial in self.d.trials:
-            latest = rows[trial.trial_id][-1]  # views() saw a row for every trial
+            history = rows[trial.trial_id]  # views() saw a row for every trial
+            latest = history[-1]
             detail = latest.detail or ""
+            if latest.state == "failed" and budget_refused_reason(detail) is not None:
+                nxt = self._next_attempt(trial, history, reopen_budget=True)
+                if isinstance(nxt, str):
+                    continue
+                spent = self._spent_bound(rows) if spent is None else spent
+                if self.d.budget_usd is None or \
+                        spent + cost.estimate(self._retry_spec(trial, nxt[0])).usd_max <= self.d.budget_usd:
+                    return True
+                continue
             if latest.state != "stopped" or not detail.startswith(STOPPED_LEGACY):
                 continue
             if not detail.startswith(STOPPED_IN_FLIGHT):

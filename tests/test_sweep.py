@@ -536,7 +536,8 @@ class FakeCloud:
         job = self.jobs[job_name]
         tags = {t["Key"]: t["Value"] for t in job["request"]["Tags"]}
         return JobStatus(job_name, job["status"], failure_reason=job["reason"], tags=tags,
-                         instance_type=job["request"]["ResourceConfig"]["InstanceType"])
+                         instance_type=job["request"]["ResourceConfig"]["InstanceType"],
+                         billable_seconds=job.get("billable"))
 
     def stop(self, job_name: str) -> None:
         self.stopped.append(job_name)
@@ -777,8 +778,8 @@ def test_a_lost_answer_leaves_submitting_and_is_reconciled_not_duplicated(rig):
 
 def test_budget_caps_retries(rig):
     make, cloud, _ = rig
-    # One trn1.2xlarge hour is about 1.34 USD: room for the first job, not for a retry.
-    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 3\nbudget: {max_total_cost_usd: 2}\n")
+    # One trn1.2xlarge hour is bounded at about 2.02 USD: room for the first job, not for a retry.
+    runner = make("sweep: demo\nbase: base.yaml\nmax_retries: 3\nbudget: {max_total_cost_usd: 3}\n")
     runner.step()
     [first] = cloud.jobs
     cloud.finish(first, "failed", "InternalServerError: internal error")
@@ -905,7 +906,7 @@ def test_rows_stopped_by_an_older_version_are_told_apart_by_the_backend(rig):
 
 def test_a_resubmission_after_stop_above_budget_is_not_made(rig):
     make, cloud, _ = rig
-    # One trn1.2xlarge hour is about 1.34 USD: the stopped job's bound is spent, no room for another.
+    # One trn1.2xlarge hour is bounded at about 2.02 USD: the stopped job's bound is spent, no room for another.
     runner, job = _one_job_stopped_then_resumed(make, cloud,
                                                 "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
     first = runner.step()
@@ -915,6 +916,98 @@ def test_a_resubmission_after_stop_above_budget_is_not_made(rig):
     assert "not resubmitted" in view.detail and "above budget.max_total_cost_usd 2" in view.detail
     assert sum("not resubmitted" in e for e in second.events) == 1 == sum("not resubmitted" in e for e in first.events)
     assert list(cloud.jobs) == [job]
+
+
+def test_a_job_stopped_while_starting_counts_what_it_billed_not_its_bound(rig):
+    """SageMaker bills a job stopped while Starting next to nothing: the sweep's budget counts
+    the billable seconds it reports (DescribeTrainingJob), not the job's max-run bound."""
+    make, cloud, _ = rig
+    # Each job's bound is about 2.02 USD (an hour of trn1.2xlarge at EC2's price x 1.5): a budget
+    # of 3 has room for the resubmission only if the stopped job counts what it billed.
+    runner, job = _one_job_stopped_then_resumed(make, cloud,
+                                                "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 3}\n")
+    cloud.jobs[job]["billable"] = 0  # Stopped while Starting: nothing billed
+    runner.step()
+    assert sorted(cloud.jobs) == [job, job + "-r1"]
+    assert runner.ledger.get_value(f"sweep:{runner.d.sweep_id}:billed:{job}") == 0
+    # A job that ran half its hour counts half its bound.
+    cloud.jobs[job + "-r1"].update(status="failed", reason="InternalServerError: boom", billable=1800)
+    runner.step()
+    assert runner.ledger.get_value(f"sweep:{runner.d.sweep_id}:billed:{job}-r1") == 1800
+    [view] = runner.views()
+    # 0 + 1.01 + 2.02 > 3: the retry is refused, by what was billed and the retry's bound.
+    assert view.state == "failed" and "cost bound to 3.02 USD" in view.detail
+
+
+def test_a_stopped_job_without_billable_seconds_counts_its_whole_bound(rig):
+    make, cloud, _ = rig
+    runner, job = _one_job_stopped_then_resumed(make, cloud,
+                                                "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 3}\n")
+    runner.step()  # the fake reports no billable seconds: the bound counts, no room
+    [view] = runner.views()
+    assert view.state == "stopped" and list(cloud.jobs) == [job]
+
+
+def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig, tmp_path, monkeypatch):
+    from orchestrator import cli
+
+    make, cloud, _ = rig
+    text = "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 3}\n"
+    runner, job = _one_job_stopped_then_resumed(make, cloud, text)
+    runner.step()
+    [view] = runner.views()
+    assert view.state == "stopped" and "not resubmitted" in view.detail
+    sweep_file = tmp_path / "sweep.yaml"
+    assert (f"to run it, raise budget.max_total_cost_usd in {sweep_file.resolve()}, then `python -m orchestrator "
+            f"sweep resume {runner.d.sweep_id}`") in view.detail
+    # The budget raised in the file: `sweep resume` reads it (as `sweep run` would) and resubmits.
+    sweep_file.write_text(text.replace(": 3}", ": 10}"))
+
+    def submit_and_finish(prepared, _submit=cloud.submit):
+        result = _submit(prepared)
+        cloud.finish(prepared.job_name)
+        return result
+
+    monkeypatch.setattr(cloud, "submit", submit_and_finish)
+    monkeypatch.setattr(cli, "_sweep_backend", lambda definition, ledger: cloud)
+    done = _invoke("sweep", "resume", runner.d.sweep_id, "--poll", "0")
+    assert done.exit_code == 0, (done.output, done.exception)
+    assert f"took budget.max_total_cost_usd 3.0 -> 10.0 from {sweep_file.resolve()}" in done.output
+    assert sorted(cloud.jobs) == [job, job + "-r1"] and cloud.jobs[job + "-r1"]["status"] == "completed"
+    assert sweeps.load_definition(runner.ledger, runner.d.sweep_id).budget_usd == 10
+
+
+def test_a_retry_refused_by_the_budget_runs_once_the_budget_is_raised(rig, tmp_path):
+    make, cloud, _ = rig
+    text = "sweep: demo\nbase: base.yaml\nmax_retries: 1\nbudget: {max_total_cost_usd: 3}\n"
+    runner = make(text)
+    runner.step()
+    [job] = cloud.jobs
+    cloud.finish(job, "failed", "InternalServerError: boom")
+    runner.step()
+    runner.step()
+    [view] = runner.views()
+    assert view.final and view.detail.startswith("[budget] InternalServerError: boom; a retry would")
+    assert "raise budget.max_total_cost_usd" in view.detail and not runner.has_work()
+    assert sum("not retried (budget)" in e for e in runner.progress().events) == 1  # said once
+    (tmp_path / "sweep.yaml").write_text(text.replace(": 3}", ": 10}"))
+    definition, note = sweeps.reload_policy(runner.ledger, runner.d)
+    assert definition.budget_usd == 10 and "3.0 -> 10.0" in note
+    raised = sweeps.Runner(definition, cloud, runner.ledger, sleep=lambda s: None, poll_seconds=0)
+    assert raised.has_work()
+    raised.step()
+    assert sorted(cloud.jobs) == [job, job + "-r1"]
+
+
+def test_resume_keeps_the_saved_settings_when_the_file_became_another_sweep(rig, tmp_path):
+    make, _, _ = rig
+    runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 3}\n")
+    (tmp_path / "sweep.yaml").write_text("sweep: demo\nbase: base.yaml\ngrid: {training.batch_size: [8, 16]}\n")
+    definition, note = sweeps.reload_policy(runner.ledger, runner.d)
+    assert definition == runner.d and "now describes another sweep" in note and "sweep run" in note
+    (tmp_path / "sweep.yaml").unlink()
+    definition, note = sweeps.reload_policy(runner.ledger, runner.d)
+    assert definition == runner.d and "could not be read again" in note
 
 
 def test_a_refused_save_leaves_the_saved_definition_unchanged(tmp_path, orch_home):
@@ -1603,7 +1696,7 @@ def test_cli_stop_says_when_a_resume_would_run_nothing(rig, monkeypatch):
 
 def test_the_runner_says_whether_a_step_would_act(rig):
     make, cloud, _ = rig
-    # One trn1.2xlarge hour is about 1.34 USD: the stopped job's bound is spent, no room for another.
+    # One trn1.2xlarge hour is bounded at about 2.02 USD: the stopped job's bound is spent, no room for another.
     text = "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n"
     runner = make(text)
     assert runner.has_work()  # planned
