@@ -338,23 +338,26 @@ def _wait(backend, job_name: str, interval: float):
     return st
 
 
-def _rerun_name(loaded) -> str:
-    """The spec's plain job name if the ledger has never seen it, else the first free rerun
-    name (`request.rerun_job_name`). Reads the ledger only when there is one, so that a
-    dry run writes nothing."""
-    from orchestrator import request
+def _rerun_name(loaded, backend, dry_run: bool) -> str:
+    """The name `--rerun` submits under (`reruns.rerun_name`): free in the ledger (read only
+    when there is one, so that a dry run writes nothing) and in the backend, SageMaker being
+    the truth for jobs other machines submitted. A dry run that cannot ask SageMaker says so
+    and uses the ledger alone."""
+    from orchestrator import reruns
+    from orchestrator.backends.sagemaker import could_not_ask
+    from orchestrator.errors import BackendError
     from orchestrator.ledger import Ledger
     from orchestrator.paths import home
 
-    name = request.job_name(loaded)
-    if not (home() / "ledger.sqlite3").exists():
-        return name
-    ledger = Ledger()
-    n = 0
-    while ledger.get(name) is not None:
-        n += 1
-        name = request.rerun_job_name(loaded, n)
-    return name
+    names = {e.job_name for e in Ledger().entries()} if (home() / "ledger.sqlite3").exists() else set()
+    try:
+        return reruns.rerun_name(loaded, names, backend)
+    except BackendError as exc:
+        if not dry_run or not could_not_ask(exc):
+            raise
+        _err(f"note: SageMaker could not be asked which rerun names are taken ({exc.message}); the name below is "
+             "free in this machine's ledger only")
+        return reruns.rerun_name(loaded, names)
 
 
 @app.command()
@@ -367,8 +370,8 @@ def submit(
     interval: float | None = typer.Option(None, "--interval", min=0.05, help="Seconds between status polls "
                                           "(--wait; default 15 on SageMaker, 2 locally)."),
     rerun: bool = typer.Option(False, "--rerun", help="If this spec was submitted before, submit it again as a "
-                               "new job <name>-<hash>-rN (the first free N in the ledger; a long name is "
-                               "shortened to fit 63 characters)."),
+                               "new job <name>-<hash>-rN (the first N free in the ledger and in SageMaker, which "
+                               "knows other machines' jobs; a long name is shortened to fit 63 characters)."),
 ) -> None:
     """Submit a job: doctor and budget checks, then the spec's backend. Prints the job name.
 
@@ -381,7 +384,10 @@ def submit(
     from orchestrator.errors import InputError
 
     loaded = spec.load(path)
-    prepared = request.prepare(loaded, job_name=_rerun_name(loaded) if rerun else None)
+    backend = None
+    if rerun:
+        backend = backends.create(loaded.backend, region=loaded.region)
+    prepared = request.prepare(loaded, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
     if dry_run:
         _print_plan(loaded, prepared, as_json=False)
         return
@@ -393,7 +399,7 @@ def submit(
         raise InputError(f"{path}: estimated cost above budget.max_cost_usd {budget:g}: "
                          f"{prepared.estimate.describe()}", hint="raise budget.max_cost_usd or max_run_minutes")
     _err(prepared.estimate.describe())
-    backend = backends.create(loaded.backend, region=loaded.region)
+    backend = backend or backends.create(loaded.backend, region=loaded.region)
     result = backend.submit(prepared)
     where = f"{loaded.backend} in {loaded.region}" if loaded.backend == "sagemaker" else loaded.backend
     _err(f"submitted to {where}" if result.created else f"already submitted to {where} earlier; nothing created")

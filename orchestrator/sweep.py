@@ -30,6 +30,10 @@ Contract:
   A retry that would take the sweep's cost bounds above its budget is not submitted.
 - At most `concurrency` jobs are in flight, counting jobs of this sweep that another machine
   started (SageMaker: ListTrainingJobs by name, cross-checked by the sweep tag).
+- SageMaker is the truth: a runner's first step on SageMaker writes into the ledger every
+  attempt of each trial that SageMaker has and the ledger lacks (`adopt_remote`), so a sweep
+  run from another machine or a fresh ORCHESTRATOR_HOME goes on from each trial's latest
+  attempt.
 - `save` writes nothing while another process of this machine holds the sweep's runner lock
   (InputError, exit 2): a refused `sweep run` leaves the saved definition (concurrency,
   budget, file) as it was.
@@ -804,6 +808,7 @@ class Runner:
         self._event_count = 0
         self._noted_elsewhere = False
         self._billing_unknown: set[str] = set()  # ended jobs whose backend reports no billable seconds
+        self._adopted_remote = False
 
     # -- ledger views --
 
@@ -1183,6 +1188,67 @@ class Runner:
             self._event(f"note: {len(found)} trial(s) already completed under another sweep id with the same "
                         f"spec: {shown}{more}; they run again under {self.d.sweep_id}")
 
+    def adopt_remote(self) -> None:
+        """Once per runner, on SageMaker: write into the ledger each trial's attempts that
+        SageMaker has and this ledger lacks or only planned (the sweep was run from another
+        machine or another ORCHESTRATOR_HOME), with the state SageMaker reports, so that each
+        trial goes on from its latest attempt instead of from the first. A job whose
+        `orchestrator:sweep` tag names another sweep is left alone. A transient failure to
+        list waits (backoff) and tries again at the next step."""
+        lister = getattr(self.backend, "job_names", None)
+        if self._adopted_remote or lister is None or getattr(self.backend, "name", "") != "sagemaker":
+            return
+        try:
+            names = lister(self.ident.job_prefix)
+        except BackendError as exc:
+            if submit_error_kind(exc) not in ("throttled", "quota", "transient"):
+                raise
+            self._backoff(f"listing this sweep's jobs in SageMaker: {exc.message}")
+            return
+        self._adopted_remote = True
+        shape = re.compile(rf"{re.escape(self.ident.job_prefix)}-(t[0-9a-f]{{{TRIAL_HEX}}})(?:-r(\d+))?")
+        remote: dict[str, dict[int, str]] = {}
+        for name in names:
+            found = shape.fullmatch(name)
+            if found and found.group(1) in self._trials:
+                remote.setdefault(found.group(1), {})[int(found.group(2) or 0)] = name
+        rows = self._rows()
+        for trial_id, attempts in remote.items():
+            trial = self._trials[trial_id]
+            known = {e.attempt: e for e in rows.get(trial_id, [])}
+            previous_type = trial.chain[0]
+            for attempt in sorted(attempts):
+                name, entry = attempts[attempt], known.get(attempt)
+                if entry is not None and entry.state != "planned":
+                    previous_type = self._attempt_info(trial, entry)["instance_type"]
+                    continue
+                try:
+                    status = self.backend.status(name)
+                except (BackendError, InputError) as exc:
+                    self._event(f"{name}: in SageMaker, not adopted yet ({exc.message})")
+                    self._adopted_remote = False  # look again next step
+                    continue
+                if status.tags.get(TAG_SWEEP) != self.d.sweep_id:
+                    continue
+                instance_type = status.instance_type or previous_type
+                if entry is None:
+                    kind = status.tags.get(TAG_ATTEMPT, "")
+                    info = {"instance_type": instance_type,
+                            "failover": kind.startswith("failover:") or (not kind and instance_type != previous_type)}
+                    if info["failover"]:
+                        info["from_type"] = kind.removeprefix("failover:") if kind else previous_type
+                    if kind == "resumed":
+                        info["resumed"] = True
+                    prepared = self._prepare_attempt(trial, name, attempt, info)
+                    self._plan_attempt(trial, name, attempt, prepared)
+                previous_type = instance_type
+                target = status.status if status.terminal else "submitted"
+                detail = status.failure_reason if status.status == "failed" else "adopted: found in SageMaker"
+                self.ledger.transition(name, target, detail=detail, expect=("planned",))
+                if status.terminal and status.billable_seconds is not None:
+                    self.ledger.put_value(_key(self.d.sweep_id, f"billed:{name}"), int(status.billable_seconds))
+                self._event(f"{name}: {target} in SageMaker (submitted from another machine or home); adopted")
+
     def _elsewhere(self, own: set[str]) -> set[str]:
         """Names of this sweep's jobs in progress that this ledger does not count in flight."""
         if not self.count_elsewhere:
@@ -1290,6 +1356,7 @@ class Runner:
         self._acted = 0
         if self.stop_requested():
             return self.progress(stopped=True)
+        self.adopt_remote()
         self.reopen_stopped()
         self.note_completed_elsewhere()
         self.refresh()

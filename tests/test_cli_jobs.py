@@ -95,7 +95,9 @@ def test_submit_dry_run_prints_what_plan_prints_and_sends_nothing(aws, monkeypat
 
 def test_submit_refuses_a_spec_over_budget_once_with_exit_2(aws, tmp_path, monkeypatch, capsys):
     path = tmp_path / "pricey.yaml"
-    path.write_text(CONFIG.read_text().replace("max_cost_usd: 25", "max_cost_usd: 0.5"))
+    text = CONFIG.read_text()
+    assert "max_cost_usd: 40" in text
+    path.write_text(text.replace("max_cost_usd: 40", "max_cost_usd: 0.5"))
     code, out, err = _cli(monkeypatch, capsys, "submit", str(path))
     assert code == 2 and out == ""
     assert err.count("N016-budget-exceeded") == 1
@@ -500,6 +502,39 @@ def test_submit_dry_run_rerun_shows_the_name_the_real_submit_uses(aws, prepared,
     assert len(aws) == 1 and len(Ledger().entries()) == 1  # the dry run sent and recorded nothing
     code, out, _ = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun")
     assert code == 0 and out.strip() == f"{prepared.job_name}-r1" == aws[-1]["TrainingJobName"]
+
+
+def test_submit_rerun_from_a_fresh_home_picks_the_first_name_free_in_sagemaker(aws, prepared, orch_home, tmp_path,
+                                                                              monkeypatch, capsys):
+    """Another laptop submitted the spec and three reruns (one stopped): this ledger knows none
+    of them, SageMaker does. --rerun takes -r4, creates it, and --wait follows the new job."""
+    sm = boto3.client("sagemaker", region_name=REGION)
+    taken = [prepared.job_name] + [request.rerun_job_name(prepared.spec, n) for n in (1, 2, 3)]
+    for name in taken:
+        sm.create_training_job(**{**prepared.request, "TrainingJobName": name})
+    _moto_jobs()[taken[2]].training_job_status = "Stopped"
+    assert not (orch_home / "ledger.sqlite3").exists()
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--dry-run", "--rerun")
+    assert code == 0 and f'"TrainingJobName": "{prepared.job_name}-r4"' in out
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun", "--wait", "--interval", "0.05")
+    assert code == 0, err
+    assert out.splitlines()[0] == f"{prepared.job_name}-r4"
+    assert "submitted to sagemaker" in err and "nothing created" not in err
+    assert [call["TrainingJobName"] for call in aws] == [f"{prepared.job_name}-r4"]
+    assert "status    completed" in out
+    # The name SageMaker has but a listing missed is still caught by DescribeTrainingJob.
+    from orchestrator import reruns
+
+    class Lagging:
+        name = "sagemaker"
+
+        def job_names(self, containing):
+            return []
+
+        def exists(self, name):
+            return name in _moto_jobs()
+
+    assert reruns.rerun_name(prepared.spec, set(), Lagging()) == f"{prepared.job_name}-r5"
 
 
 def test_submit_rerun_of_a_54_character_name_fits_63(aws, tmp_path, monkeypatch, capsys):

@@ -1260,7 +1260,9 @@ def test_moto_jobs_started_elsewhere_count_against_concurrency(tmp_path, orch_ho
     runner = sweeps.Runner(sweeps.save(planned, mine), ours, mine, sleep=lambda s: None, poll_seconds=0)
     progress = runner.step()
     assert progress.elsewhere == 0 and progress.in_flight == 2  # adopted: now in this ledger too
-    assert sorted(creates) == started and {states(runner)[n] for n in started} == {"submitted"}
+    # Adopted from SageMaker at the runner's first step, then refreshed: they are training.
+    assert sorted(creates) == started and {states(runner)[n] for n in started} == {"running"}
+    assert sum("adopted" in line for line in progress.events) == 2
     runner.step()
     assert sorted(creates) == started  # still no room
     for name in started:
@@ -1304,6 +1306,53 @@ def test_moto_two_machines_run_one_sweep_and_create_each_job_once(tmp_path, orch
         assert runner.run(max_steps=10).done
         assert set(states(runner).values()) == {"completed"}
     assert len(creates) == 4 and set(creates.values()) == {1}
+
+
+def test_moto_a_fresh_home_continues_each_trial_from_its_latest_attempt_in_sagemaker(tmp_path, orch_home, bucket):
+    """Laptop A stopped both jobs of a sweep, resumed it (-r1), and one -r1 failed and was
+    retried (-r2): every trial completed. Laptop B, with a fresh ledger, runs the same sweep:
+    it finds each trial's attempts in SageMaker and reports both completed, creating nothing
+    (before, it adopted attempt 0 only and reported them stopped)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sagemaker.models import sagemaker_backends
+
+    creates: Counter = Counter()
+    text = "sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16, 32]\nmax_retries: 2\n"
+    planned = sweeps.plan(load(tmp_path, text))
+    ledger_a = Ledger(tmp_path / "laptop-a.sqlite3")
+    backend_a, _ = moto_backend(ledger_a, creates)
+    backend_a.stop = lambda name: set_moto_status(name, "Stopped")  # moto has no StopTrainingJob
+    runner_a = sweeps.Runner(sweeps.save(planned, ledger_a), backend_a, ledger_a, sleep=lambda s: None,
+                             poll_seconds=0, count_elsewhere=False)
+    runner_a.submit_ready()
+    firsts = sorted(creates)
+    for name in firsts:
+        set_moto_status(name, "InProgress")
+    sweeps.request_stop(ledger_a, runner_a.d.sweep_id)
+    assert len(sweeps.stop(runner_a).stopped_jobs) == 2
+    sweeps.clear_stop(ledger_a, runner_a.d.sweep_id)
+    runner_a.step()  # both resubmitted as -r1 (moto completes them at once)
+    failing = firsts[1] + "-r1"
+    fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[failing]
+    fake.training_job_status, fake.failure_reason = "Failed", "InternalServerError: try again"
+    assert runner_a.run(max_steps=10).done
+    assert {v.job_name: v.state for v in runner_a.views()} == {firsts[0] + "-r1": "completed",
+                                                              firsts[1] + "-r2": "completed"}
+    made = dict(creates)
+
+    ledger_b = Ledger(tmp_path / "laptop-b.sqlite3")
+    backend_b, _ = moto_backend(ledger_b, creates)
+    runner_b = sweeps.Runner(sweeps.save(planned, ledger_b), backend_b, ledger_b, sleep=lambda s: None,
+                             poll_seconds=0)
+    final = runner_b.run(max_steps=5)
+    assert final.done and final.counts == {"completed": 2}
+    assert {v.job_name: (v.state, v.attempt) for v in runner_b.views()} == {
+        firsts[0] + "-r1": ("completed", 1), firsts[1] + "-r2": ("completed", 2)}
+    assert dict(creates) == made  # nothing created twice
+    rows = {e.job_name: e.state for e in ledger_b.entries(sweep_id=runner_b.d.sweep_id)}
+    assert rows == {firsts[0]: "stopped", firsts[1]: "stopped", firsts[0] + "-r1": "completed",
+                    firsts[1] + "-r1": "failed", firsts[1] + "-r2": "completed"}
+    assert not runner_b.has_work()
 
 
 @pytest.mark.parametrize("command", ["resume", "run"])

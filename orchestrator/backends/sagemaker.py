@@ -63,6 +63,7 @@ _IAM_ACTION = {
     "DescribeTrainingJob": "sagemaker:DescribeTrainingJob",
     "StopTrainingJob": "sagemaker:StopTrainingJob",
     "ListTags": "sagemaker:ListTags",
+    "ListTrainingJobs": "sagemaker:ListTrainingJobs",
     "HeadObject": "s3:GetObject (and s3:ListBucket, without which a missing key reads as 403)",
     "PutObject": "s3:PutObject",
     "DescribeLogStreams": "logs:DescribeLogStreams",
@@ -485,6 +486,26 @@ class SageMakerBackend:
                 if _is_not_found(exc):
                     return None
                 raise
+
+    def job_names(self, containing: str, status: str | None = None) -> list[str]:
+        """Names of the training jobs whose name contains `containing` (ListTrainingJobs
+        NameContains, every page), optionally only those in `status` ("InProgress")."""
+        names: list[str] = []
+        args: dict = {"NameContains": containing, "MaxResults": 100}
+        if status:
+            args["StatusEquals"] = status
+        while True:
+            with self._aws("ListTrainingJobs"):
+                page = self.sm.list_training_jobs(**args)
+            names.extend(j["TrainingJobName"] for j in page.get("TrainingJobSummaries", []))
+            token = page.get("NextToken")
+            if not token or token == args.get("NextToken"):
+                return names
+            args["NextToken"] = token
+
+    def exists(self, job_name: str) -> bool:
+        """Whether SageMaker has a training job of this name (DescribeTrainingJob)."""
+        return self._describe_or_none(job_name) is not None
 
     def _tags(self, arn: str, job_name: str) -> dict[str, str]:
         tags: dict[str, str] = {}
