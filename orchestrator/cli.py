@@ -299,31 +299,48 @@ def _status_lines(st) -> list[str]:
     return lines
 
 
-def _wait(backend, job_name: str, interval: float):
-    """Poll until the job ends, showing status, secondary status and elapsed time; raise
-    JobFailed when it failed or stopped."""
+def _clock_text(elapsed: float) -> str:
+    seconds = int(elapsed)
+    return f"{seconds // 60:d}m{seconds % 60:02d}s"
+
+
+def _wait(backend, job_name: str, interval: float, reattach: str | None = None, *, sleep=None, clock=None,
+          interactive: bool | None = None):
+    """Follow the job until it ends (`waiting.follow`), showing status, secondary status and
+    elapsed time; through network outages (it says so, and keeps waiting); with a heartbeat
+    line every `waiting.heartbeat_seconds()` when stderr is not a terminal. Raise JobFailed
+    when the job failed or stopped. `reattach` is the command that follows the job again."""
     import time
 
     from rich.console import Console
 
+    from orchestrator import waiting
     from orchestrator.errors import JobFailed
 
     console = Console(stderr=True, highlight=False)
-    start = time.monotonic()
-    last = None
+    interactive = console.is_terminal if interactive is None else interactive
+    heartbeat = None if interactive else waiting.heartbeat_seconds()
+    again = reattach or f"python -m orchestrator status {job_name}"
+
+    def text_of(st) -> str:
+        return f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
+
     try:
         with console.status(_plain(f"{job_name}: waiting")) as line:
-            while True:
-                st = backend.status(job_name)
-                elapsed = int(time.monotonic() - start)
-                text = f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
-                line.update(_plain(f"{text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}"))
-                if (st.status, st.secondary) != last:
-                    console.print(f"[{elapsed // 60:d}m{elapsed % 60:02d}s] {text}", markup=False)
-                    last = (st.status, st.secondary)
-                if st.terminal:
-                    break
-                time.sleep(interval)
+            def on_status(st, elapsed: float, why: str) -> None:
+                line.update(_plain(f"{text_of(st)}  {int(elapsed) // 3600}:{int(elapsed) // 60 % 60:02d}:"
+                                   f"{int(elapsed) % 60:02d}"))
+                still = "; still waiting" if why == "heartbeat" else ""
+                console.print(f"[{_clock_text(elapsed)}] {text_of(st)}{still}", markup=False, soft_wrap=True)
+
+            def on_unreachable(message: str, elapsed: float, retry_in: float) -> None:
+                console.print(f"[{_clock_text(elapsed)}] {job_name}: status unknown: {message}. The job keeps running "
+                              f"in SageMaker; still waiting, next try in {retry_in:.0f} s (Ctrl-C stops waiting; "
+                              f"`{again}` follows it again)", markup=False, soft_wrap=True)
+
+            st = waiting.follow(lambda: backend.status(job_name), interval=interval, on_status=on_status,
+                                on_unreachable=on_unreachable, heartbeat_s=heartbeat,
+                                sleep=sleep or time.sleep, clock=clock or time.monotonic)
     except KeyboardInterrupt:
         # Ctrl-C ends the waiting, not the job: say so, and how to get back to it.
         _err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
@@ -404,8 +421,18 @@ def submit(
     where = f"{loaded.backend} in {loaded.region}" if loaded.backend == "sagemaker" else loaded.backend
     _err(f"submitted to {where}" if result.created else f"already submitted to {where} earlier; nothing created")
     _out(result.job_name)
+    import shlex
+
+    # `submit SPEC --wait` finds the same job again by its name; a rerun's name is not the spec's.
+    follow_again = (f"python -m orchestrator logs -f {result.job_name}" if rerun else
+                    f"python -m orchestrator submit {shlex.quote(str(path))} --wait")
     if wait:
-        _wait(backend, result.job_name, interval or (15.0 if loaded.backend == "sagemaker" else 2.0))
+        _wait(backend, result.job_name, interval or (15.0 if loaded.backend == "sagemaker" else 2.0),
+              reattach=follow_again)
+    else:
+        _err(f"next: `python -m orchestrator status {result.job_name}` shows it, `python -m orchestrator logs -f "
+             f"{result.job_name}` follows its output to the end"
+             + ("" if rerun else f", `{follow_again}` waits for it"))
 
 
 @app.command()
@@ -439,6 +466,7 @@ def logs(
     """Print the job's log lines from every host, each prefixed by its host (algo-N), in time order.
 
     stdout carries log lines only; a job with no logs (yet) gets a note on stderr, exit 0.
+    With -f, the last line (on stderr) is how the job ended, with its failure reason.
     """
     with _job_backend(job, region) as backend:
         _print_logs(backend, job, follow)
@@ -459,10 +487,12 @@ def _print_logs(backend, job: str, follow: bool) -> None:
             shown += 1
     except KeyboardInterrupt:
         raise typer.Exit(code=130) from None
-    if not shown:
-        st = backend.status(job)
-        if st.status != noted:
-            _err(_no_logs_note(backend, job, st))
+    st = backend.status(job) if follow or not shown else None
+    if not shown and st.status != noted:
+        _err(_no_logs_note(backend, job, st))
+    elif follow and shown:
+        # The stream ends when the job does: say how it ended (a failure is otherwise silent).
+        _err(f"{job} ended: {st.status}" + (f": {st.failure_reason}" if st.failure_reason else ""))
 
 
 def _has_logs(backend, job: str) -> bool:
@@ -473,12 +503,13 @@ def _has_logs(backend, job: str) -> bool:
 
 def _no_logs_note(backend, job: str, st) -> str:
     yet = "" if st.terminal else " yet"
+    state = st.status + (f": {st.failure_reason}" if st.failure_reason else "")
     if backend.name == "sagemaker":
         from orchestrator.backends.sagemaker import LOG_GROUP
 
         what = "no log events" if backend.log_streams(job) else "no log streams"
-        return f"note: {what} for {job} in {LOG_GROUP}{yet} (the job is {st.status})"
-    return f"note: no log lines for {job}{yet} (the job is {st.status})"
+        return f"note: {what} for {job} in {LOG_GROUP}{yet} (the job is {state})"
+    return f"note: no log lines for {job}{yet} (the job is {state})"
 
 
 @app.command()
@@ -889,16 +920,25 @@ def sweep_plan(
 
 
 class _SweepDisplay:
-    """Progress of a running sweep: a live rich table on a terminal, event lines elsewhere."""
+    """Progress of a running sweep: a live rich table on a terminal, event lines elsewhere, and
+    there a heartbeat line when nothing was printed for `waiting.heartbeat_seconds()` (a
+    sweep of two-hour jobs must not look dead to a CI log)."""
 
-    def __init__(self, runner):
+    def __init__(self, runner, *, clock=None, heartbeat_s: float | None = None):
+        import time
+
         from rich.console import Console
+
+        from orchestrator import waiting
 
         self.runner = runner
         self.console = Console()
         self.live = None
         self.printed = 0
         self.interactive = self.console.is_terminal
+        self.clock = clock or time.monotonic
+        self.heartbeat_s = None if self.interactive else (heartbeat_s or waiting.heartbeat_seconds())
+        self.last_line = self.clock()
 
     def __enter__(self):
         if self.interactive:
@@ -940,6 +980,14 @@ class _SweepDisplay:
         for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
             _out(line)
         self.printed = progress.event_count
+        now = self.clock()
+        if fresh > 0:
+            self.last_line = now
+        elif self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s:
+            counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
+            waiting_for = f"; backing off: {progress.waiting_reason}" if progress.waiting_reason else ""
+            _out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; still running")
+            self.last_line = now
 
 
 class _Terminated(BaseException):
