@@ -14,7 +14,9 @@ Two halves, kept apart so each can be tested alone:
 Contracts:
 
 - No job is silently dropped. A results object that is missing, truncated (not JSON) or of an
-  unknown schema becomes a row with status "missing" or "unreadable" and a note. Throttling,
+  unknown schema becomes a row with status "missing" or "unreadable" and a note; on S3, a job
+  without one that SageMaker knows gets SageMaker's status and failure reason instead of
+  "missing" (a capacity error, a stop, a job still starting). Throttling,
   5xx and connection errors are retried, by botocore (the backends' retry config) and
   then again per job (`attempts`, jittered exponential backoff); a job that still fails is a
   row with status "error" and the error as its note. The one exception is a `job` filter
@@ -509,15 +511,7 @@ class _Collector:
             return results.region
         if results.backend == "local":
             return "us-east-1"  # a local row is priced as "local": no AWS config to read for it
-        with self._lock:
-            if self._default_region is None:
-                from orchestrator.backends.sagemaker import default_region
-
-                try:
-                    self._default_region = default_region(self.region)
-                except InputError as exc:
-                    raise _CommandError(exc) from None
-            return self._default_region
+        return self.command_region()
 
     def price(self, type_: str, region: str) -> catalog.Price | None:
         key = (type_, region)
@@ -566,7 +560,7 @@ class _Collector:
         if data is None:
             if not _name_in(job, sweep):
                 return None
-            return Row(job=job, status=MISSING, note=f"no {RESULTS_FILE} at {uri}", uri=uri)
+            return self.missing_row(job, uri)
         try:
             results = parse(data)
         except Unreadable as exc:
@@ -590,6 +584,42 @@ class _Collector:
                 return replace(base, status=ERROR, note=f"DescribeTrainingJob failed: {_reason(exc)}")
             note = "; ".join(n for n in (note, why) if n) or None
         return build_row(job, results, uri, describe, self.price(results.instance.type, region), note)
+
+    def missing_row(self, job: str, uri: str) -> Row:
+        """The row of a job with no results object: on S3, what SageMaker says of it (a job
+        that failed or was stopped before writing one, a capacity error, one still starting),
+        else (or when SageMaker has no such job) "missing"."""
+        missing = f"no {RESULTS_FILE} at {uri}"
+        if not isinstance(self.store, _S3Store):
+            return Row(job=job, status=MISSING, note=missing, uri=uri)
+        region = self.command_region()
+        try:
+            described, _ = self.describe(job, region)
+        except Exception as exc:
+            return Row(job=job, status=MISSING, note=f"{missing}; DescribeTrainingJob failed: {_reason(exc)}", uri=uri)
+        if described is None:
+            return Row(job=job, status=MISSING, note=missing, uri=uri)
+        status = our_status(described)
+        why = described.get("FailureReason")
+        config = described.get("ResourceConfig") or {}
+        note = f"{missing}: the job is {status}" + (f": {why}" if why else "")
+        return Row(job=job, status=status, backend="sagemaker", region=region, instance=config.get("InstanceType"),
+                   count=config.get("InstanceCount"), spot=bool(described.get("EnableManagedSpotTraining")),
+                   billable_s=described.get("BillableTimeInSeconds"), training_s=described.get("TrainingTimeInSeconds"),
+                   note=note, uri=uri)
+
+    def command_region(self) -> str:
+        """The command's region rule (`default_region`: --region, AWS_REGION, ..., us-east-1),
+        resolved once: for jobs whose results name no region or are missing."""
+        with self._lock:
+            if self._default_region is None:
+                from orchestrator.backends.sagemaker import default_region
+
+                try:
+                    self._default_region = default_region(self.region)
+                except InputError as exc:
+                    raise _CommandError(exc) from None
+            return self._default_region
 
     def run(self, jobs: list[str], sweep: str | None, progress: Callable[[int, int], None] | None) -> list[Row]:
         rows: list[Row] = []

@@ -275,6 +275,26 @@ def test_a_failed_over_sweep_job_is_marked_as_a_configuration_of_its_own(aws, pr
     assert "ml.trn1.32xlarge (failover from ml.trn1.2xlarge)" in table
 
 
+def test_jobs_sagemaker_failed_or_stopped_before_writing_results_show_why(aws, prices):
+    """A capacity error or a stop leaves no results.json: the row says what SageMaker says,
+    not "missing"; a name SageMaker does not know stays missing."""
+    s3, sm = aws
+    create_job(sm, "demo-1a2b3c4d-t00000001", status="Failed",
+               failure="CapacityError: Unable to provision requested ML compute capacity")
+    create_job(sm, "demo-1a2b3c4d-t00000002", status="Stopped", billable=12)
+    s3.put_object(Bucket=BUCKET, Key="jobs/results/gone/other.txt", Body=b"x")  # a folder, no results.json
+    collection = res.collect(PREFIX, sweep="demo", workers=1)
+    rows = by_job(collection)
+    capacity, stopped = rows["demo-1a2b3c4d-t00000001"], rows["demo-1a2b3c4d-t00000002"]
+    assert capacity.status == "failed" and "CapacityError: Unable to provision" in capacity.note
+    assert capacity.note.startswith("no results.json at ") and capacity.instance == "ml.trn1.2xlarge"
+    assert stopped.status == "stopped" and stopped.billable_s == 12 and "the job is stopped" in stopped.note
+    table = res.render_table(collection)
+    assert "failed" in table and "stopped" in table and "missing" not in table.split("\n")[3]
+    with pytest.raises(InputError, match="no results.json"):
+        res.collect(PREFIX, job="gone-job")  # SageMaker has no such job: still the missing-job error
+
+
 def test_unknown_price_and_missing_sagemaker_job(aws, prices):
     s3, _ = aws
     put_results(s3, "odd", results_doc("odd", type_="ml.trn2.48xlarge", cores=64))
@@ -396,7 +416,9 @@ def test_sweep_filter_by_tag_and_name_and_sagemaker_jobs_without_results(aws, pr
     create_job(sm, "swa-t2", status="InProgress")
     rows = by_job(res.collect(PREFIX, sweep="swa", region="us-east-1"))
     assert set(rows) == {"swa-t1", "renamed", "swa-broken", "swa-t2"}
-    assert rows["swa-t2"].status == "missing" and "no results.json" in rows["swa-t2"].note
+    # SageMaker's word for it, not "missing" (a job running has written no results yet).
+    assert rows["swa-t2"].status == "running" and "no results.json" in rows["swa-t2"].note
+    assert "the job is running" in rows["swa-t2"].note
     assert rows["swa-broken"].status == "unreadable"
     assert rows["swa-t1"].sweep == "swa" and rows["swa-t1"].trial == "t1"
 
@@ -490,7 +512,7 @@ def test_sweep_name_or_id_finds_sagemaker_jobs_without_results_alike(aws, prices
     create_job(sm, _sweep_job("instances-big", "55555555")[1], status="InProgress")
     for asked in ("instances", sweep_id):
         rows = by_job(res.collect(PREFIX, sweep=asked, region="us-east-1"))
-        assert set(rows) == {job, running} and rows[running].status == "missing"
+        assert set(rows) == {job, running} and rows[running].status == "running"
 
 
 def test_bad_filters_and_prefixes_are_input_errors(orch_home):
