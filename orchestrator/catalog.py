@@ -155,6 +155,33 @@ def training_instance_types() -> frozenset[str]:
     return types
 
 
+@cache
+def sagemaker_tag_shapes() -> dict[str, dict]:
+    """{"TagKey": {...}, "TagValue": {...}} with the "pattern", "min" and "max" botocore's
+    sagemaker service model gives a tag's key and value; cached in ORCHESTRATOR_HOME per
+    botocore version, like `training_instance_types`."""
+    import botocore
+
+    cache_file = home() / "cache" / f"sagemaker-tag-shapes-{botocore.__version__}.json"
+    try:
+        cached = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cached = None
+    if isinstance(cached, dict) and all(isinstance(cached.get(n), dict) and isinstance(cached[n].get("pattern"), str)
+                                        for n in ("TagKey", "TagValue")):
+        return cached
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shapes = {name: {key: model.shape_for(name).metadata.get(key) for key in ("pattern", "min", "max")}
+              for name in ("TagKey", "TagValue")}
+    try:
+        write_atomic(cache_file, json.dumps(shapes))
+    except OSError:
+        pass
+    return shapes
+
+
 def images() -> dict[str, Image]:
     return {row["neuron_sdk"]: Image(**row) for row in _images()["images"]}
 

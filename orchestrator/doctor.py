@@ -42,6 +42,9 @@ The rules (ids are stable; tests and docs refer to them):
 - N027-local-oversubscribed: a local job with more training processes than this machine has CPUs.
 - N028-hybrid-linear-embed: patch_embed: linear on a hybrid ViT (ResNet/conv stem), which the
   job would refuse at start.
+- N029-tag-characters: a tag key or value with characters SageMaker refuses (its pattern is read
+  from botocore's service model: letters, digits, white space and `_ . : / = + - @`), which
+  CreateTrainingJob would refuse after the source upload.
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, price and budget, EFA, SageMaker limits) are skipped there; the spot rules (N012,
@@ -144,6 +147,7 @@ def check(spec: JobSpec) -> list[Finding]:
         findings += [f for f in _cost(spec) if not (refused and f.rule == "N017-price-unknown")]
         findings += _efa(spec)
         findings += _sagemaker_limits(spec)
+        findings += _tags(spec)
         findings += _runtime(spec, facts)
         if facts is not None and spec.instance.type in catalog.training_instance_types():
             findings += _workers(spec, facts)
@@ -400,6 +404,47 @@ def _sagemaker_limits(spec: JobSpec) -> list[Finding]:
                 f"environment {key[:40]}: SageMaker accepts names and values of at most "
                 f"{SAGEMAKER_MAX_ENV_VALUE} characters",
                 "shorten it, or ship the setting inside the job instead", f"environment.{key}"))
+    return out
+
+
+# A botocore pattern of one repeated character class; \p{X} names a Unicode category (L, Z, N...).
+_CLASS = re.compile(r"^\^?\(?\[(?P<body>(?:\\p\{[A-Z]\}|\\.|[^\]\\])*)\]\*\)?\$?$")
+_CLASS_ITEM = re.compile(r"\\p\{(?P<category>[A-Z])\}|\\(?P<escaped>.)|(?P<plain>[^\\])")
+
+
+def pattern_characters(pattern: str):
+    """A test of one character against a botocore pattern of the form `([...]*)` (one character
+    class, repeated), whose class may hold Unicode categories (backslash-p{X}), which Python's
+    `re` does not know. ValueError for a pattern of another shape."""
+    import unicodedata
+
+    found = _CLASS.match(pattern)
+    if not found:
+        raise ValueError(f"not a repeated character class: {pattern!r}")
+    categories, chars = set(), set()
+    for item in _CLASS_ITEM.finditer(found["body"]):
+        if item["category"]:
+            categories.add(item["category"])
+        else:
+            chars.add(item["escaped"] or item["plain"])
+    return lambda c: c in chars or unicodedata.category(c)[0] in categories
+
+
+def _tags(spec: JobSpec) -> list[Finding]:
+    """N029: tag keys and values against botocore's TagKey/TagValue patterns."""
+    shapes = catalog.sagemaker_tag_shapes()
+    tests = {name: pattern_characters(shapes[name]["pattern"]) for name in ("TagKey", "TagValue")}
+    out = []
+    for key, value in spec.tags.items():
+        for what, text, test in (("key", key, tests["TagKey"]), ("value", value, tests["TagValue"])):
+            bad = sorted({c for c in text if not test(c)})
+            if bad:
+                out.append(Finding(
+                    "N029-tag-characters", "error",
+                    f"tag {key!r}: its {what} has {', '.join(repr(c) for c in bad)}, which SageMaker refuses in tags "
+                    "(it accepts letters, digits, white space and _ . : / = + - @)",
+                    f"replace {' and '.join(repr(c) for c in bad)} in the tag's {what}, e.g. with '-'",
+                    f"tags.{key}"))
     return out
 
 

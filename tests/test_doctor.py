@@ -323,6 +323,33 @@ def test_checkpoint_interval_longer_than_the_run():
     assert "N022-checkpoint-never" not in _rules(_spec(**{"training.checkpoint_every": 100}))
 
 
+def test_tags_sagemaker_refuses_are_caught_before_anything_is_uploaded():
+    """`a,b#c` passed validate, doctor and plan, and CreateTrainingJob refused it after the
+    source upload: N029 checks keys and values against botocore's TagKey/TagValue patterns."""
+    f = _fires(_spec(tags={"team": "a,b#c"}), "N029-tag-characters")
+    assert "',' and '#'" in f.fix or ("','" in f.message and "'#'" in f.message)
+    assert f.path == "tags.team" and "value" in f.message
+    f = _fires(_spec(tags={"cost center": "x", "owner#": "me"}), "N029-tag-characters")
+    assert f.path == "tags.owner#" and "key" in f.message
+    # Letters of any script, digits, white space and _ . : / = + - @ are fine.
+    assert "N029-tag-characters" not in _rules(_spec(tags={"équipe": "vision 2", "a_b.c:d/e=f+g-h@i": "ok"}))
+    # A local job never reaches SageMaker.
+    assert "N029-tag-characters" not in _rules(_spec(LOCAL, tags={"team": "a,b#c"}))
+
+
+def test_the_tag_pattern_comes_from_botocore_and_is_understood(orch_home):
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shapes = catalog.sagemaker_tag_shapes()
+    assert shapes["TagKey"]["pattern"] == model.shape_for("TagKey").metadata["pattern"]
+    allowed = doctor.pattern_characters(shapes["TagValue"]["pattern"])
+    assert [allowed(c) for c in "aé9 _.:/=+-@"] == [True] * 12
+    assert [allowed(c) for c in ",#$%&*!?\""] == [False] * 9
+    with pytest.raises(ValueError):
+        doctor.pattern_characters("^[a-z]+(-[a-z]+)*$")
+
+
 def test_sagemaker_environment_limits():
     f = _fires(_spec(environment={"BIG": "x" * 600}), "N023-environment-limits")
     assert f.path == "environment.BIG"
