@@ -265,8 +265,41 @@ def package_root() -> Path:
     return Path(orchestrator.__file__).resolve().parents[1]
 
 
+# The AWS settings a crontab entry carries over from the shell that printed it: cron runs with
+# a bare environment, where a named or SSO profile (and its region) would be lost.
+AWS_SETTINGS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+
+
+def aws_settings(environ=None) -> tuple[dict[str, str], list[str]]:
+    """(variables, notes) for a crontab entry: the AWS profile and config files in use (from
+    `environ`, default os.environ) and the region every command of the tool would use now
+    (`default_region`), as AWS_REGION; notes for what cannot go into a crontab (credentials
+    in environment variables) or needs the user (an SSO profile's login)."""
+    import os
+
+    from orchestrator.backends.sagemaker import _profile_region, default_region
+
+    environ = os.environ if environ is None else environ
+    found = {name: environ[name] for name in AWS_SETTINGS if environ.get(name)}
+    found["AWS_REGION"] = default_region()
+    notes = []
+    if environ.get("AWS_ACCESS_KEY_ID"):
+        notes.append("credentials from AWS_ACCESS_KEY_ID are not written into crontab: give cron a profile "
+                     "(AWS_PROFILE) instead")
+    try:
+        import botocore.session
+
+        config = botocore.session.Session().get_scoped_config()
+    except Exception:  # noqa: BLE001 - default_region above has reported an unreadable config
+        config = {}
+    if config.get("sso_session") or config.get("sso_start_url"):
+        notes.append(f"the profile {_profile_region()[1]} uses SSO: each tick works only while its `aws sso login` "
+                     "session is valid")
+    return found, notes
+
+
 def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str | None = None,
-                 orchestrator_home: Path | None = None) -> str:
+                 orchestrator_home: Path | None = None, environ=None) -> str:
     """The crontab lines that run `schedule tick` on the spec's cron: a comment, a `CRON_TZ=<zone>`
     line, and the entry.
 
@@ -274,7 +307,8 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     PYTHONPATH `project` (default: the folder that holds this `orchestrator` package, not the
     current directory), and names the interpreter (default: sys.executable, not resolved, so a
     virtual environment's python stays itself), the spec and ORCHESTRATOR_HOME by absolute
-    path, each shell-quoted.
+    path, each shell-quoted. It sets the AWS profile, config files and region in use
+    (`aws_settings`), which cron's bare environment would otherwise lose.
 
     Time zone: cron reads the five fields in its own zone, `schedule tick` decides what is due in
     `schedule.timezone`. `CRON_TZ=<zone>` makes them agree on crons that honour it (cronie, as on
@@ -305,14 +339,16 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
         raise InputError(f"{where}schedule.cron {expr!r} uses {', '.join(extended)}, which system cron does not "
                          "understand", hint="use `python -m orchestrator schedule run` for this schedule (it reads them), or "
                          "write the cron with plain fields")
+    aws, notes = aws_settings(environ)
+    settings = "".join(f"{name}={shlex.quote(value)} " for name, value in aws.items())
     command = (f"cd {shlex.quote(str(project))} && ORCHESTRATOR_HOME={shlex.quote(str(orch_home))} "
-               f"PYTHONPATH={shlex.quote(str(project))} {shlex.quote(str(Path(python).absolute()))} "
+               f"PYTHONPATH={shlex.quote(str(project))} {settings}{shlex.quote(str(Path(python).absolute()))} "
                f"-m orchestrator schedule tick {shlex.quote(str(sweep.path.resolve()))} "
                f">> {shlex.quote(str(log))} 2>&1")
     zone = sweep.schedule.timezone
     comment = (f"# orchestrator: sweep {sweep.sweep}, cron {expr!r} in {zone}. CRON_TZ makes cronie and "
                f"systemd-cron read it in {zone} (and every entry below it); other crons (Debian's, busybox) "
-               f"read it in the machine's zone. Log: {log}")
+               f"read it in the machine's zone. Log: {log}" + "".join(f". Note: {n}" for n in notes))
     return f"{comment}\nCRON_TZ={zone}\n{expr} {command}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -289,6 +290,38 @@ def test_crontab_line_works_from_any_directory(tmp_path, orch_home, monkeypatch)
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00 UTC\n", done.stdout)
+
+
+def test_crontab_line_carries_the_aws_profile_and_region_in_use(tmp_path, orch_home, monkeypatch):
+    """Cron's bare environment loses a named (or SSO) profile: every tick failed, visible only
+    in the log. The entry sets the profile, the config file and the region; run as cron runs
+    it, the program sees them."""
+    load(tmp_path)
+    config = tmp_path / "aws config"
+    config.write_text("[profile research]\nregion = eu-west-1\n"
+                      "[profile sso]\nregion = eu-west-1\nsso_session = corp\n[sso-session corp]\n"
+                      "sso_start_url = https://corp.awsapps.com/start\nsso_region = eu-west-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "research")
+    monkeypatch.delenv("AWS_REGION")
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    comment, _, line = schedules.crontab_line(spec.load_sweep(tmp_path / "nightly.yaml")).splitlines()
+    assert f"AWS_PROFILE=research AWS_CONFIG_FILE='{config}'" in line and "AWS_REGION=eu-west-1 " in line
+    assert "Note:" not in comment
+    probe = ("import boto3; s = boto3.session.Session(); import os; "
+             "print(s.profile_name, s.region_name, os.environ['AWS_REGION'])")
+    command = line.split(" ", 5)[5].split(" -m orchestrator ")[0] + f" -c {shlex.quote(probe)}"
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["research", "eu-west-1", "eu-west-1"]
+    # Keys in the environment are not copied into crontab; an SSO profile needs its login.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_PROFILE", "sso")
+    comment, _, line = schedules.crontab_line(spec.load_sweep(tmp_path / "nightly.yaml")).splitlines()
+    assert "AKIAEXAMPLE" not in line and "AWS_ACCESS_KEY_ID" not in line
+    assert "not written into crontab: give cron a profile" in comment and "aws sso login" in comment
 
 
 def test_crontab_line_sets_cron_tz_and_quotes_paths(tmp_path, orch_home):
