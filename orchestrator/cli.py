@@ -615,6 +615,8 @@ def infra_deploy(
     _print_infra_outputs(outputs)
     _out("next: python -m orchestrator infra outputs --write configs/infra.yaml  (then `infra: infra.yaml` in a "
          "job spec)")
+    _out(f"next: attach the operator policy to whoever submits jobs: aws iam attach-user-policy --user-name YOUR_USER "
+         f"--policy-arn {outputs.operator_policy_arn}  (a CI role: aws iam attach-role-policy --role-name ROLE ...)")
 
 
 def _print_infra_outputs(outputs) -> None:
@@ -1399,6 +1401,11 @@ def cache_ls(uri: str | None = _CACHE_URI) -> None:
     from orchestrator import cache
 
     root, keys = cache.list_keys(uri)
+    if uri is None:
+        # The default is this machine's store; SageMaker jobs' caches are in S3.
+        _err(f"note: this is the local store ({root}); for the compile caches of SageMaker jobs give their S3 "
+             "URI: `python -m orchestrator cache ls s3://BUCKET/compile-cache` (a job spec's compile_cache.uri; "
+             "`python -m orchestrator infra outputs` prints the stack's)")
     if not keys:
         _out(f"no compile caches under {root}")
         return
@@ -1460,6 +1467,10 @@ def cache_prune(
         _err(f"warning: {note}")
     young = f"; kept {report.kept_young} archive(s) younger than the grace period" if report.kept_young else ""
     _out(f"{verb} {len(report.deleted)} object(s), {_size(report.bytes)} under {report.store_uri}{young}")
+    if report.deleted and report.store_uri.startswith("s3://"):
+        _err(f"note: on a versioned bucket (the stack's is) S3 keeps what is deleted as noncurrent versions: the "
+             f"{_size(report.bytes)} {'would be' if dry_run else 'are'} freed when they expire (the stack's lifecycle "
+             "rule, CompileCacheNoncurrentDays: 30 days unless deployed otherwise), not at once")
 
 
 _LIST_ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s")

@@ -153,7 +153,10 @@ def parse(data: bytes) -> ResultsV1:
         raise Unreadable(f"not a JSON object but {type(doc).__name__}")
     found = doc.get("schema")
     if found != SCHEMA:
-        raise Unreadable(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}")
+        newer = re.fullmatch(r"orchestrator\.results/v(\d+)", str(found))
+        what = ("; a newer orchestrator wrote it: upgrade this one (`git pull` in its checkout) to read it"
+                if newer and int(newer.group(1)) > int(SCHEMA.rsplit("v", 1)[1]) else "")
+        raise Unreadable(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}{what}")
     try:
         return ResultsV1.model_validate(doc)
     except ValidationError as exc:

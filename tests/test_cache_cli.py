@@ -83,11 +83,16 @@ def test_list_keys_reports_what_the_manifest_says(store_uri, tmp_path):
 def test_ls_defaults_to_the_local_store(orch_home, tmp_path, monkeypatch, capsys):
     uri = f"file://{orch_home}/store/compile-cache"
     assert cache.default_uri() == uri
-    code, out, _ = _cli(monkeypatch, capsys, "cache", "ls")
+    code, out, err = _cli(monkeypatch, capsys, "cache", "ls")
     assert code == 0 and "no compile caches under" in out and uri in out
+    # It says what it listed, and how to list the S3 cache SageMaker jobs use.
+    assert f"note: this is the local store ({uri})" in err
+    assert "`python -m orchestrator cache ls s3://BUCKET/compile-cache`" in err
     populate(uri, tmp_path)
-    code, out, _ = _cli(monkeypatch, capsys, "cache", "ls")
-    assert code == 0 and NEURON.digest() in out
+    code, out, err = _cli(monkeypatch, capsys, "cache", "ls")
+    assert code == 0 and NEURON.digest() in out and "cache ls s3://" in err
+    code, out, err = _cli(monkeypatch, capsys, "cache", "ls", uri)
+    assert code == 0 and "note:" not in err  # a URI given: nothing to explain
 
 
 def test_ls_flags_a_key_without_a_usable_manifest(tmp_path, monkeypatch, capsys):
@@ -245,6 +250,20 @@ def test_prune_cli_reports_and_dry_run_keeps(tmp_path, monkeypatch, capsys):
     code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0")
     assert code == 0 and f"deleted {uri}/{NEURON.digest()}/{name}" in out and "deleted 1 object(s)" in out
     assert not storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+
+
+def test_prune_on_s3_says_the_space_comes_back_when_noncurrent_versions_expire(moto_bucket, tmp_path, monkeypatch,
+                                                                               capsys):
+    uri = f"s3://{moto_bucket}/compile-cache"
+    populate(uri, tmp_path)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", uri, "--key", NEURON.digest(), "--grace-hours", "0")
+    assert code == 0 and "deleted 3 object(s)" in out
+    assert "on a versioned bucket (the stack's is) S3 keeps what is deleted as noncurrent versions" in err
+    assert "CompileCacheNoncurrentDays" in err and "not at once" in err
+    local = f"file://{tmp_path}/store"
+    populate(local, tmp_path / "again")
+    code, _, err = _cli(monkeypatch, capsys, "cache", "prune", local, "--key", NEURON.digest(), "--grace-hours", "0")
+    assert code == 0 and "versioned" not in err
 
 
 def test_prune_a_whole_key(store_uri, tmp_path, monkeypatch, capsys):

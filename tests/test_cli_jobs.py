@@ -75,6 +75,10 @@ def test_submit_creates_the_job_plan_showed(aws, prepared, monkeypatch, capsys):
     assert prepared.estimate.describe() in err
     assert f"submitted to sagemaker in {REGION}" in err
     assert Ledger().get(prepared.job_name).state == "submitted"
+    # What to do next: look at it, follow its output, or wait for it.
+    assert (f"next: `python -m orchestrator status {prepared.job_name}` shows it, `python -m orchestrator logs -f "
+            f"{prepared.job_name}` follows its output to the end, `python -m orchestrator submit {CONFIG} --wait` "
+            "waits for it") in err
 
     # Again: same name, nothing new.
     code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG))
@@ -353,7 +357,8 @@ BRACKETED_DETAILS = ["AlgorithmError: ExecuteUserScriptError: [/opt/ml/code/trai
 def _bracketed_sweep(tmp_path: Path) -> Path:
     path = tmp_path / "brackets.yaml"
     path.write_text(f"sweep: brackets\nbase: {CONFIG}\nconcurrency: 1\ngrid:\n"
-                    '  data.source: ["s3://qa-bucket/[/a]"]\n  tags.experiment: ["[/a]", "[bold]x", "[red]"]\n')
+                    '  data.source: ["s3://qa-bucket/[/a]"]\n  environment.EXPERIMENT: ["[/a]", "[bold]x", "[red]"]\n')
+    # (Not a tag axis: SageMaker refuses brackets in tags, and the doctor says so, N029.)
     return path
 
 
@@ -362,7 +367,7 @@ def test_sweep_plan_shows_bracketed_grid_values_verbatim(orch_home, tmp_path, mo
     code, out, err = _cli(monkeypatch, capsys, "sweep", "plan", str(_bracketed_sweep(tmp_path)))
     assert code == 0, err
     for value in ("[/a]", "[bold]x", "[red]"):
-        assert f"data.source=s3://qa-bucket/[/a], tags.experiment={value} " in out
+        assert f"data.source=s3://qa-bucket/[/a], environment.EXPERIMENT={value} " in out
 
 
 def test_sweep_status_shows_bracketed_details_verbatim(orch_home, tmp_path, monkeypatch, capsys):
@@ -378,7 +383,7 @@ def test_sweep_status_shows_bracketed_details_verbatim(orch_home, tmp_path, monk
     assert code == 0, err
     for detail in BRACKETED_DETAILS:
         assert detail in out
-    assert "tags.experiment=[bold]x" in out
+    assert "environment.EXPERIMENT=[bold]x" in out
 
 
 def test_live_sweep_display_shows_bracketed_text_verbatim():

@@ -261,6 +261,9 @@ def test_deploy_write_outputs_and_submit_a_job_against_the_same_moto_server(
     outputs = stack_outputs()
     bucket = outputs["BucketName"]
     assert outputs["RoleArn"] in out
+    # The next steps: the outputs file, and attaching the operator policy to whoever submits.
+    assert ("next: attach the operator policy to whoever submits jobs: aws iam attach-user-policy --user-name "
+            f"YOUR_USER --policy-arn {outputs['OperatorPolicyArn']}") in out
     # The stack really made the role and the bucket the outputs name.
     role_name = outputs["RoleArn"].rsplit("/", 1)[1]
     trust = boto3.client("iam").get_role(RoleName=role_name)["Role"]["AssumeRolePolicyDocument"]

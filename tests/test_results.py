@@ -127,7 +127,9 @@ def test_parse_reads_v1_and_ignores_unknown_keys():
     (b"", "not valid JSON (truncated?)"),
     (b"\xff\xfe{}", "not UTF-8"),
     (b"[1, 2]", "not a JSON object"),
-    (b'{"schema": "orchestrator.results/v9", "job_name": "x"}', "unknown schema 'orchestrator.results/v9'"),
+    (b'{"schema": "orchestrator.results/v9", "job_name": "x"}',
+     "unknown schema 'orchestrator.results/v9'; this orchestrator reads 'orchestrator.results/v1'; a newer "
+     "orchestrator wrote it: upgrade this one"),
     (b'{"job_name": "x"}', "unknown schema None"),
 ])
 def test_parse_rejects_with_a_reason(data, reason):
