@@ -432,6 +432,8 @@ def pattern_characters(pattern: str):
 
 def _tags(spec: JobSpec) -> list[Finding]:
     """N029: tag keys and values against botocore's TagKey/TagValue patterns."""
+    if not spec.tags:
+        return []
     shapes = catalog.sagemaker_tag_shapes()
     tests = {name: pattern_characters(shapes[name]["pattern"]) for name in ("TagKey", "TagValue")}
     out = []
