@@ -403,6 +403,8 @@ def submit(
     loaded = spec.load(path)
     backend = None
     if rerun:
+        # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
+        doctor_rules.raise_for(loaded, doctor_rules.check(loaded))
         backend = backends.create(loaded.backend, region=loaded.region)
     prepared = request.prepare(loaded, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
     if dry_run:

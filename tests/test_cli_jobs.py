@@ -118,6 +118,16 @@ def test_submit_refuses_doctor_errors_with_exit_2(aws, tmp_path, monkeypatch, ca
     assert aws == []
 
 
+def test_submit_rerun_refuses_doctor_errors_before_asking_sagemaker(aws, tmp_path, monkeypatch, capsys):
+    listed = []
+    hook_sagemaker(monkeypatch, "provide-client-params.sagemaker.ListTrainingJobs", lambda **kw: listed.append(1))
+    path = tmp_path / "inf2.yaml"
+    path.write_text(CONFIG.read_text().replace("type: ml.trn1.2xlarge", "type: ml.inf2.xlarge"))
+    code, _, err = _cli(monkeypatch, capsys, "submit", str(path), "--rerun")
+    assert code == 2 and "N001" in err
+    assert aws == [] and listed == []
+
+
 def test_submit_wait_follows_the_job_to_completion(aws, prepared, monkeypatch, capsys):
     code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--wait", "--interval", "0.05")
     assert code == 0, err

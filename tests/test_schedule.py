@@ -225,7 +225,10 @@ def test_two_machines_submit_each_tick_job_once(tmp_path, orch_home, moto_server
         scheduler = schedules.Scheduler(sweep, backend, ledger, clock=clock, sleep=clock.sleep,
                                         runner_options={"count_elsewhere": False})
         reports.append(scheduler.evaluate())
-        assert {e.state for e in ledger.entries(sweep_id=reports[-1].planned[0])} == {"submitted"}
+        # Laptop b finds laptop a's jobs in SageMaker (moto completes them at once) and takes
+        # their state from there instead of submitting them again.
+        expected = {"submitted"} if laptop == "a" else {"completed"}
+        assert {e.state for e in ledger.entries(sweep_id=reports[-1].planned[0])} == expected
     assert reports[0].planned == reports[1].planned
     assert len(creates) == 2 and set(creates.values()) == {1}
 
