@@ -16,7 +16,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N006-lnc-env-mismatch: NEURON_LOGICAL_NC_CONFIG or a compiler -lnc in `environment` that
   disagrees with instance.lnc (runtime and compiler must match).
 - N007-fp16-on-neuron: fp16 on the XLA/Neuron path.
-- N008-deprecated-bf16-env: XLA_USE_BF16 / XLA_DOWNCAST_BF16 (last honoured in Neuron 2.24).
+- N008-deprecated-bf16-env: XLA_USE_BF16 / XLA_DOWNCAST_BF16 are deprecated (a warning: they still
+  work, with a deprecation warning, through torch-neuronx 2.9).
 - N009-xla-after-last-sdk: runtime xla with a Neuron SDK newer than the last XLA training release.
 - N010-image-unknown: no catalog image for image.neuron_sdk.
 - N011-region-unsupported: no Trainium training image in the region.
@@ -278,11 +279,16 @@ def _precision(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
             "N007-fp16-on-neuron", "error",
             "precision fp16 is not a supported training precision on Neuron (no fp16 loss scaling on the XLA path)",
             "use precision: bf16 (torch.autocast), or fp32", "training.precision"))
+    # A warning, not an error: the 2.24 end-of-support notice said these stop working, but the
+    # Neuron 2.26.0 and 2.27.0 release notes (aws-neuron-sdk release-notes/components/pytorch.rst,
+    # release-notes/prev/2.27.0/nx-pytorch.rst) keep XLA_DOWNCAST_BF16=1 working in torch-neuronx
+    # 2.5 through 2.9 with a deprecation warning, as a work-around for a bf16 slowdown.
     for name in DEPRECATED_ENV:
         if name in spec.environment:
             out.append(Finding(
-                "N008-deprecated-bf16-env", "error",
-                f"{name} is deprecated (last honoured in Neuron 2.24) and no longer casts to bf16",
+                "N008-deprecated-bf16-env", "warning",
+                f"{name} is deprecated: torch-neuronx 2.9 still honours it with a deprecation warning, "
+                "and PyTorch 2.10 (TorchNeuron) drops it",
                 "use precision: bf16 (torch.autocast)", f"environment.{name}"))
     return out
 
