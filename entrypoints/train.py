@@ -14,7 +14,9 @@ Contract:
   batch x world size / step time).
 - Checkpoints (`checkpoint_every` > 0): the first rank of each host writes
   `ckpt-<step>.pt` (model, optimizer, step, RNG and loss-scaler state) into the checkpoint
-  dir atomically (temporary file, fsync, rename) and keeps the newest `KEEP_CHECKPOINTS`.
+  dir atomically (temporary file in a hidden sibling folder, fsync, rename in: SageMaker
+  uploads whatever appears in the checkpoint dir, so nothing half-written may appear there)
+  and keeps the newest `KEEP_CHECKPOINTS`.
   On start every rank resumes from the newest checkpoint that loads and matches this model,
   the ranks agreeing on the step. On CPU a resumed run ends with exactly the weights of an
   uninterrupted one.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -131,16 +134,38 @@ def model_fingerprint(spec: dict) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 
-def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file beside `path`, fsync, rename over `path`, fsync the dir."""
+def staging_dir(directory: Path) -> Path:
+    """Where files bound for `directory` are written before they are renamed in: a hidden
+    sibling (same parent, so the same file system and the rename is atomic).
+
+    SageMaker copies every file that appears in the checkpoint directory (/opt/ml/checkpoints)
+    to S3 as it appears (model-checkpoints.html): a temporary file written inside it could
+    reach S3 half-written, and its rename would show up there as a delete plus a new object."""
+    return directory.parent / f".{directory.name}.partial"
+
+
+def atomic_save(obj: Any, path: Path, staging: Path | None = None) -> None:
+    """torch.save to a temporary file, fsync, rename over `path`, fsync the dir.
+
+    The temporary file lies in `staging` (default: beside `path`); only the finished file
+    ever appears in `path`'s directory. A staging folder on another file system (the rename
+    fails with EXDEV) falls back to a temporary file beside `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    folder = path.parent if staging is None else staging
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV or staging is None:
+                raise
+            tmp.unlink()
+            atomic_save(obj, path)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -291,7 +316,9 @@ class Trainer:
             "runtime": self.runtime.to_cpu(self.runtime.state_dict()),
             "rng": rng_state(),
         }
-        atomic_save(state, checkpoint_path(self.checkpoint_dir, step))
+        atomic_save(state, checkpoint_path(self.checkpoint_dir, step), staging=staging_dir(self.checkpoint_dir))
+        # Pruning deletes files SageMaker mirrored: the execution role needs s3:DeleteObject on
+        # the checkpoint prefix (infra/stack.yaml), or S3 keeps every checkpoint.
         for _, old in list_checkpoints(self.checkpoint_dir)[KEEP_CHECKPOINTS:]:
             with contextlib.suppress(FileNotFoundError):
                 old.unlink()

@@ -30,6 +30,9 @@ BUCKET = "orchestrator-bucket-abc123"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/orchestrator-ExecutionRole-XYZ"
 KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 PREFIXES = ("compile-cache/", "jobs/", "data/")
+# The one S3 grant narrower than a whole prefix: the role's s3:DeleteObject, for SageMaker's
+# mirroring of pruned checkpoints (<output.uri>/checkpoints/<job>, output.uri at or below jobs/).
+CHECKPOINT_PATTERNS = ("jobs/checkpoints/*", "jobs/*/checkpoints/*")
 # The only actions allowed on "Resource": "*": their APIs support no resource-level permission.
 STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs",
                    "pricing:GetProducts"}
@@ -46,7 +49,7 @@ OPERATOR_ACTIONS = {
     "cloudformation:DescribeStacks", "pricing:GetProducts",
 }
 ROLE_ACTIONS = {
-    "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload",
+    "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
     "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
     "ecr:BatchGetImage", "logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams",
     "logs:PutLogEvents", "cloudwatch:PutMetricData",
@@ -118,8 +121,14 @@ def identity_policy_problems(doc: dict, where: str, role_arn: str = ROLE_ARN, bu
                     if "s3:prefix" in json.dumps(condition):
                         # HEAD/GET of a missing key checks ListBucket without any s3:prefix: 403, not 404.
                         problems.append(f"{at}: ListBucket under an s3:prefix condition makes missing keys 403")
+                elif any(resource == f"{bucket_arn}/{p}" for p in CHECKPOINT_PATTERNS):
+                    if actions != ["s3:DeleteObject"]:
+                        problems.append(f"{at}: the checkpoint prefixes are for s3:DeleteObject alone")
                 elif not any(resource == f"{bucket_arn}/{p}*" for p in PREFIXES):
                     problems.append(f"{at}: S3 resource {resource} outside the tool's prefixes")
+                elif "s3:DeleteObject" in actions and not resource.endswith("/compile-cache/*"):
+                    problems.append(f"{at}: s3:DeleteObject on {resource}: deletes only under compile-cache/ "
+                                    "and checkpoints/")
             elif resource.startswith("arn:aws:logs:") and resource not in (f"{log_group}:*", f"{log_group}:log-stream:*"):
                 problems.append(f"{at}: logs resource {resource} outside /aws/sagemaker/TrainingJobs")
             elif resource.startswith("arn:aws:sagemaker:") and not resource.endswith(":training-job/*"):
@@ -156,6 +165,9 @@ def operator_document(template: dict) -> dict:
 def test_the_walker_flags_each_kind_of_over_grant():
     bad = {"Version": "2012-10-17", "Statement": [
         {"Sid": "Star", "Effect": "Allow", "Action": "*", "Resource": "*"},
+        {"Sid": "DeleteJobs", "Effect": "Allow", "Action": "s3:DeleteObject", "Resource": f"arn:aws:s3:::{BUCKET}/jobs/*"},
+        {"Sid": "PutCheckpoints", "Effect": "Allow", "Action": ["s3:DeleteObject", "s3:PutObject"],
+         "Resource": f"arn:aws:s3:::{BUCKET}/jobs/checkpoints/*"},
         {"Sid": "ServiceStar", "Effect": "Allow", "Action": "s3:*", "Resource": f"arn:aws:s3:::{BUCKET}/jobs/*"},
         {"Sid": "Prefix", "Effect": "Allow", "Action": "s3:Get*", "Resource": f"arn:aws:s3:::{BUCKET}/jobs/*"},
         {"Sid": "StarResource", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"},
@@ -169,8 +181,8 @@ def test_the_walker_flags_each_kind_of_over_grant():
          "Condition": {"StringLike": {"s3:prefix": ["jobs/*"]}}},
     ]}
     problems = "\n".join(identity_policy_problems(bad, "bad"))
-    for sid in ("Star", "ServiceStar", "Prefix", "StarResource", "WholeBucket", "AnyRole", "Metrics", "Logs",
-                "BareLogGroup", "ListUnderPrefix"):
+    for sid in ("Star", "DeleteJobs", "PutCheckpoints", "ServiceStar", "Prefix", "StarResource", "WholeBucket",
+                "AnyRole", "Metrics", "Logs", "BareLogGroup", "ListUnderPrefix"):
         assert f"statement {sid}:" in problems
 
 
@@ -189,8 +201,47 @@ def test_execution_role_policies_grant_only_what_a_job_does(use_kms):
     written = {r for st in doc["Statement"] if "s3:PutObject" in as_list(st["Action"]) for r in as_list(st["Resource"])}
     # Training data is read-only for jobs.
     assert written == {f"arn:aws:s3:::{BUCKET}/compile-cache/*", f"arn:aws:s3:::{BUCKET}/jobs/*"}
+    deleted = {r for st in doc["Statement"] if "s3:DeleteObject" in as_list(st["Action"]) for r in as_list(st["Resource"])}
+    # Jobs delete nothing but the checkpoints SageMaker mirrors (train.py prunes old ones).
+    assert deleted == {f"arn:aws:s3:::{BUCKET}/{p}" for p in CHECKPOINT_PATTERNS}
     ecr = next(st for st in doc["Statement"] if "ecr:BatchGetImage" in as_list(st["Action"]))
     assert ecr["Resource"] == f"arn:aws:ecr:{REGION}:763104351884:repository/pytorch-training-neuronx"
+
+
+def _iam_match(pattern: str, value: str) -> bool:
+    """IAM's resource matching: `*` matches any run of characters, `/` included."""
+    return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), value) is not None
+
+
+def _granted(doc: dict, action: str, arn: str) -> bool:
+    return any(action in as_list(st["Action"]) and any(_iam_match(r, arn) for r in as_list(st["Resource"]))
+               for st in doc["Statement"])
+
+
+@pytest.mark.parametrize("output", ["jobs", "jobs/team-a"])
+def test_the_role_may_delete_exactly_the_checkpoints_sagemaker_mirrors(output):
+    """A request's CheckpointConfig.S3Uri (with output.uri at or below jobs/) lies where the
+    role may delete; nothing else a job writes there (results, outputs, source) does."""
+    from orchestrator import request, spec
+
+    loaded = spec.loads(f"""
+name: ckpt
+backend: sagemaker
+role_arn: {ROLE_ARN}
+instance: {{type: ml.trn1.2xlarge}}
+training: {{steps: 20, warmup_steps: 2, checkpoint_every: 5}}
+compile_cache: {{uri: s3://{BUCKET}/compile-cache}}
+output: {{uri: s3://{BUCKET}/{output}}}
+""")
+    prepared = request.prepare(loaded)
+    prefix = prepared.request["CheckpointConfig"]["S3Uri"].removeprefix(f"s3://{BUCKET}/")
+    doc = role_policies(resolved_template(False))[0][1]
+    bucket_arn = f"arn:aws:s3:::{BUCKET}"
+    assert _granted(doc, "s3:DeleteObject", f"{bucket_arn}/{prefix}/ckpt-000000005.pt")
+    results = prepared.job["results_uri"].removeprefix(f"s3://{BUCKET}/")
+    for kept in (results, f"{output}/{prepared.job_name}/output/model.tar.gz",
+                 prepared.source_uri.removeprefix(f"s3://{BUCKET}/"), "compile-cache/k/manifest.json"):
+        assert not _granted(doc, "s3:DeleteObject", f"{bucket_arn}/{kept}"), kept
 
 
 @pytest.mark.parametrize("use_kms", [False, True])

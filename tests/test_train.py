@@ -161,6 +161,29 @@ def test_unreadable_or_foreign_newest_checkpoint_is_skipped(tmp_path):
     assert any("ckpt-000000004.pt does not load" in line for line in lines)
 
 
+def test_no_half_written_checkpoint_ever_appears_in_the_checkpoint_dir(tmp_path, monkeypatch):
+    # SageMaker uploads whatever appears in /opt/ml/checkpoints: while a checkpoint is being
+    # written, the folder must hold finished checkpoints only, the temporary file lying elsewhere.
+    folder = tmp_path / "checkpoints"
+    seen: list[tuple[str, list[str]]] = []
+    save = torch.save
+
+    def watching_save(obj, fh, *args, **kwargs):
+        seen.append((fh.name, sorted(os.listdir(folder)) if folder.exists() else []))
+        return save(obj, fh, *args, **kwargs)
+
+    monkeypatch.setattr(train.torch, "save", watching_save)
+    trainer = train.Trainer({"spec": tiny_spec(steps=6, checkpoint_every=2)}, runtime.Dist(), checkpoint_dir=folder,
+                            log=lambda line: None)
+    trainer.run(train.RankStats(0, 1, 0, "native", "fp32", 4), 0.0)
+    assert len(seen) == 3
+    for written, listing in seen:
+        assert Path(written).parent == train.staging_dir(folder) and Path(written).parent != folder
+        assert all(re.fullmatch(r"ckpt-\d{9}\.pt", name) for name in listing), listing
+    assert sorted(os.listdir(folder)) == ["ckpt-000000004.pt", "ckpt-000000006.pt"]
+    assert os.listdir(train.staging_dir(folder)) == []
+
+
 def test_an_exception_writes_stats_with_the_error_and_exits_non_zero(tmp_path):
     job = Job(tmp_path, dict(tiny_spec(), data={"source": f"file://{tmp_path}/no-such-dir", "num_workers": 0}))
     proc = job.run()
