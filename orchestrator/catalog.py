@@ -182,6 +182,41 @@ def sagemaker_tag_shapes() -> dict[str, dict]:
     return shapes
 
 
+@dataclass(frozen=True)
+class EnvironmentLimits:
+    """What CreateTrainingJob's Environment accepts (botocore's TrainingEnvironmentMap)."""
+
+    max_variables: int
+    max_name: int
+    max_value: int
+    name_pattern: str
+
+
+@cache
+def environment_limits() -> EnvironmentLimits:
+    """The Environment map's limits from botocore's sagemaker service model (cached in
+    ORCHESTRATOR_HOME per botocore version, as `training_instance_types` is)."""
+    import botocore
+
+    cache_file = home() / "cache" / f"sagemaker-training-environment-limits-{botocore.__version__}.json"
+    try:
+        return EnvironmentLimits(**json.loads(cache_file.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass  # missing or damaged: read botocore again
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    shape = model.shape_for("TrainingEnvironmentMap")
+    limits = EnvironmentLimits(max_variables=int(shape.metadata["max"]), max_name=int(shape.key.metadata["max"]),
+                               max_value=int(shape.value.metadata["max"]),
+                               name_pattern=str(shape.key.metadata["pattern"]))
+    try:
+        write_atomic(cache_file, json.dumps(limits.__dict__))
+    except OSError:
+        pass
+    return limits
+
+
 def images() -> dict[str, Image]:
     return {row["neuron_sdk"]: Image(**row) for row in _images()["images"]}
 

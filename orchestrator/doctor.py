@@ -34,7 +34,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N020-native-on-neuron: runtime native on a Trainium instance leaves the NeuronCores idle.
 - N021-local-xla-multiprocess: local xla with more than one process (PJRT CPU is single-process).
 - N022-checkpoint-never: checkpoint_every larger than steps.
-- N023-environment-limits: more variables or longer values than SageMaker accepts.
+- N023-environment-limits: the environment as sent (with the orchestrator's variables and
+  flags) has more variables, longer values or other names than SageMaker accepts.
 - N024-image-uri-region: a pinned ECR image in another region than the job.
 - N025-neuron-image-off-trainium: the Neuron training image on a type SageMaker trains on but
   that has no NeuronCores (GPU or CPU instances).
@@ -70,12 +71,13 @@ from orchestrator.spec import JobSpec
 Severity = Literal["error", "warning", "info"]
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 DEPRECATED_ENV = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")
-# SageMaker's Environment map holds at most 100 entries of at most 512 characters each; the
-# orchestrator adds up to this many of its own (NEURON_CC_FLAGS, NEURON_LOGICAL_NC_CONFIG, EFA).
-SAGEMAKER_MAX_ENV = 100
-SAGEMAKER_MAX_ENV_VALUE = 512
-OWN_ENV_VARS = 2 + len(EFA_ENV)
+# The Neuron compiler's default persistent cache; launch.py pulls the cache tarball here.
+NEURON_CACHE_DIR = "/var/tmp/neuron-compile-cache"
 LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
+MODEL_TYPE_FLAG = re.compile(r"(?:^|\s)--model[-_]type(?:=|\s+)(\S+)")
+# What the Neuron samples and the SDK's reference request give the compiler for transformer
+# models (its default is `generic`); every model the orchestrator trains is a ViT.
+TRANSFORMER_FLAG = "--model-type=transformer"
 ECR_REGION = re.compile(r"\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com")
 
 
@@ -115,6 +117,40 @@ def needs_efa(spec: JobSpec) -> bool:
     facts = catalog.instance(spec.instance.type)
     return (spec.backend == "sagemaker" and spec.instance.count > 1 and facts is not None
             and facts.efa_gbps > 0)
+
+
+def job_environment(spec: JobSpec) -> dict[str, str]:
+    """The container's environment as the request sends it: spec.environment plus what the
+    Neuron stack needs (`request.environment`; N023 checks exactly this).
+
+    - xla on a Trainium instance (SageMaker): NEURON_CC_FLAGS gains `--model-type=transformer`
+      unless the user's flags choose a model type, `--cache_dir` (where launch.py pulls the
+      compile cache) and, on trn2, `--lnc=<lnc>` to match the runtime's
+      NEURON_LOGICAL_NC_CONFIG, which is set too. Flags the user gave are kept first. The
+      compile cache key holds these flags (all but `--cache_dir`), so it follows them.
+    - multi-node on an EFA instance (trn1.32xlarge, trn1n, trn2; `needs_efa`): the EFA
+      variables (`contract.EFA_ENV`); a user value wins (N019 warns about it).
+    """
+    env = dict(spec.environment)
+    facts = catalog.instance(spec.instance.type)
+    neuron = (spec.backend == "sagemaker" and spec.training.runtime == "xla" and facts is not None
+              and facts.accelerator.startswith("Trainium"))
+    if neuron:
+        lnc = effective_lnc(spec)
+        flags = env.get("NEURON_CC_FLAGS", "").split()
+        if not MODEL_TYPE_FLAG.search(" " + " ".join(flags)):
+            flags.append(TRANSFORMER_FLAG)
+        if spec.compile_cache.mode == "tarball" and not any(f.startswith("--cache_dir") for f in flags):
+            flags.append(f"--cache_dir={NEURON_CACHE_DIR}")
+        if type_family(spec.instance.type) == "trn2":
+            if not LNC_FLAG.search(" " + " ".join(flags)):
+                flags.append(f"--lnc={lnc}")
+            env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(lnc))
+        env["NEURON_CC_FLAGS"] = " ".join(flags)
+    if needs_efa(spec):
+        for key, value in EFA_ENV.items():
+            env.setdefault(key, value)
+    return dict(sorted(env.items()))
 
 
 def effective_lnc(spec: JobSpec) -> int:
@@ -395,21 +431,37 @@ def _efa(spec: JobSpec) -> list[Finding]:
 
 
 def _sagemaker_limits(spec: JobSpec) -> list[Finding]:
+    """The environment as it is sent (the user's plus the orchestrator's variables, flags
+    appended) against the limits of botocore's TrainingEnvironmentMap."""
+    if not spec.environment:
+        return []  # the orchestrator's own few short variables: no botocore lookup needed
     out = []
-    limit = SAGEMAKER_MAX_ENV - OWN_ENV_VARS
-    if len(spec.environment) > limit:
+    limits = catalog.environment_limits()
+    sent = job_environment(spec)
+    added = sorted(set(sent) - set(spec.environment))
+    if len(sent) > limits.max_variables:
+        extra = f" ({len(spec.environment)} of yours, {len(added)} the orchestrator adds: {', '.join(added)})" \
+            if added else ""
         out.append(Finding(
             "N023-environment-limits", "error",
-            f"{len(spec.environment)} environment variables; SageMaker accepts {SAGEMAKER_MAX_ENV} and the "
-            f"orchestrator needs up to {OWN_ENV_VARS} of them",
-            f"keep at most {limit} variables in environment", "environment"))
-    for key, value in spec.environment.items():
-        if len(value) > SAGEMAKER_MAX_ENV_VALUE or len(key) > SAGEMAKER_MAX_ENV_VALUE:
+            f"the job's environment has {len(sent)} variables{extra}; SageMaker accepts {limits.max_variables}",
+            f"keep at most {limits.max_variables - len(added)} variables in environment", "environment"))
+    name_ok = re.compile(limits.name_pattern)
+    for key, value in sent.items():
+        path = f"environment.{key}" if key in spec.environment else "environment"
+        if not name_ok.fullmatch(key) or len(key) > limits.max_name:
             out.append(Finding(
                 "N023-environment-limits", "error",
-                f"environment {key[:40]}: SageMaker accepts names and values of at most "
-                f"{SAGEMAKER_MAX_ENV_VALUE} characters",
-                "shorten it, or ship the setting inside the job instead", f"environment.{key}"))
+                f"environment variable name {key[:40]!r}: SageMaker accepts names matching "
+                f"{limits.name_pattern} of at most {limits.max_name} characters",
+                "rename it with ASCII letters, digits and underscores, not starting with a digit", path))
+        elif len(value) > limits.max_value:
+            grown = "" if spec.environment.get(key) == value else " once the orchestrator's additions are in"
+            out.append(Finding(
+                "N023-environment-limits", "error",
+                f"environment {key}: {len(value)} characters{grown}; SageMaker accepts values of at most "
+                f"{limits.max_value}",
+                "shorten it, or ship the setting inside the job instead", path))
     return out
 
 

@@ -29,8 +29,7 @@ from orchestrator.spec import JobSpec, spec_hash
 
 MAX_JOB_NAME = 63
 JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-# The Neuron compiler's default persistent cache; launch.py pulls the cache tarball here.
-NEURON_CACHE_DIR = "/var/tmp/neuron-compile-cache"
+NEURON_CACHE_DIR = doctor.NEURON_CACHE_DIR
 CONTAINER_LOG_LEVEL = 20
 TRAIN_CHANNEL = "train"
 CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
@@ -114,33 +113,8 @@ def workers_per_node(spec: JobSpec) -> int:
 
 
 def environment(spec: JobSpec) -> dict[str, str]:
-    """The container's environment: spec.environment plus what the Neuron stack needs.
-
-    - xla on a Trainium instance (SageMaker): NEURON_CC_FLAGS gains `--cache_dir` (where
-      launch.py pulls the compile cache) and, on trn2, `--lnc=<lnc>` to match the runtime's
-      NEURON_LOGICAL_NC_CONFIG, which is set too. Flags the user gave are kept first.
-    - multi-node on an EFA instance (trn1.32xlarge, trn1n, trn2; `doctor.needs_efa`): the EFA
-      variables (`contract.EFA_ENV`); a user value wins (the doctor warns about it).
-    """
-    env = dict(spec.environment)
-    facts = catalog.instance(spec.instance.type)
-    neuron = (spec.backend == "sagemaker" and spec.training.runtime == "xla" and facts is not None
-              and facts.accelerator.startswith("Trainium"))
-    if neuron:
-        lnc = doctor.effective_lnc(spec)
-        flags = env.get("NEURON_CC_FLAGS", "").split()
-        if spec.compile_cache.mode == "tarball" and not any(f.startswith("--cache_dir") for f in flags):
-            flags.append(f"--cache_dir={NEURON_CACHE_DIR}")
-        if doctor.type_family(spec.instance.type) == "trn2":
-            if not doctor.LNC_FLAG.search(" " + " ".join(flags)):
-                flags.append(f"--lnc={lnc}")
-            env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(lnc))
-        if flags:
-            env["NEURON_CC_FLAGS"] = " ".join(flags)
-    if doctor.needs_efa(spec):
-        for key, value in contract.EFA_ENV.items():
-            env.setdefault(key, value)
-    return dict(sorted(env.items()))
+    """The container's environment as the request sends it (`doctor.job_environment`)."""
+    return doctor.job_environment(spec)
 
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None) -> dict:

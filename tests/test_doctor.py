@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import botocore.session
 import pytest
 from cli_harness import run_cli as _cli
 
@@ -355,9 +356,43 @@ def test_the_tag_pattern_comes_from_botocore_and_is_understood(orch_home):
 def test_sagemaker_environment_limits():
     f = _fires(_spec(environment={"BIG": "x" * 600}), "N023-environment-limits")
     assert f.path == "environment.BIG"
-    many = {f"VAR_{i}": "1" for i in range(doctor.SAGEMAKER_MAX_ENV - doctor.OWN_ENV_VARS + 1)}
-    _fires(_spec(environment=many), "N023-environment-limits")
     assert "N023-environment-limits" not in _rules(_spec(LOCAL, environment={"BIG": "x" * 600}))
+
+
+def test_environment_limits_are_botocores():
+    shape = botocore.session.get_session().get_service_model("sagemaker").shape_for("TrainingEnvironmentMap")
+    limits = catalog.environment_limits()
+    assert (limits.max_variables, limits.max_name, limits.max_value, limits.name_pattern) == (
+        shape.metadata["max"], shape.key.metadata["max"], shape.value.metadata["max"], shape.key.metadata["pattern"])
+
+
+def test_environment_limits_count_the_variables_as_sent():
+    # The request adds NEURON_CC_FLAGS on trn1 (xla): 99 of the user's fit, 100 do not.
+    limit = catalog.environment_limits().max_variables
+    fits = {f"VAR_{i}": "1" for i in range(limit - 1)}
+    assert len(doctor.job_environment(_spec(environment=fits))) == limit
+    assert "N023-environment-limits" not in _rules(_spec(environment=fits))
+    over = {**fits, "ONE_MORE": "1"}
+    f = _fires(_spec(environment=over), "N023-environment-limits")
+    assert f.path == "environment" and "NEURON_CC_FLAGS" in f.message and f"{limit + 1} variables" in f.message
+    # Multi-node trn1n: the EFA variables count too.
+    two = {"instance.type": "ml.trn1n.32xlarge", "instance.count": 2}
+    assert "N023-environment-limits" in _rules(_spec(environment=fits, **two))
+
+
+def test_environment_limits_check_values_after_the_flags_are_appended():
+    # 500 characters of the user's own flags fit; with --model-type and --cache_dir appended
+    # the value SageMaker receives does not.
+    flags = "-O1 " + "x" * 496
+    f = _fires(_spec(environment={"NEURON_CC_FLAGS": flags}), "N023-environment-limits")
+    assert f.path == "environment.NEURON_CC_FLAGS" and "once the orchestrator's additions are in" in f.message
+    assert "N023-environment-limits" not in _rules(_spec(environment={"NEURON_CC_FLAGS": "-O1 " + "x" * 400}))
+
+
+def test_environment_names_follow_sagemakers_pattern():
+    # The spec accepts any identifier Python calls alphanumeric; SageMaker only ASCII ones.
+    f = _fires(_spec(environment={"CAFÉ_MODE": "1"}), "N023-environment-limits")
+    assert f.path == "environment.CAFÉ_MODE" and "[a-zA-Z_][a-zA-Z0-9_]*" in f.message
 
 
 # --- backends, ordering, raising -------------------------------------------------------

@@ -199,21 +199,45 @@ def test_extra_tags_are_added():
 def test_trn2_sets_runtime_and_compiler_lnc_together():
     env = request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge"}))
     assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
-    assert env["NEURON_CC_FLAGS"].split() == [f"--cache_dir={request.NEURON_CACHE_DIR}", "--lnc=2"]
+    assert env["NEURON_CC_FLAGS"].split() == ["--model-type=transformer", f"--cache_dir={request.NEURON_CACHE_DIR}",
+                                              "--lnc=2"]
     env = request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge", "instance.lnc": 1}))
     assert env["NEURON_LOGICAL_NC_CONFIG"] == "1" and "--lnc=1" in env["NEURON_CC_FLAGS"]
 
 
-def test_trn1_gets_the_cache_dir_only():
+def test_trn1_gets_the_transformer_model_type_and_the_cache_dir():
+    # --model-type=transformer as the Neuron samples and the SDK's reference request set it for
+    # transformer models (the compiler's default is generic): every model here is a ViT.
     env = request.environment(_spec())
-    assert env == {"NEURON_CC_FLAGS": f"--cache_dir={request.NEURON_CACHE_DIR}"}
+    assert env == {"NEURON_CC_FLAGS": f"--model-type=transformer --cache_dir={request.NEURON_CACHE_DIR}"}
     env = request.environment(_spec(**{"compile_cache.mode": "off", "compile_cache.uri": None}))
-    assert env == {}
+    assert env == {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    # Not for the compiler-less paths: native runtime, local jobs.
+    assert "NEURON_CC_FLAGS" not in request.environment(_spec(**{"training.runtime": "native"}))
+
+
+@pytest.mark.parametrize("flags", ["--model-type=generic", "-O1 --model_type generic"])
+def test_a_model_type_in_the_spec_wins(flags):
+    s = _spec(environment={"NEURON_CC_FLAGS": flags})
+    sent = request.environment(s)["NEURON_CC_FLAGS"]
+    assert sent.startswith(flags) and "transformer" not in sent
+
+
+def test_the_compile_cache_key_follows_the_flags_as_sent():
+    from entrypoints import compile_cache
+
+    def key(s):
+        job = request.prepare(s).job
+        return compile_cache.key_for("xla", job["instance"]["family"], 2, job["environment"])
+
+    default, generic = key(_spec()), key(_spec(environment={"NEURON_CC_FLAGS": "--model-type=generic"}))
+    assert default.flags == "--model-type=transformer" and generic.flags == "--model-type=generic"
+    assert default.digest() != generic.digest()
 
 
 def test_user_flags_are_kept_first():
-    s = _spec(**{"instance.type": "ml.trn2.48xlarge"}, environment={"NEURON_CC_FLAGS": "--model-type=transformer"})
-    assert request.environment(s)["NEURON_CC_FLAGS"].split()[0] == "--model-type=transformer"
+    s = _spec(**{"instance.type": "ml.trn2.48xlarge"}, environment={"NEURON_CC_FLAGS": "-O1"})
+    assert request.environment(s)["NEURON_CC_FLAGS"].split()[:2] == ["-O1", "--model-type=transformer"]
 
 
 def test_efa_variables_for_multi_node_jobs_on_efa_instances_only():
