@@ -35,6 +35,8 @@ class Instance:
     lnc_allowed: tuple[int, ...]
     source: str
     as_of: str
+    # NVMe instance storage, which SageMaker uses instead of an EBS volume: VolumeSizeInGB is ignored.
+    instance_storage: bool = False
 
     def logical_cores(self, lnc: int | None = None) -> int:
         """Worker processes per host: one per logical NeuronCore at the given LNC."""
@@ -119,6 +121,7 @@ def instances() -> dict[str, Instance]:
             lnc_allowed=tuple(row["lnc"]["allowed"]),
             source=data["source"],
             as_of=data["as_of"],
+            instance_storage=bool(row.get("instance_storage", False)),
         )
     return out
 

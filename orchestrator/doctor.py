@@ -47,6 +47,8 @@ The rules (ids are stable; tests and docs refer to them):
 - N029-tag-characters: a tag key or value with characters SageMaker refuses (its pattern is read
   from botocore's service model: letters, digits, white space and `_ . : / = + - @`), which
   CreateTrainingJob would refuse after the source upload.
+- N030-volume-ignored: instance.volume_gb set (to other than its default) on a type with NVMe
+  instance storage (trn1, trn1n, trn2), where SageMaker ignores it (info).
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, price and budget, EFA, SageMaker limits) are skipped there; the spot rules (N012,
@@ -188,6 +190,7 @@ def check(spec: JobSpec) -> list[Finding]:
         findings += _runtime(spec, facts)
         if facts is not None and spec.instance.type in catalog.training_instance_types():
             findings += _workers(spec, facts)
+        findings += _volume(spec, facts)
     # The request of every backend carries the spot settings (the local one ignores them),
     # and building it refuses spot without a max wait: say so where the spec is checked.
     findings += _spot(spec)
@@ -409,6 +412,20 @@ def _cost(spec: JobSpec) -> list[Finding]:
             + ("" if est.verified else f" ({cost.UNVERIFIED})"),
             f"{shorter}raise budget.max_cost_usd to at least {est.usd_max:.2f}", "budget.max_cost_usd")]
     return []
+
+
+def _volume(spec: JobSpec, facts: catalog.Instance | None) -> list[Finding]:
+    # botocore's ResourceConfig.VolumeSizeInGB: on types with NVMe instance storage SageMaker
+    # provisions no EBS volume and uses the instance storage. Only when the spec asks for another
+    # size than the default: the request carries a value either way (the field is required).
+    default = type(spec.instance).model_fields["volume_gb"].default
+    if facts is None or not facts.instance_storage or spec.instance.volume_gb == default:
+        return []
+    return [Finding(
+        "N030-volume-ignored", "info",
+        f"instance.volume_gb ({spec.instance.volume_gb}) is ignored on {spec.instance.type}: SageMaker uses the "
+        "instance's NVMe storage instead of an EBS volume",
+        "remove instance.volume_gb", "instance.volume_gb")]
 
 
 def _efa(spec: JobSpec) -> list[Finding]:

@@ -139,7 +139,13 @@ class InstanceSpec(_Strict):
         description="Managed spot: the longest the job may wait plus run, in minutes; "
         "at least max_run_minutes.",
     )
-    volume_gb: Int = Field(100, ge=1, le=16384, description="EBS volume per instance, GB.")
+    volume_gb: Int = Field(
+        100,
+        ge=1,
+        le=16384,
+        description="EBS volume per instance, GB. Ignored on instance types with NVMe instance "
+        "storage (trn1, trn1n, trn2): SageMaker uses the instance storage instead.",
+    )
     lnc: Annotated[Literal[1, 2], BeforeValidator(_not_bool)] | None = Field(
         None,
         description="Logical NeuronCore config: 2 groups two physical cores (trn2 default), "

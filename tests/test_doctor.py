@@ -395,6 +395,16 @@ def test_environment_names_follow_sagemakers_pattern():
     assert f.path == "environment.CAFÉ_MODE" and "[a-zA-Z_][a-zA-Z0-9_]*" in f.message
 
 
+def test_volume_size_set_on_an_instance_storage_type_is_noted():
+    f = _fires(_spec(**{"instance.volume_gb": 500}), "N030-volume-ignored", "info")
+    assert f.path == "instance.volume_gb" and "NVMe" in f.message
+    for itype in ("ml.trn1.32xlarge", "ml.trn1n.32xlarge", "ml.trn2.48xlarge"):
+        assert "N030-volume-ignored" in _rules(_spec(**{"instance.type": itype, "instance.volume_gb": 500}))
+    assert "N030-volume-ignored" not in _rules(_spec())  # the default travels (the field is required)
+    assert "N030-volume-ignored" not in _rules(_spec(LOCAL, **{"instance.volume_gb": 500}))
+    assert all(not catalog.instance(t).instance_storage for t in catalog.instances() if ".inf2." in t)
+
+
 # --- backends, ordering, raising -------------------------------------------------------
 
 
