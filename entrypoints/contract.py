@@ -184,6 +184,13 @@ def load_job(path: Path) -> dict:
 # --- Log lines the request's MetricDefinitions parse -------------------------------------
 # train.py prints one METRICS_TAG line every `log_every` steps on rank 0 and one SUMMARY_TAG
 # line at the end; request.py turns METRIC_NAMES into SageMaker MetricDefinitions regexes.
+#
+# A line can reach the metric parser cut in two: the SageMaker training toolkit reads a
+# program's output in 64 KB chunks and splits each chunk at newlines (sagemaker_training
+# process.watch), and ranks writing to one pipe interleave. So every value ends with ";" and
+# the regexes demand it: a line cut inside a number yields no value rather than a wrong one.
+# `write_line` writes each line in one write call (short lines: below PIPE_BUF, so a pipe
+# never interleaves another process's bytes into it) and flushes it.
 METRICS_TAG = "orchestrator-metrics"
 SUMMARY_TAG = "orchestrator-summary"
 # SageMaker metric name -> (tag, key) in those lines.
@@ -197,15 +204,28 @@ METRIC_NAMES = {
     "summary:compile_s": (SUMMARY_TAG, "compile_s"),
 }
 NUMBER_REGEX = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+VALUE_END = ";"
+# A metric line stays far below PIPE_BUF (4096 bytes, the size of an atomic pipe write).
+MAX_METRIC_LINE = 256
 
 
 def metric_line(tag: str, **values: float | int) -> str:
-    """`<tag> key=value key=value`, values printed so NUMBER_REGEX matches them."""
+    """`<tag> key=value; key=value;`, values printed so NUMBER_REGEX matches them."""
     parts = [tag]
     for key, value in values.items():
-        parts.append(f"{key}={value:.6g}" if isinstance(value, float) else f"{key}={value}")
+        text = f"{value:.6g}" if isinstance(value, float) else f"{value}"
+        parts.append(f"{key}={text}{VALUE_END}")
     return " ".join(parts)
 
 
 def metric_regex(tag: str, key: str) -> str:
-    return rf"{tag} .*\b{key}={NUMBER_REGEX}"
+    return rf"{tag} .*\b{key}={NUMBER_REGEX}{VALUE_END}"
+
+
+def write_line(line: str, stream=None) -> None:
+    """`line` and its newline in one write call, flushed (see above)."""
+    import sys
+
+    stream = sys.stdout if stream is None else stream
+    stream.write(line + "\n")
+    stream.flush()

@@ -11,7 +11,7 @@ Contract:
   steps of this process are left out of the statistics.
 - Rank 0 prints `contract.metric_line(METRICS_TAG, step, loss, step_time_s, samples_per_s)`
   every `log_every` steps and one `SUMMARY_TAG` line at the end (samples/s are global:
-  batch x world size / step time).
+  batch x world size / step time), each in one write, flushed (`contract.write_line`).
 - Checkpoints (`checkpoint_every` > 0): the first rank of each host writes
   `ckpt-<step>.pt` (model, optimizer, step, RNG and loss-scaler state) into the checkpoint
   dir atomically (temporary file in a hidden sibling folder, fsync, rename in: SageMaker
@@ -236,7 +236,7 @@ class Trainer:
         self.spec = spec = job["spec"]
         self.training = training = spec["training"]
         self.dist = dist
-        self.log = log or (lambda line: print(line, flush=True))
+        self.log = log or contract.write_line
         self.steps = int(training["steps"])
         self.warmup = int(training.get("warmup_steps", 0))
         self.batch_size = int(training["batch_size"])

@@ -400,6 +400,75 @@ def test_metric_regexes_match_the_entrypoint_lines(values):
         assert re.search(d["Regex"], lines[other]) is None
 
 
+def test_a_metric_line_cut_in_two_gives_no_value_rather_than_a_wrong_one():
+    line = contract.metric_line(contract.METRICS_TAG, step=40, loss=2.345678, step_time_s=0.125, samples_per_s=518.6)
+    assert len(line) < contract.MAX_METRIC_LINE
+    regexes = {d["Name"]: d["Regex"] for d in request.metric_definitions()}
+    for cut in range(1, len(line)):
+        for piece in (line[:cut].strip(), line[cut:].strip()):
+            for name, regex in regexes.items():
+                match = re.search(regex, piece)
+                if match:  # a whole "key=value;" survived in this piece: it must be the true value
+                    key = contract.METRIC_NAMES[name][1]
+                    assert float(match.group(1)) == pytest.approx({"loss": 2.345678, "step_time_s": 0.125,
+                                                                   "samples_per_s": 518.6}[key], rel=1e-5)
+
+
+def test_metric_lines_survive_the_toolkits_chunked_reading(capsys):
+    """The SageMaker training toolkit's own reader (process.watch: 64 KB reads, each stripped and
+    split at newlines) fed output whose chunk boundaries fall inside metric lines: every value
+    SageMaker's regexes then find is one the trainer printed."""
+    import asyncio
+
+    process = pytest.importorskip("sagemaker_training.process")
+    printed = [contract.metric_line(contract.METRICS_TAG, step=s, loss=1.0 / s, step_time_s=0.1 + s / 1000,
+                                    samples_per_s=160.0 + s) for s in range(1, 400)]
+    data = "".join(f"noise line {i} " + "x" * (i % 97) + "\n" + line + "\n" for i, line in enumerate(printed)).encode()
+    size = process._DEFAULT_BUF_SIZE
+    # Chunks of the toolkit's size, then odd sizes, so that boundaries land inside many lines.
+    bounds = list(range(0, len(data), size)) if len(data) > 2 * size else []
+    bounds += list(range(0, len(data), 1_231))
+    cuts = sorted(set(bounds) | {len(data)})
+
+    class Chunked:
+        def __init__(self):
+            self.pieces = [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+
+        async def read(self, n):
+            assert n == size
+            return self.pieces.pop(0) if self.pieces else b""
+
+    asyncio.run(process.watch(Chunked(), 1))
+    out = capsys.readouterr().out
+    truth = {key: {round(float(re.search(rf"\b{key}=([^;]+);", line).group(1)), 9) for line in printed}
+             for key in ("loss", "step_time_s", "samples_per_s")}
+    found = 0
+    for d in request.metric_definitions():
+        tag, key = contract.METRIC_NAMES[d["Name"]]
+        if tag != contract.METRICS_TAG:
+            continue
+        for value in re.findall(d["Regex"], out, flags=re.MULTILINE):
+            found += 1
+            assert round(float(value), 9) in truth[key], (key, value)
+    assert found >= 3 * (len(printed) - len(cuts))  # only lines a boundary cut lose their values
+
+
+def test_a_metric_line_is_one_write_and_flushed():
+    class Stream:
+        def __init__(self):
+            self.calls = []
+
+        def write(self, text):
+            self.calls.append(("write", text))
+
+        def flush(self):
+            self.calls.append(("flush", None))
+
+    stream = Stream()
+    contract.write_line("orchestrator-metrics step=1;", stream)
+    assert stream.calls == [("write", "orchestrator-metrics step=1;\n"), ("flush", None)]
+
+
 # --- every example config -------------------------------------------------------
 
 
