@@ -16,7 +16,7 @@ does not travel as a hyperparameter). Its shape, version `JOB_FILE_SCHEMA`:
                    "logical_cores": 2, "lnc": 1, "vcpus": 8},
       "workers_per_node": 2,
       "compile_cache": {"uri": "s3://bucket/compile-cache" | "file:///..." | null,
-                        "mode": "tarball" | "off"},
+                        "mode": "tarball" | "off", "push_interval_s": 60},
       "results_uri": "s3://bucket/jobs/results/<job_name>/results.json" | "file:///..." | null,
       "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
       "tags": {"team": "vision", "orchestrator:spec-hash": "..."}
@@ -69,6 +69,8 @@ MASTER_PORT = 29500
 MASTER_ADDR_ENV = "ORCHESTRATOR_MASTER_ADDR"
 # Overrides the checkpoint dir (SageMaker syncs /opt/ml/checkpoints; local jobs use their tree).
 CHECKPOINT_DIR_ENV = "SM_CHECKPOINT_DIR"
+# Seconds between the progress reports of each host's first rank (launch.py sets it; 0 = none).
+HEARTBEAT_ENV = "ORCHESTRATOR_HEARTBEAT_S"
 
 
 def channel_env(name: str) -> str:

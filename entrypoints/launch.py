@@ -3,7 +3,8 @@
 One process per host. Contract, in order:
 
 1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
-   file (`job.json` next to this script or in the code directory, or `--job PATH`).
+   file (`job.json` next to this script or in the code directory, or `--job PATH`), and
+   write `results.json` with status "running" (below, 6.): a record exists from the start.
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
    request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
    compile cache directory: the one the job's settings name (`--cache_dir` in
@@ -16,12 +17,18 @@ One process per host. Contract, in order:
 4. Run `torchrun` (nproc = workers per node; nnodes and node rank from SM_HOSTS and
    SM_CURRENT_HOST; master address from the contract, port `contract.MASTER_PORT` unless
    ORCHESTRATOR_MASTER_PORT is set), streaming its output line by line. Each rank writes
-   `<stats dir>/rank-<global rank>.json`.
-5. Whether training succeeded or not: push new cache entries, build `results.json`
+   `<stats dir>/rank-<global rank>.json` at its end; the first rank of the host also while it
+   trains (`contract.HEARTBEAT_ENV`).
+5. While torchrun runs (`entrypoints.heartbeat`): push the new complete cache entries right
+   after the warmup steps, then every `compile_cache.push_interval_s` seconds when there are
+   new ones, and rewrite results.json (status "running", the step figures so far) every
+   `HEARTBEAT_S` seconds (or push interval, if shorter). A SIGKILL at any moment loses at most
+   one interval of compiling and of progress.
+6. Whether training succeeded or not: push what is still new, build `results.json`
    (schema `orchestrator.results/v1`, docs/RESULTS.md) from the rank stats, write it to
    SM_OUTPUT_DATA_DIR and, on node rank 0, atomically to `job["results_uri"]` (if that
    fails, the job fails and the local copy is rewritten with status "failed").
-6. On any failure, write a short reason (which rank, last error) to the contract's failure
+7. On any failure, write a short reason (which rank, last error) to the contract's failure
    file (/opt/ml/output/failure) and exit non-zero.
 
 A corrupted or hostile cache archive never stops the job: the pull reports it as a warning
@@ -60,7 +67,7 @@ CODE_DIR = next((d for d in (_HERE, _HERE.parent) if (d / "entrypoints" / "__ini
 if str(CODE_DIR) not in sys.path[:1]:
     sys.path.insert(0, str(CODE_DIR))
 
-from entrypoints import compile_cache, contract, storage  # noqa: E402
+from entrypoints import compile_cache, contract, heartbeat, storage  # noqa: E402
 
 RESULTS_SCHEMA = "orchestrator.results/v1"
 RESULTS_FILE = "results.json"
@@ -72,6 +79,9 @@ MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
 CACHE_DIR_ENV = "ORCHESTRATOR_CACHE_DIR"
 # SageMaker shows at most 1024 characters of FailureReason.
 MAX_REASON = 1024
+# While training runs, results.json is rewritten this often (or every push interval, if shorter).
+HEARTBEAT_S = 30.0
+DEFAULT_PUSH_INTERVAL_S = 60
 # Instance types with EFA, whose multi-node jobs need the EFA variables from us: the training
 # toolkit sets them only inside its own torchrun distribution, and we run torchrun ourselves.
 # (The catalog's efa_gbps > 0 rows; a test keeps the two equal. launch.py reads no catalog.)
@@ -313,12 +323,15 @@ def _step_stats(times: list[float]) -> dict | None:
 
 
 def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, status: str,
-                  reason: str | None, cache: dict, started: float, ended: float,
-                  warnings: list[str]) -> dict:
+                  reason: str | None, cache: dict, started: float, ended: float | None,
+                  warnings: list[str], now: float | None = None) -> dict:
     """The `orchestrator.results/v1` document (docs/RESULTS.md) for this host.
 
-    Step times come from global rank 0 when this host has it, else this host's lowest rank.
+    Step times come from global rank 0 when this host has it, else this host's lowest rank
+    (while training runs: from its last progress report). `ended` is None while the job runs
+    (status "running"): `ended_at` is null and `heartbeat_at` / `duration_s` are at `now`.
     """
+    beat = ended if ended is not None else (now if now is not None else time.time())
     spec = job.get("spec") or {}
     training = spec.get("training") or {}
     model = spec.get("model") or {}
@@ -365,8 +378,9 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         "final_loss": lead.get("final_loss"),
         "versions": _versions(lead.get("versions")),
         "started_at": _now_iso(started),
-        "ended_at": _now_iso(ended),
-        "duration_s": round(ended - started, 3),
+        "ended_at": _now_iso(ended) if ended is not None else None,
+        "heartbeat_at": _now_iso(beat),
+        "duration_s": round(beat - started, 3),
         "tags": dict(job.get("tags") or {}),
         "warnings": warnings,
     }
@@ -387,7 +401,41 @@ def publish_results(uri: str, data: bytes) -> None:
 
 def _cache_section(mode: str, uri: str | None) -> dict:
     return {"mode": mode, "uri": uri, "key": None, "hit_entries": 0, "new_entries": 0, "pull_bytes": 0,
-            "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "warnings": []}
+            "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
+
+
+class _Report:
+    """This host's results.json: written when the launcher starts (status "running"), at every
+    heartbeat, and finally by `_finish`; each write atomic, locally and (node rank 0) at the
+    job's `results_uri`. A heartbeat that cannot be stored is logged, not fatal."""
+
+    def __init__(self, job: dict, ctr: contract.Contract, started: float, cache: dict, warnings: list[str],
+                 stats_dir: Path) -> None:
+        self.job, self.ctr, self.started = job, ctr, started
+        self.cache, self.warnings, self.stats_dir = cache, warnings, stats_dir
+        self.publish_failed = False
+
+    def running(self) -> None:
+        stats = read_rank_stats(self.stats_dir)
+        warnings = self.warnings + [f"compile cache: {w}" for w in self.cache["warnings"]]
+        results = build_results(self.job, self.ctr, stats, status="running", reason=None, cache=self.cache,
+                                started=self.started, ended=None, warnings=warnings, now=time.time())
+        data = (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
+        _write_atomic(self.ctr.output_data_dir / RESULTS_FILE, data)
+        uri = self.job.get("results_uri")
+        if self.ctr.node_rank == 0 and uri:
+            try:
+                publish_results(uri, data)
+            except Exception as exc:  # noqa: BLE001 - the final write decides; say it once
+                if not self.publish_failed:
+                    _log(f"WARNING could not write the heartbeat to {uri}: {type(exc).__name__}: {exc}")
+                self.publish_failed = True
+
+
+def _warmed(stats_dir: Path, warmup: int) -> bool:
+    """Whether this host's first rank has finished its warmup steps (at least one step)."""
+    stats = read_rank_stats(stats_dir)
+    return bool(stats) and int(stats[min(stats)].get("steps_done") or 0) >= max(1, warmup)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -403,14 +451,22 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     job_file = find_job_file(args.job)
     job = contract.load_job(job_file)
     spec = job.get("spec") or {}
-    runtime = (spec.get("training") or {}).get("runtime", "xla")
+    training = spec.get("training") or {}
+    runtime = training.get("runtime", "xla")
     cache_spec = job.get("compile_cache") or {}
     cache_uri = cache_spec.get("uri")
     mode = cache_spec.get("mode", "off") if cache_uri else "off"
+    push_interval = float(cache_spec.get("push_interval_s") or DEFAULT_PUSH_INTERVAL_S)
+    beat_s = min(HEARTBEAT_S, push_interval)
     cache = _cache_section(mode, cache_uri)
     train_module = args.train_module or os.environ.get(TRAIN_MODULE_ENV) or TRAIN_MODULE
     _log(f"job {job['job_name']} host {ctr.current_host} ({ctr.node_rank + 1}/{ctr.num_nodes}), "
          f"runtime {runtime}, {job['workers_per_node']} workers per node")
+    stats_dir = ctr.output_data_dir / "ranks"
+    shutil.rmtree(stats_dir, ignore_errors=True)
+    stats_dir.mkdir(parents=True, exist_ok=True)
+    report = _Report(job, ctr, started, cache, warnings, stats_dir)
+    report.running()  # a record exists from the start, whatever happens next
 
     env = runtime_environment(job, ctr, dict(os.environ))
     cache_dir, cache_dir_is_ours = cache_directory(runtime, env)
@@ -427,6 +483,7 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     env = with_cache_dir(runtime, env, cache_dir)
     env = with_compile_threads(runtime, env, ctr.num_cpus, int(job["workers_per_node"]))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CODE_DIR), env.get("PYTHONPATH", "")) if p)
+    env[contract.HEARTBEAT_ENV] = f"{beat_s:g}"
     _log(f"compile cache dir {cache_dir} (mode {mode})")
 
     if key is not None:
@@ -441,33 +498,33 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     for warning in cache["warnings"]:
         _log(f"WARNING compile cache: {warning}")
 
-    stats_dir = ctr.output_data_dir / "ranks"
-    shutil.rmtree(stats_dir, ignore_errors=True)
-    stats_dir.mkdir(parents=True, exist_ok=True)
+    pusher = heartbeat.CachePusher(cache_uri, key, cache_dir, cache, _log) if key is not None else None
     returncode: int | None = None
     tail: list[str] = []
     launch_error = None
     if stop.signum is None:
         command = torchrun_command(job, ctr, env, job_file, stats_dir, train_module)
         _log("starting: " + " ".join(command[1:]))
+        beats = heartbeat.Heartbeat(warmed=lambda: _warmed(stats_dir, int(training.get("warmup_steps") or 0)),
+                                    pusher=pusher, on_beat=report.running, push_interval_s=push_interval,
+                                    beat_s=beat_s, log=_log)
+        beats.start()
         try:
             returncode, tail = run_torchrun(command, env, CODE_DIR, stop)
         except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
             launch_error = f"could not run torchrun: {type(exc).__name__}: {exc}"
+        finally:
+            beats.stop()
         _log(f"torchrun exited with code {returncode}")
 
-    if key is not None:
-        pulled_warnings = len(cache["warnings"])
+    if pusher is not None:
         try:
-            pushed = compile_cache.push(cache_uri, key, cache_dir)
-            cache.update(new_entries=pushed.new_entries, push_bytes=pushed.bytes, push_s=round(pushed.seconds, 3))
-            cache["warnings"].extend(w for w in pushed.warnings if w not in cache["warnings"])
+            pusher.push("at the end")
         except Exception as exc:  # noqa: BLE001 - a failed push loses the cache, not the job
             cache["warnings"].append(f"cache push failed: {type(exc).__name__}: {exc}")
-        for warning in cache["warnings"][pulled_warnings:]:
-            _log(f"WARNING compile cache: {warning}")
-        _log(f"compile cache pushed: {cache['new_entries']} new entries, {cache['push_bytes']} bytes "
-             f"in {cache['push_s']:.2f}s")
+            _log(f"WARNING compile cache: {cache['warnings'][-1]}")
+        _log(f"compile cache: {cache['new_entries']} new entries pushed in all ({cache['pushes']} pushes, "
+             f"{cache['push_bytes']} bytes, {cache['push_s']:.2f}s)")
     if cache_dir_is_ours:
         shutil.rmtree(cache_dir, ignore_errors=True)
 

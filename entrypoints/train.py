@@ -20,6 +20,10 @@ Contract:
   On start every rank resumes from the newest checkpoint that loads and matches this model,
   the ranks agreeing on the step. On CPU a resumed run ends with exactly the weights of an
   uninterrupted one.
+- With `contract.HEARTBEAT_ENV` set (launch.py sets it), the first rank of each host also
+  writes its `<stats-dir>/rank-<rank>.json` while it trains: right after the warmup steps (at
+  least one step), then every that many seconds, so launch.py can push the compile cache once
+  the graphs exist and keep `results.json` current.
 - At the end rank 0 writes the final weights to `<model_dir>/model.pt`, and every rank writes
   `<stats-dir>/rank-<rank>.json` (fields in `RankStats`). On an exception the stats file
   carries "error" and the exception propagates (non-zero exit); launch.py reports it.
@@ -40,6 +44,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import platform
 import signal
@@ -231,7 +236,8 @@ class Trainer:
     """
 
     def __init__(self, job: dict, dist: runtime.Dist, channels: dict[str, Path] | None = None,
-                 checkpoint_dir: Path | None = None, log: Callable[[str], None] | None = None) -> None:
+                 checkpoint_dir: Path | None = None, log: Callable[[str], None] | None = None,
+                 beat: Callable[[RankStats], None] | None = None, beat_s: float = 0.0) -> None:
         self.job = job
         self.spec = spec = job["spec"]
         self.training = training = spec["training"]
@@ -259,6 +265,11 @@ class Trainer:
         self.loss_fn = nn.CrossEntropyLoss()
         self.first_step_s: float | None = None
         self.last_loss: torch.Tensor | None = None
+        # Heartbeats: the first rank of each host reports its progress (launch.py reads it) once
+        # the warmup steps are done and then every `beat_s` seconds.
+        self.beat = beat if beat is not None and beat_s > 0 and dist.is_node_main else None
+        self.beat_s = beat_s
+        self.next_beat = math.inf
 
     # --- checkpoints ---------------------------------------------------------------------
 
@@ -352,6 +363,7 @@ class Trainer:
         global_batch = self.batch_size * self.dist.world_size
         stop_at = int(os.environ.get(STOP_AT_STEP_ENV, "0") or 0)
         sync, train_step, times = self.runtime.sync, self.train_step, stats.step_times_s
+        warmed = max(1, self.warmup)
         batches = self.batches(start)
         for step in range(start, stop):
             images, labels = next(batches)
@@ -372,9 +384,19 @@ class Trainer:
                                               step_time_s=elapsed, samples_per_s=global_batch / elapsed))
             if self.checkpoint_every and (done % self.checkpoint_every == 0 or done == self.steps):
                 self.save_checkpoint(done)
+            if self.beat is not None and (stats.steps_done == warmed or time.monotonic() >= self.next_beat):
+                self.heartbeat(stats)
             if stop_at and done == stop_at:
                 sys.stdout.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
+
+    def heartbeat(self, stats: RankStats) -> None:
+        """Report progress so far through `beat` (the step statistics, the compiler's cache counters)."""
+        if self.last_loss is not None:
+            stats.final_loss = float(self.last_loss.item())
+        stats.compiler_cache = self.runtime.compiler_cache()
+        self.beat(stats)
+        self.next_beat = time.monotonic() + self.beat_s
 
     def finish(self, stats: RankStats) -> RankStats:
         """Fill the summary fields of `stats`; rank 0 logs the summary line."""
@@ -408,9 +430,18 @@ class Trainer:
         self.runtime.shutdown()
 
 
-def write_stats(stats: RankStats, stats_dir: Path) -> Path:
+def write_stats(stats: RankStats, stats_dir: Path, durable: bool = True) -> Path:
+    """`<stats_dir>/rank-<rank>.json`, replaced atomically (a heartbeat skips the fsync:
+    readers need a whole file, not one that outlives a power cut)."""
     path = stats_dir / f"rank-{stats.rank}.json"
-    atomic_write_text(json.dumps(asdict(stats), indent=2) + "\n", path)
+    text = json.dumps(asdict(stats)) + "\n"
+    if durable:
+        atomic_write_text(text, path)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.beat-{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
     return path
 
 
@@ -436,7 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         stats.runtime, stats.precision = training["runtime"], training["precision"]
         stats.batch_size = int(training["batch_size"])
         sm = contract.Contract.from_env()
-        trainer = Trainer(job, dist, channels=dict(sm.channels), checkpoint_dir=sm.checkpoint_dir)
+        beat_s = float(os.environ.get(contract.HEARTBEAT_ENV, "0") or 0)
+        trainer = Trainer(job, dist, channels=dict(sm.channels), checkpoint_dir=sm.checkpoint_dir,
+                          beat=lambda s: write_stats(s, args.stats_dir, durable=False), beat_s=beat_s)
         trainer.run(stats, process_start)
         trainer.save_model(sm.model_dir)
     except BaseException as exc:

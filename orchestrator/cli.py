@@ -299,6 +299,19 @@ def _status_lines(st) -> list[str]:
     return lines
 
 
+def _progress_line(st, progress) -> str:
+    """`step      12 of 500 (heartbeat 2026-...Z)`: the job's last word from its results.json; a
+    heartbeat of a job that has ended is its last known step (killed before it finished)."""
+    steps = f"step      {progress.steps_done if progress.steps_done is not None else '?'}"
+    if progress.steps is not None:
+        steps += f" of {progress.steps}"
+    if progress.record == "running":
+        when = f"heartbeat {progress.at}" if progress.at else "heartbeat"
+        last = ": its last known step (it ended before writing its final results)" if st.terminal else ""
+        return f"{steps} ({when}{last})"
+    return f"{steps} (results.json: {progress.record})"
+
+
 def _clock_text(elapsed: float) -> str:
     seconds = int(elapsed)
     return f"{seconds // 60:d}m{seconds % 60:02d}s"
@@ -451,12 +464,16 @@ def status(
 
     with _job_backend(job, region) as backend:
         st = backend.status(job)
+        progress = backend.progress(job)
     if as_json:
         _out(json.dumps({**dataclasses.asdict(st), "backend": backend.name, "terminal": st.terminal,
-                         "spot_savings": st.spot_savings}, indent=2))
+                         "spot_savings": st.spot_savings,
+                         "progress": dataclasses.asdict(progress) if progress else None}, indent=2))
         return
     for text in _status_lines(st):
         _out(text)
+    if progress is not None:
+        _out(_progress_line(st, progress))
 
 
 @app.command()

@@ -132,6 +132,9 @@ class ResultsV1(_Lenient):
     compile_s: float | None = None
     cache: _Cache | None = None
     tags: dict[str, str] = Field(default_factory=dict)
+    steps: int | None = Field(None, ge=0)
+    steps_done: int | None = Field(None, ge=0)
+    heartbeat_at: str | None = None
 
 
 class Unreadable(Exception):
@@ -205,6 +208,7 @@ class Row:
     relative: float | None = None
     compile_s: float | None = None
     cache_hit_ratio: float | None = None
+    steps_done: int | None = None
     note: str | None = None
     uri: str | None = None
 
@@ -248,6 +252,13 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
             notes.append(str(describe["FailureReason"]))
     elif results.failure_reason:
         notes.append(results.failure_reason)
+    if results.status == "running":
+        # A heartbeat: the job runs, or it was killed before launch.py wrote its final record.
+        of = f" of {results.steps}" if results.steps is not None else ""
+        at = f" at {results.heartbeat_at}" if results.heartbeat_at else ""
+        ended = ("; the job ended before its final results were written: this is its last known state"
+                 if status in ("failed", "stopped", "completed") else "")
+        notes.append(f"heartbeat{at}: step {results.steps_done if results.steps_done is not None else '?'}{of}{ended}")
 
     local = results.backend == "local"
     price_per_hour = price_source = spot_savings = verified = None
@@ -310,7 +321,7 @@ def build_row(job: str, results: ResultsV1, uri: str, describe: dict | None,
         spot=spot,
         spot_savings=spot_savings, billable_s=billable, training_s=training, cost_usd=cost_usd,
         cost_per_million_samples=cost_per_million, samples_per_dollar=samples_per_dollar,
-        compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio,
+        compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
         note="; ".join(notes) or None, uri=uri,
     )
 

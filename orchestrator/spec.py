@@ -268,7 +268,17 @@ class CompileCacheSpec(_Strict):
         description="Where compile caches live (s3:// or file://); local jobs default to the "
         "local store.",
     )
-    mode: Literal["tarball", "off"] = Field("tarball", description="tarball: pull before, push after; off.")
+    mode: Literal["tarball", "off"] = Field(
+        "tarball", description="tarball: pull before training, push while it runs and at the end; off."
+    )
+    push_interval_s: Int = Field(
+        60,
+        ge=1,
+        le=3600,
+        description="While training runs, how often the job looks for newly compiled cache entries and "
+        "pushes them (the first push follows the warmup steps, the last one the end of training): a "
+        "stopped or killed job loses at most this much compiling.",
+    )
 
 
 class OutputSpec(_Strict):

@@ -109,6 +109,9 @@ Writes <stats-dir>/rank-<RANK>.json with fixed step times, records what it saw a
 (the compile cache dir's files, some variables), and obeys:
 FAKE_TRAIN_FAIL_RANK (that rank raises), FAKE_TRAIN_NEW_ENTRY (a cache entry name written
 into the compile cache dir at start), FAKE_TRAIN_SLEEP (seconds, after that, then continue).
+Like train.py, the host's first rank reports progress when ORCHESTRATOR_HEARTBEAT_S is set:
+once "warm" (steps_done FAKE_TRAIN_BEAT_STEPS, default 3, after the first entry), then
+FAKE_TRAIN_LATER_ENTRY (another entry) is written FAKE_TRAIN_LATER_AFTER seconds later.
 """
 import argparse, json, os, pathlib, sys, time
 
@@ -140,9 +143,22 @@ if entry and cache and rank == 0:
     target.mkdir(parents=True, exist_ok=True)
     (target / "graph.bin").write_bytes(b"compiled-" + entry.encode() * 100)
 print(f"fake-train rank {rank} compiled", flush=True)
-time.sleep(float(os.environ.get("FAKE_TRAIN_SLEEP", "0")))
 out = pathlib.Path(args.stats_dir)
 out.mkdir(parents=True, exist_ok=True)
+if os.environ.get("ORCHESTRATOR_HEARTBEAT_S") and os.environ.get("LOCAL_RANK", "0") == "0":
+    beat = dict(stats, steps_done=int(os.environ.get("FAKE_TRAIN_BEAT_STEPS", "3")),
+                step_times_s=stats["step_times_s"][:1])
+    (out / f".rank-{rank}.beat").write_text(json.dumps(beat))
+    os.replace(out / f".rank-{rank}.beat", out / f"rank-{rank}.json")
+    print(f"fake-train rank {rank} warm", flush=True)
+later = os.environ.get("FAKE_TRAIN_LATER_ENTRY")
+if later and cache and rank == 0:
+    time.sleep(float(os.environ.get("FAKE_TRAIN_LATER_AFTER", "0")))
+    target = pathlib.Path(cache) / later
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "graph.bin").write_bytes(b"compiled-" + later.encode() * 100)
+    print(f"fake-train rank {rank} compiled more", flush=True)
+time.sleep(float(os.environ.get("FAKE_TRAIN_SLEEP", "0")))
 model_dir = os.environ.get("SM_MODEL_DIR")
 if rank == 0 and model_dir:
     pathlib.Path(model_dir).mkdir(parents=True, exist_ok=True)

@@ -200,6 +200,30 @@ def test_status_json_and_text_for_a_failed_job_exit_0(aws, prepared, monkeypatch
     assert "billable  77 s" in out
 
 
+def test_status_shows_the_last_known_step_from_the_jobs_results(aws, prepared, monkeypatch, capsys):
+    assert _cli(monkeypatch, capsys, "submit", str(CONFIG))[0] == 0
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name)
+    assert code == 0 and "step " not in out  # no results.json yet: nothing to say
+    job = _moto_jobs()[prepared.job_name]
+    job.training_job_status, job.secondary_status = "InProgress", "Training"
+    beat = {"schema": "orchestrator.results/v1", "status": "running", "steps_done": 120, "steps": 500,
+            "heartbeat_at": "2026-11-29T22:03:00Z", "ended_at": None}
+    key = f"jobs/results/{prepared.job_name}/results.json"
+    boto3.client("s3", region_name=REGION).put_object(Bucket=BUCKET, Key=key, Body=json.dumps(beat).encode())
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name)
+    assert code == 0 and "step      120 of 500 (heartbeat 2026-11-29T22:03:00Z)" in out.splitlines()
+    # Killed before its final record: the heartbeat is its last known step.
+    job.training_job_status, job.secondary_status = "Stopped", "Stopped"
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name, "--json")
+    data = json.loads(out)
+    assert data["status"] == "stopped"
+    assert data["progress"] == {"record": "running", "steps_done": 120, "steps": 500,
+                                "at": "2026-11-29T22:03:00Z", "uri": f"s3://{BUCKET}/{key}"}
+    code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name)
+    assert ("step      120 of 500 (heartbeat 2026-11-29T22:03:00Z: its last known step (it ended before writing "
+            "its final results))") in out
+
+
 def test_status_of_a_job_outside_the_ledger_uses_region(aws, prepared, monkeypatch, capsys):
     boto3.client("sagemaker", region_name=REGION).create_training_job(**prepared.request)
     code, out, _ = _cli(monkeypatch, capsys, "status", prepared.job_name, "--region", REGION)

@@ -33,7 +33,7 @@ model: {{arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, em
 training: {{runtime: native, compile: true, steps: 12, warmup_steps: 2, batch_size: 4, precision: fp32,
            workers_per_node: {workers}}}
 data: {{source: synthetic, num_workers: 0}}
-compile_cache: {{mode: "{mode}"}}
+compile_cache: {{mode: "{mode}", push_interval_s: {push}}}
 tags: {{team: vision}}
 """
 
@@ -42,15 +42,15 @@ RESULT_KEYS = {
     "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
     "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "compiler_cache",
     "ddp_split_graphs", "cache", "final_loss",
-    "versions", "started_at", "ended_at", "duration_s", "tags", "warnings",
+    "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings",
 }
 CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",
-              "warnings"}
+              "pushes", "warnings"}
 
 
 def make_job(name: str = "lt", workers: int = 2, mode: str = "tarball", itype: str = "ml.trn1.2xlarge",
-             count: int = 1) -> dict:
-    loaded = spec.loads(SPEC.format(name=name, workers=workers, mode=mode, itype=itype, count=count))
+             count: int = 1, push: int = 60) -> dict:
+    loaded = spec.loads(SPEC.format(name=name, workers=workers, mode=mode, itype=itype, count=count, push=push))
     return request.resolved_job(loaded, request.job_name(loaded))
 
 
@@ -148,6 +148,93 @@ def test_cache_is_pulled_before_ranks_start_and_new_entries_pushed(orch_home, tm
     out = done.stdout
     assert out.index("compile cache pulled") < out.index("fake-train rank 0/2 started") < out.index(
         "compile cache pushed")
+
+
+def manifest_entries(job: dict, key) -> dict:
+    """Entry name -> its manifest record, in the job's compile cache store ({} before any push)."""
+    data = storage.open_store(job["compile_cache"]["uri"]).get_bytes(f"{key.digest()}/{compile_cache.MANIFEST}")
+    return json.loads(data)["entries"] if data else {}
+
+
+def start_launcher(host: Host, **extra: str) -> subprocess.Popen:
+    """The launcher in a session of its own, its output drained by a thread (into .lines)."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launch", "--job", str(host.job_file)], cwd=ROOT,
+                            env={**host.env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    proc.lines = []
+    threading.Thread(target=lambda: proc.lines.extend(proc.stdout), daemon=True).start()
+    return proc
+
+
+def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    import time
+
+    deadline = time.time() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.time() < deadline, what + ("; launcher output:\n" + "".join(proc.lines) if proc else "")
+        time.sleep(0.2)
+
+
+def test_new_entries_are_pushed_while_training_runs_each_push_only_the_new_ones(orch_home, tmp_path, fake_train):
+    job = make_job(workers=1, push=1)
+    host = Host(tmp_path, job)
+    key = host.cache_key()
+    proc = start_launcher(host, FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/first", FAKE_TRAIN_LATER_ENTRY="fxgraph/bb/second",
+                          FAKE_TRAIN_LATER_AFTER="3", FAKE_TRAIN_SLEEP="8")
+    try:
+        # Right after the warmup steps, while training goes on, the first entry is in the store.
+        wait_for(lambda: "fxgraph/aa/first/graph.bin" in manifest_entries(job, key), 60,
+                 "no push after the warmup steps", proc)
+        assert proc.poll() is None
+        # results.json exists from the start and follows the first rank's progress.
+        beat = wait_for(lambda: (r := stored_results(job))["steps_done"] == 3 and r, 30, "no heartbeat")
+        assert beat["status"] == "running" and beat["ended_at"] is None and beat["heartbeat_at"]
+        assert beat["cache"]["pushes"] == 1 and beat["cache"]["new_entries"] == 1
+        # The entry compiled later follows within a push interval, as its own archive.
+        wait_for(lambda: "fxgraph/bb/second/graph.bin" in manifest_entries(job, key), 30,
+                 "no periodic push of the later entry", proc)
+        entries = manifest_entries(job, key)
+        assert proc.poll() is None
+        assert entries["fxgraph/aa/first/graph.bin"]["archive"] != entries["fxgraph/bb/second/graph.bin"]["archive"]
+        assert proc.wait(timeout=120) == 0, "".join(proc.lines)
+    finally:
+        proc.kill()
+    results = host.results
+    assert results["status"] == "completed" and results["steps_done"] == 12
+    # Two pushes found something new; the end found nothing left to push.
+    assert (results["cache"]["pushes"], results["cache"]["new_entries"]) == (2, 2)
+    assert results["heartbeat_at"] == results["ended_at"]
+
+
+def test_a_killed_job_leaves_its_compiled_entries_and_its_last_step(orch_home, tmp_path, fake_train):
+    from orchestrator.backends.local import kill_tree
+
+    job = make_job(workers=1, push=1)
+    host = Host(tmp_path / "killed", job)
+    key = host.cache_key()
+    proc = start_launcher(host, FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/first", FAKE_TRAIN_SLEEP="300")
+    try:
+        wait_for(lambda: "fxgraph/aa/first/graph.bin" in manifest_entries(job, key), 60,
+                 "no push after the warmup steps", proc)
+        wait_for(lambda: stored_results(job)["steps_done"] >= 1, 30, "no heartbeat")
+        kill_tree(proc.pid, 9)  # every process of the host at once: no handler runs
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    last = stored_results(job)
+    assert last["status"] == "running" and last["steps_done"] == 3 and last["ended_at"] is None
+    assert last["cache"]["new_entries"] == 1
+    # The next run of the same job starts warm: its rank finds the entry in its cache dir.
+    again = Host(tmp_path / "again", job)
+    done = again.run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert again.results["cache"]["hit_entries"] == 1
+    assert "fxgraph/aa/first/graph.bin" in again.rank(0)["seen_cache"]
 
 
 def test_failed_rank_writes_failure_file_and_the_cache_is_still_pushed(orch_home, tmp_path, fake_train):

@@ -165,7 +165,8 @@ def test_resolved_job_follows_the_contract_schema(tmp_path):
     assert job["instance"] == {"type": "ml.trn1.2xlarge", "family": "trn1", "neuron_cores": 2,
                                "logical_cores": 2, "lnc": 1, "vcpus": 8}
     assert job["workers_per_node"] == 2
-    assert job["compile_cache"] == {"uri": "s3://orchestrator-example-bucket/cc", "mode": "tarball"}
+    assert job["compile_cache"] == {"uri": "s3://orchestrator-example-bucket/cc", "mode": "tarball",
+                                    "push_interval_s": 60}
     assert job["results_uri"] == f"s3://orchestrator-example-bucket/jobs/results/{name}/results.json"
     assert job["tags"] == {"team": "vision", "orchestrator:spec-hash": spec.spec_hash(s), "orchestrator:job": name}
 

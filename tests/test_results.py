@@ -337,6 +337,29 @@ def test_local_jobs_have_no_cost_and_need_no_aws(prices):
     assert not (prices / "ledger.sqlite3").exists()
 
 
+def heartbeat_doc(job: str, **kw) -> dict:
+    """What launch.py leaves when the job is killed between heartbeats: status running, no end."""
+    doc = results_doc(job, **kw)
+    doc.update(status="running", failure_reason=None, steps_done=120, ended_at=None,
+               heartbeat_at="2026-11-29T22:03:00Z")
+    return doc
+
+
+def test_a_killed_jobs_last_heartbeat_is_a_row_with_its_last_known_step(aws, prices):
+    write_local(prices, "loc-killed", heartbeat_doc("loc-killed", backend="local"))
+    row = by_job(res.collect(res.local_store_uri(), workers=1))["loc-killed"]
+    assert (row.status, row.steps_done) == ("running", 120)
+    assert row.note == "heartbeat at 2026-11-29T22:03:00Z: step 120 of 500"
+    # On SageMaker the job's own status wins, and the row says the heartbeat is its last word.
+    s3, sm = aws
+    put_results(s3, "sm-killed", heartbeat_doc("sm-killed"))
+    create_job(sm, "sm-killed", status="Stopped")
+    row = by_job(res.collect(PREFIX, s3=s3, sagemaker=sm, workers=1))["sm-killed"]
+    assert (row.status, row.steps_done) == ("stopped", 120)
+    assert row.note == ("heartbeat at 2026-11-29T22:03:00Z: step 120 of 500; the job ended before its final "
+                        "results were written: this is its last known state")
+
+
 def test_collects_from_a_prefix_without_any_ledger(aws, prices, tmp_path, monkeypatch):
     s3, sm = aws
     for job in ("p-1", "p-2", "p-3"):

@@ -184,6 +184,40 @@ def test_no_half_written_checkpoint_ever_appears_in_the_checkpoint_dir(tmp_path,
     assert os.listdir(train.staging_dir(folder)) == []
 
 
+def test_the_hosts_first_rank_reports_progress_after_warmup_then_every_interval():
+    spec = tiny_spec(steps=6, warmup_steps=2)
+    beats: list[dict] = []
+
+    def beat(stats):
+        beats.append({"steps_done": stats.steps_done, "timed": len(stats.step_times_s),
+                      "loss": stats.final_loss, "cache": dict(stats.compiler_cache)})
+
+    # An interval longer than the run: one report, right after the warmup steps.
+    trainer = train.Trainer({"spec": spec}, runtime.Dist(), log=lambda line: None, beat=beat, beat_s=3600)
+    trainer.run(train.RankStats(0, 1, 0, "native", "fp32", 4), 0.0)
+    assert [b["steps_done"] for b in beats] == [2]
+    assert beats[0]["timed"] == 0 and beats[0]["loss"] is not None
+    # An interval shorter than a step: a report after every step from the warmup on.
+    beats.clear()
+    trainer = train.Trainer({"spec": spec}, runtime.Dist(), log=lambda line: None, beat=beat, beat_s=1e-9)
+    trainer.run(train.RankStats(0, 1, 0, "native", "fp32", 4), 0.0)
+    assert [b["steps_done"] for b in beats] == [2, 3, 4, 5, 6]
+    assert [b["timed"] for b in beats] == [0, 1, 2, 3, 4]
+    # Other ranks of the host report nothing (launch.py reads the host's first rank).
+    beats.clear()
+    other = runtime.Dist(local_rank=1)  # (a single-process group, so nothing rendezvouses)
+    trainer = train.Trainer({"spec": spec}, other, log=lambda line: None, beat=beat, beat_s=1e-9)
+    trainer.run(train.RankStats(0, 1, 1, "native", "fp32", 4), 0.0)
+    assert beats == []
+
+
+def test_heartbeat_stats_files_are_whole_and_replaced_atomically(tmp_path):
+    stats = train.RankStats(0, 1, 0, "native", "fp32", 4, steps_done=3, step_times_s=[0.1, 0.2])
+    path = train.write_stats(stats, tmp_path, durable=False)
+    assert json.loads(path.read_text())["steps_done"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0.json"]  # no temporary left behind
+
+
 def test_an_exception_writes_stats_with_the_error_and_exits_non_zero(tmp_path):
     job = Job(tmp_path, dict(tiny_spec(), data={"source": f"file://{tmp_path}/no-such-dir", "num_workers": 0}))
     proc = job.run()

@@ -49,6 +49,40 @@ class JobStatus:
         return max(0.0, 1.0 - self.billable_seconds / self.training_seconds)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The job's last word on its training, from its results.json (`docs/RESULTS.md`): while it
+    runs a heartbeat (`record` "running"), at its end the final record. After a SIGKILL the last
+    heartbeat stays: the job's last known step."""
+
+    record: str  # the document's status: running | completed | stopped | failed
+    steps_done: int | None
+    steps: int | None
+    at: str | None  # heartbeat_at (UTC)
+    uri: str
+
+
+def progress_of(data: bytes, uri: str) -> Progress | None:
+    """The Progress in a results.json object; None when it is not one (a reader of record:
+    `orchestrator.results` says why, `status` only shows what it can)."""
+    import json
+
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("status"), str):
+        return None
+
+    def number(key: str) -> int | None:
+        value = doc.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    at = doc.get("heartbeat_at") or doc.get("ended_at")
+    return Progress(record=doc["status"], steps_done=number("steps_done"), steps=number("steps"),
+                    at=at if isinstance(at, str) else None, uri=uri)
+
+
 class DamagedStatus(InputError):
     """The backend's own record of the job cannot be read (a local job's status.json damaged
     by hand or by a full disk): exit 2 naming the file. `stop` still stops such a job while
@@ -87,6 +121,10 @@ class Backend(Protocol):
         """Log lines of every host of the job, in time order; with follow, until it ends."""
 
     def stop(self, job_name: str) -> None: ...
+
+    def progress(self, job_name: str) -> Progress | None:
+        """The job's results.json as it stands (None when there is none yet, or it cannot be
+        read: this never fails a `status`)."""
 
 
 def create(name: str, *, region: str | None = None, **clients) -> Backend:

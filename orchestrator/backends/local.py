@@ -57,7 +57,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from entrypoints import contract
-from orchestrator.backends import STATUSES, TERMINAL_STATUSES, DamagedStatus, JobStatus, Submitted, UnknownJob
+from orchestrator.backends import (
+    STATUSES,
+    TERMINAL_STATUSES,
+    DamagedStatus,
+    JobStatus,
+    Progress,
+    Submitted,
+    UnknownJob,
+    progress_of,
+)
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 from orchestrator.paths import home, write_atomic
@@ -480,6 +489,16 @@ class LocalBackend:
         if entry.state in ("planned", "submitting") and target == "submitted":
             return
         self.ledger.transition(status.job_name, target, detail=status.failure_reason, expect=_NOT_TERMINAL_LEDGER)
+
+    def progress(self, job_name: str) -> Progress | None:
+        """The first host's results.json in the job's tree (launch.py rewrites it at every
+        heartbeat; it is also what travels in output.tar.gz); None when there is none yet."""
+        path = self.job_dir(job_name) / host_names(1)[0] / contract.OUTPUT_DATA_DIR / "results.json"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        return progress_of(data, path.as_uri())
 
     # --- logs ---------------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Submitted, UnknownJob
+from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Progress, Submitted, UnknownJob, progress_of
 from orchestrator.errors import BackendError, InputError, OrchestratorError, service_message
 from orchestrator.ledger import Ledger
 from orchestrator.request import TAG_SPEC_HASH as SPEC_HASH_TAG
@@ -543,6 +543,19 @@ class SageMakerBackend:
         )
         self._record(status)
         return status
+
+    def progress(self, job_name: str) -> Progress | None:
+        """The job's results.json at `<S3OutputPath>/results/<job>/results.json` (launch.py's
+        heartbeat while it runs, its final record after); None when absent or unreadable."""
+        try:
+            described = self._describe(job_name)
+            prefix = described["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+            uri = f"{prefix}/results/{job_name}/results.json"
+            bucket, key = _split_s3(uri)
+            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read(4 * 2**20)
+        except Exception:  # noqa: BLE001 - progress is an extra: no object yet, no access, ...
+            return None
+        return progress_of(data, uri)
 
     def _record(self, status: JobStatus) -> None:
         entry = self.ledger.get(status.job_name)
