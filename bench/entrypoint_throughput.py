@@ -7,7 +7,15 @@ torch.compile, in this one process:
 - entrypoint: `entrypoints.train.Trainer` built from a job dict exactly as train.py builds it
   (synthetic pool on the device, runtime, autocast), driven through `Trainer.run_steps`, the
   loop train.py runs: batch selection by step, per-step timing with its device sync, log lines
-  (to a sink), statistics. Timed from outside around each chunk of steps.
+  (to a sink), statistics, and its progress reports (a stats file rewritten every `--beat`
+  seconds, as launch.py asks). Timed from outside around each chunk of steps. Alongside it
+  runs what launch.py runs while training (`entrypoints.heartbeat`, in a process of its own
+  as in a job): periodic compile cache pushes every `--push-interval` seconds (1 s by default,
+  sixty times more often than a job's default), each finding `--new-entries` fresh entries of
+  64 KiB (written by that process just before, standing in for the compiler) and pushing them
+  to a file:// store, and results.json rewritten from the stats file every `--beat` seconds.
+  That process is stopped (SIGSTOP) while the bare loop runs, so its cost lands on the
+  entrypoint side only.
 - bare: the model from `entrypoints.vit.build` with the same seed, one pre-made batch, and
   `zero_grad / forward / loss / backward / step` in a plain loop.
 
@@ -17,8 +25,9 @@ entrypoint/bare samples/s. Both use `--threads` intra-op threads (default 1: on 
 machine a spinning thread pool makes step times swing several-fold, which would drown the
 loop overhead being measured). Prints one JSON object; goal: ratio at least 0.95.
 `loop_overhead_us_per_step` is the entrypoint's time per step outside its own timed region
-(batch selection, bookkeeping, log lines): a figure machine load barely moves.
-Run: `PYTHONPATH=. .venv/bin/python bench/entrypoint_throughput.py [--rounds 30] [--chunk 3]`.
+(batch selection, bookkeeping, log lines, progress reports): a figure machine load barely moves.
+Run: `PYTHONPATH=. .venv/bin/python bench/entrypoint_throughput.py [--rounds 30] [--chunk 3]`
+(`--no-pushes` measures the loop alone).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import statistics
 import time
 
 GOAL = 0.95
+ENTRY_BYTES = 64 * 1024
 MODEL = {"arch": "vit_tiny_patch16_224", "patch_embed": "linear", "image_size": 64, "num_classes": 10,
          "patch_size": 8, "depth": 4, "embed_dim": 192, "num_heads": 3}
 
@@ -81,6 +91,57 @@ class Bare:
             optimizer.step()
 
 
+def heartbeat_process(folder: str, push_interval: float, beat: float, new_entries: int) -> None:
+    """What launch.py runs beside the ranks (see the module docstring), until SIGTERM; then
+    writes its counts to <folder>/heartbeat.json."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from entrypoints import compile_cache, heartbeat
+
+    root = Path(folder)
+    cache_dir, store, stats_file = root / "cache", (root / "store").as_uri(), root / "stats" / "rank-0.json"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    key = compile_cache.CacheKey("inductor", "bench", "native", "", "cpu", 1)
+    cache = {"new_entries": 0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
+    pusher = heartbeat.CachePusher(store, key, cache_dir, cache, log=lambda line: None)
+    made = [0]
+    real_has_new = pusher.has_new
+
+    def has_new() -> bool:
+        # The compiler's output since the last look, written just before the look.
+        for _ in range(new_entries):
+            folder_ = cache_dir / "fxgraph" / f"{made[0] % 97:02d}"
+            folder_.mkdir(parents=True, exist_ok=True)
+            (folder_ / f"entry-{made[0]}").write_bytes(os.urandom(ENTRY_BYTES))
+            made[0] += 1
+        return real_has_new()
+
+    pusher.has_new = has_new
+    beats = [0]
+
+    def on_beat() -> None:  # launch.py's heartbeat: read the rank's report, rewrite results.json
+        stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+        data = json.dumps({"status": "running", "steps_done": stats.get("steps_done"), "cache": cache}).encode()
+        tmp = root / ".results.json.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, root / "results.json")
+        beats[0] += 1
+
+    done = []
+    signal.signal(signal.SIGTERM, lambda *_: done.append(1))
+    thread = heartbeat.Heartbeat(warmed=lambda: True, pusher=pusher, on_beat=on_beat, push_interval_s=push_interval,
+                                 beat_s=beat, log=lambda line: None, tick_s=min(1.0, push_interval / 2))
+    thread.start()
+    while not done:
+        time.sleep(0.05)
+    thread.stop()
+    (root / "heartbeat.json").write_text(json.dumps({"pushes": cache["pushes"], "pushed_entries": cache["new_entries"],
+                                                     "push_bytes": cache["push_bytes"], "push_s": cache["push_s"],
+                                                     "beats": beats[0], "warnings": cache["warnings"]}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -89,7 +150,22 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--push-interval", type=float, default=1.0, help="seconds between compile cache pushes")
+    parser.add_argument("--beat", type=float, default=1.0, help="seconds between progress reports")
+    parser.add_argument("--new-entries", type=int, default=20, help="fresh 64 KiB entries before each push")
+    parser.add_argument("--no-pushes", action="store_true", help="no heartbeat process, no progress reports")
+    parser.add_argument("--heartbeat-process", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.heartbeat_process:
+        heartbeat_process(args.heartbeat_process, args.push_interval, args.beat, args.new_entries)
+        return
+
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
 
     import torch
 
@@ -97,10 +173,24 @@ def main() -> None:
 
     from entrypoints import runtime, train
 
+    work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
+    helper = None
+    if not args.no_pushes:
+        helper = subprocess.Popen([sys.executable, __file__, "--heartbeat-process", str(work), "--push-interval",
+                                   str(args.push_interval), "--beat", str(args.beat), "--new-entries",
+                                   str(args.new_entries)], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        os.kill(helper.pid, signal.SIGSTOP)
+
+    def helper_runs(running: bool) -> None:
+        if helper is not None:
+            os.kill(helper.pid, signal.SIGCONT if running else signal.SIGSTOP)
+
     total = args.warmup + args.rounds * args.chunk
     spec_job = job(total, args.warmup, args.batch, args.precision)
     log_lines: list[str] = []
-    trainer = train.Trainer(spec_job, runtime.Dist(), checkpoint_dir=None, log=log_lines.append)
+    beat = None if args.no_pushes else (lambda s: train.write_stats(s, work / "stats", durable=False))
+    trainer = train.Trainer(spec_job, runtime.Dist(), checkpoint_dir=None, log=log_lines.append, beat=beat,
+                            beat_s=args.beat)
     stats = train.RankStats(0, 1, 0, "native", args.precision, args.batch)
     bare = Bare(spec_job["spec"])
 
@@ -112,12 +202,14 @@ def main() -> None:
         order = ("entry", "bare") if round_ % 2 == 0 else ("bare", "entry")
         for side in order:
             timed_before = len(stats.step_times_s)
+            helper_runs(side == "entry")
             started = time.perf_counter()
             if side == "entry":
                 trainer.run_steps(step, step + args.chunk, stats, time.time())
             else:
                 bare.steps(args.chunk)
             elapsed = time.perf_counter() - started
+            helper_runs(False)
             rate = args.batch * args.chunk / elapsed
             if side == "entry":
                 outside_step_s.append((elapsed - sum(stats.step_times_s[timed_before:])) / args.chunk)
@@ -125,6 +217,12 @@ def main() -> None:
         step += args.chunk
     trainer.finish(stats)
     trainer.close()
+    pushes = None
+    if helper is not None:
+        helper_runs(True)
+        helper.terminate()
+        helper.wait(timeout=120)
+        pushes = json.loads((work / "heartbeat.json").read_text())
 
     ratios = [e / b for e, b in zip(entry_rates, bare_rates, strict=True)]
     print(json.dumps({
@@ -139,6 +237,8 @@ def main() -> None:
         "loop_overhead_us_per_step": round(statistics.median(outside_step_s) * 1e6, 1),
         "step_time_p50_s": round(statistics.median(stats.step_times_s), 4),
         "log_lines": len(log_lines),
+        "heartbeat": pushes and {**pushes, "push_interval_s": args.push_interval, "beat_s": args.beat,
+                                 "new_entries_per_push": args.new_entries},
         "rounds": args.rounds,
         "chunk": args.chunk,
         "model": MODEL,

@@ -4,8 +4,8 @@ Stdlib only. The orchestrator imports this module to build requests and to lay o
 jobs; the entrypoint reads it inside the container. Nothing here imports `orchestrator`.
 
 Our own piece of the contract is the resolved job file, `job.json`, which travels inside
-`sourcedir.tar.gz` next to `launch.py` (hyperparameter values are size-limited, so the spec
-does not travel as a hyperparameter). Its shape, version `JOB_FILE_SCHEMA`:
+`sourcedir.tar.gz` (the job's `code` input channel) next to `launch.py` (hyperparameter values
+are size-limited, so the spec does not travel as a hyperparameter). Its shape, version `JOB_FILE_SCHEMA`:
 
     {
       "schema": 1,
@@ -34,6 +34,11 @@ from pathlib import Path
 JOB_FILE = "job.json"
 JOB_FILE_SCHEMA = 1
 PROGRAM = "launch.py"
+# The job's code travels as an input channel: the source archive, unpacked by the entrypoint.
+CODE_CHANNEL = "code"
+SOURCE_ARCHIVE = "sourcedir.tar.gz"
+# Where /opt/ml is (the training toolkit's variable; the local backend roots each host elsewhere).
+BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
 
 OPT_ML = "/opt/ml"
 # Paths relative to the /opt/ml root (the local backend roots them elsewhere).
@@ -47,14 +52,13 @@ FAILURE_FILE = "output/failure"
 CHECKPOINT_DIR = "checkpoints"
 CODE_DIR = "code"
 
-# Hyperparameters the SageMaker PyTorch training toolkit reads (values JSON-encoded).
+# Hyperparameters the SageMaker training toolkit's library reads (values JSON-encoded).
 HP_PROGRAM = "sagemaker_program"
-HP_SUBMIT_DIRECTORY = "sagemaker_submit_directory"
 HP_REGION = "sagemaker_region"
 HP_JOB_NAME = "sagemaker_job_name"
 HP_LOG_LEVEL = "sagemaker_container_log_level"
 
-# Variables set by the toolkit, as our entrypoint reads them.
+# Variables the toolkit's library sets (entrypoints.container), as our entrypoint reads them.
 SM_VARS = (
     "SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR", "SM_OUTPUT_DIR", "SM_INPUT_DIR", "SM_CHANNELS",
     "SM_HOSTS", "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_HPS", "SM_NUM_NEURONS",
@@ -75,6 +79,18 @@ HEARTBEAT_ENV = "ORCHESTRATOR_HEARTBEAT_S"
 
 def channel_env(name: str) -> str:
     return f"SM_CHANNEL_{name.upper()}"
+
+
+def container_entrypoint() -> list[str]:
+    """The request's AlgorithmSpecification.ContainerEntrypoint: unpack the code channel's
+    archive into <base>/code and `exec` launch.py there, so that launch.py is the container's
+    first process and receives SageMaker's SIGTERM (`entrypoints.container`). <base> is
+    SAGEMAKER_BASE_DIR or /opt/ml. Each element stays within botocore's limit (256 characters)."""
+    base = f'"${{{BASE_DIR_ENV}:-{OPT_ML}}}"'
+    script = (f"b={base} && mkdir -p \"$b/{CODE_DIR}\" && "
+              f"tar -xzf \"$b/{INPUT_DATA}/{CODE_CHANNEL}/{SOURCE_ARCHIVE}\" -C \"$b/{CODE_DIR}\" && "
+              f"exec python3 \"$b/{CODE_DIR}/{PROGRAM}\" --container")
+    return ["/bin/bash", "-c", script]
 
 
 @dataclass(frozen=True)
@@ -109,9 +125,10 @@ class Contract:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Contract:
-        """Read the SM_* variables (defaults: a single-host container under /opt/ml)."""
+        """Read the SM_* variables (defaults: a single-host container under /opt/ml, or under
+        SAGEMAKER_BASE_DIR)."""
         env = os.environ if env is None else env
-        root = Path(OPT_ML)
+        root = Path(env.get(BASE_DIR_ENV) or OPT_ML)
         hosts = tuple(json.loads(env.get("SM_HOSTS", '["algo-1"]')))
         current = env.get("SM_CURRENT_HOST", hosts[0])
         if current not in hosts:
@@ -187,9 +204,9 @@ def load_job(path: Path) -> dict:
 # train.py prints one METRICS_TAG line every `log_every` steps on rank 0 and one SUMMARY_TAG
 # line at the end; request.py turns METRIC_NAMES into SageMaker MetricDefinitions regexes.
 #
-# A line can reach the metric parser cut in two: the SageMaker training toolkit reads a
-# program's output in 64 KB chunks and splits each chunk at newlines (sagemaker_training
-# process.watch), and ranks writing to one pipe interleave. So every value ends with ";" and
+# A line can reach the metric parser cut in two: a relay may read the output in chunks (the
+# SageMaker training toolkit, when it runs a program, reads 64 KB at a time and splits each
+# chunk at newlines: sagemaker_training process.watch), and ranks writing to one pipe interleave. So every value ends with ";" and
 # the regexes demand it: a line cut inside a number yields no value rather than a wrong one.
 # `write_line` writes each line in one write call (short lines: below PIPE_BUF, so a pipe
 # never interleaves another process's bytes into it) and flushes it.

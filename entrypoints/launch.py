@@ -1,6 +1,11 @@
-"""The per-host driver of a training job: SageMaker's `sagemaker_program`.
+"""The per-host driver of a training job: the container's first process.
 
-One process per host. Contract, in order:
+One process per host. On SageMaker (and under the local backend) it runs as the container's
+entrypoint, `python3 launch.py --container` (`contract.container_entrypoint`), so that it
+receives SageMaker's SIGTERM; it then first does what the image's start script and the training
+toolkit would have done (`entrypoints.container`: the SM_* variables, the host name,
+requirements, reaping orphans). Without `--container` it expects the SM_* variables from
+whoever started it. Contract, in order:
 
 1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
    file (`job.json` next to this script or in the code directory, or `--job PATH`), and
@@ -31,6 +36,10 @@ One process per host. Contract, in order:
 7. On any failure, write a short reason (which rank, last error) to the contract's failure
    file (/opt/ml/output/failure) and exit non-zero.
 
+A stop signal (SIGTERM, SIGINT) is forwarded to torchrun, which stops its workers; if torchrun
+still runs after half the grace period (`STOP_GRACE_ENV`, default SageMaker's 120 s), its tree is
+killed. Then 6. and 7. run as after any failure, with status "stopped".
+
 A corrupted or hostile cache archive never stops the job: the pull reports it as a warning
 (in the log and in `results.json` under cache.warnings) and training runs cold.
 
@@ -54,6 +63,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import deque
@@ -67,7 +77,7 @@ CODE_DIR = next((d for d in (_HERE, _HERE.parent) if (d / "entrypoints" / "__ini
 if str(CODE_DIR) not in sys.path[:1]:
     sys.path.insert(0, str(CODE_DIR))
 
-from entrypoints import compile_cache, contract, heartbeat, storage  # noqa: E402
+from entrypoints import compile_cache, container, contract, heartbeat, storage  # noqa: E402
 
 RESULTS_SCHEMA = "orchestrator.results/v1"
 RESULTS_FILE = "results.json"
@@ -81,6 +91,9 @@ CACHE_DIR_ENV = "ORCHESTRATOR_CACHE_DIR"
 MAX_REASON = 1024
 # While training runs, results.json is rewritten this often (or every push interval, if shorter).
 HEARTBEAT_S = 30.0
+# SageMaker's grace between its SIGTERM and its SIGKILL; the local backend passes its own.
+STOP_GRACE_S = 120.0
+STOP_GRACE_ENV = "ORCHESTRATOR_STOP_GRACE_S"
 DEFAULT_PUSH_INTERVAL_S = 60
 # Instance types with EFA, whose multi-node jobs need the EFA variables from us: the training
 # toolkit sets them only inside its own torchrun distribution, and we run torchrun ourselves.
@@ -208,11 +221,19 @@ def torchrun_command(job: dict, ctr: contract.Contract, env: dict[str, str], job
 
 class _Stop:
     """SIGTERM/SIGINT (SageMaker's stop, the local backend's stop): remembered, and passed on
-    to torchrun when it runs; the launcher itself goes on to push the cache and report."""
+    to torchrun when it runs; the launcher itself goes on to push the cache and report.
 
-    def __init__(self) -> None:
+    SageMaker kills the container `grace_s` (120) after its SIGTERM: torchrun gets half of it
+    to stop its workers (it waits for them up to 30 s), then its whole tree is killed, so the
+    last push and the final results.json fit in the other half."""
+
+    def __init__(self, grace_s: float | None = None) -> None:
         self.signum: int | None = None
         self.child: subprocess.Popen | None = None
+        if grace_s is None:
+            grace_s = float(os.environ.get(STOP_GRACE_ENV) or STOP_GRACE_S)
+        self.torchrun_deadline_s = grace_s / 2
+        self.deadline: threading.Timer | None = None
 
     def __enter__(self) -> _Stop:
         signal.signal(signal.SIGTERM, self.handle)
@@ -227,6 +248,16 @@ class _Stop:
         self.signum = signum
         if self.child is not None and self.child.poll() is None:
             self.child.send_signal(signum)
+            if self.deadline is None:
+                self.deadline = threading.Timer(self.torchrun_deadline_s, self._kill_late_child)
+                self.deadline.daemon = True
+                self.deadline.start()
+
+    def _kill_late_child(self) -> None:
+        child = self.child
+        if child is not None and child.poll() is None:
+            _log(f"torchrun still runs {self.torchrun_deadline_s:g} s after the stop signal: killing it and its workers")
+            container.kill_tree(child.pid)
 
 
 def run_torchrun(command: list[str], env: dict[str, str], cwd: Path, stop: _Stop) -> tuple[int, list[str]]:
@@ -324,7 +355,7 @@ def _step_stats(times: list[float]) -> dict | None:
 
 def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, status: str,
                   reason: str | None, cache: dict, started: float, ended: float | None,
-                  warnings: list[str], now: float | None = None) -> dict:
+                  warnings: list[str], now: float | None = None, setup: dict | None = None) -> dict:
     """The `orchestrator.results/v1` document (docs/RESULTS.md) for this host.
 
     Step times come from global rank 0 when this host has it, else this host's lowest rank
@@ -375,6 +406,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         "compiler_cache": {str(k): int(v) for k, v in (lead.get("compiler_cache") or {}).items()},
         "ddp_split_graphs": lead.get("ddp_split_graphs"),
         "cache": cache,
+        "container": setup or _given_setup(),
         "final_loss": lead.get("final_loss"),
         "versions": _versions(lead.get("versions")),
         "started_at": _now_iso(started),
@@ -384,6 +416,12 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         "tags": dict(job.get("tags") or {}),
         "warnings": warnings,
     }
+
+
+def _given_setup() -> dict:
+    """results.json's `container` when launch.py runs as the program of another driver (the
+    SageMaker toolkit, a test): the SM_* variables were given to it."""
+    return {"entrypoint": False, "sm_environment": "given", "hostname": None, "requirements": "none"}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -410,16 +448,17 @@ class _Report:
     job's `results_uri`. A heartbeat that cannot be stored is logged, not fatal."""
 
     def __init__(self, job: dict, ctr: contract.Contract, started: float, cache: dict, warnings: list[str],
-                 stats_dir: Path) -> None:
+                 stats_dir: Path, setup: dict) -> None:
         self.job, self.ctr, self.started = job, ctr, started
-        self.cache, self.warnings, self.stats_dir = cache, warnings, stats_dir
+        self.cache, self.warnings, self.stats_dir, self.setup = cache, warnings, stats_dir, setup
         self.publish_failed = False
 
     def running(self) -> None:
         stats = read_rank_stats(self.stats_dir)
         warnings = self.warnings + [f"compile cache: {w}" for w in self.cache["warnings"]]
         results = build_results(self.job, self.ctr, stats, status="running", reason=None, cache=self.cache,
-                                started=self.started, ended=None, warnings=warnings, now=time.time())
+                                started=self.started, ended=None, warnings=warnings, now=time.time(),
+                                setup=self.setup)
         data = (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
         _write_atomic(self.ctr.output_data_dir / RESULTS_FILE, data)
         uri = self.job.get("results_uri")
@@ -446,6 +485,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, stop: _Stop) -> int:
     started = time.time()
+    # As the container's entrypoint, the SM_* variables are ours to set before anything reads them.
+    setup = container.adopt_sm_environment(_log) if args.container else None
     ctr = contract.Contract.from_env()
     warnings: list[str] = []
     job_file = find_job_file(args.job)
@@ -465,8 +506,17 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     stats_dir = ctr.output_data_dir / "ranks"
     shutil.rmtree(stats_dir, ignore_errors=True)
     stats_dir.mkdir(parents=True, exist_ok=True)
-    report = _Report(job, ctr, started, cache, warnings, stats_dir)
+    record = setup.record() if setup is not None else _given_setup()
+    report = _Report(job, ctr, started, cache, warnings, stats_dir, record)
     report.running()  # a record exists from the start, whatever happens next
+    launch_error = None
+    if setup is not None:
+        try:
+            container.prepare(setup, ctr, _log)
+        except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
+            launch_error = f"container set-up failed: {type(exc).__name__}: {exc}"
+        record.update(setup.record())
+        warnings.extend(setup.warnings)
 
     env = runtime_environment(job, ctr, dict(os.environ))
     cache_dir, cache_dir_is_ours = cache_directory(runtime, env)
@@ -486,7 +536,7 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     env[contract.HEARTBEAT_ENV] = f"{beat_s:g}"
     _log(f"compile cache dir {cache_dir} (mode {mode})")
 
-    if key is not None:
+    if key is not None and launch_error is None:
         try:
             pulled = compile_cache.pull(cache_uri, key, cache_dir)
             cache.update(hit_entries=pulled.hit_entries, pull_bytes=pulled.bytes, pull_s=round(pulled.seconds, 3))
@@ -501,20 +551,27 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     pusher = heartbeat.CachePusher(cache_uri, key, cache_dir, cache, _log) if key is not None else None
     returncode: int | None = None
     tail: list[str] = []
-    launch_error = None
-    if stop.signum is None:
+    if stop.signum is None and launch_error is None:
+        if setup is not None:
+            env.update(setup.env)
         command = torchrun_command(job, ctr, env, job_file, stats_dir, train_module)
         _log("starting: " + " ".join(command[1:]))
         beats = heartbeat.Heartbeat(warmed=lambda: _warmed(stats_dir, int(training.get("warmup_steps") or 0)),
                                     pusher=pusher, on_beat=report.running, push_interval_s=push_interval,
                                     beat_s=beat_s, log=_log)
+        # As PID 1 (or a subreaper), orphaned workers' children are ours to reap.
+        reaper = container.Reaper(lambda: {stop.child.pid} if stop.child is not None else set()) if setup else None
         beats.start()
+        if reaper is not None:
+            reaper.start()
         try:
             returncode, tail = run_torchrun(command, env, CODE_DIR, stop)
         except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
             launch_error = f"could not run torchrun: {type(exc).__name__}: {exc}"
         finally:
             beats.stop()
+            if reaper is not None:
+                reaper.stop()
         _log(f"torchrun exited with code {returncode}")
 
     if pusher is not None:
@@ -538,11 +595,11 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     warnings.extend(f"compile cache: {w}" for w in cache["warnings"])
     # Signalled (a stop, or SageMaker's MaxRuntime) without another failure first: "stopped".
     stopped = stop.signum is not None and launch_error is None
-    return _finish(job, ctr, stats, ok, reason, cache, started, warnings, stopped=stopped)
+    return _finish(job, ctr, stats, ok, reason, cache, started, warnings, stopped=stopped, setup=record)
 
 
 def _finish(job: dict, ctr: contract.Contract, stats: dict[int, dict], ok: bool, reason: str | None,
-            cache: dict, started: float, warnings: list[str], stopped: bool = False) -> int:
+            cache: dict, started: float, warnings: list[str], stopped: bool = False, setup: dict | None = None) -> int:
     """Write results.json (both places) and, on failure, the failure file; the exit code.
 
     The document's status is "completed", "stopped" (the launcher was signalled) or "failed".
@@ -554,7 +611,7 @@ def _finish(job: dict, ctr: contract.Contract, stats: dict[int, dict], ok: bool,
     def document(ok: bool, reason: str | None) -> bytes:
         status = "completed" if ok else "stopped" if stopped else "failed"
         results = build_results(job, ctr, stats, status=status, reason=reason,
-                                cache=cache, started=started, ended=ended, warnings=warnings)
+                                cache=cache, started=started, ended=ended, warnings=warnings, setup=setup)
         return (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
 
     data = document(ok, reason)
@@ -586,9 +643,12 @@ def write_failure(ctr: contract.Contract, reason: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Per-host training driver (SageMaker's sagemaker_program).")
+    parser = argparse.ArgumentParser(description="Per-host training driver (the container's entrypoint).")
     parser.add_argument("--job", help=f"the resolved job file (default: {contract.JOB_FILE} beside this script)")
     parser.add_argument("--train-module", help=f"per-rank module (default: ${TRAIN_MODULE_ENV} or {TRAIN_MODULE})")
+    parser.add_argument("--container", action="store_true",
+                        help="run as the container's entrypoint: set up what the training toolkit would "
+                             "(entrypoints.container)")
     args, _unknown = parser.parse_known_args(argv)
     try:
         return run(args)

@@ -114,8 +114,8 @@ def needs_efa(spec: JobSpec) -> bool:
     with EFA (trn1.32xlarge, trn1n, trn2).
 
     The SageMaker training toolkit sets the EFA variables itself only inside its own torchrun
-    distribution; our program runs torchrun itself (`sagemaker_program` launch.py, no
-    distribution), so every EFA instance needs them from us."""
+    distribution; launch.py (the container's entrypoint) runs torchrun itself, so every EFA
+    instance needs them from us."""
     facts = catalog.instance(spec.instance.type)
     return (spec.backend == "sagemaker" and spec.instance.count > 1 and facts is not None
             and facts.efa_gbps > 0)

@@ -164,16 +164,32 @@ def metric_definitions() -> list[dict]:
             for name, (tag, key) in contract.METRIC_NAMES.items()]
 
 
-def hyperparameters(spec: JobSpec, job_name: str, source_uri: str) -> dict[str, str]:
-    """The toolkit's hyperparameters, each value JSON-encoded as it decodes them."""
+def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:
+    """The toolkit's hyperparameters, each value JSON-encoded as it decodes them. launch.py
+    reads the SM_* variables through the toolkit's library, which takes the program's name,
+    the region, the job name and the log level from these. No `sagemaker_submit_directory`:
+    the code arrives as the `code` channel, unpacked by the container entrypoint."""
     values = {
         contract.HP_PROGRAM: contract.PROGRAM,
-        contract.HP_SUBMIT_DIRECTORY: source_uri,
         contract.HP_REGION: spec.region,
         contract.HP_JOB_NAME: job_name,
         contract.HP_LOG_LEVEL: CONTAINER_LOG_LEVEL,
     }
     return {key: json.dumps(value) for key, value in values.items()}
+
+
+def code_channel(source_uri: str) -> dict:
+    """The `code` input channel: the one object `source_uri` names (S3Prefix of its whole key),
+    which SageMaker downloads to /opt/ml/input/data/code/sourcedir.tar.gz before the container
+    starts, as the SageMaker SDK v3 ModelTrainer delivers a source archive."""
+    return {
+        "ChannelName": contract.CODE_CHANNEL,
+        "DataSource": {"S3DataSource": {
+            "S3DataType": "S3Prefix",
+            "S3Uri": source_uri,
+            "S3DataDistributionType": "FullyReplicated",
+        }},
+    }
 
 
 def _output_prefix(spec: JobSpec, job: dict, name: str) -> str:
@@ -211,9 +227,13 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict) -> dict:
             "TrainingImage": training_image(spec),
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
+            # launch.py as the container's first process, so SageMaker's stop signal reaches it
+            # (the image's own entrypoint passes none on: see entrypoints/container.py).
+            "ContainerEntrypoint": contract.container_entrypoint(),
         },
         "RoleArn": spec.role_arn or LOCAL_ROLE_ARN,
-        "HyperParameters": hyperparameters(spec, job_name, source_uri),
+        "HyperParameters": hyperparameters(spec, job_name),
+        "InputDataConfig": [code_channel(source_uri)],
         "Environment": dict(job["environment"]),
         "OutputDataConfig": {"S3OutputPath": out},
         "ResourceConfig": {
@@ -226,14 +246,14 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict) -> dict:
         "Tags": tags,
     }
     if spec.data.source != "synthetic":
-        request["InputDataConfig"] = [{
+        request["InputDataConfig"].append({
             "ChannelName": TRAIN_CHANNEL,
             "DataSource": {"S3DataSource": {
                 "S3DataType": "S3Prefix",
                 "S3Uri": spec.data.source,
                 "S3DataDistributionType": "FullyReplicated",
             }},
-        }]
+        })
     if inst.spot or spec.training.checkpoint_every > 0:
         request["CheckpointConfig"] = {"S3Uri": f"{out}/checkpoints/{job_name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
     if spec.max_retry_attempts > 0:

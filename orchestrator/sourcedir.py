@@ -1,11 +1,13 @@
 """The job's source archive, `sourcedir.tar.gz`: byte-for-byte reproducible.
 
-The SageMaker PyTorch training toolkit downloads the archive named by the hyperparameter
-`sagemaker_submit_directory`, unpacks it into /opt/ml/code, pip-installs `requirements.txt`
-and runs `python launch.py` there. So the archive holds, at its root:
+The request delivers the archive as the `code` input channel (SageMaker downloads it to
+/opt/ml/input/data/code/ before the container starts) and its container entrypoint unpacks it
+into /opt/ml/code and execs `python3 launch.py --container` there (`contract.container_entrypoint`),
+which pip-installs `requirements.txt` as the training toolkit would. So the archive holds, at its
+root:
 
-- `launch.py`: a copy of `entrypoints/launch.py` (the program the toolkit runs);
-- `entrypoints/`: every `*.py` of the entrypoints package (launch.py imports it from the cwd);
+- `launch.py`: a copy of `entrypoints/launch.py` (the container's first process);
+- `entrypoints/`: every `*.py` of the entrypoints package (launch.py imports it from its folder);
 - `job.json`: the resolved job (`entrypoints.contract`), which is too large for hyperparameters;
 - `requirements.txt`: what the Neuron training image lacks (it has torch and torch-xla).
 
@@ -78,7 +80,7 @@ def build_archive(job: dict, root: Path | None = None) -> bytes:
     """The bytes of `sourcedir.tar.gz` for the resolved job `job` (see the module docstring).
 
     `root` is the entrypoints package directory to pack (default: the installed one). Raises
-    OrchestratorError when it holds no `launch.py`, since the toolkit would have nothing to run.
+    OrchestratorError when it holds no `launch.py`, since the container would have nothing to run.
     """
     root = entrypoints_dir() if root is None else Path(root)
     files = _sources(root)

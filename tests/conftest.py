@@ -112,6 +112,7 @@ into the compile cache dir at start), FAKE_TRAIN_SLEEP (seconds, after that, the
 Like train.py, the host's first rank reports progress when ORCHESTRATOR_HEARTBEAT_S is set:
 once "warm" (steps_done FAKE_TRAIN_BEAT_STEPS, default 3, after the first entry), then
 FAKE_TRAIN_LATER_ENTRY (another entry) is written FAKE_TRAIN_LATER_AFTER seconds later.
+FAKE_TRAIN_IGNORE_SIGTERM makes the rank deaf to torchrun's stop.
 """
 import argparse, json, os, pathlib, sys, time
 
@@ -132,10 +133,14 @@ stats = {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LO
          "compiler_cache": {"fxgraph_hit": 3, "fxgraph_miss": 1, "aotautograd_hit": 2}, "ddp_split_graphs": False,
          "seen_cache": seen, "cache_dir": cache,
          "env": {k: os.environ.get(k) for k in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NEURON_CC_FLAGS",
-                 "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "SM_CURRENT_HOST", "MASTER_ADDR",
+                 "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "SM_CURRENT_HOST", "SM_HOSTS", "SM_NUM_CPUS",
+                 "SM_CHANNELS", "SAGEMAKER_BASE_DIR", "MASTER_ADDR",
                  "MASTER_PORT", "GROUP_RANK", "SM_CHANNEL_TRAIN", "PJRT_DEVICE",
                  "TORCHINDUCTOR_COMPILE_THREADS")},
          "inductor_env": {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_"))}}
+if os.environ.get("FAKE_TRAIN_IGNORE_SIGTERM"):
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print(f"fake-train rank {rank}/{world} started", flush=True)
 entry = os.environ.get("FAKE_TRAIN_NEW_ENTRY")
 if entry and cache and rank == 0:

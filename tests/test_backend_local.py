@@ -35,23 +35,23 @@ model: {{arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, em
 training:
   runtime: native
   steps: {steps}
-  warmup_steps: 1
+  warmup_steps: {warmup}
   batch_size: 4
   precision: fp32
   log_every: 1
   workers_per_node: {workers}
   optimizer: {{name: adam, lr: 0.001}}
 data: {{source: {source}, num_workers: 0}}
-compile_cache: {{mode: "off"}}
+compile_cache: {{mode: "{cache}"}}
 max_run_minutes: {max_run}
 """
 
 
 def make_spec(tmp_path: Path, name: str = "loc", count: int = 1, workers: int = 1, steps: int = 4,
-              source: str = "synthetic", max_run: int = 10) -> Path:
+              source: str = "synthetic", max_run: int = 10, cache: str = "off", warmup: int = 1) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(BASE.format(name=name, count=count, workers=workers, steps=steps, source=source,
-                                max_run=max_run))
+                                max_run=max_run, cache=cache, warmup=warmup))
     return path
 
 
@@ -232,13 +232,15 @@ def test_two_hosts_get_their_own_contract_and_one_rendezvous(orch_home, tmp_path
     ports = set()
     for rank, host in enumerate(("algo-1", "algo-2")):
         env = plan["host"][host]["env"]
-        assert json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"] and env["SM_CURRENT_HOST"] == host
+        # The platform's part: where /opt/ml is; the SM_* variables are the container's to compute.
+        assert env[contract.BASE_DIR_ENV] == str(job_dir / host) and "SM_HOSTS" not in env
         assert env[contract.MASTER_ADDR_ENV] == "127.0.0.1"
         assert env["SM_NUM_CPUS"] == str(max(1, (os.cpu_count() or 1) // 2))
         ports.add(env["ORCHESTRATOR_MASTER_PORT"])
         seen = json.loads((job_dir / host / contract.OUTPUT_DATA_DIR / "ranks" / f"rank-{rank}.json").read_text())
         assert seen["world_size"] == 2 and seen["env"]["GROUP_RANK"] == str(rank)
-        assert seen["env"]["SM_CURRENT_HOST"] == host
+        assert seen["env"]["SM_CURRENT_HOST"] == host and json.loads(seen["env"]["SM_HOSTS"]) == ["algo-1", "algo-2"]
+        assert seen["env"]["SM_NUM_CPUS"] == env["SM_NUM_CPUS"]  # the host's share wins over the whole machine
         assert json.loads((job_dir / host / contract.RESOURCE_CONFIG).read_text())["current_host"] == host
     assert len(ports) == 1
     lines = list(backend.logs(prepared.job_name))
@@ -262,6 +264,87 @@ def test_stop_terminates_every_process_and_marks_stopped(orch_home, tmp_path, fa
     assert "results.json" in store_tar_names(f"{out}/output.tar.gz")
     backend.stop(prepared.job_name)  # stopping a stopped job is a no-op
     assert backend.status(prepared.job_name).status == "stopped"
+
+
+@pytest.mark.parametrize("toolkit", ["on", "off"])
+def test_stop_reaches_the_entrypoint_which_pushes_the_cache_and_reports_stopped(orch_home, tmp_path, fake_train,
+                                                                                 monkeypatch, toolkit):
+    """The stop SageMaker sends (SIGTERM to the container's first process, SIGKILL to all after
+    the grace period) reaches launch.py, the request's entrypoint: it stops training, pushes
+    what was compiled and writes its final results.json, all within the grace period. With the
+    real toolkit's SM_* variables (on) and with the emulation that stands in where the toolkit
+    is not installed (off)."""
+    from entrypoints import compile_cache
+
+    if toolkit == "on":
+        pytest.importorskip("sagemaker_training")
+    else:
+        monkeypatch.setenv("ORCHESTRATOR_SM_TOOLKIT", "off")
+    monkeypatch.setenv(local.STOP_GRACE_ENV, "60")
+    # Warmup steps the fake trainer never reaches: nothing is pushed before the stop.
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
+    monkeypatch.setenv("FAKE_TRAIN_NEW_ENTRY", "fxgraph/st/compiled-before-the-stop")
+    prepared = prepared_for(make_spec(tmp_path, name="stoptk", steps=20, warmup=10, cache="tarball"))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    job_dir = orch_home / "jobs" / prepared.job_name
+    wait_until(lambda: "fake-train rank 0 warm" in (job_dir / "logs" / "all.log").read_text(), 60,
+               "the fake trainer never got going")
+    assert results_of(prepared)["status"] == "running"
+    backend.stop(prepared.job_name)
+    status = wait_terminal(backend, prepared.job_name, timeout=90)
+    assert (status.status, status.secondary) == ("stopped", "Stopped")
+    # The hosts ended within the grace period: SIGTERM to the first process, and no SIGKILL.
+    signals = json.loads((job_dir / local.STATUS_FILE).read_text())["stop_signals"]
+    assert [s["signal"] for s in signals] == ["SIGTERM"]
+    results = results_of(prepared)
+    assert results["status"] == "stopped" and results["failure_reason"] == "stopped: the launcher received SIGTERM"
+    assert results["cache"]["pushes"] == 1 and results["cache"]["new_entries"] == 1
+    setup = results["container"]
+    assert setup["entrypoint"] is True and setup["requirements"] == "installed"
+    if toolkit == "on":
+        assert setup["sm_environment"].startswith("sagemaker-training ")
+    else:
+        assert setup["sm_environment"] == "emulated"
+    seen = json.loads((job_dir / "algo-1" / contract.OUTPUT_DATA_DIR / "ranks" / "rank-0.json").read_text())
+    assert seen["env"]["SM_CURRENT_HOST"] == "algo-1" and json.loads(seen["env"]["SM_HOSTS"]) == ["algo-1"]
+    assert seen["env"]["SM_CHANNELS"] == '["code"]'
+    fresh = tmp_path / "fresh"
+    key = compile_cache.CacheKey(**json.loads(storage.open_store(prepared.job["compile_cache"]["uri"]).get_bytes(
+        f"{results['cache']['key']}/manifest.json"))["key"])
+    assert compile_cache.pull(prepared.job["compile_cache"]["uri"], key, fresh).hit_entries == 1
+
+
+def test_stop_signals_the_first_process_only_and_kills_everything_after_the_grace_period(orch_home, tmp_path,
+                                                                                          monkeypatch):
+    """As SageMaker: the SIGTERM goes to the container's first process, not its group; what it
+    does not pass on never arrives, and after the grace period SIGKILL ends every process."""
+    monkeypatch.setenv(local.STOP_GRACE_ENV, "3")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    child = ("import os, signal, time, pathlib; m = pathlib.Path(os.environ['MARKS']); "
+             "signal.signal(signal.SIGTERM, lambda *a: (m / 'child-got-sigterm').touch()); "
+             "(m / 'child.pid').write_text(str(os.getpid())); time.sleep(600)")
+    first = ("import os, signal, subprocess, sys, time, pathlib; m = pathlib.Path(os.environ['MARKS']); "
+             "signal.signal(signal.SIGTERM, lambda *a: (m / 'first-got-sigterm').touch()); "
+             f"subprocess.Popen([sys.executable, '-c', {child!r}]); (m / 'first.pid').write_text(str(os.getpid())); "
+             "time.sleep(600)")
+    monkeypatch.setenv("MARKS", str(marks))
+    prepared = prepared_for(make_spec(tmp_path, name="sigs"))
+    prepared.request["AlgorithmSpecification"]["ContainerEntrypoint"] = ["python3", "-c", first]
+    backend = LocalBackend()
+    backend.submit(prepared)
+    wait_until(lambda: (marks / "child.pid").exists() and (marks / "first.pid").exists(), 60,
+               "the entrypoint never started its child")
+    pids = [int((marks / name).read_text()) for name in ("first.pid", "child.pid")]
+    backend.stop(prepared.job_name)
+    status = wait_terminal(backend, prepared.job_name, timeout=60)
+    assert status.status == "stopped"
+    signals = json.loads((orch_home / "jobs" / prepared.job_name / local.STATUS_FILE).read_text())["stop_signals"]
+    assert [s["signal"] for s in signals] == ["SIGTERM", "SIGKILL"]
+    assert signals[1]["at"] - signals[0]["at"] >= 3
+    assert (marks / "first-got-sigterm").exists() and not (marks / "child-got-sigterm").exists()
+    assert not any(local.process_alive(pid) for pid in pids)
 
 
 def test_max_runtime_stops_the_job(orch_home, tmp_path, fake_train, monkeypatch):
@@ -301,7 +384,9 @@ def test_file_data_channel_is_downloaded_into_every_host(orch_home, tmp_path, fa
         assert (train / "cat" / "0.png").read_bytes() == b"cat"
         assert (train / "dog" / "0.png").read_bytes() == b"dog"
         config = json.loads((orch_home / "jobs" / prepared.job_name / host / "input/config/inputdataconfig.json").read_text())
-        assert list(config) == ["train"]
+        assert list(config) == ["code", "train"]  # the source archive is a channel too
+        code = orch_home / "jobs" / prepared.job_name / host / "input/data/code"
+        assert [p.name for p in code.iterdir()] == ["sourcedir.tar.gz"]
 
 
 def test_s3_data_channel_is_downloaded(orch_home, tmp_path, fake_train, moto_server):

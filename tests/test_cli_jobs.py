@@ -525,9 +525,16 @@ def test_submit_rerun_makes_a_new_job_of_the_same_spec(aws, prepared, monkeypatc
     assert third[1].strip() == f"{prepared.job_name}-r2"
     assert [call["TrainingJobName"] for call in aws] == [
         prepared.job_name, f"vit-trn1-2xlarge-{hash8}-r1", f"vit-trn1-2xlarge-{hash8}-r2"]
-    # The rerun is the same request under another name.
-    assert {k: v for k, v in aws[1].items() if k not in ("TrainingJobName", "HyperParameters", "Tags")} == {
-        k: v for k, v in aws[0].items() if k not in ("TrainingJobName", "HyperParameters", "Tags")}
+    # The rerun is the same request under another name (its job file, hence its source archive
+    # in the code channel, names the job too).
+    def same_part(call: dict) -> dict:
+        rest = {k: v for k, v in call.items() if k not in ("TrainingJobName", "HyperParameters", "Tags")}
+        rest["InputDataConfig"] = [c for c in rest["InputDataConfig"] if c["ChannelName"] != "code"]
+        return rest
+
+    assert same_part(aws[1]) == same_part(aws[0])
+    codes = [next(c for c in call["InputDataConfig"] if c["ChannelName"] == "code") for call in aws]
+    assert len({c["DataSource"]["S3DataSource"]["S3Uri"] for c in codes}) == 3
 
 
 def test_submit_dry_run_rerun_shows_the_name_the_real_submit_uses(aws, prepared, orch_home, monkeypatch, capsys):

@@ -2,9 +2,8 @@
 
 Golden files (tests/golden/<config>.json) hold the full CreateTrainingJob request of each job
 config. Two fields are normalised before comparing, so the goldens do not depend on where
-ORCHESTRATOR_HOME is or on the entrypoint sources: the archive hash inside
-`sagemaker_submit_directory` becomes `<archive-sha256-16>`, and the local store's path becomes
-`<ORCHESTRATOR_HOME>`. Regenerate after an intended change with:
+ORCHESTRATOR_HOME is or on the entrypoint sources: the archive hash inside the `code` channel's
+S3Uri becomes `<archive-sha256-16>`, and the local store's path becomes `<ORCHESTRATOR_HOME>`. Regenerate after an intended change with:
 
     UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_configs.py
 """
@@ -42,12 +41,17 @@ def _isolated_home(orch_home):
     return orch_home
 
 
+def _code_source(req: dict) -> dict:
+    """The code channel's S3DataSource (where the source archive is)."""
+    channel = next(c for c in req["InputDataConfig"] if c["ChannelName"] == "code")
+    return channel["DataSource"]["S3DataSource"]
+
+
 def _normalise(req: dict, home: Path) -> dict:
     text = json.dumps(req, sort_keys=True).replace(str(home), "<ORCHESTRATOR_HOME>")
     out = json.loads(text)
-    hps = out["HyperParameters"]
-    hps["sagemaker_submit_directory"] = SOURCE_HASH.sub("/source/<archive-sha256-16>/",
-                                                        hps["sagemaker_submit_directory"])
+    source = _code_source(out)
+    source["S3Uri"] = SOURCE_HASH.sub("/source/<archive-sha256-16>/", source["S3Uri"])
     return out
 
 
@@ -85,7 +89,7 @@ def test_archive_is_reproducible_and_named_by_its_hash(path):
     first, second = request.prepare(loaded), request.prepare(spec.load(path))
     assert first.archive == second.archive
     assert f"/source/{first.archive_sha256[:16]}/" in first.source_uri
-    assert json.loads(first.request["HyperParameters"]["sagemaker_submit_directory"]) == first.source_uri
+    assert _code_source(first.request)["S3Uri"] == first.source_uri
 
 
 def test_every_golden_belongs_to_a_config():
@@ -96,10 +100,9 @@ def test_normalising_only_touches_the_two_volatile_fields(orch_home):
     req = request.prepare(spec.load(ROOT / "configs" / "vit-trn1-2xlarge.yaml")).request
     normalised = _normalise(req, orch_home)
     expected = copy.deepcopy(req)
-    expected["HyperParameters"]["sagemaker_submit_directory"] = normalised["HyperParameters"][
-        "sagemaker_submit_directory"]
+    _code_source(expected)["S3Uri"] = _code_source(normalised)["S3Uri"]
     assert normalised == expected
-    assert "<archive-sha256-16>" in normalised["HyperParameters"]["sagemaker_submit_directory"]
+    assert "<archive-sha256-16>" in _code_source(normalised)["S3Uri"]
 
 
 def test_reference_config_is_the_published_setup():

@@ -244,6 +244,33 @@ output: {{uri: s3://{BUCKET}/{output}}}
         assert not _granted(doc, "s3:DeleteObject", f"{bucket_arn}/{kept}"), kept
 
 
+@pytest.mark.parametrize("output", ["jobs", "jobs/team-a"])
+def test_the_role_can_read_every_channel_of_a_request(output):
+    """SageMaker downloads each input channel with the role: s3:ListBucket with the channel's
+    prefix, then s3:GetObject on each key. The code channel (the job's source archive) and a
+    data channel under data/ must both be readable."""
+    from orchestrator import request, spec
+
+    loaded = spec.loads(f"""
+name: chan
+backend: sagemaker
+role_arn: {ROLE_ARN}
+instance: {{type: ml.trn1.2xlarge}}
+data: {{source: s3://{BUCKET}/data/imagenet}}
+compile_cache: {{uri: s3://{BUCKET}/compile-cache}}
+output: {{uri: s3://{BUCKET}/{output}}}
+""")
+    prepared = request.prepare(loaded)
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in prepared.request["InputDataConfig"]}
+    assert set(channels) == {"code", "train"} and channels["code"] == prepared.source_uri
+    doc = role_policies(resolved_template(False))[0][1]
+    listing = next(st for st in doc["Statement"] if as_list(st["Action"]) == ["s3:ListBucket"])
+    for uri in channels.values():
+        key = uri.removeprefix(f"s3://{BUCKET}/")
+        assert any(_iam_match(p, key) for p in as_list(listing["Condition"]["StringLike"]["s3:prefix"])), uri
+        assert _granted(doc, "s3:GetObject", f"arn:aws:s3:::{BUCKET}/{key}"), uri
+
+
 @pytest.mark.parametrize("use_kms", [False, True])
 def test_operator_policy_grants_exactly_what_the_orchestrator_calls(use_kms):
     doc = operator_document(resolved_template(use_kms))

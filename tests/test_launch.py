@@ -41,7 +41,7 @@ RESULT_KEYS = {
     "schema", "job_name", "spec_hash", "status", "failure_reason", "backend", "region", "instance", "world_size",
     "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
     "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "compiler_cache",
-    "ddp_split_graphs", "cache", "final_loss",
+    "ddp_split_graphs", "cache", "container", "final_loss",
     "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings",
 }
 CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",

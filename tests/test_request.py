@@ -276,9 +276,55 @@ def test_request_shape():
     assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600}
     assert req["EnableManagedSpotTraining"] is False
     assert req["Environment"] == request.environment(s)
-    for absent in ("InputDataConfig", "CheckpointConfig", "RetryStrategy"):
+    # The code travels as the `code` channel; synthetic data needs no other.
+    assert [c["ChannelName"] for c in req["InputDataConfig"]] == ["code"]
+    for absent in ("CheckpointConfig", "RetryStrategy"):
         assert absent not in req
     _validate(req)
+
+
+def test_the_container_entrypoint_unpacks_the_code_channel_and_execs_launch_py():
+    source = "s3://orchestrator-example-bucket/jobs/source/0123456789abcdef/sourcedir.tar.gz"
+    req = _build(_spec(), source)
+    assert req["InputDataConfig"][0] == {
+        "ChannelName": "code",
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": source,
+                                        "S3DataDistributionType": "FullyReplicated"}},
+    }
+    entrypoint = req["AlgorithmSpecification"]["ContainerEntrypoint"]
+    assert entrypoint[:2] == ["/bin/bash", "-c"] and "ContainerArguments" not in req["AlgorithmSpecification"]
+    # exec: the shell replaces itself with launch.py, which stays the container's first process.
+    assert entrypoint[2].endswith('&& exec python3 "$b/code/launch.py" --container')
+    assert '"$b/input/data/code/sourcedir.tar.gz"' in entrypoint[2]
+    # botocore's limits for TrainingContainerEntrypoint (_validate checks the whole request too).
+    shape = botocore.session.get_session().get_service_model("sagemaker").shape_for("TrainingContainerEntrypoint")
+    assert len(entrypoint) <= shape.metadata["max"]
+    assert all(len(part) <= shape.member.metadata["max"] for part in entrypoint)
+    _validate(req)
+
+
+def test_the_container_entrypoint_runs_launch_py_as_the_first_process(tmp_path):
+    """The entrypoint line itself, under bash: it unpacks the archive from the code channel
+    into <base>/code and execs launch.py there, in the same process (the first one)."""
+    import subprocess
+    import sys
+
+    base = tmp_path / "ml"
+    channel = base / "input" / "data" / "code"
+    channel.mkdir(parents=True)
+    payload = tmp_path / "src"
+    payload.mkdir()
+    (payload / "launch.py").write_text("import os, sys; print(os.getpid(), sys.argv[1:])\n")
+    with tarfile.open(channel / "sourcedir.tar.gz", "w:gz") as tar:
+        tar.add(payload / "launch.py", arcname="launch.py")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python3").symlink_to(sys.executable)
+    env = {"SAGEMAKER_BASE_DIR": str(base), "PATH": f"{shim}:/usr/bin:/bin"}
+    proc = subprocess.Popen(contract.container_entrypoint(), env=env, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.split(" ", 1) == [str(proc.pid), "['--container']\n"]
+    assert (base / "code" / "launch.py").is_file()
 
 
 def test_hyperparameters_are_json_encoded_for_the_toolkit():
@@ -288,7 +334,6 @@ def test_hyperparameters_are_json_encoded_for_the_toolkit():
     assert all(isinstance(v, str) for v in hps.values())
     assert {k: json.loads(v) for k, v in hps.items()} == {
         "sagemaker_program": "launch.py",
-        "sagemaker_submit_directory": source,
         "sagemaker_region": "us-east-1",
         "sagemaker_job_name": request.job_name(s),
         "sagemaker_container_log_level": 20,
@@ -346,7 +391,7 @@ def test_retry_strategy():
 
 def test_s3_data_becomes_the_train_channel():
     req = _build(_spec(**{"data.source": "s3://orchestrator-example-bucket/imagenet/train"}))
-    assert req["InputDataConfig"] == [{
+    assert req["InputDataConfig"][1:] == [{
         "ChannelName": "train",
         "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
                                         "S3Uri": "s3://orchestrator-example-bucket/imagenet/train",
@@ -501,7 +546,7 @@ def test_prepare_is_deterministic():
     assert first.archive_sha256 == sourcedir.archive_sha256(first.archive)
     assert first.source_uri == (f"s3://orchestrator-example-bucket/jobs/source/{first.archive_sha256[:16]}"
                                 "/sourcedir.tar.gz")
-    assert json.loads(first.request["HyperParameters"]["sagemaker_submit_directory"]) == first.source_uri
+    assert first.request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == first.source_uri
     assert first.spec_hash == spec.spec_hash(_spec())
     assert first.estimate.usd_max == pytest.approx(1.34375 * 1.5)  # an hour at EC2's price x the markup
 

@@ -1,4 +1,4 @@
-"""The source archive: byte-for-byte reproducible, with the layout the toolkit runs."""
+"""The source archive: byte-for-byte reproducible, with the layout the container entrypoint runs."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_real_entrypoints_package_is_packed_whole(tmp_path):
     assert "entrypoints/contract.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     assert _read(data, "launch.py") == (root / "launch.py").read_bytes()
-    # Unpacked as the toolkit does, the program imports its package from the working dir.
+    # Unpacked as the container entrypoint does, the program imports its package from its folder.
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         tar.extractall(tmp_path, filter="data")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

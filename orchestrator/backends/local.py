@@ -1,43 +1,53 @@
 """The local backend: the SageMaker training container, emulated on this machine.
 
 `submit(prepared)` writes the ledger intent, puts the source archive at its content-addressed
-`sagemaker_submit_directory` (as the sagemaker backend does), lays out one container tree per
-host under `ORCHESTRATOR_HOME/jobs/<job>/algo-N/` (`input/config/hyperparameters.json`,
+`source_uri` (as the sagemaker backend does), lays out one container tree per host under
+`ORCHESTRATOR_HOME/jobs/<job>/algo-N/` (`input/config/hyperparameters.json`,
 `resourceconfig.json`, `inputdataconfig.json`, `input/data/<channel>`, `model`,
 `output/data`, `checkpoints`, `code`) and starts a detached supervisor
 (`orchestrator.backends.local_runner`, its own session), then returns at once. The
 supervisor, like SageMaker:
 
-- downloads the source archive named by `sagemaker_submit_directory` into each host's code
-  dir and every data channel (s3:// or file://, FullyReplicated) into `input/data/<channel>`;
-- starts `python <sagemaker_program>` (launch.py) per host with the SM_* variables the
-  container would set (`entrypoints.contract.sm_environment`), the request's Environment,
-  none of the caller's compiler settings (TORCHINDUCTOR_*, TORCHDYNAMO_*, TRITON_CACHE_DIR,
-  NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL: only the spec's `environment` sets those),
-  and the rendezvous on loopback: with `instance.count: 2`, two launch.py processes with
-  SM_HOSTS ["algo-1","algo-2"], each its own SM_CURRENT_HOST, ORCHESTRATOR_MASTER_ADDR
-  127.0.0.1 and one free ORCHESTRATOR_MASTER_PORT;
+- downloads every input channel (s3:// or file://, FullyReplicated) into each host's
+  `input/data/<channel>`: the `code` channel (the source archive) and the data channel;
+- starts the request's `AlgorithmSpecification.ContainerEntrypoint` as each host's first
+  process (a session of its own), with the request's Environment, `SAGEMAKER_BASE_DIR` set to
+  the host's tree (where the training toolkit and launch.py find /opt/ml), `TRAINING_JOB_NAME`,
+  `SM_STUDIO_LOCAL_MODE=true` (the toolkit's switch for hosts whose names do not resolve),
+  `python3` resolving to this backend's Python, none of the caller's compiler settings
+  (TORCHINDUCTOR_*, TORCHDYNAMO_*, TRITON_CACHE_DIR, NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL:
+  only the spec's `environment` sets those), and the rendezvous on loopback: with
+  `instance.count: 2`, two hosts algo-1 and algo-2, ORCHESTRATOR_MASTER_ADDR 127.0.0.1 and one
+  free ORCHESTRATOR_MASTER_PORT. The entrypoint unpacks the code and execs launch.py, which
+  reads the SM_* variables through the real SageMaker training toolkit's library when it is
+  installed (else its own emulation of them: results.json's `container` says which ran);
 - writes each host's output to `jobs/<job>/logs/algo-N.log` and all of it, prefixed
   "[algo-N] ", to `jobs/<job>/logs/all.log` in arrival order (what `logs` shows);
-- when one host fails, gives the others a grace period and then stops them (SageMaker ends
-  the whole job); enforces StoppingCondition.MaxRuntimeInSeconds (Stopped,
-  MaxRuntimeExceeded);
+- stops as SageMaker stops a container (`stop`, StoppingCondition.MaxRuntimeInSeconds:
+  Stopped, MaxRuntimeExceeded; and, after one host failed, the others once a grace period
+  has passed): SIGTERM to each host's first process only, SIGKILL to all of its processes
+  `stop_grace_s` later (SageMaker's 120 s; `STOP_GRACE_ENV` shortens it, e.g. in tests). A
+  program that is not the first process learns of a stop only if that process passes it on;
 - uploads algo-1's `model/` as `model.tar.gz` and `output/data/` as `output.tar.gz` to
   `<S3OutputPath>/<job>/output/`, also after a failure or a stop;
 - keeps `jobs/<job>/status.json` (written atomically: state, secondary, failure_reason from
-  the hosts' failure files, created/started/ended, pids) and the ledger row up to date.
+  the hosts' failure files, created/started/ended, pids, the stop signals sent and when) and
+  the ledger row up to date.
 
-`status`, `logs` (with follow) and `stop` read and act on that tree. Submitting a job name
-that exists already returns `Submitted(created=False)` and runs nothing.
+`status`, `logs` (with follow) and `stop` read and act on that tree; `progress` reads the
+first host's results.json. Submitting a job name that exists already returns
+`Submitted(created=False)` and runs nothing.
 
 Not emulated: IAM roles and permissions, VPC/network isolation, the training image (the job
-runs with this Python and its packages), instance hardware (no Neuron devices: runtime xla
-runs on PJRT_DEVICE=CPU, SM_NUM_NEURONS is 0, NeuronCore counts are not enforced), EFA,
-resource limits (CPU, memory, volume size), managed spot and its interruptions (the spot
-flag is ignored; MaxWaitTimeInSeconds too), RetryStrategy, SageMaker-managed checkpoint sync
-to S3 (checkpoints stay in each host's tree), the warm pool, metric parsing into CloudWatch
-(MetricDefinitions are not evaluated; the lines are in the log), CloudWatch Logs, billing
-(billable_seconds is None), SageMaker's Debugger/Profiler, and ARNs.
+runs with this Python and its packages; no /changehostname.c, so no host name override), PID
+namespaces (the first process is not PID 1; launch.py makes itself a child subreaper instead),
+instance hardware (no Neuron devices: runtime xla runs on PJRT_DEVICE=CPU, SM_NUM_NEURONS is
+0, NeuronCore counts are not enforced), EFA, resource limits (CPU, memory, volume size),
+managed spot and its interruptions (the spot flag is ignored; MaxWaitTimeInSeconds too),
+RetryStrategy, SageMaker-managed checkpoint sync to S3 (checkpoints stay in each host's tree),
+the warm pool, metric parsing into CloudWatch (MetricDefinitions are not evaluated; the lines
+are in the log), CloudWatch Logs, billing (billable_seconds is None), SageMaker's
+Debugger/Profiler, and ARNs.
 """
 
 from __future__ import annotations
@@ -83,6 +93,9 @@ MERGED_LOG = "all.log"
 SUPERVISOR_LOG = "supervisor.log"
 RUNNER_MODULE = "orchestrator.backends.local_runner"
 LOOPBACK = "127.0.0.1"
+# SageMaker's time between the SIGTERM to a container's first process and the SIGKILL to all.
+STOP_GRACE_S = 120.0
+STOP_GRACE_ENV = "ORCHESTRATOR_LOCAL_STOP_GRACE_S"
 # Our statuses -> ledger states (the ledger has no "starting"/"stopping"/"pending").
 LEDGER_STATE = {"pending": "submitted", "starting": "submitted", "running": "running", "stopping": "running",
                 "completed": "completed", "failed": "failed", "stopped": "stopped"}
@@ -145,17 +158,6 @@ def _parse_status(text: str) -> tuple[dict | None, str | None]:
 _JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
-def decode_hyperparameters(raw: dict[str, str]) -> dict[str, object]:
-    """The toolkit's decoding: each value is JSON if it parses, else the string itself."""
-    decoded: dict[str, object] = {}
-    for key, value in raw.items():
-        try:
-            decoded[key] = json.loads(value)
-        except (TypeError, ValueError):
-            decoded[key] = value
-    return decoded
-
-
 def channels_of(request: dict) -> dict[str, str]:
     """Channel name -> source URI from the request's InputDataConfig."""
     return {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request.get("InputDataConfig") or []}
@@ -209,27 +211,42 @@ def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
         (root / contract.INPUT_DATA / name).mkdir(parents=True, exist_ok=True)
 
 
-def host_environment(root: Path, request: dict, host: str, hosts: list[str], port: int, runtime: str) -> dict[str, str]:
-    """What the container would add to a host's environment, plus the loopback rendezvous.
+def host_environment(root: Path, request: dict, host: str, hosts: list[str], port: int, runtime: str,
+                     stop_grace_s: float) -> dict[str, str]:
+    """What the platform gives a host's first process, plus the loopback rendezvous.
 
-    The request's Environment first, then the SM_* variables (which win, as in the
-    container). GLOO_SOCKET_IFNAME and PJRT_DEVICE are defaults the user's Environment may
-    override. SM_NUM_CPUS is the host's share of this machine's CPUs.
+    The request's Environment, then what SageMaker sets itself (TRAINING_JOB_NAME) and what
+    places the container on this machine: SAGEMAKER_BASE_DIR (the host's tree stands in for
+    /opt/ml), SM_STUDIO_LOCAL_MODE (host names do not resolve here), the rendezvous on
+    loopback, and SM_NUM_CPUS, the host's share of this machine's CPUs (the hosts share it). The
+    SM_* variables themselves are launch.py's to compute, as in the container.
+    GLOO_SOCKET_IFNAME and PJRT_DEVICE are defaults the user's Environment may override.
     """
-    hps = decode_hyperparameters(request.get("HyperParameters") or {})
     env: dict[str, str] = {"GLOO_SOCKET_IFNAME": "lo"}
     if runtime == "xla":
         env["PJRT_DEVICE"] = "CPU"
     env.update({k: str(v) for k, v in (request.get("Environment") or {}).items()})
-    # The hosts share this machine: each is told its share of the CPUs (SM_NUM_CPUS).
-    cpus = max(1, (os.cpu_count() or 1) // len(hosts))
-    env.update(contract.sm_environment(root, hosts, host, request["ResourceConfig"]["InstanceType"], hps,
-                                       sorted(channels_of(request)), num_neurons=0, num_cpus=cpus))
+    env[contract.BASE_DIR_ENV] = str(root)
+    env["SM_STUDIO_LOCAL_MODE"] = "true"
+    env["SM_NUM_CPUS"] = str(max(1, (os.cpu_count() or 1) // len(hosts)))
     env[contract.MASTER_ADDR_ENV] = LOOPBACK
     env["ORCHESTRATOR_MASTER_PORT"] = str(port)
-    env["SM_LOG_LEVEL"] = str(hps.get(contract.HP_LOG_LEVEL, 20))
+    env["ORCHESTRATOR_STOP_GRACE_S"] = f"{stop_grace_s:g}"
     env["TRAINING_JOB_NAME"] = request["TrainingJobName"]
     return env
+
+
+def stop_grace_s() -> float:
+    """SageMaker's 120 s, or `STOP_GRACE_ENV` (a positive number of seconds) when set."""
+    raw = os.environ.get(STOP_GRACE_ENV, "")
+    try:
+        value = float(raw) if raw else STOP_GRACE_S
+    except ValueError:
+        raise InputError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds", hint=f"unset it (default "
+                         f"{STOP_GRACE_S:g}, SageMaker's) or give e.g. {STOP_GRACE_ENV}=20") from None
+    if not value > 0:
+        raise InputError(f"{STOP_GRACE_ENV}={raw!r} must be above 0", hint=f"e.g. {STOP_GRACE_ENV}=20")
+    return value
 
 
 class LocalBackend:
@@ -321,6 +338,8 @@ class LocalBackend:
 
     def _check_channels(self, request: dict) -> None:
         for channel, uri in channels_of(request).items():
+            if channel == contract.CODE_CHANNEL:
+                continue  # the source archive: this submit uploads it
             from entrypoints.storage import StorageError
 
             try:
@@ -335,7 +354,7 @@ class LocalBackend:
                                  hint="data.source must hold an ImageFolder tree (class/image files)")
 
     def _upload_source(self, prepared) -> None:
-        """Put the archive at `sagemaker_submit_directory` unless that content is there.
+        """Put the archive at `source_uri` (the code channel) unless that content is there.
         A store that fails (no such bucket, credentials) is a BackendError."""
         from entrypoints.storage import StorageError
 
@@ -354,6 +373,7 @@ class LocalBackend:
         request = prepared.request
         hosts = host_names(int(request["ResourceConfig"]["InstanceCount"]))
         runtime = prepared.job["spec"]["training"]["runtime"]
+        grace = stop_grace_s()
         port = free_port()
         (job_dir / LOG_DIR).mkdir()
         write_json_atomic(job_dir / "request.json", request)
@@ -362,14 +382,14 @@ class LocalBackend:
             root = job_dir / host
             host_tree(root, request, host, hosts)
             plan_hosts[host] = {"root": str(root),
-                                "env": host_environment(root, request, host, hosts, port, runtime)}
-        hps = decode_hyperparameters(request.get("HyperParameters") or {})
+                                "env": host_environment(root, request, host, hosts, port, runtime, grace)}
+        algorithm = request["AlgorithmSpecification"]
         plan = {
             "job_name": prepared.job_name,
             "hosts": hosts,
             "host": plan_hosts,
-            "program": str(hps.get(contract.HP_PROGRAM, contract.PROGRAM)),
-            "submit_directory": str(hps.get(contract.HP_SUBMIT_DIRECTORY, prepared.source_uri)),
+            "entrypoint": list(algorithm["ContainerEntrypoint"]) + list(algorithm.get("ContainerArguments") or []),
+            "stop_grace_s": grace,
             "channels": channels_of(request),
             "output_prefix": output_prefix(request, prepared.job_name),
             "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
@@ -532,9 +552,10 @@ class LocalBackend:
     # --- stop -------------------------------------------------------------------------------------
 
     def stop(self, job_name: str) -> None:
-        """Ask the job to stop: its supervisor terminates every host's process group (SIGTERM,
-        then SIGKILL after a grace period), uploads outputs and marks it stopped. Returns at
-        once; `status` shows stopping until then. A job that has ended is left as it is.
+        """Ask the job to stop: its supervisor stops every host as SageMaker stops a container
+        (SIGTERM to its first process, SIGKILL to all its processes after the grace period),
+        uploads outputs and marks it stopped. Returns at once; `status` shows stopping until
+        then. A job that has ended is left as it is.
 
         A job whose status.json is damaged is still stopped while its supervisor runs (found by
         its pid file; it writes a whole final status as it stops); DamagedStatus otherwise."""

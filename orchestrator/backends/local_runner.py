@@ -1,12 +1,15 @@
 """The local backend's supervisor: one detached process per local job.
 
 `python -m orchestrator.backends.local_runner [--detach] JOB_DIR` runs the job that
-`LocalBackend.submit` laid out in JOB_DIR (`plan.json`): downloads the source archive and
-the data channels into every host's tree, runs one `launch.py` per host in its own process
-group, copies their output into the logs, stops the others when one host fails (after a
-grace period), enforces the maximum runtime, uploads `model.tar.gz` and `output.tar.gz`, and
-records every step in `status.json` (atomically) and the ledger. SIGTERM (what
-`LocalBackend.stop` sends) stops the hosts and ends the job as stopped.
+`LocalBackend.submit` laid out in JOB_DIR (`plan.json`): downloads the input channels (the
+source archive among them) into every host's tree, starts the request's container entrypoint
+as every host's first process (a session of its own), copies their output into the logs, stops
+the hosts as SageMaker stops containers (SIGTERM to the first process only, SIGKILL to all its
+processes after the plan's grace period) when the job is stopped, runs past its maximum
+runtime, or when one host failed and the others outlive a grace period, uploads
+`model.tar.gz` and `output.tar.gz`, and records every step in `status.json` (atomically) and
+the ledger. SIGTERM (what `LocalBackend.stop` sends) stops the hosts and ends the job as
+stopped.
 
 With `--detach` the process forks: the parent writes the supervisor's pid to
 `supervisor.pid` and exits at once, so the caller can reap it and return.
@@ -16,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -46,9 +49,10 @@ from orchestrator.ledger import Ledger
 # After one host fails, the others get this long to notice (their collectives error out)
 # before they are stopped: a static rendezvous otherwise waits for its peers for many minutes.
 HOST_GRACE_S = 30.0
-# Between SIGTERM and SIGKILL (SageMaker gives the container 120 s; locally less is plenty).
-STOP_GRACE_S = 30.0
 POLL_S = 0.2
+# The container's `python3` is this supervisor's plan's Python: a link in the job's folder,
+# first on each host's PATH.
+SHIM_DIR = "bin"
 # Variables of the caller that must not leak into a host: each host gets its own (SM_*, the
 # rendezvous, the cache dir), and compiler settings come from the spec's `environment` only,
 # as in a container. A TORCHINDUCTOR_CACHE_DIR exported in the user's shell would otherwise
@@ -144,38 +148,53 @@ class Supervisor:
         return 0
 
     def download(self) -> None:
-        """The source archive into every host's code dir; each channel into input/data/<name>."""
+        """Every channel into each host's input/data/<channel>, FullyReplicated. A channel whose
+        URI names one object (the code channel's source archive) gets that object under its
+        name, as an S3Prefix channel of the object's whole key does."""
         from entrypoints import storage
 
-        prefix, _, key = self.plan["submit_directory"].rpartition("/")
-        with tempfile.TemporaryDirectory(dir=self.job_dir) as tmp:
-            archive = Path(tmp) / "sourcedir.tar.gz"
-            if not storage.open_store(prefix).get_file(key, archive):
-                raise FileNotFoundError(f"the source archive {self.plan['submit_directory']} is missing")
-            for host in self.plan["hosts"]:
-                code = Path(self.plan["host"][host]["root"]) / contract.CODE_DIR
-                with tarfile.open(archive) as tar:
-                    tar.extractall(code, filter="data")
         for channel, uri in self.plan["channels"].items():
             first = None
             for host in self.plan["hosts"]:
                 target = Path(self.plan["host"][host]["root"]) / contract.INPUT_DATA / channel
-                if first is None:
+                if first is not None:
+                    shutil.copytree(first, target, dirs_exist_ok=True)
+                    continue
+                prefix, _, name = uri.rstrip("/").rpartition("/")
+                parent = storage.open_store(prefix)
+                if name and parent.exists(name):
+                    if not parent.get_file(name, target / name):
+                        raise FileNotFoundError(f"channel {channel}: {uri} vanished while it was downloaded")
+                    count = 1
+                else:
                     store = storage.open_store(uri)
                     keys = [info.key for info in store.list(with_etags=False)]
-                    for name in keys:
-                        store.get_file(name, target / name)
-                    self.note(f"Channel {channel}: {len(keys)} files from {uri}")
-                    first = target
-                else:
-                    shutil.copytree(first, target, dirs_exist_ok=True)
+                    for key in keys:
+                        store.get_file(key, target / key)
+                    count = len(keys)
+                self.note(f"Channel {channel}: {count} files from {uri}")
+                first = target
+
+    def python_shim(self) -> Path:
+        """A folder whose `python3` and `python` run the plan's Python (the container's own).
+        Scripts that exec it, not links: a link to a virtual environment's python would not
+        find its pyvenv.cfg; exec keeps the process (the first process stays the first)."""
+        shim = self.job_dir / SHIM_DIR
+        shim.mkdir(exist_ok=True)
+        for name in ("python3", "python"):
+            script = shim / name
+            if not script.exists():
+                script.write_text(f'#!/bin/sh\nexec {shlex.quote(self.plan["python"])} "$@"\n')
+                script.chmod(0o755)
+        return shim
 
     def host_env(self, host: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_HOST_OWNED_PREFIXES)}
         env.update(self.plan["host"][host]["env"])
         code = str(Path(self.plan["host"][host]["root"]) / contract.CODE_DIR)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code, self.plan.get("pythonpath", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"  # as the training image sets it
+        env["PATH"] = os.pathsep.join(p for p in (str(self.python_shim()), env.get("PATH", "")) if p)
         return env
 
     def pump(self, host: str, proc: subprocess.Popen) -> None:
@@ -193,8 +212,8 @@ class Supervisor:
         procs: dict[str, subprocess.Popen] = {}
         pumps = []
         for host in self.plan["hosts"]:
-            code = Path(self.plan["host"][host]["root"]) / contract.CODE_DIR
-            proc = subprocess.Popen([self.plan["python"], self.plan["program"]], cwd=str(code),
+            # The container's first process: the request's entrypoint, in a session of its own.
+            proc = subprocess.Popen(self.plan["entrypoint"], cwd=self.plan["host"][host]["root"],
                                     env=self.host_env(host), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             procs[host] = proc
@@ -227,7 +246,7 @@ class Supervisor:
             if (want_stop or overtime or grace_over) and term_sent_at is None:
                 term_sent_at = now
                 self._signal_hosts(procs, signal.SIGTERM)
-            if term_sent_at is not None and not killed and now - term_sent_at > STOP_GRACE_S:
+            if term_sent_at is not None and not killed and now - term_sent_at > self.plan["stop_grace_s"]:
                 killed = True
                 self._signal_hosts(procs, signal.SIGKILL)
             time.sleep(POLL_S)
@@ -244,17 +263,27 @@ class Supervisor:
         return "failed", "Failed", self._failure_reason(failed_order, procs)
 
     def _signal_hosts(self, procs: dict[str, subprocess.Popen], signum: int) -> None:
-        for proc in procs.values():
+        """As SageMaker stops a container: SIGTERM to its first process only (what it passes on
+        is up to it), SIGKILL to every process of the host. Each signal sent is recorded in
+        status.json (`stop_signals`)."""
+        sent = []
+        for host, proc in procs.items():
             if proc.poll() is not None:
                 continue
             if signum == signal.SIGKILL:
-                # launch.py and torchrun cannot pass SIGKILL on: kill the workers too.
-                kill_tree(proc.pid, signum)
-                continue
-            try:
-                os.killpg(proc.pid, signum)  # launch.py forwards it to torchrun, which stops its workers
-            except (ProcessLookupError, PermissionError):
-                pass
+                kill_tree(proc.pid, signum)  # the first process's group and all its descendants
+            else:
+                try:
+                    os.kill(proc.pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    continue
+            sent.append(host)
+        if sent:
+            name = signal.Signals(signum).name
+            self.note(f"{name} to {', '.join(sent)}" + (" (the first process)" if signum != signal.SIGKILL else
+                                                         " (every process)"))
+            record = {"signal": name, "hosts": sent, "at": time.time()}
+            self.update(stop_signals=[*self.status.get("stop_signals", []), record])
 
     def _failure_reason(self, failed_order: list[str], procs: dict[str, subprocess.Popen]) -> str:
         """SageMaker's form: "AlgorithmError: <failure file>", from the host that failed first."""
@@ -267,7 +296,7 @@ class Supervisor:
             if text:
                 return f"AlgorithmError: {text}"
         host = failed_order[0]
-        return f"AlgorithmError: {host}: {self.plan['program']} exited with code {procs[host].returncode}"
+        return f"AlgorithmError: {host}: the container entrypoint exited with code {procs[host].returncode}"
 
     def upload(self) -> None:
         """model.tar.gz and output.tar.gz from the first host, as SageMaker uploads them."""

@@ -5,8 +5,9 @@ Contract:
   botocore's retry config (adaptive mode, several attempts), so throttling is retried by
   botocore itself before it ever reaches us.
 - `submit` follows the ledger's intent-first protocol: the row (with the exact request) is
-  written before anything in AWS changes; the source archive is uploaded only when its
-  content-addressed key is absent; then `CreateTrainingJob`; then the row moves to
+  written before anything in AWS changes; the source archive (the job's `code` channel, which
+  the container entrypoint unpacks) is uploaded only when its content-addressed key is absent;
+  then `CreateTrainingJob`; then the row moves to
   `submitted`. A row left in `submitting` (a process killed between intent and create) is
   reconciled with `DescribeTrainingJob` on the next submit: an existing job carrying our
   spec-hash tag is adopted (`Submitted.created` is False), never created a second time. A
