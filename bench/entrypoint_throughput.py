@@ -10,10 +10,11 @@ torch.compile, in this one process:
   (to a sink), statistics, and its progress reports (a stats file rewritten every `--beat`
   seconds, as launch.py asks). Timed from outside around each chunk of steps. Alongside it
   runs what launch.py runs while training (`entrypoints.heartbeat`, in a process of its own
-  as in a job): periodic compile cache pushes every `--push-interval` seconds (1 s by default,
-  sixty times more often than a job's default), each finding `--new-entries` fresh entries of
-  64 KiB (written by that process just before, standing in for the compiler) and pushing them
-  to a file:// store, and results.json rewritten from the stats file every `--beat` seconds.
+  as in a job): periodic compile cache pushes every `--push-interval` seconds (5 s by default,
+  twelve times as often as a job's default of 60 s), each finding `--new-entries` (20) fresh
+  entries of 64 KiB (written by that process just before, standing in for the compiler; after
+  its warmup a job compiles next to nothing) and pushing them to a file:// store, and
+  results.json rewritten from the stats file every `--beat` seconds (5; a job's: 30).
   That process is stopped (SIGSTOP) while the bare loop runs, so its cost lands on the
   entrypoint side only.
 - bare: the model from `entrypoints.vit.build` with the same seed, one pre-made batch, and
@@ -150,8 +151,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--push-interval", type=float, default=1.0, help="seconds between compile cache pushes")
-    parser.add_argument("--beat", type=float, default=1.0, help="seconds between progress reports")
+    parser.add_argument("--push-interval", type=float, default=5.0, help="seconds between compile cache pushes")
+    parser.add_argument("--beat", type=float, default=5.0, help="seconds between progress reports")
     parser.add_argument("--new-entries", type=int, default=20, help="fresh 64 KiB entries before each push")
     parser.add_argument("--no-pushes", action="store_true", help="no heartbeat process, no progress reports")
     parser.add_argument("--heartbeat-process", help=argparse.SUPPRESS)
@@ -161,6 +162,7 @@ def main() -> None:
         return
 
     import os
+    import shutil
     import signal
     import subprocess
     import sys
@@ -223,6 +225,7 @@ def main() -> None:
         helper.terminate()
         helper.wait(timeout=120)
         pushes = json.loads((work / "heartbeat.json").read_text())
+    shutil.rmtree(work, ignore_errors=True)
 
     ratios = [e / b for e, b in zip(entry_rates, bare_rates, strict=True)]
     print(json.dumps({
