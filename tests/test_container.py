@@ -194,3 +194,38 @@ def test_a_torchrun_that_outlives_half_the_grace_period_is_killed(orch_home, tmp
     assert any("torchrun still runs 2 s after the stop signal: killing it and its workers" in line
                for line in proc.lines), "".join(proc.lines)
     assert host.results["status"] == "stopped"
+
+
+@pytest.mark.parametrize("toolkit", ["on", "off"])
+def test_a_failed_set_up_fails_the_job_with_its_reason_and_a_record(orch_home, tmp_path, monkeypatch, toolkit):
+    """launch.py --container from the unpacked source archive, as the entrypoint runs it, with a
+    requirements.txt pip refuses (before any download): the job fails, saying why, in the
+    failure file and in results.json, and runs no torchrun."""
+    import io
+    import tarfile
+
+    from test_launch import make_job
+
+    from orchestrator import sourcedir
+
+    if toolkit == "on":
+        pytest.importorskip("sagemaker_training")
+    job = make_job(workers=1, mode="off")
+    root = host_tree(tmp_path / "ml", host="algo-1", hosts=("algo-1",))
+    code = root / "code"
+    with tarfile.open(fileobj=io.BytesIO(sourcedir.build_archive(job))) as tar:
+        tar.extractall(code, filter="data")
+    (code / "requirements.txt").write_text("this is ~~ not a requirement\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM_") and k != "PYTHONPATH"}
+    env.update({"SAGEMAKER_BASE_DIR": str(root), "SM_STUDIO_LOCAL_MODE": "true"})
+    if toolkit == "off":
+        env[container.TOOLKIT_ENV] = "off"
+    done = subprocess.run([sys.executable, str(code / "launch.py"), "--container"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1, done.stdout + done.stderr
+    failure = (root / "output" / "failure").read_text()
+    assert failure.startswith("algo-1: container set-up failed: ") and "requirements" in failure
+    results = json.loads((root / "output" / "data" / "results.json").read_text())
+    assert results["status"] == "failed" and results["container"]["entrypoint"] is True
+    assert results["container"]["sm_environment"].startswith("sagemaker-training" if toolkit == "on" else "emulated")
+    assert "torch.distributed.run" not in done.stdout
