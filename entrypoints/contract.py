@@ -74,7 +74,7 @@ MASTER_ADDR_ENV = "ORCHESTRATOR_MASTER_ADDR"
 # Overrides the checkpoint dir (SageMaker syncs /opt/ml/checkpoints; local jobs use their tree).
 CHECKPOINT_DIR_ENV = "SM_CHECKPOINT_DIR"
 # Seconds between the progress reports of each host's first rank (launch.py sets it; 0 = none).
-HEARTBEAT_ENV = "ORCHESTRATOR_HEARTBEAT_S"
+PROGRESS_REPORT_ENV = "ORCHESTRATOR_PROGRESS_REPORT_S"
 
 
 def channel_env(name: str) -> str:

@@ -23,7 +23,7 @@ whoever started it. Contract, in order:
    SM_CURRENT_HOST; master address from the contract, port `contract.MASTER_PORT` unless
    ORCHESTRATOR_MASTER_PORT is set), streaming its output line by line. Each rank writes
    `<stats dir>/rank-<global rank>.json` at its end; the first rank of the host also while it
-   trains (`contract.HEARTBEAT_ENV`).
+   trains (`contract.PROGRESS_REPORT_ENV`).
 5. While torchrun runs (`entrypoints.heartbeat`): push the new complete cache entries right
    after the warmup steps, then every `compile_cache.push_interval_s` seconds when there are
    new ones, and rewrite results.json (status "running", the step figures so far) every
@@ -533,7 +533,7 @@ def _run(args: argparse.Namespace, stop: _Stop) -> int:
     env = with_cache_dir(runtime, env, cache_dir)
     env = with_compile_threads(runtime, env, ctr.num_cpus, int(job["workers_per_node"]))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CODE_DIR), env.get("PYTHONPATH", "")) if p)
-    env[contract.HEARTBEAT_ENV] = f"{beat_s:g}"
+    env[contract.PROGRESS_REPORT_ENV] = f"{beat_s:g}"
     _log(f"compile cache dir {cache_dir} (mode {mode})")
 
     if key is not None and launch_error is None:

@@ -20,7 +20,7 @@ Contract:
   On start every rank resumes from the newest checkpoint that loads and matches this model,
   the ranks agreeing on the step. On CPU a resumed run ends with exactly the weights of an
   uninterrupted one.
-- With `contract.HEARTBEAT_ENV` set (launch.py sets it), the first rank of each host also
+- With `contract.PROGRESS_REPORT_ENV` set (launch.py sets it), the first rank of each host also
   writes its `<stats-dir>/rank-<rank>.json` while it trains: right after the warmup steps (at
   least one step), then every that many seconds, so launch.py can push the compile cache once
   the graphs exist and keep `results.json` current.
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         stats.runtime, stats.precision = training["runtime"], training["precision"]
         stats.batch_size = int(training["batch_size"])
         sm = contract.Contract.from_env()
-        beat_s = float(os.environ.get(contract.HEARTBEAT_ENV, "0") or 0)
+        beat_s = float(os.environ.get(contract.PROGRESS_REPORT_ENV, "0") or 0)
         trainer = Trainer(job, dist, channels=dict(sm.channels), checkpoint_dir=sm.checkpoint_dir,
                           beat=lambda s: write_stats(s, args.stats_dir, durable=False), beat_s=beat_s)
         trainer.run(stats, process_start)

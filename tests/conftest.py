@@ -109,7 +109,7 @@ Writes <stats-dir>/rank-<RANK>.json with fixed step times, records what it saw a
 (the compile cache dir's files, some variables), and obeys:
 FAKE_TRAIN_FAIL_RANK (that rank raises), FAKE_TRAIN_NEW_ENTRY (a cache entry name written
 into the compile cache dir at start), FAKE_TRAIN_SLEEP (seconds, after that, then continue).
-Like train.py, the host's first rank reports progress when ORCHESTRATOR_HEARTBEAT_S is set:
+Like train.py, the host's first rank reports progress when ORCHESTRATOR_PROGRESS_REPORT_S is set:
 once "warm" (steps_done FAKE_TRAIN_BEAT_STEPS, default 3, after the first entry), then
 FAKE_TRAIN_LATER_ENTRY (another entry) is written FAKE_TRAIN_LATER_AFTER seconds later.
 FAKE_TRAIN_IGNORE_SIGTERM makes the rank deaf to torchrun's stop.
@@ -150,7 +150,7 @@ if entry and cache and rank == 0:
 print(f"fake-train rank {rank} compiled", flush=True)
 out = pathlib.Path(args.stats_dir)
 out.mkdir(parents=True, exist_ok=True)
-if os.environ.get("ORCHESTRATOR_HEARTBEAT_S") and os.environ.get("LOCAL_RANK", "0") == "0":
+if os.environ.get("ORCHESTRATOR_PROGRESS_REPORT_S") and os.environ.get("LOCAL_RANK", "0") == "0":
     beat = dict(stats, steps_done=int(os.environ.get("FAKE_TRAIN_BEAT_STEPS", "3")),
                 step_times_s=stats["step_times_s"][:1])
     (out / f".rank-{rank}.beat").write_text(json.dumps(beat))

@@ -372,6 +372,7 @@ max_run_minutes: 30
     prepared = request.prepare(spec.load(path))
     req = prepared.request
     name = prepared.job_name
+    train = next(c for c in req["InputDataConfig"] if c["ChannelName"] == "train")["DataSource"]["S3DataSource"]
     key = cc.CacheKey("neuronx-cc", "2.25.3371.0", "xla", "--model-type=transformer", "trn1", 2).digest()
     cache = prepared.job["compile_cache"]["uri"]
     image = req["AlgorithmSpecification"]["TrainingImage"]
@@ -381,8 +382,7 @@ max_run_minutes: 30
         job=name, source=prepared.source_uri, results=prepared.job["results_uri"],
         output=f"{req['OutputDataConfig']['S3OutputPath']}/{name}/output/model.tar.gz",
         checkpoint=f"{req['CheckpointConfig']['S3Uri']}/step-10.pt", checkpoints=f"{req['CheckpointConfig']['S3Uri']}/",
-        data=req["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] + "/",
-        data_object=req["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] + "/cat/0001.png",
+        data=train["S3Uri"] + "/", data_object=train["S3Uri"] + "/cat/0001.png",
         cache_manifest=f"{cache}/{key}/{cc.MANIFEST}", cache_archive=f"{cache}/{key}/archives/ab12.tar.gz",
         cache_root=f"{cache}/", repository_arn=f"arn:aws:ecr:{region}:{account}:repository/{repository.split(':')[0]}",
         results_prefix=prepared.job["results_uri"].rsplit("/", 2)[0] + "/",
@@ -439,7 +439,9 @@ def sagemaker_as_role(at: Layout) -> list[Need]:
         Need("role", "logs:PutLogEvents", stream_arn(at.job), why="the job's logs"),
         Need("role", "cloudwatch:PutMetricData", "*", (("cloudwatch:namespace", LOG_GROUP),), why="job metrics"),
     ]
-    needs += s3_needs("role", "read", at.source, "the toolkit downloads sourcedir.tar.gz")
+    # The code channel: an S3Prefix channel of the source archive's whole key.
+    needs += s3_needs("role", "list", at.source, "the code channel's download (sourcedir.tar.gz)")
+    needs += s3_needs("role", "read", at.source, "the code channel's download (sourcedir.tar.gz)")
     needs += s3_needs("role", "list", at.data, "the train channel's download")
     needs += s3_needs("role", "read", at.data_object, "the train channel's download")
     needs += s3_needs("role", "write", at.output, "model.tar.gz at the end")
@@ -589,9 +591,8 @@ def test_every_call_sagemaker_makes_as_the_execution_role_is_granted(tmp_path):
     assert not allows(role, "sagemaker:CreateTrainingJob", job_arn(at.job))
 
 
-@pytest.mark.xfail(strict=True, reason="SageMaker mirrors deletions in /opt/ml/checkpoints to S3 (FACTS.md): the "
-                   "role's s3:DeleteObject on the checkpoint prefix is issue 10's grant; remove this mark with it")
 def test_checkpoint_deletions_mirrored_by_sagemaker_are_granted(tmp_path):
+    # SageMaker mirrors deletions in /opt/ml/checkpoints to S3 (model-checkpoints.html), with the role.
     at = layout(tmp_path)
     assert all(n.allowed_by(document_of("role")) for n in s3_needs("role", "delete", at.checkpoint, "sync"))
 
