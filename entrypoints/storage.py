@@ -54,6 +54,9 @@ MIN_PART_SIZE = 5 * 2**20
 MAX_PARTS = 10_000
 DEFAULT_WORKERS = 8
 COPY_BUFFER = 4 * 2**20
+# Seconds an S3 client waits for a connection, and for each piece of an answer.
+S3_CONNECT_TIMEOUT_S = 10
+S3_READ_TIMEOUT_S = 60
 
 _INTERNAL = ".storage-"
 # S3 spools streamed objects to local files named so (callers may clean up stale ones).
@@ -466,10 +469,13 @@ def _code(exc) -> str:
 
 def s3_client_config(max_workers: int = DEFAULT_WORKERS):
     """The botocore config of an S3 client for a store: a connection pool for its parallel
-    part transfers, and standard retries."""
+    part transfers, standard retries, and connect/read timeouts, so that an endpoint that
+    accepts a connection and never answers fails the call instead of holding it for ever (the
+    read timeout bounds each wait for data, not a whole transfer)."""
     from botocore.config import Config
 
-    return Config(max_pool_connections=max(10, 2 * max_workers), retries={"mode": "standard", "max_attempts": 5})
+    return Config(max_pool_connections=max(10, 2 * max_workers), retries={"mode": "standard", "max_attempts": 5},
+                  connect_timeout=S3_CONNECT_TIMEOUT_S, read_timeout=S3_READ_TIMEOUT_S)
 
 
 class S3Store(Store):

@@ -54,11 +54,12 @@ def _s3_client():
     alone reads AWS_DEFAULT_REGION only, so a user who set AWS_REGION would reach us-east-1's
     endpoint (another partition's, for cn-/us-gov- buckets). An AWS config that cannot be
     read (an unknown AWS_PROFILE) is an InputError, as for every other command. The client
-    settings are storage.py's own."""
+    settings are storage.py's own, with the timeouts of every client (`aws.client`)."""
     from entrypoints.storage import s3_client_config
-    from orchestrator.backends.sagemaker import aws_session, default_region
+    from orchestrator import aws
+    from orchestrator.backends.sagemaker import default_region
 
-    return aws_session(default_region()).client("s3", config=s3_client_config())
+    return aws.client("s3", default_region(), config=s3_client_config())
 
 
 def _open(uri: str | None, s3_client=None) -> Store:
@@ -76,6 +77,12 @@ def _open(uri: str | None, s3_client=None) -> Store:
 
 
 def _backend(exc: StorageError) -> BackendError:
+    from orchestrator import aws
+
+    silent = aws.describe(exc)
+    if silent is not None:
+        op = str(exc).split(": ", 1)[0]  # "list s3://bucket/prefix/"
+        return BackendError(f"{op}: {silent}; {aws.tries_said()}", hint=aws.NO_ANSWER_HINT)
     # storage.py ends some messages with its own "(hint: ...)": make that the one hint line.
     message, sep, rest = str(exc).partition(" (hint: ")
     if sep and rest.endswith(")"):

@@ -205,10 +205,11 @@ def _job_backend(job: str, region: str | None):
     In the block, a backend that has no such job (UnknownJob) raises an InputError: for a
     name the ledger knows, saying what the ledger recorded (e.g. a submit that failed, and
     what to do about it); for a name known nowhere, saying where it looked. A SageMaker that
-    could not be asked at all (credentials, endpoint, connection) about a name known to
-    neither the ledger nor the local jobs raises an InputError (exit 2) saying so: most often
-    the name is mistyped."""
-    from orchestrator import backends
+    could not be asked for lack of usable credentials about a name known to neither the
+    ledger nor the local jobs raises an InputError (exit 2) saying so: most often the name is
+    mistyped. Without a connection or an answer from the endpoint it stays a BackendError
+    (exit 1: a network failure is not bad input), saying the name is not known here."""
+    from orchestrator import aws, backends
     from orchestrator.backends.sagemaker import could_not_ask, default_region
     from orchestrator.errors import BackendError, InputError
     from orchestrator.ledger import Ledger
@@ -243,6 +244,13 @@ def _job_backend(job: str, region: str | None):
     except BackendError as exc:
         if entry is not None or backend.name != "sagemaker" or not could_not_ask(exc):
             raise
+        failure = aws.classify(exc)
+        if failure is None or failure.kind != "credentials":
+            # No connection or no answer: a failure of the network or the endpoint (exit 1),
+            # whatever the name; say too that it is not known here.
+            raise BackendError(f"{exc.message}; {job} is in neither the ledger ({ledger.path}) nor the local "
+                               f"jobs ({jobs}), so only SageMaker in {region} could say whether it exists",
+                               hint=exc.hint) from exc
         raise InputError(
             f"no job {job}: {nowhere}, and SageMaker could not be asked in {region}: {exc.message}",
             hint=f"{check}; if it is a SageMaker job, "
@@ -1528,6 +1536,9 @@ def main() -> None:
     Usage errors (unknown command, missing argument) are typer's own: exit 2. With --debug
     the traceback comes first, then the hint, and the exit code is the error's own.
     """
+    from orchestrator import aws
+
+    aws.set_notifier(_err)
     try:
         app()
     except OrchestratorError as exc:

@@ -732,10 +732,12 @@ def _arn_parts(arn: str) -> tuple[str, str]:
 def make_client(service: str, region: str | None):
     """A boto3 client for `region`, default as every command that calls AWS takes it
     (`backends.sagemaker.default_region`: AWS_REGION, AWS_DEFAULT_REGION, the AWS config
-    profile's region, us-east-1). InputError for an unreadable AWS configuration."""
-    from orchestrator.backends.sagemaker import aws_session, default_region
+    profile's region, us-east-1), built by `aws.client` (timeouts, retries, a checked
+    endpoint). InputError for an unreadable AWS configuration or a malformed endpoint."""
+    from orchestrator import aws
+    from orchestrator.backends.sagemaker import default_region
 
-    return aws_session().client(service, region_name=default_region(region))
+    return aws.client(service, default_region(region))
 
 
 def _describe_stack(cfn, stack_name: str) -> dict | None:
@@ -775,6 +777,8 @@ def _translate(exc: BaseException, doing: str, cfn, stack_name: str | None = Non
     """ClientError / BotoCoreError -> our error; anything else is a bug and is re-raised."""
     from botocore.exceptions import BotoCoreError, NoCredentialsError
 
+    from orchestrator import aws
+
     code = _error_code(exc)
     if code is not None:
         name, message = code
@@ -792,6 +796,9 @@ def _translate(exc: BaseException, doing: str, cfn, stack_name: str | None = Non
     if isinstance(exc, NoCredentialsError):
         return BackendError(f"{doing}: no AWS credentials found",
                             hint="configure credentials (aws configure, AWS_PROFILE or environment variables)")
+    silent = aws.describe(exc)
+    if silent is not None:
+        return BackendError(f"{doing}: {silent}; {aws.tries_said()}", hint=aws.NO_ANSWER_HINT)
     if isinstance(exc, BotoCoreError):
         return BackendError(f"{doing}: {exc}")
     raise exc

@@ -87,13 +87,12 @@ def check(types: Iterable[str], regions: Iterable[str]) -> None:
 
 
 def client():
-    """A boto3 pricing client on the Price List API's endpoint region."""
-    from botocore.config import Config
+    """A boto3 pricing client on the Price List API's endpoint region (`aws.client`: timeouts,
+    a checked endpoint), with standard retries."""
+    from orchestrator import aws
 
-    from orchestrator.backends.sagemaker import aws_session
-
-    return aws_session().client("pricing", region_name=PRICING_REGION,
-                                          config=Config(retries={"mode": "standard", "max_attempts": 8}))
+    return aws.client("pricing", PRICING_REGION,
+                      config=aws.client_config(retries={"mode": "standard", "total_max_attempts": 8}))
 
 
 def filters(type_: str, region: str) -> list[dict]:
@@ -177,6 +176,12 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
                 raise BackendError(f"Price List API refused GetProducts for {type_} in {region}: {detail}",
                                    hint="the caller needs pricing:GetProducts; the catalog's prices stay as they were") from None
             except BotoCoreError as exc:
+                from orchestrator import aws
+
+                silent = aws.describe(exc, "GetProducts")
+                if silent is not None:
+                    raise BackendError(f"Price List API asked for {type_} in {region}: {silent}; {aws.tries_said()}",
+                                       hint=aws.NO_ANSWER_HINT) from None
                 raise BackendError(f"Price List API unreachable asking for {type_} in {region}: {exc}") from None
             if not candidates:
                 refresh.missing.append((type_, region))

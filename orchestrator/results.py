@@ -83,15 +83,6 @@ DEFAULT_WORKERS = 16
 # Statuses of rows that carry no results from a job.
 MISSING, UNREADABLE, ERROR = "missing", "unreadable", "error"
 
-_RETRYABLE_CODES = frozenset({
-    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
-    "RequestThrottledException", "TooManyRequestsException", "ProvisionedThroughputExceededException",
-    "RequestLimitExceeded", "SlowDown", "BandwidthLimitExceeded", "EC2ThrottledException",
-    "InternalError", "InternalFailure", "InternalServerError", "ServiceUnavailable",
-    "ServiceUnavailableException", "RequestTimeout", "RequestTimeoutException",
-})
-
-
 # --- results.json, as this module reads it ------------------------------------------------
 # Extra keys are ignored (a newer writer may add some); the keys read here must have the
 # right types, or the object is reported as unreadable with the offending field.
@@ -452,14 +443,11 @@ class _S3Store:
 
 
 def client_config(workers: int):
-    """botocore config for collection: the backends' retry settings (adaptive mode, or
-    AWS_RETRY_MODE / AWS_MAX_ATTEMPTS), and a connection pool as large as our thread pool."""
-    from botocore.config import Config
+    """botocore config for collection (`aws.client_config`: timeouts, the backends' retry
+    settings), with a connection pool as large as our thread pool."""
+    from orchestrator import aws
 
-    from orchestrator.backends.sagemaker import retry_config
-
-    return Config(retries=retry_config(), max_pool_connections=max(10, workers + 2), connect_timeout=10,
-                  read_timeout=30, user_agent_extra="trainium-vit-orchestrator")
+    return aws.client_config(pool=workers + 2)
 
 
 def our_status(described: dict) -> str:
@@ -476,14 +464,13 @@ def our_status(described: dict) -> str:
 # --- retries ------------------------------------------------------------------------------
 
 def retryable(exc: BaseException) -> bool:
-    """Throttling, 5xx, timeouts and dropped connections: worth another try."""
-    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+    """Throttling, 5xx and dropped connections: worth another try (`aws.classify`). An
+    endpoint that cannot be reached or does not answer is not: the client already tried it
+    `aws.NO_ANSWER_ATTEMPTS` times, and every other read would wait as long again."""
+    from orchestrator import aws
 
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        return error.get("Code") in _RETRYABLE_CODES or status >= 500 or status == 429
-    return isinstance(exc, (ConnectionError, HTTPClientError))
+    failure = aws.classify(exc)
+    return failure is not None and not failure.permanent and failure.kind not in ("no-answer", "unreachable")
 
 
 # --- collection ---------------------------------------------------------------------------
@@ -509,10 +496,9 @@ class _Collector:
         with self._lock:
             client = self._sagemaker.get(region)
             if client is None:
-                from orchestrator.backends.sagemaker import aws_session
+                from orchestrator import aws
 
-                client = aws_session().client("sagemaker", region_name=region,
-                                                        config=client_config(self.workers))
+                client = aws.client("sagemaker", region, config=client_config(self.workers))
                 self._sagemaker[region] = client
             return client
 
@@ -737,6 +723,12 @@ def _listing_needle(sweep: str) -> str:
 def _reason(exc: BaseException) -> str:
     from botocore.exceptions import ClientError
 
+    from orchestrator import aws
+
+    silent = aws.describe(exc)
+    if silent is not None:
+        return f"{silent}; {aws.tries_said()}"
+
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
         return f"{error.get('Code', 'error')}: {error.get('Message', '')}".rstrip(": ")
@@ -794,9 +786,9 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
         # send S3 calls to us-east-1 (another partition's endpoint for cn-/us-gov- regions).
         region = default_region(region)
         if s3 is None:
-            from orchestrator.backends.sagemaker import aws_session
+            from orchestrator import aws
 
-            s3 = aws_session().client("s3", region_name=region, config=client_config(workers))
+            s3 = aws.client("s3", region, config=client_config(workers))
         store: _Store = _S3Store(prefix, s3)
     else:
         store = _FileStore(prefix)
@@ -808,8 +800,11 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
         try:
             jobs = collector.retry(store.jobs)
         except Exception as exc:
-            raise BackendError(f"cannot list {prefix}: {_reason(exc)}",
-                               hint="check the prefix (the job spec's output.uri) and your credentials") from None
+            from orchestrator import aws
+
+            hint = (aws.NO_ANSWER_HINT if aws.describe(exc) else
+                    "check the prefix (the job spec's output.uri) and your credentials")
+            raise BackendError(f"cannot list {prefix}: {_reason(exc)}", hint=hint) from None
         if sweep is not None and scheme == "s3":
             from orchestrator.backends.sagemaker import default_region
 

@@ -17,7 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from botocore.stub import Stubber
 
-from orchestrator import backends, errors, request, spec
+from orchestrator import aws, backends, errors, request, spec
 from orchestrator.backends import sagemaker as sm_backend
 from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend, host_of, status_of, translate
 from orchestrator.errors import BackendError, InputError
@@ -668,7 +668,7 @@ def test_factory_builds_clients_with_adaptive_retries(orch_home):
     for client in (backend.sm, backend.s3, backend.logs_client):
         assert client.meta.region_name == "eu-west-1"
         assert client.meta.config.retries == {"mode": "adaptive",
-                                         "total_max_attempts": sm_backend.DEFAULT_MAX_ATTEMPTS}
+                                         "total_max_attempts": aws.DEFAULT_MAX_ATTEMPTS}
 
 
 def test_factory_honours_the_users_retry_settings(orch_home, monkeypatch):

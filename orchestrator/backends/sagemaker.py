@@ -35,14 +35,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+from orchestrator.aws import aws_session, config_error
 from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Progress, Submitted, UnknownJob, progress_of
 from orchestrator.errors import BackendError, InputError, OrchestratorError, service_message
 from orchestrator.ledger import Ledger
 from orchestrator.request import TAG_SPEC_HASH as SPEC_HASH_TAG
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-DEFAULT_RETRY_MODE = "adaptive"
-DEFAULT_MAX_ATTEMPTS = 10
 
 # SageMaker's SecondaryStatus values that mean "the job exists but no training step runs yet".
 _STARTING = frozenset({
@@ -78,43 +77,9 @@ _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuch
 _FORBIDDEN = frozenset({"403", "Forbidden", "AccessDenied"})
 _JOB_OPERATIONS = frozenset({"DescribeTrainingJob", "StopTrainingJob", "ListTags"})
 
-def retry_config() -> dict:
-    """botocore's retry settings for our clients: AWS_RETRY_MODE / AWS_MAX_ATTEMPTS when the
-    user set them, else adaptive mode with DEFAULT_MAX_ATTEMPTS attempts. Attempts count the
-    first call too, as AWS_MAX_ATTEMPTS does (botocore's `total_max_attempts`; its
-    `max_attempts` would count retries only)."""
-    mode = os.environ.get("AWS_RETRY_MODE") or DEFAULT_RETRY_MODE
-    raw = os.environ.get("AWS_MAX_ATTEMPTS") or str(DEFAULT_MAX_ATTEMPTS)
-    if mode not in ("standard", "adaptive", "legacy"):
-        raise InputError(f"AWS_RETRY_MODE={mode!r} is not a botocore retry mode",
-                         hint="use standard or adaptive (or unset it)")
-    if not raw.isdigit() or int(raw) < 1:
-        raise InputError(f"AWS_MAX_ATTEMPTS={raw!r} is not a positive integer", hint="e.g. AWS_MAX_ATTEMPTS=10")
-    return {"mode": mode, "total_max_attempts": int(raw)}
-
-
 # Where a command that calls AWS goes when neither --region nor the environment nor the AWS
 # config profile names a region (a spec without `region:` means us-east-1 too, by its schema).
 FALLBACK_REGION = "us-east-1"
-
-
-def _config_error(exc: Exception) -> InputError:
-    return InputError(f"cannot read the AWS configuration: {service_message(exc)}",
-                      hint="fix or unset AWS_PROFILE (`aws configure list-profiles` lists the profiles), "
-                           "or AWS_CONFIG_FILE")
-
-
-def aws_session(region: str | None = None):
-    """A boto3 Session (for `region`, else botocore's default). InputError when the AWS
-    configuration cannot be read: an AWS_PROFILE no config file names, a config file that
-    does not parse (botocore raises these while building the session)."""
-    import boto3
-    from botocore.exceptions import BotoCoreError
-
-    try:
-        return boto3.session.Session(region_name=region)
-    except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
-        raise _config_error(exc) from None
 
 
 def _profile_region() -> tuple[str | None, str]:
@@ -128,7 +93,7 @@ def _profile_region() -> tuple[str | None, str]:
         session = botocore.session.Session()
         return session.get_scoped_config().get("region") or None, session.profile or "default"
     except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
-        raise _config_error(exc) from None
+        raise config_error(exc) from None
 
 
 def default_region(region: str | None = None) -> str:
@@ -158,25 +123,36 @@ def default_region(region: str | None = None) -> str:
 
 
 def make_clients(region: str | None) -> dict:
-    """sagemaker, s3 and logs clients for `region` with our retry config. The endpoint follows
-    botocore's own settings (AWS_ENDPOINT_URL in tests)."""
-    from botocore.config import Config
+    """sagemaker, s3 and logs clients for `region` (`aws.client`: timeouts, retries, a checked
+    endpoint). The endpoint follows botocore's own settings (AWS_ENDPOINT_URL in tests)."""
+    from orchestrator import aws
 
     session = aws_session(region)
     if not session.region_name:
         raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
-    config = Config(retries=retry_config(), connect_timeout=10, read_timeout=70,
-                    user_agent_extra="trainium-vit-orchestrator")
-    return {name + "_client": session.client(name, config=config) for name in ("sagemaker", "s3", "logs")}
+    config = aws.client_config()
+    return {name + "_client": aws.client(name, session.region_name, config=config, session=session)
+            for name in ("sagemaker", "s3", "logs")}
 
 
 def translate(exc: Exception, *, operation: str, job_name: str | None = None, region: str | None = None,
               instance_type: str | None = None) -> OrchestratorError:
     """Our error for a botocore error raised by `operation`: what failed, and how to fix it."""
-    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+    from botocore.exceptions import (
+        ClientError,
+        ConnectTimeoutError,
+        NoCredentialsError,
+        PartialCredentialsError,
+        ReadTimeoutError,
+    )
     from botocore.exceptions import ConnectionError as AWSConnectionError
 
+    from orchestrator import aws
+
     where = f" in {region}" if region else ""
+    silent = aws.describe(exc) if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)) else None
+    if silent is not None:
+        return BackendError(f"{operation}: {silent}; {aws.tries_said()}", hint=aws.NO_ANSWER_HINT)
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return BackendError(f"{operation}: no usable AWS credentials ({service_message(exc)})",
                             hint="configure credentials (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/"
@@ -223,27 +199,15 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
     return BackendError(f"{operation}{job} failed{where}: {code}: {message}")
 
 
-# Error codes of an answer that rejects the caller's credentials, not the request.
-_BAD_CREDENTIALS = frozenset({
-    "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
-    "InvalidSignatureException", "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
-    "MissingAuthenticationTokenException", "AuthFailure",
-})
-
-
 def could_not_ask(error: OrchestratorError) -> bool:
     """Whether `error` (raised from a botocore error through `translate`) means SageMaker was
-    never really asked: no usable credentials (none, partial, expired, rejected), or no
-    connection to the endpoint. An answer about the request (access denied, not found,
-    throttled) is not such an error."""
-    from botocore import exceptions as aws
+    never really asked: no usable credentials (none, partial, expired, rejected), no
+    connection to the endpoint, or no answer from it (`aws.classify`). An answer about the
+    request (access denied, not found, throttled) is not such an error."""
+    from orchestrator import aws
 
-    cause = error.__cause__
-    if isinstance(cause, aws.ClientError):
-        return _code(cause) in _BAD_CREDENTIALS
-    return isinstance(cause, (aws.NoCredentialsError, aws.PartialCredentialsError, aws.CredentialRetrievalError,
-                              aws.TokenRetrievalError, aws.NoAuthTokenError, aws.SSOError, aws.ConnectionError,
-                              aws.HTTPClientError))
+    failure = aws.classify(error)
+    return failure is not None and failure.kind in ("credentials", "unreachable", "no-answer")
 
 
 def _is_not_found(exc: Exception) -> bool:

@@ -1,0 +1,318 @@
+"""How the orchestrator talks to AWS: every boto3 client it builds, and what a botocore error means.
+
+Clients (`client`):
+- come from one boto3 Session (`aws_session`); an AWS configuration botocore cannot read (an
+  unknown AWS_PROFILE, a config file that does not parse) is an InputError;
+- the endpoint botocore resolves (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>, a profile's
+  `endpoint_url`) must be a URL: botocore refuses a malformed one with a bare ValueError while
+  building the client, which becomes an InputError naming the setting;
+- every client has connect and read timeouts (`timeouts`: CONNECT_TIMEOUT_S and
+  READ_TIMEOUT_S, or ORCHESTRATOR_AWS_CONNECT_TIMEOUT / ORCHESTRATOR_AWS_READ_TIMEOUT in
+  seconds). A read timeout bounds the wait for each piece of an answer, not a whole transfer,
+  so long downloads are not cut short;
+- a call whose endpoint cannot be reached or does not answer is tried NO_ANSWER_ATTEMPTS times
+  in all, not the AWS_MAX_ATTEMPTS botocore would spend on it (minutes of silence on an
+  endpoint that accepts connections and never answers); before the retry a note goes to
+  `set_notifier`'s callback, so a waiting command says what it waits for. Everything else
+  (throttling, 5xx) keeps botocore's retries (`retry_config`).
+
+Errors (`classify`): one table says whether a botocore error (or one of our errors raised from
+one) is permanent (no credentials, rejected credentials, access denied, a request the service
+refuses) or transient (throttling, 5xx, no connection, no answer). Sweeps, submits and results
+decide whether to try again from it; `describe` words the "no answer" and "cannot reach" cases.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from orchestrator.errors import InputError, service_message
+
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 20.0
+NO_ANSWER_ATTEMPTS = 2
+DEFAULT_RETRY_MODE = "adaptive"
+DEFAULT_MAX_ATTEMPTS = 10
+USER_AGENT = "trainium-vit-orchestrator"
+CONNECT_TIMEOUT_VARIABLE = "ORCHESTRATOR_AWS_CONNECT_TIMEOUT"
+READ_TIMEOUT_VARIABLE = "ORCHESTRATOR_AWS_READ_TIMEOUT"
+
+_notify: Callable[[str], None] | None = None
+_noted: dict[str, float] = {}  # endpoint -> when a note about it last went out (time.monotonic)
+_noted_lock = threading.Lock()
+
+
+def set_notifier(callback: Callable[[str], None] | None) -> None:
+    """Where notes about calls that wait on a silent endpoint go (the CLI: stderr)."""
+    global _notify
+    _notify = callback
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def _seconds(variable: str, default: float) -> float:
+    raw = os.environ.get(variable)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600:
+        raise InputError(f"{variable}={raw!r} is not a number of seconds between 0 and 3600",
+                         hint=f"e.g. {variable}=30, or unset it for the default ({default:g})")
+    return value
+
+
+def timeouts() -> tuple[float, float]:
+    """(connect, read) timeouts in seconds for every client: the defaults, or the environment's."""
+    return (_seconds(CONNECT_TIMEOUT_VARIABLE, CONNECT_TIMEOUT_S), _seconds(READ_TIMEOUT_VARIABLE, READ_TIMEOUT_S))
+
+
+def retry_config() -> dict:
+    """botocore's retry settings for our clients: AWS_RETRY_MODE / AWS_MAX_ATTEMPTS when the
+    user set them, else adaptive mode with DEFAULT_MAX_ATTEMPTS attempts. Attempts count the
+    first call too, as AWS_MAX_ATTEMPTS does (botocore's `total_max_attempts`; its
+    `max_attempts` would count retries only)."""
+    mode = os.environ.get("AWS_RETRY_MODE") or DEFAULT_RETRY_MODE
+    raw = os.environ.get("AWS_MAX_ATTEMPTS") or str(DEFAULT_MAX_ATTEMPTS)
+    if mode not in ("standard", "adaptive", "legacy"):
+        raise InputError(f"AWS_RETRY_MODE={mode!r} is not a botocore retry mode",
+                         hint="use standard or adaptive (or unset it)")
+    if not raw.isdigit() or int(raw) < 1:
+        raise InputError(f"AWS_MAX_ATTEMPTS={raw!r} is not a positive integer", hint="e.g. AWS_MAX_ATTEMPTS=10")
+    return {"mode": mode, "total_max_attempts": int(raw)}
+
+
+def client_config(*, pool: int | None = None, retries: dict | None = None):
+    """The botocore Config of every client: timeouts, retries (default `retry_config()`), our
+    user agent, and a connection pool of `pool` connections when callers run threads."""
+    from botocore.config import Config
+
+    connect, read = timeouts()
+    extra = {"max_pool_connections": max(10, pool)} if pool else {}
+    return Config(retries=retries or retry_config(), connect_timeout=connect, read_timeout=read,
+                  user_agent_extra=USER_AGENT, **extra)
+
+
+def config_error(exc: Exception) -> InputError:
+    return InputError(f"cannot read the AWS configuration: {service_message(exc)}",
+                      hint="fix or unset AWS_PROFILE (`aws configure list-profiles` lists the profiles), "
+                           "or AWS_CONFIG_FILE")
+
+
+def aws_session(region: str | None = None):
+    """A boto3 Session (for `region`, else botocore's default). InputError when the AWS
+    configuration cannot be read: an AWS_PROFILE no config file names, a config file that
+    does not parse (botocore raises these while building the session)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        return boto3.session.Session(region_name=region)
+    except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
+        raise config_error(exc) from None
+
+
+def _endpoint_setting(service_id: str, value: str) -> str:
+    """Which setting holds the endpoint `value` botocore refused, in botocore's order."""
+    specific = "AWS_ENDPOINT_URL_" + service_id.upper().replace(" ", "_").replace("-", "_")
+    for variable in (specific, "AWS_ENDPOINT_URL"):
+        if os.environ.get(variable) == value:
+            return f"{variable}={value!r}"
+    return f"the endpoint_url {value!r} of the AWS config profile"
+
+
+def client(service: str, region: str | None = None, *, config=None, session=None):
+    """A boto3 client for `service` in `region` with `client_config()` (or `config` with our
+    timeouts), whose calls give up on a silent or unreachable endpoint after NO_ANSWER_ATTEMPTS
+    tries.
+    InputError for a malformed endpoint setting or an unreadable AWS configuration."""
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
+
+    session = session or aws_session()
+    connect, read = timeouts()
+    # A caller's own config (storage's pool and retries for a store) gets our timeouts too.
+    config = client_config() if config is None else config.merge(Config(connect_timeout=connect, read_timeout=read))
+    try:
+        built = session.client(service, region_name=region, config=config)
+    except ValueError as exc:
+        text = str(exc)
+        if not text.startswith("Invalid endpoint: "):
+            raise
+        value = text[len("Invalid endpoint: "):]
+        service_id = session._session.get_service_model(service).service_id
+        raise InputError(f"{_endpoint_setting(str(service_id), value)} is not an endpoint URL",
+                         hint="give a URL with a scheme and a host, e.g. https://s3.us-east-1.amazonaws.com or "
+                              "http://127.0.0.1:5000, or unset it to use AWS's own endpoints") from None
+    except BotoCoreError as exc:  # ProfileNotFound and friends, raised late by some settings
+        raise config_error(exc) from None
+    limit_no_answer(built)
+    return built
+
+
+def limit_no_answer(built) -> None:
+    """Make `built` (a botocore client) stop retrying a call that cannot reach its endpoint or
+    gets no answer after NO_ANSWER_ATTEMPTS tries, and note the wait before retrying."""
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+
+    endpoint = built.meta.endpoint_url
+    retries = built.meta.config.retries or {}
+    configured = retries.get("total_max_attempts") or (retries.get("max_attempts", 4) + 1)
+    limit = min(NO_ANSWER_ATTEMPTS, configured)
+
+    def needs_retry(attempts: int, caught_exception=None, operation=None, **_) -> bool | None:
+        if not isinstance(caught_exception, (ReadTimeoutError, ConnectTimeoutError, EndpointConnectionError)):
+            return None  # botocore's own retry handler decides
+        if attempts >= limit:
+            return False  # give up now: botocore raises the error
+        # One note per endpoint per wait, not one per thread (results reads in parallel).
+        now = time.monotonic()
+        with _noted_lock:
+            fresh = now - _noted.get(endpoint, -1e9) > max(timeouts())
+            if fresh:
+                _noted[endpoint] = now
+        if fresh and _notify is not None:
+            left = limit - attempts
+            _notify(f"note: {describe(caught_exception, getattr(operation, 'name', None))}; trying again "
+                    f"({left} more tr{'y' if left == 1 else 'ies'})")
+        return None
+
+    # botocore's retry handler is registered on this exact event name; registered first, ours
+    # answers first, and `False` ends the retries (botocore.endpoint.Endpoint._needs_retry).
+    event = f"needs-retry.{built.meta.service_model.service_id.hyphenize()}"
+    built.meta.events.register_first(event, needs_retry, unique_id=f"orchestrator-no-answer-{event}")
+
+
+# --- what an error means ----------------------------------------------------------------------
+
+# Error codes of an answer that rejects the caller's credentials, not the request.
+BAD_CREDENTIAL_CODES = frozenset({
+    "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
+    "InvalidSignatureException", "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException", "AuthFailure", "InvalidAccessKeyId", "InvalidToken",
+    "RequestExpired",
+})
+ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "Forbidden",
+                                 "UnauthorizedAccess", "AllAccessDisabled"})
+THROTTLE_CODES = frozenset({"ThrottlingException", "Throttling", "ThrottledException", "TooManyRequestsException",
+                            "RequestLimitExceeded",
+                            "SlowDown", "ProvisionedThroughputExceededException", "RequestThrottled",
+                            "RequestThrottledException", "BandwidthLimitExceeded", "EC2ThrottledException",
+                            "PriorRequestNotComplete", "TransactionInProgressException"})
+# 4xx answers that say "try again" rather than "this request is wrong".
+TRANSIENT_CODES = THROTTLE_CODES | frozenset({"RequestTimeout", "RequestTimeoutException", "InternalError",
+                                              "InternalFailure", "InternalServerError", "ServiceUnavailable",
+                                              "ServiceUnavailableException", "InternalServerException"})
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What went wrong with a call, in one word, and whether trying again can help.
+
+    kind: credentials (none, partial, expired or rejected), denied (no permission), invalid
+    (the service refused this request: validation, not found, conflict, any other 4xx),
+    throttled, server (5xx), unreachable (no connection), no-answer (connected, no reply in
+    time), dropped (a connection lost mid-answer), client (an SDK-side problem: bad
+    parameters, unreadable config).
+    """
+
+    kind: str
+    permanent: bool
+
+    @property
+    def account_wide(self) -> bool:
+        """Whether every call with these credentials fails the same way (credentials, denied):
+        the same call for another job would not do better."""
+        return self.kind in ("credentials", "denied")
+
+
+def _botocore_cause(exc: BaseException) -> BaseException | None:
+    """`exc` if it is a botocore error, else the first botocore error in its cause chain."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (BotoCoreError, ClientError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """The Failure a botocore error stands for, looked up through `exc`'s causes (our errors
+    are raised `from` the botocore error); None when no botocore error is behind it."""
+    from botocore import exceptions as aws
+
+    cause = _botocore_cause(exc)
+    if cause is None:
+        return None
+    if isinstance(cause, aws.ClientError):
+        response = getattr(cause, "response", None) or {}
+        code = str(response.get("Error", {}).get("Code", ""))
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        status = status if isinstance(status, int) else 0
+        if code in BAD_CREDENTIAL_CODES:
+            return Failure("credentials", True)
+        if code in ACCESS_DENIED_CODES:
+            return Failure("denied", True)
+        if code in THROTTLE_CODES or status == 429:
+            return Failure("throttled", False)
+        if code in TRANSIENT_CODES or status >= 500:
+            return Failure("server", False)
+        if status == 403:
+            return Failure("denied", True)
+        return Failure("invalid", True)
+    if isinstance(cause, (aws.NoCredentialsError, aws.PartialCredentialsError, aws.CredentialRetrievalError,
+                          aws.TokenRetrievalError, aws.NoAuthTokenError, aws.SSOError,
+                          aws.UnknownCredentialError)):
+        return Failure("credentials", True)
+    if isinstance(cause, (aws.ReadTimeoutError, aws.ConnectTimeoutError)):
+        return Failure("no-answer", False)
+    if isinstance(cause, aws.ConnectionError):
+        return Failure("unreachable", False)
+    if isinstance(cause, aws.HTTPClientError):  # a connection dropped mid-answer
+        return Failure("dropped", False)
+    return Failure("client", True)
+
+
+def describe(exc: BaseException, operation: str | None = None) -> str | None:
+    """Words for an endpoint that was not reached or did not answer (None for other errors),
+    e.g. "the endpoint http://... does not answer DescribeTrainingJob (no reply within 20 s)"."""
+    from botocore import exceptions as aws
+
+    cause = _botocore_cause(exc)
+    url = getattr(cause, "kwargs", {}).get("endpoint_url") if cause is not None else None
+    parts = urlsplit(str(url)) if url else None
+    # botocore names the whole request URL (bucket, key, query): the endpoint is its start.
+    where = f"the endpoint {parts.scheme}://{parts.netloc}" if parts and parts.netloc else "the AWS endpoint"
+    call = f" {operation}" if operation else ""
+    connect, read = timeouts()
+    if isinstance(cause, aws.ReadTimeoutError):
+        return f"{where} does not answer{call} (no reply within {read:g} s)"
+    if isinstance(cause, aws.ConnectTimeoutError):
+        return f"{where} does not answer{call} (no connection within {connect:g} s)"
+    if isinstance(cause, aws.EndpointConnectionError):
+        return f"{where} cannot be reached ({service_message(cause)})"
+    return None
+
+
+def tries_said() -> str:
+    """How many times a call to a silent endpoint was tried, in words ("tried twice")."""
+    try:
+        tries = min(NO_ANSWER_ATTEMPTS, retry_config()["total_max_attempts"])
+    except InputError:
+        tries = NO_ANSWER_ATTEMPTS
+    return {1: "tried once", 2: "tried twice"}.get(tries, f"tried {tries} times")
+
+
+NO_ANSWER_HINT = ("check the network, the region and AWS_ENDPOINT_URL if it is set; a slow link may need a longer "
+                  f"{READ_TIMEOUT_VARIABLE} (seconds)")
