@@ -23,6 +23,11 @@ Contract:
   any instant and started again: a row left in `submitting` is reconciled by the backend
   (DescribeTrainingJob, ResourceInUse adopted) instead of being created twice, and a failed
   job whose retry row was not yet written gets it on the next step.
+- Errors of the runner's own calls (`submit_error_kind`, from `aws.classify`): no usable
+  credentials or access denied stop the run at once with the error (`sweep resume` continues
+  once it is fixed); throttling, 5xx and network errors wait with jittered exponential
+  backoff, at most `max_transient_retries` times in a row at one call site before the run
+  stops the same way; a quota reached while other jobs of the sweep run waits without limit.
 - Retries: throttling and ResourceLimitExceeded wait with jittered exponential backoff; a
   capacity error fails over to the next instance type of `failover` (a new job `-rN`);
   capacity, spot interruption and internal errors are resubmitted as `-rN` up to
@@ -80,7 +85,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from orchestrator import cost, doctor, request
+from orchestrator import aws, cost, doctor, request
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
 from orchestrator.ledger import Entry, Ledger
@@ -99,11 +104,13 @@ _RETRY_PART = 4
 MAX_JOB_NAME = 63
 MAX_PREFIX = MAX_JOB_NAME - _TRIAL_PART - _RETRY_PART
 MAX_LISTED_PROBLEMS = 50
+# Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
+MAX_TRANSIENT_RETRIES = 8
 DEFINITION_SCHEMA = 1
 
-# Error codes, as SageMaker (and botocore) spell them.
-THROTTLE_CODES = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException",
-                            "RequestLimitExceeded", "SlowDown"})
+# Error codes, as SageMaker (and botocore) spell them; which errors are permanent and which
+# transient is `aws.classify`'s table, these only sort them further.
+THROTTLE_CODES = aws.THROTTLE_CODES
 QUOTA_CODES = frozenset({"ResourceLimitExceeded"})
 CAPACITY_CODES = frozenset({"InsufficientCapacityError", "InsufficientCapacity", "CapacityError",
                             "InsufficientInstanceCapacity"})
@@ -673,8 +680,11 @@ def budget_refused_reason(detail: str | None) -> str | None:
 
 
 def submit_error_kind(exc: OrchestratorError) -> str:
-    """What a failed submit means: throttled, quota (wait and try again), capacity (fail
-    over), user (never retried), transient (the job may or may not exist: reconcile)."""
+    """What a failed call of the runner means, from `aws.classify` and the service's code:
+    setup (no usable credentials, or access denied: every call fails the same way, so the
+    sweep stops with the error), throttled, quota (wait and try again), capacity (fail over),
+    user (this request is refused: never retried), transient (5xx, no connection, no answer:
+    the job may or may not exist, so try again and reconcile)."""
     if not isinstance(exc, BackendError):
         return "user"
     code = exc.code
@@ -684,8 +694,13 @@ def submit_error_kind(exc: OrchestratorError) -> str:
         return "quota"
     if code in CAPACITY_CODES:
         return "capacity"
+    failure = aws.classify(exc)
+    if failure is not None and failure.account_wide:
+        return "setup"
     if code in USER_CODES or "already exists" in exc.message:
         return "user"
+    if failure is not None:
+        return "user" if failure.permanent else "transient"
     status = exc.http_status
     if status is not None and 400 <= status < 500:
         return "user"
@@ -697,6 +712,10 @@ def attempt_tag(info: dict, own_type: str) -> str:
     if info.get("failover"):
         return f"failover:{info.get('from_type') or own_type}"
     return "resumed" if info.get("resumed") else "retry"
+
+
+# Kinds the runner waits out and tries again (at most `Runner.max_transient_retries` times in a row).
+WAIT_KINDS = ("throttled", "quota", "transient")
 
 
 # --- the runner --------------------------------------------------------------------------------
@@ -782,7 +801,8 @@ class Runner:
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
                  backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
-                 count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None):
+                 count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None,
+                 max_transient_retries: int = MAX_TRANSIENT_RETRIES):
         self.d = definition
         self.ident = definition.identity
         self.backend = backend
@@ -799,6 +819,9 @@ class Runner:
         # Job name -> its prepared request; `prepared` (from `plan`) spares preparing again.
         self._prepared: dict[str, request.Prepared] = dict(prepared or {})
         self._failures = 0
+        self.max_transient_retries = max_transient_retries
+        # Call site ("status", "list", "submit") -> backoffs in a row since one of its calls last worked.
+        self._streaks: dict[str, int] = {}
         self._not_before = 0.0
         self._waiting_reason: str | None = None
         self._events: list[str] = []
@@ -899,7 +922,26 @@ class Runner:
         self._prepared[entry.job_name] = prepared
         return prepared
 
-    def _backoff(self, reason: str) -> None:
+    def _halt(self, exc: OrchestratorError, what: str | None = None) -> None:
+        """Stop the run with `exc` (our error of the same kind, exit code kept), saying how to
+        continue: nothing the ledger holds is lost, `sweep resume` picks it up."""
+        message = f"sweep {self.d.sweep_id} stopped: {what or exc.message}"
+        then = (f"`python -m orchestrator sweep resume {self.d.sweep_id}` continues it (jobs already submitted "
+                "keep running)")
+        hint = f"{exc.hint}; then {then}" if exc.hint else f"once that is fixed, {then}"
+        if isinstance(exc, BackendError):
+            raise BackendError(message, hint=hint, code=exc.code, http_status=exc.http_status) from exc
+        raise InputError(message, hint=hint) from exc
+
+    def _backoff(self, reason: str, site: str = "submit", error: OrchestratorError | None = None,
+                 bounded: bool = True) -> None:
+        """Wait before the next call (jittered, growing exponentially). A `bounded` wait counts
+        against `max_transient_retries` calls in a row at `site`: one more stops the run."""
+        if bounded:
+            self._streaks[site] = self._streaks.get(site, 0) + 1
+            if error is not None and self._streaks[site] > self.max_transient_retries:
+                self._halt(error, f"{reason} (gave up after {self.max_transient_retries} retries in a row; the "
+                                  "error may pass: throttling, a server error or the network)")
         self._failures += 1
         ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
         delay = self.rng.uniform(ceiling / 2, ceiling)
@@ -921,10 +963,10 @@ class Runner:
                 self._event(f"{latest.job_name}: {exc.message}")
                 continue
             except BackendError as exc:
-                if submit_error_kind(exc) in ("throttled", "quota", "transient"):
-                    self._backoff(f"status of {latest.job_name}: {exc.message}")
+                if submit_error_kind(exc) in WAIT_KINDS:
+                    self._backoff(f"status of {latest.job_name}: {exc.message}", "status", exc)
                     return
-                raise
+                self._halt(exc)
             except UnknownJob as exc:
                 # The job the ledger says exists is gone (deleted account data, wrong region):
                 # the trial is not lost, it is resubmitted as a retry.
@@ -932,6 +974,7 @@ class Runner:
                                        expect=("submitted", "running"))
                 self._event(f"{latest.job_name}: lost ({exc.message})")
                 continue
+            self._streaks.pop("status", None)
             # Backends record non-terminal progress in the ledger themselves, each by its own
             # table; the runner only makes sure the row ends where the job ended, and marks
             # a job that is certainly training as running.
@@ -1201,10 +1244,11 @@ class Runner:
         try:
             names = lister(self.ident.job_prefix)
         except BackendError as exc:
-            if submit_error_kind(exc) not in ("throttled", "quota", "transient"):
-                raise
-            self._backoff(f"listing this sweep's jobs in SageMaker: {exc.message}")
+            if submit_error_kind(exc) not in WAIT_KINDS:
+                self._halt(exc)
+            self._backoff(f"listing this sweep's jobs in SageMaker: {exc.message}", "list", exc)
             return
+        self._streaks.pop("list", None)
         self._adopted_remote = True
         shape = re.compile(rf"{re.escape(self.ident.job_prefix)}-(t[0-9a-f]{{{TRIAL_HEX}}})(?:-r(\d+))?")
         remote: dict[str, dict[int, str]] = {}
@@ -1305,10 +1349,11 @@ class Runner:
         try:
             elsewhere = self._elsewhere(own)
         except BackendError as exc:
-            if submit_error_kind(exc) not in ("throttled", "quota", "transient"):
-                raise
-            self._backoff(f"listing this sweep's jobs: {exc.message}")
+            if submit_error_kind(exc) not in WAIT_KINDS:
+                self._halt(exc)
+            self._backoff(f"listing this sweep's jobs: {exc.message}", "list", exc)
             return
+        self._streaks.pop("list", None)
         room = self.d.concurrency - len(own) - len(elsewhere)
         adopted = set()
         for entry in latest:
@@ -1335,14 +1380,23 @@ class Runner:
             result = self.backend.submit(prepared)
         except OrchestratorError as exc:
             kind = submit_error_kind(exc)
-            if kind in ("throttled", "quota", "transient"):
-                self._backoff(f"{entry.job_name}: {exc.message}")
+            if kind == "setup":
+                # No credentials, or access denied: every other submit would fail the same way.
+                self._halt(exc)
+            if kind in WAIT_KINDS:
+                # A quota reached while jobs of this sweep run frees up as they end: waiting for
+                # them is not a failure that repeats.
+                others = [e for e in self.ledger.entries(sweep_id=self.d.sweep_id)
+                          if e.state in ("submitted", "running") and e.job_name != entry.job_name]
+                self._backoff(f"{entry.job_name}: {exc.message}", "submit", exc,
+                              bounded=not (kind == "quota" and others))
                 return False
             detail = f"[{kind}] {exc.message}"
             self.ledger.transition(entry.job_name, "failed", detail=detail, expect=("planned", "submitting"))
             self._event(f"{entry.job_name}: {kind} error at submit: {exc.message}")
             return False
         self._failures = 0
+        self._streaks.pop("submit", None)
         self._waiting_reason = None
         self.ledger.transition(entry.job_name, "submitted", expect=("planned", "submitting"))
         verb = "submitted" if result.created else "reconciled (it existed)"

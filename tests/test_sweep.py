@@ -634,6 +634,113 @@ def test_throttling_and_quota_back_off_with_growing_jittered_waits(rig):
     assert cloud.submit_calls == 4 + 3 and set(cloud.creates.values()) == {1}
 
 
+def _from_botocore(cause: Exception) -> BackendError:
+    """Our error for `cause` as the sagemaker backend raises it (translated, `from` it)."""
+    from orchestrator.backends.sagemaker import translate
+
+    try:
+        raise translate(cause, operation="CreateTrainingJob", region="us-east-1") from cause
+    except BackendError as error:
+        return error
+
+
+def _client_error(code: str, status: int):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "CreateTrainingJob")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cause", ["no credentials", "expired token", "access denied"])
+def test_a_permanent_error_stops_the_sweep_at_once_with_its_message(rig, cause):
+    # QA: a SageMaker sweep without credentials retried forever (waits growing to 275 s), while
+    # `submit` of the same spec exited at once.
+    from botocore.exceptions import NoCredentialsError
+
+    make, cloud, clock = rig
+    runner = make()
+    error = _from_botocore({"no credentials": NoCredentialsError(),
+                            "expired token": _client_error("ExpiredTokenException", 400),
+                            "access denied": _client_error("AccessDeniedException", 400)}[cause])
+    cloud.refuse = [error] * 10
+    with pytest.raises(BackendError) as info:
+        runner.run()
+    assert info.value.message == f"sweep {runner.d.sweep_id} stopped: {error.message}"
+    assert info.value.hint.startswith(error.hint)
+    assert info.value.hint.endswith(f"then `python -m orchestrator sweep resume {runner.d.sweep_id}` continues it "
+                                    "(jobs already submitted keep running)")
+    assert cloud.submit_calls == 1 and clock.sleeps == []  # no second try, no wait
+    assert "failed" not in states(runner).values()  # no trial is blamed for the account's setup
+
+
+def test_a_request_the_service_refuses_fails_its_trial_only(rig):
+    make, cloud, _ = rig
+    runner = make()
+    cloud.refuse = [_from_botocore(_client_error("ValidationException", 400))]
+    final = runner.run(max_steps=3)
+    assert list(states(runner).values()).count("failed") == 1 and len(cloud.jobs) == 2
+    assert not final.done  # the others go on
+
+
+@pytest.mark.timeout(60)
+def test_transient_errors_are_retried_a_bounded_number_of_times(rig):
+    from botocore.exceptions import EndpointConnectionError
+
+    make, cloud, clock = rig
+    runner = make(max_transient_retries=3)
+    error = _from_botocore(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
+    assert sweeps.submit_error_kind(error) == "transient"
+    cloud.refuse = [error] * 50
+    with pytest.raises(BackendError) as info:
+        runner.run()
+    assert cloud.submit_calls == 4  # the first try and 3 retries
+    assert len([s for s in clock.sleeps if s > 0]) >= 3
+    assert "gave up after 3 retries in a row" in info.value.message and error.message in info.value.message
+    assert f"sweep resume {runner.d.sweep_id}" in info.value.hint
+    # Throttling and 5xx the same way.
+    for code, status in (("ThrottlingException", 400), ("InternalServerError", 500)):
+        cloud.refuse = [_from_botocore(_client_error(code, status))] * 50
+        cloud.submit_calls = 0
+        runner = make(max_transient_retries=2)
+        with pytest.raises(BackendError, match="gave up after 2 retries in a row"):
+            runner.run()
+        assert cloud.submit_calls == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_quota_reached_while_the_sweeps_jobs_run_waits_for_them_without_limit(rig):
+    make, cloud, clock = rig
+    runner = make(SWEEP.replace("concurrency: 2", "concurrency: 4"), max_transient_retries=2)
+    runner.step()  # the first is created; then the refusals start
+    cloud.refuse = [refusal("ResourceLimitExceeded")] * 10
+    runner.run(max_steps=8)
+    assert len(cloud.jobs) >= 1 and cloud.submit_calls > 3  # past the bound of 2, still waiting
+    # With nothing of the sweep in flight, a quota of 0 is no wait for a job to end: bounded.
+    cloud.jobs.clear()
+    for entry in runner.ledger.entries(sweep_id=runner.d.sweep_id):
+        if entry.state == "submitted":
+            runner.ledger.transition(entry.job_name, "planned", expect=("submitted",))
+    cloud.refuse = [refusal("ResourceLimitExceeded")] * 10
+    runner = make(SWEEP.replace("concurrency: 2", "concurrency: 4"), max_transient_retries=2)
+    with pytest.raises(BackendError, match="gave up after 2 retries in a row"):
+        runner.run()
+
+
+@pytest.mark.timeout(120)
+def test_cli_sweep_run_without_credentials_exits_1_at_once(tmp_path, orch_home, monkeypatch, capsys):
+    from cli_harness import run_cli
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # never reached: nothing to sign with
+    path = write(tmp_path, SWEEP)
+    code, _, err = run_cli(monkeypatch, capsys, "sweep", "run", str(path), "--poll", "0")
+    assert code == 1 and "Traceback" not in err
+    assert "stopped: ListTrainingJobs: no usable AWS credentials" in err
+    assert "sweep resume demo-" in err and "backing off" not in err
+
+
 def test_capacity_at_submit_fails_over_to_the_next_type(rig):
     make, cloud, _ = rig
     text = "sweep: demo\nbase: base.yaml\nfailover: {instance.type: [ml.trn1n.32xlarge, ml.trn1.32xlarge]}\n"

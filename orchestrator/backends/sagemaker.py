@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
+from orchestrator import aws
 from orchestrator.aws import aws_session, config_error
 from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Progress, Submitted, UnknownJob, progress_of
 from orchestrator.errors import BackendError, InputError, OrchestratorError, service_message
@@ -69,9 +70,8 @@ _IAM_ACTION = {
     "DescribeLogStreams": "logs:DescribeLogStreams",
     "GetLogEvents": "logs:GetLogEvents",
 }
-_ACCESS_DENIED = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "403", "Forbidden"})
-_THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
-                        "SlowDown", "ProvisionedThroughputExceededException"})
+# HeadObject answers a denied read with a bare 403 (no body, so no code but the status).
+_ACCESS_DENIED = aws.ACCESS_DENIED_CODES | {"403"}
 _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "NotFound", "404"})
 # What a HEAD answers for a key the caller may not see, or that is missing without s3:ListBucket.
 _FORBIDDEN = frozenset({"403", "Forbidden", "AccessDenied"})
@@ -125,8 +125,6 @@ def default_region(region: str | None = None) -> str:
 def make_clients(region: str | None) -> dict:
     """sagemaker, s3 and logs clients for `region` (`aws.client`: timeouts, retries, a checked
     endpoint). The endpoint follows botocore's own settings (AWS_ENDPOINT_URL in tests)."""
-    from orchestrator import aws
-
     session = aws_session(region)
     if not session.region_name:
         raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
@@ -147,8 +145,6 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
     )
     from botocore.exceptions import ConnectionError as AWSConnectionError
 
-    from orchestrator import aws
-
     where = f" in {region}" if region else ""
     silent = aws.describe(exc) if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)) else None
     if silent is not None:
@@ -168,6 +164,10 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
     code = str(error.get("Code", "Unknown"))
     message = service_message(error.get("Message") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
     job = f" {job_name}" if job_name else ""
+    if code in aws.BAD_CREDENTIAL_CODES:
+        return BackendError(f"{operation}{job}: AWS rejected the credentials{where}: {code}: {message}",
+                            hint="renew or fix the credentials (aws sso login, aws configure, AWS_PROFILE, or "
+                                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN)")
     if code in _ACCESS_DENIED:
         action = _IAM_ACTION.get(operation, operation)
         return BackendError(f"{operation}{job}: access denied{where}: {message}",
@@ -182,7 +182,7 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
     if code == "ResourceInUse":
         return BackendError(f"{operation}{job}: a training job with this name already exists{where}: {message}",
                             hint="job names are unique per account and region; change the spec's name")
-    if code in _THROTTLED:
+    if code in aws.THROTTLE_CODES:
         attempts = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
         return BackendError(f"{operation}{job}: still throttled after {attempts + 1} attempts{where}: {message}",
                             hint="lower the sweep's concurrency, or raise AWS_MAX_ATTEMPTS; rerunning is safe")
@@ -204,8 +204,6 @@ def could_not_ask(error: OrchestratorError) -> bool:
     never really asked: no usable credentials (none, partial, expired, rejected), no
     connection to the endpoint, or no answer from it (`aws.classify`). An answer about the
     request (access denied, not found, throttled) is not such an error."""
-    from orchestrator import aws
-
     failure = aws.classify(error)
     return failure is not None and failure.kind in ("credentials", "unreachable", "no-answer")
 
