@@ -586,6 +586,9 @@ def test_stop_of_an_unknown_job_is_an_input_error(ledger):
     ("ValidationException", "1 validation error detected: Value 'x' at 'roleArn'", 400,
      ["1 validation error detected: Value 'x' at 'roleArn'", "`python -m orchestrator plan SPEC`"]),
     ("ThrottlingException", "Rate exceeded", 400, ["still throttled", "AWS_MAX_ATTEMPTS"]),
+    ("ExpiredTokenException", "The security token included in the request is expired", 400,
+     ["AWS rejected the credentials in us-west-2: ExpiredTokenException", "aws sso login"]),
+    ("ServiceUnavailable", "try later", 503, ["failed in us-west-2: ServiceUnavailable", "rerunning is safe"]),
 ])
 def test_client_errors_become_errors_with_hints(code, message, status, wanted):
     err = translate(client_error(code, message, status), operation="CreateTrainingJob", job_name="j",

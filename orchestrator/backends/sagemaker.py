@@ -196,7 +196,10 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
         hint = ("run `python -m orchestrator plan SPEC` to see the exact request; fix the spec field behind it"
                 if operation == "CreateTrainingJob" else None)
         return BackendError(f"{operation}{job}: SageMaker refused the request: {message}", hint=hint)
-    return BackendError(f"{operation}{job} failed{where}: {code}: {message}")
+    failure = aws.classify(exc)
+    hint = ("a passing error on AWS's side: rerunning is safe (a submit is reconciled through the ledger)"
+            if failure is not None and not failure.permanent else None)
+    return BackendError(f"{operation}{job} failed{where}: {code}: {message}", hint=hint)
 
 
 def could_not_ask(error: OrchestratorError) -> bool:
