@@ -71,9 +71,32 @@ def _open(uri: str | None, s3_client=None) -> Store:
             store = open_store(uri, s3_client=_s3_client())
     except ValueError as exc:
         raise InputError(f"bad cache URI: {exc}", hint=hint) from exc
-    if isinstance(store, FileStore) and store.root.exists() and not store.root.is_dir():
-        raise InputError(f"bad cache URI {uri!r}: {store.root} is not a folder", hint=hint)
+    if isinstance(store, FileStore):
+        from orchestrator.paths import unusable
+
+        why = unusable(store.root)
+        if why is not None:
+            raise InputError(f"bad cache URI {uri!r}: {store.root}: {why}", hint=hint)
+        if store.root.exists() and not store.root.is_dir():
+            raise InputError(f"bad cache URI {uri!r}: {store.root} is not a folder", hint=hint)
     return store
+
+
+# A key is one folder name under the store (compile_cache makes them short: <name>-<hex>).
+MAX_KEY_BYTES = 255
+
+
+def _check_key(store: Store, key: str, option: str | None = None) -> str:
+    """`key` if it can be a cache key folder of `store`: one non-empty path segment, not `.`
+    or `..`, at most MAX_KEY_BYTES bytes. InputError (exit 2) otherwise, before any read."""
+    bad = (not key or "/" in key or "\x00" in key or key in (".", "..")
+           or len(key.encode("utf-8", "surrogateescape")) > MAX_KEY_BYTES)
+    if bad:
+        shown = key if len(key) <= 80 else key[:77] + "..."
+        raise InputError(f"{option + ': ' if option else ''}bad cache key {shown!r}: a key is one folder name under "
+                         f"the store (no '/', not '.' or '..', at most {MAX_KEY_BYTES} bytes)",
+                         hint=f"use a key as {_ls_hint(store).removesuffix(' lists the keys there')} shows it")
+    return key
 
 
 def _backend(exc: StorageError) -> BackendError:
@@ -177,8 +200,7 @@ class KeyDetail:
 def show(uri: str | None, key: str, *, s3_client=None) -> KeyDetail:
     """One key's manifest: its key fields, entries, and the archives stored beside it."""
     store = _open(uri, s3_client)
-    if not key or "/" in key or key in (".", ".."):
-        raise InputError(f"bad cache key {key!r}", hint=f"use a key folder name as {_ls_hint(store).removesuffix(' lists the keys there')} shows it")
+    _check_key(store, key)
     manifest_key = f"{key}/{compile_cache.MANIFEST}"
     try:
         raw = store.get_bytes(manifest_key)
@@ -241,6 +263,8 @@ def prune(uri: str | None = None, *, key: str | None = None, older_than_days: fl
         raise InputError(f"the grace period must be zero or more, got {grace_s}",
                          hint="e.g. --grace-hours 1 (the default): younger archives may belong to a push in flight")
     store = _open(uri, s3_client)
+    if key is not None:
+        _check_key(store, key, "--key")
     now = time.time() if now is None else now
     report = PruneReport(store.uri_root, dry_run)
     try:

@@ -8,6 +8,7 @@ Heavy imports (boto3, torch, matplotlib) happen inside the commands that need th
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import re
@@ -660,11 +661,16 @@ def _print_infra_outputs(outputs) -> None:
 def infra_outputs(
     stack_name: str = _STACK_OPTION,
     region: str | None = _REGION_OPTION,
-    write: Path | None = typer.Option(None, "--write", help="Also write them as YAML for a job spec's `infra:` key."),
+    write: Path | None = typer.Option(None, "--write", help="Also write them as YAML for a job spec's `infra:` key "
+                                      "(a new file, or one an earlier --write made)."),
+    force: bool = typer.Option(False, "--force", help="With --write: replace an existing file that is not an "
+                               "outputs file."),
 ) -> None:
     """Print the stack's outputs (role ARN, bucket, suggested URIs)."""
     from orchestrator import infra
 
+    if write is not None:
+        infra.check_outputs_target(write, force)  # before any call: a refused target changes nothing
     outputs = infra.read_outputs(infra.make_client("cloudformation", region), stack_name)
     _out(f"stack {stack_name}:")
     _print_infra_outputs(outputs)
@@ -749,6 +755,10 @@ def results(
     if fmt not in renderers:
         raise InputError(f"--format {fmt!r}: use table, csv or json",
                          hint="table (the default) is for reading; --format csv or --format json for other tools")
+    if plot is not None:
+        from orchestrator.paths import check_write_target
+
+        check_write_target(plot, "--plot")  # before reading anything: a device or FIFO is never replaced
     where, region = _results_prefix(prefix, spec_path, region)
     stderr = Console(stderr=True)
     with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -843,13 +853,14 @@ def _sweep_id_of(target: str, ledger) -> str:
     from orchestrator import spec
     from orchestrator import sweep as sweeps
     from orchestrator.errors import InputError, SpecError
+    from orchestrator.paths import is_file, unusable
 
-    if not (target.endswith((".yaml", ".yml")) or Path(target).is_file()):
+    if not (target.endswith((".yaml", ".yml")) or is_file(target)):
         return sweeps.resolve_id(ledger, target)
     try:
         loaded = spec.load_sweep(target)
     except SpecError as exc:
-        if Path(target).exists():
+        if unusable(target) is not None or Path(target).exists():
             raise
         # No such file: the path is wrong, or a sweep id or name was meant.
         other = "give a sweep id or name instead (`python -m orchestrator sweep status` lists the sweeps)"
@@ -1530,11 +1541,48 @@ def _reflow_help(*apps: typer.Typer) -> None:
 _reflow_help(app, infra_app, prices_app, sweep_app, schedule_app, cache_app)
 
 
+# OSErrors no command turned into one of ours: those about the path given (exit 2) and
+# what to do about each.
+_PATH_ERRNOS = {
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows (255 bytes a name): use a "
+                        "shorter one",
+    errno.ELOOP: "the path goes round a loop of symbolic links: fix the links or give another path",
+    errno.ENOTDIR: "a part of the path that should be a folder is a file: check the path",
+    errno.EISDIR: "the path is a folder where a file was expected: check the path",
+    errno.ENOENT: "check the path",
+    errno.EACCES: "give a path you can read and write, or change its permissions",
+    errno.EPERM: "give a path you can read and write, or change its permissions",
+    errno.EROFS: "the file system is read-only: give a path on a writable one (ORCHESTRATOR_HOME for local state)",
+}
+_OTHER_ERRNOS = {
+    errno.ENOSPC: "the disk is full: free some space there (or point ORCHESTRATOR_HOME at another disk) and run "
+                  "the command again",
+    errno.EDQUOT: "your disk quota is used up: free some space and run the command again",
+    errno.EIO: "the disk reported an I/O error: check it, then run the command again",
+}
+
+
+def _last_resort(exc: BaseException) -> int:
+    """Print an error that no command turned into ours (an OSError about a path, or a bug) as
+    one message and a hint, never a traceback; return the exit code (2 for a bad path)."""
+    if isinstance(exc, OSError) and exc.errno in _PATH_ERRNOS | _OTHER_ERRNOS:
+        where = f"{exc.filename}: " if exc.filename else ""
+        _err(f"error: {where}{exc.strerror or exc}")
+        _err(f"hint: {(_PATH_ERRNOS | _OTHER_ERRNOS)[exc.errno]}")
+        return 2 if exc.errno in _PATH_ERRNOS else 1
+    _err(f"error: internal error: {type(exc).__name__}: {exc}")
+    _err("hint: this is a bug in the orchestrator: run the command again with --debug before it "
+         "(`python -m orchestrator --debug ...`) to see the traceback, and report it")
+    return 1
+
+
 def main() -> None:
     """Run the CLI, turning our errors into one message and an exit code.
 
     Usage errors (unknown command, missing argument) are typer's own: exit 2. With --debug
-    the traceback comes first, then the hint, and the exit code is the error's own.
+    the traceback comes first, then the hint, and the exit code is the error's own. Any
+    other exception (an OSError no command translated, a bug) is one message too: exit 2 for
+    an OSError about the path given (a name too long, not a folder...), else 1.
     """
     from orchestrator import aws
 
@@ -1553,3 +1601,7 @@ def main() -> None:
         if exc.hint:
             _err(f"hint: {exc.hint}")
         sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last resort: no traceback without --debug
+        if _state["debug"]:
+            raise
+        sys.exit(_last_resort(exc))

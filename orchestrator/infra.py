@@ -611,6 +611,31 @@ def _outputs_of(cfn, stack: Mapping, stack_name: str) -> StackOutputs:
     )
 
 
+def check_outputs_target(path: Path, force: bool = False) -> None:
+    """InputError (exit 2) unless `--write path` may be written: a new path, or an outputs
+    file an earlier `--write` made (its keys all among the infra file's), or any regular file
+    with `force`. Never a device, FIFO, socket or folder, forced or not."""
+    from orchestrator import spec
+    from orchestrator.paths import check_write_target
+
+    check_write_target(path, "--write")
+    if force or not Path(path).is_file():
+        return
+    allowed = set(spec.INFRA_FIELDS) | set(spec.INFRA_OTHER_KEYS)
+    try:
+        with open(path, "rb") as handle:
+            data = yaml.safe_load(handle.read(1 << 20))
+    except (OSError, ValueError, yaml.YAMLError):
+        data = ...  # unreadable as YAML: not an outputs file either
+    if data is None or (isinstance(data, dict) and data and set(map(str, data)) <= allowed):
+        return
+    what = (f"its keys are {', '.join(sorted(map(str, data))[:6])}" if isinstance(data, dict)
+            else "it is not a YAML mapping of outputs")
+    raise InputError(f"--write {path}: exists and is not an infra outputs file ({what}); it was left as it is",
+                     hint="write the outputs to another file (e.g. --write configs/infra.yaml and `infra: infra.yaml` "
+                          "in the job spec), or pass --force to replace this one")
+
+
 def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
     """Write the `infra:` file for job specs, atomically (a temp file, then replace)."""
     path = Path(path)

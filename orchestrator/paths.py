@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -41,6 +43,67 @@ def home() -> Path:
     return path
 
 
+def unusable(path: str | os.PathLike) -> str | None:
+    """Why `path` cannot even be looked up (a name longer than the file system allows, a loop
+    of links, a folder on the way that cannot be searched, a NUL byte), or None: a path that
+    exists, or one that does not (yet)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:
+        return "it contains a NUL byte"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """Whether `path` is a regular file (or a link to one); False, never an error, for a path
+    that cannot be looked up at all (see `unusable`)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+class NotRegularFile(OSError):
+    """`write_atomic` refused to replace something that is not a regular file."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """What `path` is when a file written there would replace something that is not a regular
+    file ("a FIFO (named pipe)", "a character device", "a folder"...), following symlinks as a
+    write does; None for a regular file, a link to one, or nothing yet."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None  # unreadable or too long: the write itself says why
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def check_write_target(path: str | os.PathLike, option: str) -> None:
+    """InputError (exit 2) when `option`'s `path` names something other than a regular file
+    or a new path: writing there would replace a device, FIFO, socket or folder with a file
+    (as root, `--plot /dev/null` would replace the device node)."""
+    why = unusable(path)
+    if why is not None:
+        raise InputError(f"{option} {path}: {why}", hint=f"give {option} a shorter or plainer path")
+    kind = not_a_file(path)
+    if kind is not None:
+        raise InputError(f"{option} {path}: is {kind}, not a regular file; nothing was written to it",
+                         hint=f"give {option} a new or regular file, e.g. {option} results.png" if option == "--plot"
+                         else f"give {option} a new or regular file")
+
+
 def write_atomic(path: Path, text: str | bytes) -> Path:
     """Write `text` (str, or bytes as they are) to `path` so readers see the old file or the
     new one, never a part: a temp file in the same folder, fsync'd, then renamed over.
@@ -48,12 +111,16 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
     The file gets the mode a plain `open(path, "w")` would give it: an existing file keeps
     its mode, a new one gets 0o666 less the umask (mkstemp alone would make it 0600). A
     symlink is written through, as open() would: its target gets the new content (and keeps
-    its mode), the link stays a link. Returns `path` as given. OSError propagates."""
-    import stat
+    its mode), the link stays a link. Something that is not a regular file (a device, FIFO,
+    socket or folder) is never replaced: NotRegularFile, an OSError. Returns `path` as given.
+    OSError propagates."""
     import tempfile
 
     # The rename must land on the file the link names, not replace the link with a file.
     target = Path(os.path.realpath(path))
+    kind = not_a_file(target)
+    if kind is not None:
+        raise NotRegularFile(errno.EEXIST, f"is {kind}, not a regular file", str(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
@@ -66,6 +133,9 @@ def write_atomic(path: Path, text: str | bytes) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        kind = not_a_file(target)  # made meanwhile: still never replaced
+        if kind is not None:
+            raise NotRegularFile(errno.EEXIST, f"is {kind}, not a regular file", str(path))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -356,8 +356,14 @@ def check_prefix(prefix: str, argument: str = "results prefix") -> str:
         store = open_store(prefix)
     except ValueError as exc:
         raise InputError(f"{argument} {prefix!r}: {str(exc).removeprefix(f'{prefix}: ')}", hint=hint) from None
-    if isinstance(store, FileStore) and store.root.exists() and not store.root.is_dir():
-        raise InputError(f"{argument} {prefix!r}: {store.root} is not a folder", hint=hint)
+    if isinstance(store, FileStore):
+        from orchestrator.paths import unusable
+
+        why = unusable(store.root)
+        if why is not None:
+            raise InputError(f"{argument} {prefix!r}: {store.root}: {why}", hint=hint)
+        if store.root.exists() and not store.root.is_dir():
+            raise InputError(f"{argument} {prefix!r}: {store.root} is not a folder", hint=hint)
     return prefix
 
 

@@ -23,10 +23,12 @@ Contract:
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import json
 import os
 import re
+import shlex
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -727,22 +729,34 @@ INFRA_FIELDS = {
 INFRA_OTHER_KEYS = ("region", "bucket", "stack_name")
 
 
+# How alike two file names' stems must be (difflib ratio) for "did you mean".
+CLOSE_NAME_CUTOFF = 0.75
+
+
 class _Unreadable(Exception):
     """Why a file cannot be read as a spec; the caller says where the file was named.
 
-    `missing` is True when nothing is at the path (see `_missing_hint`)."""
+    `missing` is True when nothing is at the path (see `_missing_hint`); `hint` says what to
+    do; `line` and `column` (1-based, 0 when unknown) locate the problem in the file."""
 
-    def __init__(self, message: str, missing: bool = False):
+    def __init__(self, message: str, missing: bool = False, hint: str | None = None, line: int = 0,
+                 column: int = 0):
         super().__init__(message)
         self.missing = missing
+        self.hint = hint
+        self.line = line
+        self.column = column
 
 
 def _close_spec_name(path: Path, referrer: str | None = None) -> str | None:
     """The name of a YAML file in `path`'s folder close to `path`'s name, or None.
 
-    For a path that does not exist: `local-smoke.yml` when `local-smoke.yaml` is there. Names
-    are compared without their extension (a shared ".yaml" would make any two look alike),
-    and `referrer`, the file whose field names `path`, is never offered for itself."""
+    For a path that does not exist: first the same name with the other YAML extension
+    (`local-smoke.yaml` for `local-smoke.yml`, the likeliest slip), else a name whose stem is
+    close (names compared without their extension: a shared ".yaml" would make any two look
+    alike; close enough that `local-tiny` does not suggest `latin1`), the same extension
+    first among equally close ones. `referrer`, the file whose field names `path`, is never
+    offered for itself."""
     try:
         with os.scandir(path.parent) as entries:
             names = [e.name for e in entries if e.name.endswith((".yaml", ".yml")) and e.name != path.name]
@@ -750,12 +764,16 @@ def _close_spec_name(path: Path, referrer: str | None = None) -> str | None:
         return None
     if referrer is not None:
         names = [name for name in names if not _same_file(path.parent / name, referrer)]
-    by_stem = {Path(name).stem: name for name in sorted(names)}
-    close = difflib.get_close_matches(Path(path.name).stem, list(by_stem), n=1, cutoff=0.6)
-    if close:
-        return by_stem[close[0]]
-    # The same name with the other YAML extension (.yml for .yaml) is the likeliest slip.
-    return next((name for name in sorted(names) if Path(name).stem == Path(path.name).stem), None)
+    wanted = Path(path.name)
+    same_stem = [name for name in sorted(names) if Path(name).stem == wanted.stem]
+    if same_stem:
+        return same_stem[0]
+    scored = [(difflib.SequenceMatcher(None, wanted.stem, Path(name).stem).ratio(), Path(name).suffix == wanted.suffix,
+               name) for name in names]
+    close = [entry for entry in scored if entry[0] >= CLOSE_NAME_CUTOFF]
+    if not close:
+        return None
+    return max(close, key=lambda entry: (entry[0], entry[1], [-ord(c) for c in entry[2]]))[2]
 
 
 def _same_file(a: Path, b: str) -> bool:
@@ -788,7 +806,7 @@ def _read_text(path: Path) -> str:
     except FileNotFoundError:
         raise _Unreadable("does not exist", missing=True) from None
     except (OSError, ValueError) as exc:
-        raise _Unreadable(f"cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        raise _Unreadable(f"cannot be read: {getattr(exc, 'strerror', None) or exc}", hint=_os_hint(exc)) from None
     if stat.S_ISDIR(info.st_mode):
         raise _Unreadable("is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
@@ -804,13 +822,32 @@ def _read_text(path: Path) -> str:
                 raise _Unreadable("is not a regular file (a device, pipe or socket?)")
             raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
-        raise _Unreadable(f"cannot be read: {exc.strerror or exc}") from None
+        raise _Unreadable(f"cannot be read: {exc.strerror or exc}", hint=_os_hint(exc)) from None
     if len(raw) > MAX_SPEC_BYTES:
         raise _Unreadable(too_big)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _Unreadable(f"is not UTF-8 text (byte {exc.start})") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise _Unreadable(f"is not UTF-8 text (byte {exc.start}): byte 0x{raw[exc.start]:02x} at line {line}, "
+                          f"column {column} is not UTF-8 (a Latin-1 or Windows-1252 file?)",
+                          hint=f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {shlex.quote(str(path))} > "
+                               "NEW.yaml`, then use NEW.yaml", line=line, column=column) from None
+
+
+def _os_hint(exc: BaseException) -> str | None:
+    """What to do about an OSError met reading a spec file."""
+    code = getattr(exc, "errno", None)
+    if code == errno.ENAMETOOLONG:
+        return "a name in the path is longer than the file system allows (255 bytes a name): use a shorter one"
+    if code in (errno.EACCES, errno.EPERM):
+        return "make the file readable (chmod) or copy it somewhere you can read"
+    if code == errno.ELOOP:
+        return "the path goes round a loop of symbolic links: fix the links"
+    if isinstance(exc, ValueError):
+        return "remove the NUL byte from the path"
+    return None
 
 
 def _read_spec_file(path: Path) -> str:
@@ -818,8 +855,8 @@ def _read_spec_file(path: Path) -> str:
     try:
         return _read_text(path)
     except _Unreadable as exc:
-        raise SpecError([Problem(str(path), 0, 0, "", str(exc))],
-                        hint=_missing_hint(path) if exc.missing else None) from None
+        raise SpecError([Problem(str(path), exc.line, exc.column, "", str(exc))],
+                        hint=_missing_hint(path) if exc.missing else exc.hint) from None
 
 
 # The top-level keys that tell a job spec from a sweep spec (see `_kind`).
@@ -860,7 +897,7 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
         close = _close_spec_name(path, referrer=smap.file) if exc.missing else None
         where = f"did you mean infra: {Path(ref).parent / close}? If not, " if close else ""
         raise SpecError([Problem(smap.file, line, col, "infra", f"infra outputs {path} {exc}")],
-                        hint=where + hint) from None
+                        hint="; ".join(filter(None, (exc.hint, where + hint)))) from None
     outputs, infra_map = read_yaml(text, str(path))
     if not isinstance(outputs, Mapping):
         raise SpecError([Problem(smap.file, line, col, "infra", f"{path} is not a mapping of outputs")], hint=hint)
@@ -1245,12 +1282,25 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
         close = _close_spec_name(base_path, referrer=filename) if exc.missing else None
         where = f"did you mean base: {Path(sweep.base).parent / close}? " if close else ""
         raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} {exc}")],
-                        hint=f"{where}base is a path relative to the sweep file") from None
-    base_data, base_map = read_yaml(base_text, str(base_path))
-    if _kind(base_data) == "sweep":
-        raise SpecError([Problem(filename, line, col, "base",
-                                 f"base {base_path} is itself a sweep spec; base must name a job spec")])
-    sweep._base = _job_spec(base_data, base_map, base_path.parent)
+                        hint="; ".join(filter(None, (exc.hint, f"{where}base is a path relative to the sweep file")))) from None
+    naming = Problem(filename, line, col, "base", f"the base job spec {base_path} named here does not load; "
+                     "its problems follow")
+    try:
+        base_data, base_map = read_yaml(base_text, str(base_path))
+        if _kind(base_data) == "sweep":
+            raise SpecError([Problem(filename, line, col, "base",
+                                     f"base {base_path} is itself a sweep spec; base must name a job spec")])
+        if not isinstance(base_data, Mapping):
+            what = "empty" if base_data is None else f"a YAML {type(base_data).__name__}, not a mapping of fields"
+            raise SpecError([Problem(filename, line, col, "base", f"base {base_path} is not a job spec: it is {what}")],
+                            hint="base names the job spec the sweep varies (a YAML file with name:, backend:, ...), "
+                                 "as a path relative to the sweep file")
+        sweep._base = _job_spec(base_data, base_map, base_path.parent)
+    except SpecError as exc:
+        if exc.problems and exc.problems[0].file == filename:
+            raise
+        # A problem inside the base file: say first which sweep file, at which line, named it.
+        raise SpecError([naming, *exc.problems], hint=exc.hint) from None
     sweep._source = smap
     # Text given without a file name has no path: a crontab line cannot point at "<string>".
     sweep._path = None if filename == "<string>" else Path(filename)

@@ -362,3 +362,25 @@ def test_show_rejects_an_unusable_manifest(tmp_path):
     storage.open_store(uri).put_bytes(f"{NEURON.digest()}/manifest.json", json.dumps({"schema": 7}).encode())
     with pytest.raises(BackendError, match="schema"):
         cache.show(uri, NEURON.digest())
+
+
+@pytest.mark.parametrize("key", ["../x", ".", "..", "/", "/etc", "a/b", "k" * 256])
+@pytest.mark.parametrize("scheme", ["file", "s3"])
+def test_prune_and_show_refuse_a_key_that_is_not_one_folder_name(tmp_path, monkeypatch, capsys, key, scheme):
+    # QA: `cache prune --key` with ../x, ., .., / or /etc was a ValueError traceback (exit 1);
+    # `cache show` refused them. Both refuse before any store is read (s3: no endpoint needed).
+    uri = f"file://{tmp_path}/store" if scheme == "file" else "s3://orchestrator-example-bucket/cc"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    for args in (["cache", "prune", uri, "--key", key], ["cache", "show", uri, key]):
+        code, out, err = _cli(monkeypatch, capsys, *args)
+        assert code == 2 and out == "" and "Traceback" not in err, err
+        assert "bad cache key" in err and "a key is one folder name under the store" in err
+        assert f"hint: use a key as `python -m orchestrator cache ls {uri}` shows it" in err
+
+
+@pytest.mark.parametrize("command", [["cache", "ls"], ["cache", "prune"], ["cache", "show"]])
+def test_a_store_path_with_a_name_too_long_is_exit_2(tmp_path, monkeypatch, capsys, command):
+    uri = f"file://{tmp_path}/{'a' * 256}"
+    code, out, err = _cli(monkeypatch, capsys, *command, uri, *(["key"] if command[1] == "show" else []))
+    assert code == 2 and "Traceback" not in err
+    assert err.startswith(f"error: bad cache URI {uri!r}: {tmp_path}/{'a' * 256}: File name too long")

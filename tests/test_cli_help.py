@@ -45,3 +45,4 @@ def test_help_wraps_to_the_terminal_width():
     assert result.exit_code == 0
     assert "spec's hash and the ledger" in " ".join(result.output.split())
     assert not any(line.rstrip().endswith("spec's hash and") for line in result.output.splitlines())
+

@@ -884,3 +884,45 @@ def test_outputs_file_keys_are_those_the_spec_loader_reads(tmp_path):
     assert loaded.output.uri == "s3://my-own-bucket/out"
     assert loaded.compile_cache.uri == "s3://orch-bucket-1/compile-cache"
     assert loaded.role_arn == f"arn:aws:iam::{ACCOUNT}:role/orch-Role-1"
+
+
+# --- infra outputs --write onto a file that is not an outputs file ---------------------------
+
+
+@pytest.mark.timeout(60)
+def test_outputs_write_refuses_a_job_spec_a_fifo_or_a_folder_before_any_aws_call(monkeypatch, capsys, tmp_path):
+    # QA: --write onto an existing job spec overwrote it without a word; onto a FIFO replaced it.
+    import os
+    import stat
+
+    calls = no_aws_client(monkeypatch)
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text("name: vit\nbackend: local\n")
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "outputs", "--write", str(spec_file))
+    assert code == 2 and out == ""
+    assert err == (f"error: --write {spec_file}: exists and is not an infra outputs file (its keys are backend, "
+                   "name); it was left as it is\nhint: write the outputs to another file (e.g. --write "
+                   "configs/infra.yaml and `infra: infra.yaml` in the job spec), or pass --force to replace this one\n")
+    assert spec_file.read_text() == "name: vit\nbackend: local\n"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for target in (tmp_path / "fifo", tmp_path / "dir"):
+        for force in ([], ["--force"]):  # never, forced or not
+            code, _, err = run_cli(monkeypatch, capsys, "infra", "outputs", "--write", str(target), *force)
+            assert code == 2 and "not a regular file; nothing was written" in err
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode) and (tmp_path / "dir").is_dir()
+    assert calls == []
+
+
+def test_outputs_write_replaces_an_earlier_outputs_file_and_forced_any_file(tmp_path):
+    earlier = tmp_path / "infra.yaml"
+    earlier.write_text("# Written by ...\nrole_arn: arn:aws:iam::1:role/x\nbucket: b\nregion: us-east-1\n")
+    infra.check_outputs_target(earlier)  # an outputs file: replaced without --force
+    infra.check_outputs_target(tmp_path / "new.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    infra.check_outputs_target(tmp_path / "empty.yaml")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not yaml: [")
+    with pytest.raises(InputError, match="it is not a YAML mapping of outputs"):
+        infra.check_outputs_target(notes)
+    infra.check_outputs_target(notes, force=True)

@@ -140,3 +140,53 @@ def test_current_umask_without_proc_reads_and_restores_it(umask, monkeypatch):
     monkeypatch.setattr(builtins, "open", no_proc)
     assert paths.current_umask() == 0o027
     assert os.umask(0o027) == 0o027  # unchanged by the read
+
+
+# --- write targets that are not regular files are never replaced ---------------------------
+
+
+def _special_targets(tmp_path) -> dict:
+    """Things a write must not replace, each made in tmp_path: name -> (path, how to tell it is intact)."""
+    import os
+    import socket
+    import stat
+
+    found = {}
+    os.mkfifo(tmp_path / "fifo")
+    found["fifo"] = (tmp_path / "fifo", lambda p: stat.S_ISFIFO(os.lstat(p).st_mode))
+    (tmp_path / "folder").mkdir()
+    found["folder"] = (tmp_path / "folder", lambda p: p.is_dir())
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock"))
+    found["socket"] = (tmp_path / "sock", lambda p: stat.S_ISSOCK(os.lstat(p).st_mode))
+    # A link to a FIFO: the write follows links, so it is the FIFO that would be replaced.
+    (tmp_path / "link").symlink_to(tmp_path / "fifo")
+    found["link-to-fifo"] = (tmp_path / "link", lambda p: stat.S_ISFIFO(os.stat(p).st_mode) and p.is_symlink())
+    if os.geteuid() == 0:  # our own device node (never /dev/null: a failing test would replace it)
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        found["char-device"] = (tmp_path / "null", lambda p: stat.S_ISCHR(os.lstat(p).st_mode))
+    return found
+
+
+def test_write_atomic_never_replaces_what_is_not_a_regular_file(tmp_path):
+    import os
+
+    for name, (target, intact) in _special_targets(tmp_path).items():
+        with pytest.raises(paths.NotRegularFile) as info:
+            paths.write_atomic(target, "data")
+        assert isinstance(info.value, OSError) and "not a regular file" in info.value.strerror, name
+        assert intact(target), name
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]  # no temp file left
+
+
+@pytest.mark.timeout(60)
+def test_results_plot_onto_a_fifo_device_socket_or_folder_is_exit_2_and_leaves_it(tmp_path, monkeypatch, capsys,
+                                                                                  orch_home):
+    # QA: `results --plot FIFO` replaced the FIFO with a PNG and said "wrote"; as root
+    # `--plot /dev/full` replaced the device node.
+    for name, (target, intact) in _special_targets(tmp_path).items():
+        code, out, err = run_cli(monkeypatch, capsys, "results", "--plot", str(target))
+        assert code == 2 and "Traceback" not in err, (name, err)
+        assert err.startswith(f"error: --plot {target}: is a") and "not a regular file; nothing was written" in err
+        assert "hint: give --plot a new or regular file" in err
+        assert intact(target), name

@@ -988,3 +988,10 @@ def test_cli_results_table_shows_bracketed_values_verbatim(prices, tmp_path, mon
     # The title carries the prefix, also verbatim.
     assert res.render_table(res.Collection("file:///tmp/[/p]", [])).splitlines()[0].strip() == \
         "results under file:///tmp/[/p]"
+
+
+def test_a_prefix_with_a_name_too_long_is_exit_2(tmp_path, monkeypatch, capsys):
+    prefix = f"file://{tmp_path}/{'a' * 256}/jobs"
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--prefix", prefix)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.startswith(f"error: --prefix {prefix!r}: {tmp_path}/{'a' * 256}/jobs: File name too long\n")

@@ -677,3 +677,74 @@ def test_a_missing_base_or_infra_file_is_never_matched_to_the_file_naming_it(tmp
     with pytest.raises(SpecError) as info:
         spec.load(tmp_path / "job.yaml")
     assert "did you mean" not in info.value.hint
+
+
+# --- messages that misled (issue 14) ---------------------------------------------------------------
+
+
+def test_a_latin1_spec_gets_its_line_column_and_how_to_convert_it(tmp_path):
+    # QA: a Latin-1 file got a byte offset with no line and no hint.
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"name: vit\nbackend: local\ntags: {team: caf\xe9}\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(path)
+    [problem] = info.value.problems
+    assert (problem.file, problem.line, problem.column) == (str(path), 3, 17)
+    assert problem.message == ("is not UTF-8 text (byte 41): byte 0xe9 at line 3, column 17 is not UTF-8 (a Latin-1 "
+                               "or Windows-1252 file?)")
+    assert info.value.hint == f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path} > NEW.yaml`, then use NEW.yaml"
+
+
+def test_a_missing_spec_is_not_matched_to_a_name_only_loosely_alike(tmp_path):
+    # QA: `local-tiny.yml` missing suggested "latin1.yaml".
+    (tmp_path / "latin1.yaml").write_text("")
+    (tmp_path / "local-smoke.yaml").write_text("")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "local-tiny.yml")
+    assert "did you mean" not in info.value.hint
+    # The same name with the other extension first, then a close name, the same extension first.
+    (tmp_path / "local-tiny.yaml").write_text("")
+    (tmp_path / "local-tiny2.yml").write_text("")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "local-tiny.yml")
+    assert info.value.hint == f"did you mean {tmp_path / 'local-tiny.yaml'}?"
+    (tmp_path / "local-smoky.yml").write_text("")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "local-smokey.yml")
+    assert info.value.hint == f"did you mean {tmp_path / 'local-smoky.yml'}?"  # as close as -smoke, same extension
+
+
+@pytest.mark.parametrize("content, what", [
+    (b"root:x:0:0:root:/root:/bin/bash\n", "a YAML str, not a mapping of fields"),
+    (b"- a\n- b\n", "a YAML list, not a mapping of fields"),
+])
+def test_a_base_that_is_not_a_job_spec_is_named_at_the_sweep_files_base_line(tmp_path, content, what):
+    # QA: `base: /etc/passwd` reported "/etc/passwd:1:1: expected a mapping" without naming the sweep file.
+    base = tmp_path / "passwd"
+    base.write_bytes(content)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"sweep: s\nbase: {base}\ngrid:\n  training.steps: [1]\n")
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(sweep)
+    [problem] = info.value.problems
+    assert (problem.file, problem.line, problem.path) == (str(sweep), 2, "base")
+    assert problem.message == f"base {base} is not a job spec: it is {what}"
+    assert info.value.hint.startswith("base names the job spec the sweep varies")
+
+
+def test_problems_inside_the_base_spec_follow_the_sweep_line_that_names_it(tmp_path):
+    base = tmp_path / "base.yaml"
+    base.write_text("name: x\nbackend: local\ntraining: {steps: -1}\n")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("sweep: s\nbase: base.yaml\ngrid:\n  training.steps: [1]\n")
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(sweep)
+    first, second = info.value.problems
+    assert (first.file, first.line, first.path) == (str(sweep), 2, "base")
+    assert first.message == f"the base job spec {base} named here does not load; its problems follow"
+    assert (second.file, second.line, second.path) == (str(base), 3, "training.steps")
+    base.write_text("")
+    with pytest.raises(SpecError) as info:
+        spec.load_sweep(sweep)
+    assert [(p.file, p.line) for p in info.value.problems] == [(str(sweep), 2), (str(base), 1)]
+    assert info.value.problems[1].message == "the file is empty; expected a mapping of fields"

@@ -1923,3 +1923,14 @@ def test_sweep_tables_fold_long_job_names_and_overrides_instead_of_cutting_them(
     assert "…" not in shown.output
     assert _column(shown.output, 2) == "".join(t.job_name for t in planned.trials)
     assert _column(shown.output, 6) == overrides.replace(" ", "")
+
+
+@pytest.mark.parametrize("command", ["status", "resume", "stop"])
+@pytest.mark.parametrize("name", ["a" * 256, "a" * 300 + ".yaml", "x/" + "b" * 256])
+def test_a_sweep_name_too_long_for_the_file_system_is_exit_2(orch_home, monkeypatch, capsys, command, name):
+    # QA: any name of 256 or more characters reaching the file system was an ENAMETOOLONG traceback.
+    from cli_harness import run_cli
+
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", command, name)
+    assert code == 2 and out == "" and "Traceback" not in err, err
+    assert err.startswith("error: ") and "\nhint: " in err
