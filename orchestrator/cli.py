@@ -224,7 +224,9 @@ def _job_backend(job: str, region: str | None):
             where = f"SageMaker in {entry.region}" if entry.backend == "sagemaker" else f"the {entry.backend} backend"
             _err(f"note: --region {region} ignored: the ledger ({ledger.path}) records {job} on {where}")
         backend = backends.create(entry.backend, region=entry.region, ledger=ledger)
-    elif (jobs / job / "status.json").exists():  # a local job whose ledger row is gone
+    elif (jobs / job / "status.json").exists() or (jobs / job / "supervisor.pid").exists():
+        # A local job whose ledger row is gone (its status file may be gone too: its process
+        # record is enough to stop it).
         backend = backends.create("local", ledger=ledger)
     else:
         region = default_region(region)
@@ -551,12 +553,19 @@ def stop(
     already ended or is stopping, and for one the ledger records as ended that was never
     created (a sweep trial cancelled before submission).
     """
-    from orchestrator.backends import UnknownJob
+    from orchestrator.backends import DamagedStatus, UnknownJob
     from orchestrator.ledger import TERMINAL
 
     with _job_backend(job, region) as backend:
         try:
             st = backend.status(job)  # an unknown job is an InputError (exit 2): nothing to ask to stop
+        except DamagedStatus as exc:
+            # The job's own record is unreadable: the backend stops it from its process record
+            # alone, or says (DamagedStatus, exit 2) that nothing of it runs.
+            backend.stop(job)
+            _err(f"note: {exc.message}")
+            _out(f"{job}: stop requested (its supervisor was signalled; its status file cannot tell more)")
+            return
         except UnknownJob:
             entry = backend.ledger.get(job)
             if entry is None or entry.state not in TERMINAL:

@@ -433,6 +433,36 @@ def test_empty_data_channel_is_refused_at_submit(orch_home, tmp_path, fake_train
     assert Ledger().get(prepared.job_name) is None  # nothing left "submitting"
 
 
+@pytest.mark.parametrize("field_name", ["data.source", "output.uri", "compile_cache.uri"])
+@pytest.mark.parametrize("where", ["the file", "below the file"])
+def test_a_file_where_a_folder_is_expected_is_exit_2_naming_the_field(orch_home, tmp_path, monkeypatch, capsys,
+                                                                      field_name, where):
+    # QA: data.source file:///etc/passwd failed at submit with exit 1 and "check your credentials
+    # and the network"; a compile cache or output URI naming a file was accepted and failed in the job.
+    from cli_harness import run_cli
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    uri = f"file://{blocker}" + ("" if where == "the file" else "/below")
+    path = make_spec(tmp_path)
+    text = path.read_text()
+    if field_name == "data.source":
+        text = text.replace("source: synthetic", f"source: {uri}")
+    elif field_name == "output.uri":
+        text += f"output: {{uri: {uri}}}\n"
+    else:
+        text = text.replace('compile_cache: {mode: "off"}', f"compile_cache: {{mode: tarball, uri: {uri}}}")
+    path.write_text(text)
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 2 and out == "" and "Traceback" not in err, err
+    what = (f"{blocker} is a file, not a folder" if where == "the file" else
+            f"{blocker}, a folder on its way, is a file")
+    assert f"error: {field_name} {uri}: {what}\n" in err
+    assert f"hint: make {field_name} a folder" in err and "credentials" not in err
+    assert not (orch_home / "jobs").exists() or not list((orch_home / "jobs").iterdir())
+    assert blocker.read_text() == "not a folder"
+
+
 def test_a_job_laid_out_before_its_supervisor_wrote_its_pid_is_starting_not_orphaned(orch_home, tmp_path,
                                                                                        fake_train, monkeypatch):
     # QA: a sweep runner stopped (SIGTERM) inside submit, after the layout and before the
@@ -506,13 +536,19 @@ def test_a_damaged_status_file_is_an_input_error_naming_it(orch_home, content, w
     folder.mkdir(parents=True)
     (folder / "status.json").write_text(content)
     backend = LocalBackend()
-    for call in (backend.status, lambda job: list(backend.logs(job)), backend.stop):
+    for name, call in (("status", backend.status), ("logs", lambda job: list(backend.logs(job))),
+                       ("stop", backend.stop)):
         with pytest.raises(InputError) as info:
             call("broken-1")
         assert not isinstance(info.value, UnknownJob)  # the name is right: the file is not
         assert info.value.message.startswith(f"{folder / 'status.json'}: the local job's status file is damaged: {why}")
-        assert f"remove its folder (rm -r {folder}) to forget it" in info.value.hint
-        assert "`python -m orchestrator stop broken-1` stops it" in info.value.hint and "--rerun" in info.value.hint
+        assert f"(rm -r {folder}) to forget it" in info.value.hint and "--rerun" in info.value.hint
+        if name == "stop":
+            # QA (issue 14): the stop that found nothing running told the user to run `stop`.
+            assert "nothing of it runs: no live supervisor is recorded in" in info.value.hint
+            assert "orchestrator stop" not in info.value.hint
+        else:
+            assert "`python -m orchestrator stop broken-1` stops it" in info.value.hint
     assert (folder / "status.json").read_text() == content  # left for the user to look at
     assert sorted(p.name for p in folder.iterdir()) == ["status.json"]  # stop wrote no stop request
 
@@ -526,6 +562,51 @@ def test_a_running_job_with_a_damaged_status_file_can_still_be_stopped(orch_home
     wait_until(lambda: not local.process_alive(data["pid"]), 60, "the supervisor did not stop")
     final = json.loads((job_dir / local.STATUS_FILE).read_text())
     assert final["state"] == "stopped"  # the supervisor wrote a whole status as it stopped
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "deleted", "a folder"])
+def test_cli_stop_of_a_running_job_with_a_damaged_status_file_works_from_its_pid_file(
+        orch_home, tmp_path, fake_train, monkeypatch, capsys, damage):
+    # QA (issue 14): `stop` exited 2 and its hint said to run `stop`.
+    from cli_harness import run_cli
+
+    backend, prepared, job_dir, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
+    status_file = job_dir / local.STATUS_FILE
+    if damage == "not JSON":
+        status_file.write_text("{bad")
+    elif damage == "deleted":
+        status_file.unlink()
+    else:
+        status_file.unlink()
+        status_file.mkdir()
+    code, out, err = run_cli(monkeypatch, capsys, "stop", prepared.job_name)
+    assert code == 0, err
+    assert out == f"{prepared.job_name}: stop requested (its supervisor was signalled; its status file cannot tell more)\n"
+    assert err.startswith(f"note: {status_file}: the local job's status file is damaged")
+    wait_until(lambda: not local.process_alive(data["pid"]), 60, "the supervisor did not stop")
+    for host in data["hosts"].values():
+        assert not local.process_alive(host["pid"])
+
+
+def test_stop_never_signals_a_process_that_took_the_supervisors_pid(orch_home, tmp_path):
+    # The pid file outlived its supervisor and the pid now belongs to an unrelated process.
+    import subprocess
+    import sys
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folder = orch_home / "jobs" / "broken-2"
+        folder.mkdir(parents=True)
+        (folder / "status.json").write_text("{bad")
+        (folder / local.PID_FILE).write_text(f"{other.pid}\n")
+        with pytest.raises(InputError) as info:
+            LocalBackend().stop("broken-2")
+        assert "nothing of it runs" in info.value.hint
+        assert other.poll() is None  # not signalled
+        assert not (folder / local.STOP_FILE).exists()
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_job_name_of_another_spec_is_refused(orch_home, tmp_path, fake_train):

@@ -294,6 +294,7 @@ class LocalBackend:
         known = self.ledger.get(name)
         if not (job_dir / STATUS_FILE).exists() and (known is None or known.state in ("planned", "submitting")):
             # Read-only, so before the intent: a submit refused for its data leaves no ledger row.
+            self._check_folders(prepared)
             self._check_channels(prepared.request)
         entry = self.ledger.record_intent(name, backend=self.name, region=prepared.spec.region,
                                           spec_hash=prepared.spec_hash, request=prepared.request,
@@ -335,6 +336,32 @@ class LocalBackend:
         from entrypoints import storage
 
         return storage.open_store(uri, s3_client=self._s3)
+
+    def _check_folders(self, prepared) -> None:
+        """InputError (exit 2) naming the spec field when a file:// URI the job reads or writes
+        (data.source, output.uri, compile_cache.uri) names something that is not a folder, or
+        lies below a file: the job could only fail on it later."""
+        from orchestrator import request as requests
+        from orchestrator.paths import unusable
+
+        uris = {"data.source": list(channels_of(prepared.request).values()),
+                "output.uri": [requests.output_uri(prepared.spec)],
+                "compile_cache.uri": [requests.compile_cache_uri(prepared.spec)]}
+        for field_name, found in uris.items():
+            for uri in found:
+                if not uri or not uri.startswith("file://"):
+                    continue
+                path = Path(uri[len("file://"):])
+                why = unusable(path)
+                blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+                if why is None and blocker is None:
+                    continue
+                what = why or (f"{blocker} is a file, not a folder" if blocker == path else
+                               f"{blocker}, a folder on its way, is a file")
+                raise InputError(f"{field_name} {uri}: {what}",
+                                 hint=f"make {field_name} a folder (file:///absolute/folder), or move the file away"
+                                      + ("; data.source must hold an ImageFolder tree (class/image files)"
+                                         if field_name == "data.source" else ""))
 
     def _check_channels(self, request: dict) -> None:
         for channel, uri in channels_of(request).items():
@@ -430,6 +457,8 @@ class LocalBackend:
         try:
             text = path.read_text()
         except FileNotFoundError:
+            if (self.job_dir(job_name) / PID_FILE).exists():  # its supervisor started: the file was lost
+                self._damaged(job_name, path, "it is missing")
             raise UnknownJob(f"no local job named {job_name} under {self.home / 'jobs'}",
                              hint=f"each local job has a folder in {self.home / 'jobs'} (`ls` it for their "
                                   "names); or check ORCHESTRATOR_HOME") from None
@@ -438,13 +467,22 @@ class LocalBackend:
         else:
             data, why = _parse_status(text)
         if why is not None:
-            folder = self.job_dir(job_name)
-            raise DamagedStatus(f"{path}: the local job's status file is damaged: {why}",
-                                hint=f"the job's state is lost (its log is in {folder / LOG_DIR}). If it still "
-                                     f"runs, `python -m orchestrator stop {job_name}` stops it; then remove its "
-                                     f"folder (rm -r {folder}) to forget it. To run it again: `submit --rerun "
-                                     "SPEC`, or `sweep resume` for a sweep's trial")
+            self._damaged(job_name, path, why)
         return data
+
+    def _damaged(self, job_name: str, path: Path, why: str, stopping: bool = False):
+        """Raise DamagedStatus for `path`. The hint offers `stop` unless this is the stop that
+        found nothing running (`stopping`)."""
+        folder = self.job_dir(job_name)
+        if stopping:
+            first = (f"the job's state is lost (its log is in {folder / LOG_DIR}) and nothing of it runs: no live "
+                     f"supervisor is recorded in {folder / PID_FILE}. Remove its folder")
+        else:
+            first = (f"the job's state is lost (its log is in {folder / LOG_DIR}). If it still runs, `python -m "
+                     f"orchestrator stop {job_name}` stops it; then remove its folder")
+        raise DamagedStatus(f"{path}: the local job's status file is damaged: {why}",
+                            hint=f"{first} (rm -r {folder}) to forget it. To run it again: `submit --rerun SPEC`, or "
+                                 "`sweep resume` for a sweep's trial")
 
     def _supervisor_pid(self, job_name: str, data: dict) -> int | None:
         if data.get("pid"):
@@ -561,10 +599,13 @@ class LocalBackend:
         its pid file; it writes a whole final status as it stops); DamagedStatus otherwise."""
         try:
             data = self._read_status(job_name)
-        except DamagedStatus:
+        except DamagedStatus as exc:
+            # The process record alone: the supervisor's pid file, if that pid is still this
+            # job's supervisor (a recycled pid is somebody else's process: never signalled).
             pid = self._supervisor_pid(job_name, {})
-            if not process_alive(pid):
-                raise
+            if not (process_alive(pid) and _is_supervisor_of(pid, self.job_dir(job_name))):
+                why = exc.message.partition("damaged: ")[2]
+                self._damaged(job_name, self.job_dir(job_name) / STATUS_FILE, why, stopping=True)
             (self.job_dir(job_name) / STOP_FILE).touch()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -581,6 +622,19 @@ class LocalBackend:
                 pass
         else:
             self._mark_orphaned(job_name, self._read_status(job_name))
+
+
+def _is_supervisor_of(pid: int, job_dir: Path) -> bool:
+    """Whether process `pid` runs this job's supervisor (`-m RUNNER_MODULE ... <job_dir>`), by
+    its command line; True where there is no /proc to read it from (macOS)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return not Path("/proc/self/cmdline").exists()
+    except OSError:
+        return False
+    return RUNNER_MODULE.encode() in argv and bool({os.fsencode(str(job_dir)), os.fsencode(str(job_dir.resolve()))}
+                                                   & set(argv))
 
 
 @contextmanager
