@@ -550,3 +550,37 @@ def test_more_local_processes_than_cpus_warns(monkeypatch):
     assert "N027-local-oversubscribed" not in _rules(_spec(LOCAL, **{"training.workers_per_node": 4}))
     # SageMaker hosts are sized by the catalog (N004, N015), not by this machine.
     assert "N027-local-oversubscribed" not in _rules(_spec(**{"instance.count": 1}))
+
+
+# --- N031: a local job's environment must fit a new process on this machine --------------------
+
+
+@pytest.mark.skipif(not doctor.sys.platform.startswith("linux"), reason="MAX_ARG_STRLEN is Linux's")
+def test_validate_refuses_a_local_environment_value_no_process_can_take(tmp_path, monkeypatch, capsys):
+    # QA: a 600 KB environment value passed `validate`, then failed at submit as
+    # "InternalServerError ... Argument list too long" with no field named.
+    path = tmp_path / "job.yaml"
+    path.write_text(LOCAL + f"environment:\n  BIG: {'x' * 600_000}\n  SMALL: ok\n")
+    code, out, err = _cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and out == "" and "Traceback" not in err
+    one, _ = doctor.exec_limits()
+    assert err.startswith(f"error: {path}:4:8: environment.BIG: environment BIG: 600005 bytes; one environment variable "
+                          f"of a process on this machine holds at most {one} bytes (Linux MAX_ARG_STRLEN)")
+    assert "[N031-local-environment-size]" in err and "hint: shorten it" in err
+    # Just below the limit is fine.
+    assert "N031-local-environment-size" not in _rules(_spec(LOCAL, environment={"BIG": "x" * (one - 5)}))
+    assert "N031-local-environment-size" in _rules(_spec(LOCAL, environment={"BIG": "x" * (one - 4)}))
+
+
+def test_a_local_environment_too_large_with_the_callers_own_is_refused_at_environment(monkeypatch):
+    monkeypatch.setattr(doctor, "exec_limits", lambda: (None, 200_000))
+    monkeypatch.setattr(doctor.os, "environ", {"PATH": "/bin", "HUGE": "y" * 100_000})
+    f = _fires(_spec(LOCAL, environment={f"V{i}": "x" * 1000 for i in range(40)}), "N031-local-environment-size")
+    assert f.path == "environment" and "this process's own environment (100" in f.message
+    assert "N031-local-environment-size" not in _rules(_spec(LOCAL, environment={"V": "x" * 1000}))
+
+
+def test_a_sagemaker_environment_value_is_refused_at_validate_too():
+    # The same spec on SageMaker meets SageMaker's own limit (N023), not this machine's.
+    rules = _rules(_spec(environment={"BIG": "x" * 600_000}))
+    assert "N023-environment-limits" in rules and "N031-local-environment-size" not in rules
