@@ -988,9 +988,36 @@ def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
     try:
         new = JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(problems_from(exc, JobSpec, smap)) from None
+        # The spec file's text at an overridden path is the value replaced, not the offending one.
+        raise SpecError(problems_from(exc, JobSpec, _Overridden(smap, [_split(d) for d in overrides]))) from None
     new._source = smap
     return new
+
+
+@dataclass
+class _Overridden:
+    """A spec's source map as seen through overrides: the same locations, but no source text
+    for an overridden path (the file's text there is the value the override replaced)."""
+
+    smap: SourceMap
+    paths: list[tuple]
+
+    def _overridden(self, path: tuple) -> bool:
+        path = tuple(str(p) for p in path)
+        return any(path[:len(p)] == p for p in self.paths)
+
+    def where(self, path: tuple, prefer_key: bool = False) -> tuple[str, int, int]:
+        return self.smap.where(path, prefer_key)
+
+    def raw(self, path: tuple) -> str | None:
+        return None if self._overridden(path) else self.smap.raw(path)
+
+    def find(self, path: tuple, prefer_key: bool = False) -> tuple[int, int]:
+        return self.smap.find(path, prefer_key)
+
+    @property
+    def file(self) -> str:
+        return self.smap.file
 
 
 def json_schema() -> dict:

@@ -192,6 +192,22 @@ def test_sweep_file_that_is_not_a_regular_file_is_refused(tmp_path):
     assert "not a regular file" in info.value.message
 
 
+@pytest.mark.parametrize("value, message", [
+    (".nan", "must be a finite number, got nan"),
+    (".inf", "must be a finite number, got inf"),
+    ("-.inf", "must be a finite number, got -inf"),
+    ('"abc"', "Input should be a valid number, unable to parse string as a number"),
+    ("true", "expected a number, got a boolean"),
+])
+def test_a_bad_grid_value_is_reported_as_itself_not_as_the_bases_value(tmp_path, value, message):
+    # QA: NaN, inf or a wrong type in a grid reported the base spec's value ("got 1.0e-4").
+    text = f"sweep: demo\nbase: base.yaml\ngrid:\n  training.optimizer.lr: [1.0e-3, {value}]\n"
+    [problem] = problems_of(tmp_path, text)
+    assert problem.path == "training.optimizer.lr" and problem.line == 4
+    assert problem.message.endswith(message)
+    assert "1.0e-4" not in problem.message  # the base's text for this field
+
+
 def test_a_job_spec_given_as_a_sweep_or_as_a_base_sweep_is_named(tmp_path):
     (tmp_path / "job.yaml").write_text(BASE)
     with pytest.raises(SpecError) as info:
