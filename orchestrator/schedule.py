@@ -349,7 +349,35 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     comment = (f"# orchestrator: sweep {sweep.sweep}, cron {expr!r} in {zone}. CRON_TZ makes cronie and "
                f"systemd-cron read it in {zone} (and every entry below it); other crons (Debian's, busybox) "
                f"read it in the machine's zone. Log: {log}" + "".join(f". Note: {n}" for n in notes))
-    return f"{comment}\nCRON_TZ={zone}\n{expr} {command}"
+    return f"{comment}\nCRON_TZ={zone}\n{expr} {cron_command(command)}"
+
+
+def cron_command(command: str) -> str:
+    """Shell text `command` as the command field of a crontab entry, so that cron hands the
+    shell exactly `command`.
+
+    crontab(5): the command runs up to a newline or an unescaped `%`; each later `%` becomes a
+    newline of the command's stdin, and `\\%` stands for a `%`. cron reads a backslash as
+    escaping the character after it, and drops the backslash only before a `%` (cronie
+    src/do_command.c, as in Vixie cron): so `%` becomes `\\%`, and where the shell text has a
+    backslash right before a `%` (inside single quotes, as `shlex.quote` puts every word with
+    a backslash), an empty `''` goes between them, which the shell drops. A newline (or a
+    carriage return) cannot be in an entry at all: InputError naming it."""
+    for char, name in (("\n", "a newline"), ("\r", "a carriage return")):
+        if char in command:
+            raise InputError(f"the crontab entry would contain {name} (in a path it names), which ends a crontab "
+                             "line: cron cannot run it", hint="rename or move the file or folder whose name holds it "
+                             "(the sweep file, ORCHESTRATOR_HOME, the project or the Python interpreter), or use "
+                             "`python -m orchestrator schedule run`")
+    out: list[str] = []
+    for char in command:
+        if char == "%":
+            if out and out[-1].endswith("\\"):
+                out.append("''")  # keeps the user's backslash from swallowing our escape
+            out.append("\\%")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def ensure_log_dir() -> Path:

@@ -436,3 +436,82 @@ def test_cli_schedule_tick_submits_the_current_minute_once(tmp_path, orch_home, 
     entries = ledger.entries(sweep_id=sweep_id)
     assert {e.job_name for e in entries} == {n for n in names if n.startswith(sweep_id)}
     assert {e.state for e in entries} == {"completed"}
+
+
+# --- characters cron treats specially in the command field (crontab(5), cronie do_command.c) ------
+
+
+def cron_hands_the_shell(field: str) -> str:
+    """What cron passes to `sh -c` for an entry's command field: a port of the loop in cronie's
+    src/do_command.c (Vixie cron's): a backslash escapes the next character and is dropped only
+    before a `%`; the first unescaped `%` ends the command (the rest is stdin)."""
+    out: list[str] = []
+    escaped = False
+    for char in field:
+        if escaped:
+            if char == "%":
+                out[-1] = "%"
+            else:
+                out.append(char)
+            escaped = False
+            continue
+        if char == "%":
+            break
+        out.append(char)
+        escaped = char == "\\"
+    return "".join(out)
+
+
+FAKE_PYTHON = """#!{python}
+import json, os, sys
+with open(os.environ["RECORD"], "w") as handle:
+    json.dump({{"argv": sys.argv[1:], "cwd": os.getcwd(), "home": os.environ["ORCHESTRATOR_HOME"],
+               "pythonpath": os.environ["PYTHONPATH"]}}, handle)
+"""
+
+
+@pytest.mark.parametrize("name", [
+    "50%", "%", "%%x", "a\\%b", "a\\\\%b", "back\\slash", "trailing\\", "it's", 'say "hi"', "$HOME `id` $(id)",
+    "a;b&c|d", "glob*?[x]", "#hash", "~tilde", "(paren){brace}<angle>!", "tab\there", "ünï cödé", "a\\'%\\",
+])
+def test_the_crontab_entry_gives_the_shell_every_path_exactly(tmp_path, orch_home, monkeypatch, name):
+    # QA: a path with `%` was printed unescaped; cron cut the command there.
+    import json
+
+    weird = tmp_path / name
+    project, home, interpreter_dir = weird / "project", weird / "home", weird / "bin"
+    for folder in (project, home / "schedules", interpreter_dir):
+        folder.mkdir(parents=True)
+    (weird / "base.yaml").write_text(BASE)
+    (weird / "nightly.yaml").write_text(NIGHTLY.replace("CATCHUP", "latest"))
+    python = interpreter_dir / "python"
+    python.write_text(FAKE_PYTHON.format(python=sys.executable))
+    python.chmod(0o755)
+    entry = schedules.crontab_line(spec.load_sweep(weird / "nightly.yaml"), project=project, python=str(python),
+                                   orchestrator_home=home).splitlines()[-1]
+    expr, field = " ".join(entry.split(" ")[:5]), entry.split(" ", 5)[5]
+    assert expr == "0 3 * * *" and "\n" not in field
+    record = tmp_path / "record.json"
+    done = subprocess.run(["/bin/sh", "-c", cron_hands_the_shell(field)], env={"RECORD": str(record),
+                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.stderr, (home / "schedules" / "nightly.log").read_text())
+    got = json.loads(record.read_text())
+    assert got == {"argv": ["-m", "orchestrator", "schedule", "tick", str(weird / "nightly.yaml")],
+                   "cwd": str(project), "home": str(home), "pythonpath": str(project)}
+
+
+@pytest.mark.parametrize("char", ["\n", "\r"])
+def test_a_path_that_would_break_the_crontab_line_is_refused(tmp_path, orch_home, char):
+    folder = tmp_path / f"line{char}break"
+    folder.mkdir()
+    (folder / "base.yaml").write_text(BASE)
+    (folder / "nightly.yaml").write_text(NIGHTLY.replace("CATCHUP", "latest"))
+    with pytest.raises(InputError, match="which ends a crontab line: cron cannot run it"):
+        schedules.crontab_line(spec.load_sweep(folder / "nightly.yaml"))
+
+
+def test_the_cron_emulation_follows_crontab5():
+    assert cron_hands_the_shell("echo a%b%c") == "echo a"
+    assert cron_hands_the_shell("echo a\\%b") == "echo a%b"
+    assert cron_hands_the_shell("echo a\\\\%b") == "echo a\\\\"  # the second backslash does not escape the %
+    assert cron_hands_the_shell("echo a\\nb") == "echo a\\nb"
