@@ -515,3 +515,59 @@ def test_the_cron_emulation_follows_crontab5():
     assert cron_hands_the_shell("echo a\\%b") == "echo a%b"
     assert cron_hands_the_shell("echo a\\\\%b") == "echo a\\\\"  # the second backslash does not escape the %
     assert cron_hands_the_shell("echo a\\nb") == "echo a\\nb"
+
+
+# --- daylight saving time --------------------------------------------------------------------------
+
+
+def _zoned(tmp_path, cron: str, zone: str = "America/New_York"):
+    return load(tmp_path).schedule.model_copy(update={"cron": cron, "timezone": zone})
+
+
+def test_a_set_time_in_the_hour_clocks_go_back_fires_once(tmp_path):
+    # QA: 01:30 in America/New_York fired twice on 2027-11-07 (05:30 and 06:30 UTC), each tick
+    # its own sweep: the sweep ran and cost twice.
+    schedule = _zoned(tmp_path, "30 1 * * *")
+    assert schedules.next_fires(schedule, utc(2027, 11, 6, 12), 3) == [
+        utc(2027, 11, 7, 5, 30), utc(2027, 11, 8, 6, 30), utc(2027, 11, 9, 6, 30)]
+    ticks, _ = schedules.ticks_between(schedule, utc(2027, 11, 6, 12), utc(2027, 11, 8, 12))
+    assert ticks == [utc(2027, 11, 7, 5, 30), utc(2027, 11, 8, 6, 30)]
+    # Weekly and @daily-style schedules in a zone that goes back at 02:00 -> 01:00 the same way.
+    schedule = _zoned(tmp_path, "15 1 * * 0")
+    ticks, _ = schedules.ticks_between(schedule, utc(2027, 11, 1), utc(2027, 11, 10))
+    assert ticks == [utc(2027, 11, 7, 5, 15)]
+
+
+def test_the_scheduler_plans_one_sweep_on_the_night_clocks_go_back(tmp_path, orch_home):
+    text = NIGHTLY.replace("CATCHUP", "all").replace("0 3 * * *", "30 1 * * *").replace(
+        "catchup: all}", "catchup: all, timezone: America/New_York}")
+    (tmp_path / "base.yaml").write_text(BASE)
+    (tmp_path / "nightly.yaml").write_text(text)
+    ledger = Ledger()
+    clock = Clock()
+    at(clock, utc(2027, 11, 7, 5, 0))
+    scheduler = schedules.Scheduler(spec.load_sweep(tmp_path / "nightly.yaml"), FakeCloud(ledger), ledger,
+                                    clock=clock, sleep=clock.sleep)
+    planned = []
+    for when in (utc(2027, 11, 7, 5, 0), utc(2027, 11, 7, 5, 31), utc(2027, 11, 7, 6, 31), utc(2027, 11, 7, 8)):
+        at(clock, when)
+        report = scheduler.evaluate()
+        planned += report.planned
+        assert report.skipped == []
+    assert len(planned) == 1 and planned[0].endswith("-202711070530")
+
+
+def test_the_skipped_hour_in_spring_still_fires_once_at_the_first_time_that_exists(tmp_path):
+    # 02:30 does not exist on 2027-03-14 in New York: cron runs it when clocks reach 03:00.
+    schedule = _zoned(tmp_path, "30 2 * * *")
+    assert schedules.next_fires(schedule, utc(2027, 3, 13, 12), 3) == [
+        utc(2027, 3, 14, 7, 0), utc(2027, 3, 15, 6, 30), utc(2027, 3, 16, 6, 30)]
+    ticks, _ = schedules.ticks_between(schedule, utc(2027, 3, 13, 12), utc(2027, 3, 15, 12))
+    assert ticks == [utc(2027, 3, 14, 7, 0), utc(2027, 3, 15, 6, 30)]
+
+
+@pytest.mark.parametrize("cron, count", [("0 * * * *", 4), ("*/30 * * * *", 7), ("@hourly", 4)])
+def test_schedules_by_the_clock_run_through_both_hours_as_cron_does(tmp_path, cron, count):
+    # cronie runs jobs with * in the minute or hour field normally in the repeated hour.
+    ticks, _ = schedules.ticks_between(_zoned(tmp_path, cron), utc(2027, 11, 7, 4, 59), utc(2027, 11, 7, 8, 29))
+    assert len(ticks) == count and len(set(ticks)) == count
