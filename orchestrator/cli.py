@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import inspect
 import json
+import os
 import re
 import sys
 from contextlib import contextmanager
@@ -1044,15 +1045,27 @@ class _Terminated(BaseException):
     KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
 
 
-def _drive(definition, ledger, poll: float | None, prepared: dict | None = None) -> None:
+def _tell(ready_fd: int | None, answer: str) -> None:
+    """Answer the `sweep run --detach` that started this runner (see `_spawn_runner`)."""
+    if ready_fd is None:
+        return
+    try:
+        os.write(ready_fd, f"{answer}\n".encode())
+        os.close(ready_fd)
+    except OSError:
+        pass  # the starter is gone: nobody to tell
+
+
+def _drive(definition, ledger, poll: float | None, prepared: dict | None = None, ready_fd: int | None = None) -> None:
     """Run a saved sweep to the end in this process, with the progress display.
 
     SIGTERM (what `sweep stop` sends this machine's runner, foreground or detached) ends it
     as a stop the runner noticed itself: the display closes, the counts are printed, exit 0
     when the sweep's stop flag is set, else exit 143 with the resume hint. Ctrl-C: exit 130
-    with the resume hint.
+    with the resume hint. `ready_fd` (a detached runner's): where to say "ok" once this
+    process holds the sweep, or "busy PID" when another does.
     """
-    import os
+    import contextlib
     import signal
 
     from orchestrator import sweep as sweeps
@@ -1070,9 +1083,16 @@ def _drive(definition, ledger, poll: float | None, prepared: dict | None = None)
             sigterm["armed"] = False
             raise _Terminated
 
-    with sweeps.runner_lock(definition.sweep_id):
+    with contextlib.ExitStack() as held:
+        try:
+            # A detached runner waits a moment: a `sweep run` saving the sweep holds the lock briefly.
+            held.enter_context(sweeps.runner_lock(definition.sweep_id, wait_seconds=0.0 if ready_fd is None else 3.0))
+        except sweeps.RunnerBusy as exc:
+            _tell(ready_fd, f"busy {exc.pid or 0}")
+            raise
         sweeps.clear_stop(ledger, definition.sweep_id)
         sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
+        _tell(ready_fd, "ok")
         runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared)
         previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
@@ -1110,27 +1130,66 @@ def _drive(definition, ledger, poll: float | None, prepared: dict | None = None)
                         hint=f"see `python -m orchestrator sweep status {definition.sweep_id}` for the reasons")
 
 
+# How long `sweep run --detach` waits for its background runner to say it holds the sweep.
+_READY_SECONDS = 120.0
+
+
 def _spawn_runner(sweep_id: str, ledger, poll: float | None) -> tuple[int, Path]:
-    """Start `sweep resume ID` as a detached process logging under ORCHESTRATOR_HOME/sweeps.
-    Refuses (exit 2) while a runner of this machine holds the sweep."""
-    import os
+    """Start `sweep resume ID` as a detached process logging under ORCHESTRATOR_HOME/sweeps,
+    and return once it holds the sweep's runner lock: (its pid, its log). RunnerBusy (exit 2,
+    naming the holder's pid) while another process of this machine runs the sweep, also when
+    one took it between the check here and the child's start (two `--detach` at once);
+    BackendError (exit 1, with its last log line) when the child ended without starting."""
+    import select
     import subprocess
 
     from orchestrator import sweep as sweeps
+    from orchestrator.errors import BackendError
 
     with sweeps.runner_lock(sweep_id):
         pass
     log = sweeps.log_path(sweep_id)
-    command = [sys.executable, "-m", "orchestrator", "sweep", "resume", sweep_id]
+    read_fd, write_fd = os.pipe()
+    command = [sys.executable, "-m", "orchestrator", "sweep", "resume", sweep_id, "--ready-fd", str(write_fd)]
     if poll is not None:
         command += ["--poll", str(poll)]
     env = dict(os.environ, ORCHESTRATOR_HOME=str(ledger.path.parent))
-    with open(log, "ab") as handle:
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
-                                 env=env, start_new_session=True)
-    # The child records its own pid once it holds the runner lock; recording it here as well
-    # could overwrite the real runner's pid with that of a child that lost the lock.
-    return child.pid, log
+    try:
+        with open(log, "ab") as handle:
+            start = handle.tell()
+            child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True, pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)
+    answer = b""
+    try:
+        while b"\n" not in answer and select.select([read_fd], [], [], _READY_SECONDS)[0]:
+            chunk = os.read(read_fd, 64)
+            if not chunk:
+                break  # the child ended (or closed the pipe) without an answer
+            answer += chunk
+    finally:
+        os.close(read_fd)
+    word, _, rest = answer.decode(errors="replace").strip().partition(" ")
+    if word == "ok":
+        # The child records its own pid once it holds the lock (it has by now).
+        return child.pid, log
+    if word == "busy":
+        raise sweeps.RunnerBusy(sweep_id, int(rest) if rest.isdigit() and int(rest) else None)
+    try:
+        code = child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        code = None
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(start)
+            lines = [line for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    said = next((line for line in lines if line.startswith("error: ")), lines[-1] if lines else "no output")
+    how = f"exited at once (exit code {code})" if code is not None else f"has not started within {_READY_SECONDS:g}s"
+    raise BackendError(f"the background runner of sweep {sweep_id} (pid {child.pid}) {how}: {said}",
+                       hint=f"its log is {log}; `python -m orchestrator sweep status {sweep_id}` shows the sweep")
 
 
 @sweep_app.command("run")
@@ -1170,6 +1229,7 @@ def sweep_run(
 def sweep_resume(
     target: str = typer.Argument(..., help="Sweep id, name or YAML."),
     poll: float | None = _POLL_OPTION,
+    ready_fd: int | None = typer.Option(None, "--ready-fd", hidden=True, help="(internal: sweep run --detach)"),
 ) -> None:
     """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
     then run on. Trials that `sweep stop` cancelled before submission are submitted under their
@@ -1180,10 +1240,14 @@ def sweep_resume(
     ledger = Ledger()
     definition = sweeps.load_definition(ledger, _sweep_id_of(target, ledger))
     # A budget (or concurrency, max_retries) changed in the sweep's file counts, as for `sweep run`.
-    definition, note = sweeps.reload_policy(ledger, definition)
+    try:
+        definition, note = sweeps.reload_policy(ledger, definition)
+    except sweeps.RunnerBusy as exc:
+        _tell(ready_fd, f"busy {exc.pid or 0}")
+        raise
     if note:
         _err(note)
-    _drive(definition, ledger, poll)
+    _drive(definition, ledger, poll, ready_fd=ready_fd)
 
 
 @sweep_app.command("status")
@@ -1387,10 +1451,17 @@ def schedule_tick(
     _print_tick(report)
     if not follow:
         return
+    from orchestrator import sweep as sweeps
+
     for progress in report.progress:
         if progress.done or progress.stopped:
             continue
-        pid, log = _spawn_runner(progress.sweep_id, scheduler.ledger, poll)
+        try:
+            pid, log = _spawn_runner(progress.sweep_id, scheduler.ledger, poll)
+        except sweeps.RunnerBusy as exc:
+            # Another tick (or a `sweep resume`) follows it already.
+            _out(f"{progress.sweep_id}: already followed by another process" + (f" (pid {exc.pid})" if exc.pid else ""))
+            continue
         _out(f"{progress.sweep_id}: followed in the background (pid {pid}, log {log})")
 
 

@@ -234,11 +234,10 @@ class Scheduler:
             try:
                 sweeps.save(planned, self.ledger)
                 report.planned.append(sweep_id)
-            except InputError as exc:
+            except sweeps.RunnerBusy:
                 # A runner of this machine already runs this very tick (saved before; this
                 # bookkeeping was lost): it is not planned twice, and shows as busy below.
-                if "being run by another process" not in exc.message:
-                    raise
+                pass
             if sweep_id not in active:
                 active.append(sweep_id)
             if sweep_id not in history:
@@ -255,9 +254,7 @@ class Scheduler:
             try:
                 with sweeps.runner_lock(sweep_id):
                     progress = self._runner(sweep_id).step()
-            except InputError as exc:
-                if "being run by another process" not in exc.message:
-                    raise
+            except sweeps.RunnerBusy:
                 report.busy.append(sweep_id)
                 still.append(sweep_id)
                 continue

@@ -89,7 +89,7 @@ from orchestrator import aws, cost, doctor, request
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
 from orchestrator.ledger import Entry, Ledger
-from orchestrator.paths import home
+from orchestrator.paths import home, write_atomic
 from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, load_sweep, spec_hash, with_overrides
 
 TAG_SWEEP = "orchestrator:sweep"
@@ -550,11 +550,9 @@ def save(planned: Plan, ledger: Ledger) -> Definition:
                                      spec_hash=t.prepared.spec_hash, request=t.prepared.request,
                                      state="planned", sweep_id=definition.sweep_id,
                                      trial_id=t.trial.trial_id, attempt=0)
-    except InputError as exc:
-        if "being run by another process" not in exc.message:
-            raise
+    except RunnerBusy as exc:
         sweep_id = definition.sweep_id
-        raise InputError(exc.message, hint=(
+        raise RunnerBusy(sweep_id, exc.pid, hint=(
             f"nothing was changed: the running sweep keeps its saved concurrency, budget and file; "
             f"watch it with `python -m orchestrator sweep status {sweep_id}`, or stop it with `python -m orchestrator sweep "
             f"stop {sweep_id}` and run again")) from None
@@ -763,29 +761,55 @@ def log_path(sweep_id: str) -> Path:
     return lock_path(sweep_id).with_suffix(".log")
 
 
+def holder_path(sweep_id: str) -> Path:
+    """Where the process holding the sweep's runner lock records its pid."""
+    return lock_path(sweep_id).with_suffix(".runner")
+
+
+def lock_holder(sweep_id: str) -> int | None:
+    """The pid the last holder of the sweep's runner lock recorded (None if unreadable)."""
+    try:
+        pid = json.loads(holder_path(sweep_id).read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
+class RunnerBusy(InputError):
+    """Another process of this machine holds the sweep's runner lock; `pid` is its pid when
+    it recorded one."""
+
+    def __init__(self, sweep_id: str, pid: int | None, hint: str | None = None):
+        who = f" (pid {pid})" if pid else ""
+        super().__init__(f"sweep {sweep_id} is being run by another process on this machine{who}",
+                         hint=hint or f"watch it with `python -m orchestrator sweep status {sweep_id}`, or stop it "
+                                      f"with `python -m orchestrator sweep stop {sweep_id}`")
+        self.sweep_id = sweep_id
+        self.pid = pid
+
+
 @contextmanager
-def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0, sleep: Callable[[float], None] = time.sleep):
-    """Hold the sweep's runner lock (one runner per sweep on this machine). The OS drops it
-    when the process dies, so a killed runner never blocks the next one."""
-    import fcntl
+def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0):
+    """Hold the sweep's runner lock (one runner per sweep on this machine), waiting at most
+    `wait_seconds` for it: a `filelock` lock, which the OS drops when the process dies, so a
+    killed runner never blocks the next one. The holder records its pid beside the lock
+    (`lock_holder`); RunnerBusy names it when the lock is taken."""
+    from filelock import FileLock, Timeout
 
     path = lock_path(sweep_id)
-    handle = open(path, "a+")
-    deadline = time.monotonic() + wait_seconds
+    lock = FileLock(str(path), timeout=wait_seconds, poll_interval=0.2)
     try:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise InputError(f"sweep {sweep_id} is being run by another process on this machine",
-                                     hint=f"watch it with `python -m orchestrator sweep status {sweep_id}`, or stop it "
-                                     f"with `python -m orchestrator sweep stop {sweep_id}`") from None
-                sleep(0.2)
+        lock.acquire()
+    except Timeout:
+        raise RunnerBusy(sweep_id, lock_holder(sweep_id)) from None
+    try:
+        try:
+            write_atomic(holder_path(sweep_id), json.dumps({"pid": os.getpid()}) + "\n")
+        except OSError:
+            pass  # only a message names it
         yield path
     finally:
-        handle.close()
+        lock.release()
 
 
 class Runner:

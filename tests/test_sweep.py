@@ -1629,6 +1629,60 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
                 time.sleep(0.5)
 
 
+def test_two_detached_runs_of_one_sweep_at_once_start_one_runner_and_the_other_says_so(
+        tmp_path, orch_home, fake_train, monkeypatch):
+    # QA: both said "running in the background" and exited 0; one runner exited at once and
+    # only the sweep's log said why.
+    import os
+    import time
+
+    from orchestrator.backends.local import process_alive
+
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "60")
+    path = write(tmp_path, "sweep: twice\nbase: base.yaml\ngrid:\n  training.batch_size: [4, 8]\nconcurrency: 1\n",
+                 LOCAL_BASE)
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home), PYTHONPATH=str(ROOT))
+    command = [sys.executable, "-m", "orchestrator", "sweep", "run", str(path), "--detach", "--poll", "0.2"]
+    runs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    done = [(run.wait(timeout=180), *run.communicate()) for run in runs]
+    try:
+        assert sorted(code for code, _, _ in done) == [0, 2], done
+        (_, won, _), = [d for d in done if d[0] == 0]
+        (_, _, lost), = [d for d in done if d[0] == 2]
+        found = re.search(r"sweep (twice-[0-9a-f]{8}): running in the background \(pid (\d+)\)", won)
+        sweep_id, pid = found.group(1), int(found.group(2))
+        assert f"error: sweep {sweep_id} is being run by another process on this machine (pid " in lost, lost
+        named = int(re.search(r"\(pid (\d+)\)", lost).group(1))
+        assert named == pid or not process_alive(named)  # the runner, or the run that held it for a moment
+        assert "Traceback" not in lost and process_alive(pid)
+        assert sweeps.lock_holder(sweep_id) == pid
+    finally:
+        stopped = _cli("sweep", "stop", "twice", "--wait", "60", env=env)
+        deadline = time.monotonic() + 60
+        while any(process_alive(int(p)) for p in re.findall(r"\(pid (\d+)\)", " ".join(d[1] for d in done))):
+            assert time.monotonic() < deadline, "the runner did not exit"
+            time.sleep(0.2)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_detached_runner_that_cannot_start_is_reported_by_the_command(tmp_path, orch_home, monkeypatch, capsys):
+    from cli_harness import run_cli
+
+    path = write(tmp_path, "sweep: broken\nbase: base.yaml\ngrid:\n  training.batch_size: [4]\n", LOCAL_BASE)
+    # The background `sweep resume` ends before it holds the sweep.
+    dies = tmp_path / "python"
+    dies.write_text("#!/bin/sh\necho 'error: something it could not do'\nexit 3\n")
+    dies.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(dies))
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "run", str(path), "--detach")
+    assert code == 1 and "Traceback" not in err and "running in the background" not in out
+    assert re.search(r"error: the background runner of sweep broken-[0-9a-f]{8} \(pid \d+\) exited at once "
+                     r"\(exit code 3\): error: something it could not do\n", err), err
+    assert "hint: its log is" in err
+
+
 # --- the command line: status, resume and stop of a saved sweep ----------------------------------
 
 
