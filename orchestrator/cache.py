@@ -29,6 +29,7 @@ that cannot be read (an unknown AWS_PROFILE) is an InputError.
 
 from __future__ import annotations
 
+import errno
 import json
 import shlex
 import time
@@ -110,6 +111,16 @@ def _backend(exc: StorageError) -> BackendError:
     message, sep, rest = str(exc).partition(" (hint: ")
     if sep and rest.endswith(")"):
         return BackendError(message, hint=rest[:-1])
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and aws.classify(exc) is None:
+        # A file:// store: no credentials or network involved, the folder itself is at fault.
+        if cause.errno == errno.EISDIR:
+            return BackendError(f"{exc}: a folder stands where the cache keeps a file",
+                                hint="the cache was changed by hand: move that folder away, or drop the key with "
+                                     "`python -m orchestrator cache prune URI --key KEY`")
+        from orchestrator.paths import write_hint
+
+        return BackendError(str(exc), hint=write_hint(cause, "check the store's folder"))
     return BackendError(str(exc), hint="check the URI, your credentials and the network")
 
 

@@ -197,7 +197,7 @@ _JOB_ARGUMENT = typer.Argument(..., callback=_job_argument, help="Job name (as p
 
 
 @contextmanager
-def _job_backend(job: str, region: str | None):
+def _job_backend(job: str, region: str | None, read_only: bool = False):
     """The backend that owns `job`, for the block that asks it about the job: the one the
     ledger recorded, in the ledger's region (a different --region is noted on stderr and
     ignored: the job was submitted there); else the local backend when the local jobs folder
@@ -210,14 +210,16 @@ def _job_backend(job: str, region: str | None):
     could not be asked for lack of usable credentials about a name known to neither the
     ledger nor the local jobs raises an InputError (exit 2) saying so: most often the name is
     mistyped. Without a connection or an answer from the endpoint it stays a BackendError
-    (exit 1: a network failure is not bad input), saying the name is not known here."""
+    (exit 1: a network failure is not bad input), saying the name is not known here.
+    `read_only` (status, logs): a ledger this process cannot write is read as it is (noted on
+    stderr), and what the backend says is not recorded in it."""
     from orchestrator import aws, backends
     from orchestrator.backends.sagemaker import could_not_ask, default_region
     from orchestrator.errors import BackendError, InputError
     from orchestrator.ledger import Ledger
     from orchestrator.paths import home
 
-    ledger = Ledger()
+    ledger = Ledger(read_only=read_only)
     entry = ledger.get(job)
     jobs = home() / "jobs"
     if entry is not None:
@@ -237,6 +239,7 @@ def _job_backend(job: str, region: str | None):
              "`python -m orchestrator results` the jobs with results)")
     try:
         yield backend
+        _note_read_only(ledger)
     except backends.UnknownJob as exc:
         if entry is None:
             if backend.name != "sagemaker":
@@ -259,6 +262,13 @@ def _job_backend(job: str, region: str | None):
             f"no job {job}: {nowhere}, and SageMaker could not be asked in {region}: {exc.message}",
             hint=f"{check}; if it is a SageMaker job, "
                  + (exc.hint or "configure AWS credentials (aws configure, AWS_PROFILE)")) from exc
+
+
+def _note_read_only(ledger) -> None:
+    """Say so when a read-only command found the ledger not writable (see Ledger's read_only)."""
+    if not ledger.writable:
+        _err(f"note: the ledger {ledger.path} cannot be written here: it was read as it is, and what the backend "
+             "said now is not recorded in it")
 
 
 def _ledger_state(entry) -> str:
@@ -474,7 +484,7 @@ def status(
     """
     import dataclasses
 
-    with _job_backend(job, region) as backend:
+    with _job_backend(job, region, read_only=True) as backend:
         st = backend.status(job)
         progress = backend.progress(job)
     if as_json:
@@ -499,7 +509,7 @@ def logs(
     stdout carries log lines only; a job with no logs (yet) gets a note on stderr, exit 0.
     With -f, the last line (on stderr) is how the job ended, with its failure reason.
     """
-    with _job_backend(job, region) as backend:
+    with _job_backend(job, region, read_only=True) as backend:
         _print_logs(backend, job, follow)
 
 
@@ -786,14 +796,15 @@ def results(
         _out(renderers[fmt](collection).rstrip("\n"))
     if plot is not None:
         data = res.render_plot(collection)
-        from orchestrator.paths import write_atomic
+        from orchestrator.paths import write_atomic, write_hint
 
         try:
             write_atomic(plot, data)  # a failed write leaves no truncated PNG behind
         except OSError as exc:
             raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}",
-                             hint="the results above are complete; for the plot, run again with --plot a file in a "
-                                  "folder you can write, e.g. --plot results.png") from None
+                             hint="the results above are complete; for the plot, " + write_hint(
+                                 exc, "run again with --plot a file in a folder you can write, e.g. --plot "
+                                      "results.png")) from None
         _err(f"wrote {plot} ({len(data)} bytes)")
     if collection.retries:
         _err(f"note: {collection.retries} throttled or failed request(s) were retried")
@@ -1257,10 +1268,18 @@ def sweep_status(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """A table of the sweep's trials: latest job, attempt, instance, state, and why it failed."""
-    from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
-    ledger = Ledger()
+    ledger = Ledger(read_only=True)
+    try:
+        _sweep_status(ledger, target, refresh, as_json)
+    finally:
+        _note_read_only(ledger)
+
+
+def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> None:
+    from orchestrator import sweep as sweeps
+
     if target is None:
         ids = sweeps.sweep_ids(ledger)
         if not ids:

@@ -646,8 +646,10 @@ def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
     try:
         write_atomic(path, text)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}",
-                         hint="pass --write a file in a folder you can write, e.g. --write configs/infra.yaml") from None
+        from orchestrator.paths import write_hint
+
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}", hint=write_hint(
+            exc, "pass --write a file in a folder you can write, e.g. --write configs/infra.yaml")) from None
     return path
 
 

@@ -14,6 +14,7 @@ by creating a second one.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -69,27 +70,101 @@ class Entry:
 class Ledger:
     """A handle on the ledger database. Cheap to create; one per process is plenty."""
 
-    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = 30.0):
+    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = 30.0, read_only: bool = False):
         """Open (creating if missing) the ledger at `path`, default `ORCHESTRATOR_HOME/ledger.sqlite3`.
 
-        A file that is not a usable ledger (not SQLite, damaged, unreadable, read-only) is an
-        InputError naming it; it is never deleted or rewritten. A write that waits more than
-        `busy_timeout_s` for another process's lock is a BackendError (exit 1).
+        A file that is not a usable ledger (not SQLite, damaged, unreadable, read-only, a
+        folder) is an InputError naming it; it is never deleted or rewritten. A write that
+        waits more than `busy_timeout_s` for another process's lock is a BackendError (exit 1).
+
+        `read_only` (commands that only read: status, logs, sweep status): a ledger this
+        process cannot write (a read-only file, folder or file system) is opened for reading
+        instead, and one that does not exist and cannot be created reads as empty. Such a
+        ledger has `writable` False: `transition` and `put_value` then record nothing (they
+        only keep what was read up to date), and `record_intent` is an InputError.
         """
         self.path = Path(path) if path else home() / "ledger.sqlite3"
         self.busy_timeout_s = busy_timeout_s
+        self.writable = True
+        self._may_read_only = read_only
+        if self.path.is_dir():
+            raise InputError(f"{self.path}: cannot open the ledger for writing: it is a folder, not the ledger (an "
+                             "SQLite file)",
+                             hint=f"move it aside (mv {self.path} {self.path}.folder) and run again to start a new, "
+                                  "empty ledger, or point ORCHESTRATOR_HOME at another folder")
+        try:
+            self._open()
+        except InputError as exc:
+            if not read_only or not isinstance(exc.__cause__, (sqlite3.DatabaseError, OSError)):
+                raise
+            self._open_for_reading(exc)
+
+    def _open_for_reading(self, why: InputError) -> None:
+        """The ledger as it is, without writing to it (see __init__'s `read_only`): read in
+        place (mode=ro, which needs its -shm file usable); else, when its -wal file holds
+        changes not yet in the main file, a copy of both read into memory (SQLite applies the
+        -wal to the copy); else the main file alone (immutable=1). `why` is raised when none
+        can be read."""
+        self.writable = False
+        if not self.path.exists():
+            self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._db.executescript(_SCHEMA)
+            return
+        uri = self.path.resolve().as_uri()
+        for how in ("mode=ro", "copy", "immutable=1"):
+            db = None
+            try:
+                if how == "copy":
+                    db = self._read_copy()
+                    if db is None:
+                        continue
+                else:
+                    db = sqlite3.connect(f"{uri}?{how}", uri=True, isolation_level=None, check_same_thread=False)
+                db.execute("SELECT count(*) FROM jobs").fetchone()
+                db.execute("SELECT count(*) FROM kv").fetchone()
+            except (sqlite3.DatabaseError, OSError):
+                if db is not None:
+                    db.close()
+                continue
+            self._db = db
+            return
+        raise why
+
+    def _read_copy(self) -> sqlite3.Connection | None:
+        """The ledger with its -wal applied, in memory (None when there is no -wal to apply)."""
+        import shutil
+        import tempfile
+
+        wal = self.path.with_name(self.path.name + "-wal")
+        if not wal.exists() or wal.stat().st_size == 0:
+            return None
+        with tempfile.TemporaryDirectory(prefix="orchestrator-ledger-") as folder:
+            copy = Path(folder) / self.path.name
+            shutil.copyfile(self.path, copy)
+            shutil.copyfile(wal, Path(folder) / wal.name)
+            source = sqlite3.connect(copy)
+            try:
+                memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                source.backup(memory)
+            finally:
+                source.close()
+        return memory
+
+    def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
+            from orchestrator.paths import write_hint
+
             raise InputError(f"{self.path}: cannot create the ledger's folder: {exc.strerror or exc}",
-                             hint="point ORCHESTRATOR_HOME at a folder you can write to") from None
+                             hint=write_hint(exc, "point ORCHESTRATOR_HOME at a folder you can write to")) from exc
         with self._translated():
-            self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None,
+            self._db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
             try:
                 self._use_wal()
                 self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                self._db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
                 with self._tx():
                     for statement in _SCHEMA.strip().split(";"):
                         if statement.strip():
@@ -130,13 +205,28 @@ class Ledger:
             raise translated from exc
 
     @contextmanager
+    def _unless_read_only(self) -> Iterator[None]:
+        """For a ledger opened with `read_only`: a write SQLite refuses as read-only (a file on a
+        read-only file system may open without a word and refuse the first write) makes the
+        ledger read-only and the write a no-op, as if that had been known at open."""
+        try:
+            yield
+        except InputError as exc:
+            code = getattr(exc.__cause__, "sqlite_errorcode", None)
+            if not self._may_read_only or code is None or (code & 0xFF) not in (3, 8, 14, 23):
+                raise
+            self.writable = False
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._translated():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite may have ended the transaction itself (a full disk does).
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
             try:
                 self._db.execute("COMMIT")
@@ -152,6 +242,10 @@ class Ledger:
         """Write the row before acting. If the row exists already, it is returned unchanged
         (the caller reconciles it), so a retried intent never forgets an earlier one."""
         _check_state(state)
+        if not self.writable:
+            raise InputError(f"{self.path}: the ledger cannot be written here, so {job_name} cannot be recorded",
+                             hint="make the ledger, its folder and disk writable, or point ORCHESTRATOR_HOME at a "
+                                  "folder you can write to")
         now = time.time()
         with self._tx() as db:
             db.execute(
@@ -167,9 +261,11 @@ class Ledger:
     def transition(self, job_name: str, state: str, *, detail: str | None = None,
                    expect: tuple[str, ...] | None = None) -> bool:
         """Move a row to `state`. With `expect`, only if its current state is one of those;
-        returns whether the row changed."""
+        returns whether the row changed (never, on a ledger opened for reading only)."""
         _check_state(state)
-        with self._tx() as db:
+        if not self.writable:
+            return False
+        with self._unless_read_only(), self._tx() as db:
             if expect:
                 marks = ",".join("?" * len(expect))
                 cur = db.execute(
@@ -183,6 +279,7 @@ class Ledger:
                     (state, detail, time.time(), job_name),
                 )
             return cur.rowcount > 0
+        return False
 
     def get(self, job_name: str) -> Entry | None:
         with self._translated():
@@ -211,7 +308,9 @@ class Ledger:
         return [_entry(r) for r in rows]
 
     def put_value(self, key: str, value: object) -> None:
-        with self._tx() as db:
+        if not self.writable:
+            return
+        with self._unless_read_only(), self._tx() as db:
             db.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                        (key, json.dumps(value, sort_keys=True)))
 
@@ -235,6 +334,12 @@ _NOT_A_LEDGER = {11: "it is damaged (database disk image is malformed)", 26: "it
 _BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
 _CANNOT_WRITE = {3: "permission denied", 8: "it is read-only", 13: "the disk is full",
                  14: "it cannot be opened", 23: "access denied", 10: "an I/O error"}
+_ELSEWHERE = "or point ORCHESTRATOR_HOME at a folder you can write to"
+_CANNOT_WRITE_HINTS = {
+    13: f"the disk that holds it is full: free some space there, {_ELSEWHERE} on another disk",
+    10: f"the disk reported an I/O error: check it, {_ELSEWHERE} on another disk",
+    14: f"check that the file and its folder exist and are readable and writable by you, {_ELSEWHERE}",
+}
 
 
 def _ledger_error(path: Path, exc: sqlite3.DatabaseError, busy_timeout_s: float) -> Exception | None:
@@ -258,11 +363,22 @@ def _ledger_error(path: Path, exc: sqlite3.DatabaseError, busy_timeout_s: float)
             f"{path}: the ledger stayed locked by another process for {busy_timeout_s:g}s",
             hint="another orchestrator command (a sweep runner, a local job) is writing to it; "
                  "try again when it is done")
+    if primary in (10, 13) and _disk_full(path):
+        # A write that meets a full disk may come back as an I/O error (the WAL's shared memory).
+        return InputError(f"{path}: cannot write to the ledger: the disk is full ({exc})", hint=_CANNOT_WRITE_HINTS[13])
     if primary in _CANNOT_WRITE:
         return InputError(
             f"{path}: cannot open the ledger for writing: {_CANNOT_WRITE[primary]} ({exc})",
-            hint="make the file and its folder writable, or point ORCHESTRATOR_HOME at a folder you can write to")
+            hint=_CANNOT_WRITE_HINTS.get(primary, f"make the file and its folder writable, {_ELSEWHERE}"))
     return None
+
+
+def _disk_full(path: Path) -> bool:
+    """Whether the file system that holds `path` has no block left for this process."""
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _check_state(state: str) -> None:

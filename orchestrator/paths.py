@@ -39,7 +39,8 @@ def home() -> Path:
         raise InputError(f"{label} cannot be created: permission denied",
                          hint="point ORCHESTRATOR_HOME at a folder you can write to (it is created if missing)") from None
     except OSError as exc:
-        raise InputError(f"{label} cannot be created: {exc.strerror or exc}", hint=hint) from None
+        raise InputError(f"{label} cannot be created: {exc.strerror or exc}",
+                         hint=write_hint(exc, "point ORCHESTRATOR_HOME at another folder")) from None
     return path
 
 
@@ -65,6 +66,23 @@ def is_file(path: str | os.PathLike) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
         return False
+
+
+def write_hint(exc: BaseException, instead: str) -> str:
+    """What to do about a write that failed with `exc` (an OSError), by its cause; `instead`
+    says where else to write ("write the plot elsewhere, e.g. --plot /tmp/results.png")."""
+    code = getattr(exc, "errno", None)
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full: free some space there, or {instead}"
+    if code == errno.EROFS:
+        return f"that file system is read-only: {instead}"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"you may not write there: make it writable for you, or {instead}"
+    if code == errno.EIO:
+        return f"the disk reported an I/O error: check it, or {instead}"
+    if code in (errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG):
+        return f"check the path, or {instead}"
+    return instead[:1].upper() + instead[1:] if instead else "check the path"
 
 
 class NotRegularFile(OSError):

@@ -230,8 +230,10 @@ def write(refresh: Refresh, path: Path | None = None) -> Path:
     try:
         write_atomic(path, json.dumps(doc, indent=1) + "\n")
     except OSError as exc:
-        raise InputError(f"{path}: cannot write the prices file: {exc.strerror or exc}",
-                         hint="make ORCHESTRATOR_HOME writable, or point it at a folder you can write to; "
-                              "the catalog's prices stay as they were") from None
+        from orchestrator.paths import write_hint
+
+        raise InputError(f"{path}: cannot write the prices file: {exc.strerror or exc}", hint=write_hint(
+            exc, "point ORCHESTRATOR_HOME at a folder you can write to") + "; the catalog's prices stay as they were"
+        ) from None
     refresh.path = path
     return path

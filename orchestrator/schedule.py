@@ -425,6 +425,8 @@ def ensure_log_dir() -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        from orchestrator.paths import write_hint
+
         raise InputError(f"cannot create the schedule log folder {path}: {exc.strerror or exc}",
-                         hint="set ORCHESTRATOR_HOME to a writable folder") from None
+                         hint=write_hint(exc, "set ORCHESTRATOR_HOME to a folder you can write to")) from None
     return path

@@ -879,15 +879,18 @@ def _kind(data: Any) -> str | None:
     return None
 
 
-def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
-    """Fill fields the spec leaves out from an infra outputs file (see `infra outputs --write`).
+def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> tuple[dict, list[Problem], str | None]:
+    """Fill fields the spec leaves out from an infra outputs file (see `infra outputs --write`):
+    (the merged data, problems found that validation will not, and a hint for them).
 
     The filled paths are recorded in `smap.borrowed`, so that a problem with a filled value is
-    located in the infra file, at its own line.
+    located in the infra file, at its own line. The problems (the infra file's region is no
+    region; the spec's region differs from the stack's) are reported with validation's own,
+    not instead of them.
     """
     ref = data.get("infra")
     if not isinstance(ref, str):
-        return data
+        return data, [], None
     path = base_dir / ref
     line, col = smap.find(("infra",))
     hint = "run `python -m orchestrator infra outputs --write <path>` after deploying the stack"
@@ -932,23 +935,41 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> dict:
     if "region" not in merged and isinstance(stack_region, str):
         merged["region"] = stack_region
         smap.borrowed[("region",)] = (infra_map, ("region",))
-    elif (isinstance(stack_region, str) and merged.get("region") != stack_region
-          and any(target != ("region",) for target in smap.borrowed)):
+        return merged, [], None
+    if "region" not in outputs:
+        return merged, [], None
+    if not isinstance(stack_region, str) or not re.fullmatch(REGION_PATTERN, stack_region):
+        # Not filled in (the spec names its region), so validation never sees it: said here.
+        region_line, region_col = infra_map.find(("region",))
+        return merged, [Problem(str(path), region_line, region_col, "region",
+                                f"{stack_region!r} is not valid: expected an AWS region such as us-east-1")], (
+            f"fix region: in {path} (the region of the stack it describes), or run `python -m orchestrator infra "
+            "outputs --write` again")
+    if merged.get("region") != stack_region and any(target != ("region",) for target in smap.borrowed):
         # The bucket, the role's grants and the operator policy all live in the stack's region.
         line, col = smap.find(("region",))
-        raise SpecError([Problem(smap.file, line, col, "region",
-                                 f"region {merged.get('region')} differs from the region of the stack whose "
-                                 f"outputs {ref} fills in ({stack_region}): its bucket, role grants and image "
-                                 "access are for that region")],
-                        hint=f"remove region: to use {stack_region}, or deploy the stack in "
-                             f"{merged.get('region')} and point infra: at its outputs")
-    return merged
+        return merged, [Problem(smap.file, line, col, "region",
+                                f"region {merged.get('region')} differs from the region of the stack whose "
+                                f"outputs {ref} fills in ({stack_region}): its bucket, role grants and image "
+                                "access are for that region")], (
+            f"remove region: to use {stack_region}, or deploy the stack in {merged.get('region')} and point infra: "
+            "at its outputs")
+    return merged, [], None
 
 
 def _job_spec(data: Any, smap: SourceMap, base_dir: Path) -> JobSpec:
+    found: list[Problem] = []
+    hint = None
     if isinstance(data, dict):
-        data = _apply_infra(data, base_dir, smap)
-    spec = validate(JobSpec, data, smap)
+        data, found, hint = _apply_infra(data, base_dir, smap)
+    try:
+        spec = validate(JobSpec, data, smap)
+    except SpecError as exc:
+        if not found:
+            raise
+        raise SpecError(found + exc.problems, hint="; ".join(filter(None, (hint, exc.hint)))) from None
+    if found:
+        raise SpecError(found, hint=hint)
     spec._source = smap
     return spec
 

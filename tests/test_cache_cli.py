@@ -384,3 +384,14 @@ def test_a_store_path_with_a_name_too_long_is_exit_2(tmp_path, monkeypatch, caps
     code, out, err = _cli(monkeypatch, capsys, *command, uri, *(["key"] if command[1] == "show" else []))
     assert code == 2 and "Traceback" not in err
     assert err.startswith(f"error: bad cache URI {uri!r}: {tmp_path}/{'a' * 256}: File name too long")
+
+
+def test_a_manifest_that_is_a_folder_is_named_not_blamed_on_credentials(tmp_path, monkeypatch, capsys):
+    # QA: `cache show` when manifest.json was a folder said "check credentials and network".
+    (tmp_path / "store" / "k1" / "manifest.json").mkdir(parents=True)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "show", f"file://{tmp_path}/store", "k1")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.startswith(f"error: read file://{tmp_path}/store/k1/manifest.json: Is a directory: a folder stands "
+                          "where the cache keeps a file\n")
+    assert "credentials" not in err and "network" not in err
+    assert "hint: the cache was changed by hand: move that folder away" in err

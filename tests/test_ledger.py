@@ -245,3 +245,105 @@ def test_processes_opening_a_new_ledger_together_all_get_it(tmp_path):
             path = tmp_path / str(round_) / "ledger.sqlite3"
             path.parent.mkdir()
             assert pool.map(_open_and_read, [str(path)] * 8) == ["ok"] * 8, round_
+
+
+# --- messages that misled (issue 14), and read-only commands on a ledger they cannot write ---------
+
+
+def test_a_ledger_that_is_a_folder_says_so(tmp_path):
+    # QA: a ledger that is a folder said "make the file and its folder writable".
+    (tmp_path / "ledger.sqlite3").mkdir()
+    with pytest.raises(InputError) as info:
+        Ledger(tmp_path / "ledger.sqlite3")
+    assert info.value.message == (f"{tmp_path / 'ledger.sqlite3'}: cannot open the ledger for writing: it is a folder, "
+                                  "not the ledger (an SQLite file)")
+    assert info.value.hint.startswith(f"move it aside (mv {tmp_path / 'ledger.sqlite3'} ")
+    assert "writable" not in info.value.hint
+    with pytest.raises(InputError, match="is a folder"):
+        Ledger(tmp_path / "ledger.sqlite3", read_only=True)  # nothing to read there either
+
+
+def test_a_full_disk_says_the_disk_is_full(tmp_path):
+    # QA: a full disk said "make the file writable". SQLite's page cap gives SQLITE_FULL here.
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    pages = ledger._db.execute("PRAGMA page_count").fetchone()[0]
+    ledger._db.execute(f"PRAGMA max_page_count={pages}")
+    with pytest.raises(InputError) as info:
+        for n in range(1000):
+            ledger.record_intent(f"job-{n}", backend="local", region="us-east-1", spec_hash="0" * 64,
+                                 request={"pad": "x" * 4000})
+    assert "the disk is full" in info.value.message
+    assert info.value.hint.startswith("the disk that holds it is full: free some space there")
+    assert "writable" not in info.value.hint
+
+
+def test_a_read_only_ledger_is_read_by_read_only_commands_and_records_nothing(tmp_path):
+    path = tmp_path / "ledger.sqlite3"
+    writer = Ledger(path)
+    writer.record_intent("vit-1", backend="local", region="us-east-1", spec_hash="0" * 64, request={})
+    writer.close()
+    reader = Ledger(path, read_only=True)
+    assert reader.writable  # it could be written: opened as usual
+    reader.close()
+
+
+def _ro_home_script(home, command: str) -> str:
+    """A shell script that puts a copy of `home` on a read-only tmpfs at the same path, then runs
+    `command` there."""
+    import shlex
+
+    copy = shlex.quote(str(home.parent / "copy"))
+    target = shlex.quote(str(home))
+    return (f"cp -a {target} {copy} && mount -t tmpfs tmpfs {target} && cp -a {copy}/. {target}/ && "
+            f"mount -o remount,ro {target} && {command}")
+
+
+@pytest.mark.timeout(300)
+def test_status_and_sweep_status_read_a_ledger_on_a_read_only_file_system(orch_home, tmp_path):
+    # QA: read-only commands failed when the ledger was not writable.
+    import json
+    import os
+    import sys
+
+    from cli_harness import in_mount_namespace
+
+    ROOT = Path(__file__).resolve().parents[1]
+    Ledger().record_intent("local-done-1", backend="local", region="us-east-1", spec_hash="0" * 64, request={})
+    folder = orch_home / "jobs" / "local-done-1"
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(json.dumps({"state": "completed", "secondary": "Completed",
+                                                    "created": 1.0, "started": 2.0, "ended": 3.0}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    python = f"{sys.executable} -m orchestrator"
+    done = in_mount_namespace(_ro_home_script(orch_home, f"touch {orch_home}/x; {python} status local-done-1 && "
+                                                       f"echo ===== && {python} sweep status"), env)
+    assert "Read-only file system" in done.stderr  # the touch: the home really is read-only there
+    assert done.returncode == 0, done.stdout + done.stderr
+    status, sweeps_ = done.stdout.split("=====\n")
+    assert "job       local-done-1" in status and "status    completed" in status
+    assert sweeps_ == "no sweeps in the ledger\n"
+    assert f"note: the ledger {orch_home / 'ledger.sqlite3'} cannot be written here: it was read as it is" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_full_disk_under_the_ledger_is_reported_as_a_full_disk(orch_home, tmp_path):
+    import os
+    import shlex
+    import sys
+
+    from cli_harness import in_mount_namespace
+
+    ROOT = Path(__file__).resolve().parents[1]
+    Ledger().close()
+    (tmp_path / "base.yaml").write_text("name: full\nbackend: local\n")
+    (tmp_path / "sweep.yaml").write_text("sweep: full\nbase: base.yaml\ngrid:\n  training.steps: [20, 30, 40, 50]\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    home, copy = shlex.quote(str(orch_home)), shlex.quote(str(tmp_path / "copy"))
+    script = (f"cp -a {home} {copy} && mount -t tmpfs -o size=512k tmpfs {home} && cp -a {copy}/. {home}/ && "
+              f"(head -c 10000000 /dev/zero > {home}/filler 2>/dev/null; true) && "
+              f"{sys.executable} -m orchestrator sweep run {shlex.quote(str(tmp_path / 'sweep.yaml'))}")
+    done = in_mount_namespace(script, env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "the disk is full" in done.stderr and "free some space" in done.stderr
+    assert "writable" not in done.stderr and "Traceback" not in done.stderr

@@ -190,3 +190,15 @@ def test_results_plot_onto_a_fifo_device_socket_or_folder_is_exit_2_and_leaves_i
         assert err.startswith(f"error: --plot {target}: is a") and "not a regular file; nothing was written" in err
         assert "hint: give --plot a new or regular file" in err
         assert intact(target), name
+
+
+@pytest.mark.parametrize("code, start", [
+    (28, "the disk is full: free some space there, or write elsewhere"),
+    (30, "that file system is read-only: write elsewhere"),
+    (13, "you may not write there: make it writable for you, or write elsewhere"),
+    (5, "the disk reported an I/O error: check it, or write elsewhere"),
+    (20, "check the path, or write elsewhere"),
+    (99, "Write elsewhere"),
+])
+def test_write_hint_says_what_to_do_about_each_cause(code, start):
+    assert paths.write_hint(OSError(code, "x"), "write elsewhere") == start

@@ -995,3 +995,19 @@ def test_a_prefix_with_a_name_too_long_is_exit_2(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(monkeypatch, capsys, "results", "--prefix", prefix)
     assert code == 2 and out == "" and "Traceback" not in err
     assert err.startswith(f"error: --prefix {prefix!r}: {tmp_path}/{'a' * 256}/jobs: File name too long\n")
+
+
+def test_a_plot_on_a_full_disk_says_the_disk_is_full(prices, tmp_path, monkeypatch, capsys):
+    # QA: a full disk said "make the file writable" / "a folder you can write".
+    from orchestrator import paths
+
+    write_local(prices, "c-1", results_doc("c-1", backend="local", sps=40.0))
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "replace", full)
+    code, _, err = run_cli(monkeypatch, capsys, "results", "--plot", str(tmp_path / "out.png"))
+    assert code == 2
+    assert "hint: the results above are complete; for the plot, the disk is full: free some space there, or run " \
+           "again with --plot a file in a folder you can write" in err

@@ -748,3 +748,29 @@ def test_problems_inside_the_base_spec_follow_the_sweep_line_that_names_it(tmp_p
         spec.load_sweep(sweep)
     assert [(p.file, p.line) for p in info.value.problems] == [(str(sweep), 2), (str(base), 1)]
     assert info.value.problems[1].message == "the file is empty; expected a mapping of fields"
+
+
+def test_an_infra_region_that_is_no_region_is_reported_with_the_other_problems_of_the_file(tmp_path):
+    # QA: region `mars` in the infra file with a region in the spec said "remove region: to use
+    # mars" and hid the file's three other errors.
+    infra = tmp_path / "infra.yaml"
+    infra.write_text("role_arn: nope\ncompile_cache_uri: http://x\noutput_uri: s3://UP/x\nregion: mars\n")
+    (tmp_path / "job.yaml").write_text("name: x\nbackend: sagemaker\nregion: us-east-1\ninfra: infra.yaml\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    found = {p.path: (p.file, p.line) for p in info.value.problems}
+    assert found == {"region": (str(infra), 4), "role_arn": (str(infra), 1), "compile_cache.uri": (str(infra), 2),
+                     "output.uri": (str(infra), 3)}
+    assert "'mars' is not valid: expected an AWS region" in info.value.problems[0].message
+    assert "remove region" not in (info.value.hint or "") and "to use mars" not in str(info.value)
+
+
+def test_a_spec_region_other_than_the_stacks_is_reported_with_the_other_problems(tmp_path):
+    (tmp_path / "infra.yaml").write_text("role_arn: arn:aws:iam::123456789012:role/r\ncompile_cache_uri: "
+                                         "s3://bucket-a/cc\noutput_uri: s3://bucket-a/x\nregion: eu-west-1\n")
+    (tmp_path / "job.yaml").write_text("name: x\nbackend: sagemaker\nregion: us-east-1\ninfra: infra.yaml\n"
+                                       "training: {steps: -1}\n")
+    with pytest.raises(SpecError) as info:
+        spec.load(tmp_path / "job.yaml")
+    assert [p.path for p in info.value.problems] == ["region", "training.steps"]
+    assert info.value.hint.startswith("remove region: to use eu-west-1, or deploy the stack in us-east-1")
