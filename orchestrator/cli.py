@@ -1450,7 +1450,20 @@ def schedule_run(
     Safe to restart and to run on two machines at once (a tick is submitted once)."""
     scheduler = _scheduler(path, poll)
     scheduler.on_report = _print_tick
-    scheduler.run(poll_seconds=scheduler.runner_options["poll_seconds"])
+    try:
+        scheduler.run(poll_seconds=scheduler.runner_options["poll_seconds"])
+    except KeyboardInterrupt:
+        # Ctrl-C: say what was cut short and how to go on (every step is crash-safe: a tick
+        # interrupted mid-submit is finished by the next run, never submitted twice).
+        _err(f"interrupted (Ctrl-C) while {scheduler.doing}")
+        _err(f"the schedule is not kept until it runs again: `python -m orchestrator schedule run {path}` continues it "
+             f"(ticks missed meanwhile follow catchup: {scheduler.schedule.catchup}), or `python -m orchestrator "
+             f"schedule crontab {path}` prints the line for system cron")
+        unfinished = scheduler.unfinished()
+        if unfinished:
+            _err(f"unfinished tick sweeps: {', '.join(unfinished)}; their submitted jobs keep running, and "
+                 f"`python -m orchestrator sweep resume {unfinished[-1]}` follows one now")
+        raise typer.Exit(code=130) from None
 
 
 @schedule_app.command("tick")

@@ -202,10 +202,16 @@ class Scheduler:
         self.runner_options = dict(runner_options or {})
         self.on_report = on_report
         self.key = schedule_key(sweep)
+        # What the scheduler is at, in words, for a user who interrupts it.
+        self.doing = "starting"
 
     def state(self) -> dict:
         value = self.ledger.get_value(self.key)
         return value if isinstance(value, dict) else {}
+
+    def unfinished(self) -> list[str]:
+        """The tick sweeps the schedule still follows (from the ledger)."""
+        return [str(sweep_id) for sweep_id in self.state().get("active", [])]
 
     def _runner(self, sweep_id: str) -> sweeps.Runner:
         definition = sweeps.load_definition(self.ledger, sweep_id)
@@ -228,6 +234,7 @@ class Scheduler:
         active = list(state.get("active", []))
         history = list(state.get("ticks", []))
         for tick in found.submit:
+            self.doing = f"submitting the tick of {tick:%Y-%m-%d %H:%M} UTC"
             planned = sweeps.plan(self.sweep, tick=tick)
             sweeps.check_budget(planned)
             sweep_id = planned.sweep_id
@@ -251,6 +258,7 @@ class Scheduler:
         self.ledger.put_value(self.key, state)
         still = []
         for sweep_id in active:
+            self.doing = f"following tick sweep {sweep_id}"
             try:
                 with sweeps.runner_lock(sweep_id):
                     progress = self._runner(sweep_id).step()
@@ -273,13 +281,16 @@ class Scheduler:
         while True:
             report = self.evaluate()
             passes += 1
+            target = report.next_fire.timestamp()
+            if report.active or report.busy:
+                target = min(target, self.clock() + poll_seconds)
+                self.doing = f"waiting to poll {report.active + len(report.busy)} unfinished tick sweep(s)"
+            else:
+                self.doing = f"sleeping until the next tick, {report.next_fire:%Y-%m-%d %H:%M} UTC"
             if self.on_report:
                 self.on_report(report)
             if max_passes is not None and passes >= max_passes:
                 return
-            target = report.next_fire.timestamp()
-            if report.active or report.busy:
-                target = min(target, self.clock() + poll_seconds)
             while True:
                 remaining = target - self.clock()
                 if remaining <= 0:

@@ -571,3 +571,48 @@ def test_schedules_by_the_clock_run_through_both_hours_as_cron_does(tmp_path, cr
     # cronie runs jobs with * in the minute or hour field normally in the repeated hour.
     ticks, _ = schedules.ticks_between(_zoned(tmp_path, cron), utc(2027, 11, 7, 4, 59), utc(2027, 11, 7, 8, 29))
     assert len(ticks) == count and len(set(ticks)) == count
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_schedule_run_says_what_it_interrupted_and_how_to_go_on(tmp_path, orch_home):
+    # QA: Ctrl-C during `schedule run` exited 130 with no message.
+    import signal
+
+    (tmp_path / "base.yaml").write_text("name: nightly-local\nbackend: local\n")
+    path = tmp_path / "nightly.yaml"
+    path.write_text(NIGHTLY.replace("CATCHUP", "latest").replace("0 3 * * *", "0 3 1 1 *"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    run = subprocess.Popen([sys.executable, "-m", "orchestrator", "schedule", "run", str(path)], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           # Python turns SIGINT into KeyboardInterrupt only where it is not ignored.
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    first = run.stdout.readline()
+    assert "next tick:" in first, first + run.stderr.read()
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130
+    assert "Traceback" not in err
+    assert re.search(r"interrupted \(Ctrl-C\) while sleeping until the next tick, \d{4}-01-01 03:00 UTC\n", err), err
+    assert f"`python -m orchestrator schedule run {path}` continues it (ticks missed meanwhile follow catchup: " \
+           "latest)" in err
+
+
+def test_the_scheduler_says_what_it_is_doing(tmp_path, orch_home):
+    ledger = Ledger()
+    cloud = FakeCloud(ledger)
+    clock = Clock()
+    at(clock, utc(2026, 1, 5, 3, 1))
+    seen = []
+
+    def sleep(seconds):
+        seen.append(scheduler.doing)
+        raise KeyboardInterrupt
+
+    scheduler = schedules.Scheduler(load(tmp_path), cloud, ledger, clock=clock, sleep=sleep)
+    with pytest.raises(KeyboardInterrupt):
+        scheduler.run(poll_seconds=5)
+    assert seen == ["waiting to poll 1 unfinished tick sweep(s)"]
+    assert scheduler.unfinished() == [sweeps.identify(scheduler.sweep, utc(2026, 1, 5, 3)).sweep_id]
