@@ -120,13 +120,37 @@ def aws_session(region: str | None = None):
         raise config_error(exc) from None
 
 
+def _endpoint_variables(service_id: str) -> tuple[str, str]:
+    """The environment variables that set `service_id`'s endpoint, in botocore's order."""
+    return "AWS_ENDPOINT_URL_" + service_id.upper().replace(" ", "_").replace("-", "_"), "AWS_ENDPOINT_URL"
+
+
 def _endpoint_setting(service_id: str, value: str) -> str:
     """Which setting holds the endpoint `value` botocore refused, in botocore's order."""
-    specific = "AWS_ENDPOINT_URL_" + service_id.upper().replace(" ", "_").replace("-", "_")
-    for variable in (specific, "AWS_ENDPOINT_URL"):
+    for variable in _endpoint_variables(service_id):
         if os.environ.get(variable) == value:
             return f"{variable}={value!r}"
     return f"the endpoint_url {value!r} of the AWS config profile"
+
+
+def _endpoint_problem(value: str) -> str | None:
+    """Why `value` cannot be an endpoint URL that botocore can send to, or None: botocore only
+    checks a host is there when it builds a client, and an unknown scheme or a port out of
+    range fails at the first call (a ValueError or "Not supported URL scheme")."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return f"the scheme is {parts.scheme!r}, not http or https" if parts.scheme else "it has no http:// or https://"
+    if not parts.hostname:
+        return "it has no host"
+    if port == 0:
+        return "port 0 is not a port to connect to"
+    return None
 
 
 def client(service: str, region: str | None = None, *, config=None, session=None):
@@ -138,6 +162,14 @@ def client(service: str, region: str | None = None, *, config=None, session=None
     from botocore.exceptions import BotoCoreError
 
     session = session or aws_session()
+    service_id = str(session._session.get_service_model(service).service_id)
+    for variable in _endpoint_variables(service_id):
+        value = os.environ.get(variable)
+        if value:
+            why = _endpoint_problem(value)
+            if why is not None:
+                raise InputError(f"{variable}={value!r} is not an endpoint URL: {why}", hint=_ENDPOINT_HINT)
+            break  # the one botocore uses
     connect, read = timeouts()
     # A caller's own config (storage's pool and retries for a store) gets our timeouts too.
     config = client_config() if config is None else config.merge(Config(connect_timeout=connect, read_timeout=read))
@@ -148,14 +180,15 @@ def client(service: str, region: str | None = None, *, config=None, session=None
         if not text.startswith("Invalid endpoint: "):
             raise
         value = text[len("Invalid endpoint: "):]
-        service_id = session._session.get_service_model(service).service_id
-        raise InputError(f"{_endpoint_setting(str(service_id), value)} is not an endpoint URL",
-                         hint="give a URL with a scheme and a host, e.g. https://s3.us-east-1.amazonaws.com or "
-                              "http://127.0.0.1:5000, or unset it to use AWS's own endpoints") from None
+        raise InputError(f"{_endpoint_setting(service_id, value)} is not an endpoint URL", hint=_ENDPOINT_HINT) from None
     except BotoCoreError as exc:  # ProfileNotFound and friends, raised late by some settings
         raise config_error(exc) from None
     limit_no_answer(built)
     return built
+
+
+_ENDPOINT_HINT = ("give a URL with a scheme and a host, e.g. https://s3.us-east-1.amazonaws.com or "
+                  "http://127.0.0.1:5000, or unset it to use AWS's own endpoints")
 
 
 def limit_no_answer(built) -> None:
@@ -172,6 +205,7 @@ def limit_no_answer(built) -> None:
         if not isinstance(caught_exception, (ReadTimeoutError, ConnectTimeoutError, EndpointConnectionError)):
             return None  # botocore's own retry handler decides
         if attempts >= limit:
+            caught_exception.orchestrator_tries = attempts  # for `tries_said`
             return False  # give up now: botocore raises the error
         # One note per endpoint per wait, not one per thread (results reads in parallel).
         now = time.monotonic()
@@ -305,12 +339,16 @@ def describe(exc: BaseException, operation: str | None = None) -> str | None:
     return None
 
 
-def tries_said() -> str:
-    """How many times a call to a silent endpoint was tried, in words ("tried twice")."""
-    try:
-        tries = min(NO_ANSWER_ATTEMPTS, retry_config()["total_max_attempts"])
-    except InputError:
-        tries = NO_ANSWER_ATTEMPTS
+def tries_said(exc: BaseException | None = None) -> str:
+    """How many times the call that raised `exc` (a silent or unreachable endpoint) was tried,
+    in words ("tried twice"): as counted when it gave up, else as configured."""
+    cause = _botocore_cause(exc) if exc is not None else None
+    tries = getattr(cause, "orchestrator_tries", None)
+    if not isinstance(tries, int):
+        try:
+            tries = min(NO_ANSWER_ATTEMPTS, retry_config()["total_max_attempts"])
+        except InputError:
+            tries = NO_ANSWER_ATTEMPTS
     return {1: "tried once", 2: "tried twice"}.get(tries, f"tried {tries} times")
 
 

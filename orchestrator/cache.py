@@ -106,7 +106,7 @@ def _backend(exc: StorageError) -> BackendError:
     silent = aws.describe(exc)
     if silent is not None:
         op = str(exc).split(": ", 1)[0]  # "list s3://bucket/prefix/"
-        return BackendError(f"{op}: {silent}; {aws.tries_said()}", hint=aws.NO_ANSWER_HINT)
+        return BackendError(f"{op}: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT)
     # storage.py ends some messages with its own "(hint: ...)": make that the one hint line.
     message, sep, rest = str(exc).partition(" (hint: ")
     if sep and rest.endswith(")"):

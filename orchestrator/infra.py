@@ -825,7 +825,7 @@ def _translate(exc: BaseException, doing: str, cfn, stack_name: str | None = Non
                             hint="configure credentials (aws configure, AWS_PROFILE or environment variables)")
     silent = aws.describe(exc)
     if silent is not None:
-        return BackendError(f"{doing}: {silent}; {aws.tries_said()}", hint=aws.NO_ANSWER_HINT)
+        return BackendError(f"{doing}: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT)
     if isinstance(exc, BotoCoreError):
         return BackendError(f"{doing}: {exc}")
     raise exc

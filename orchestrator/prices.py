@@ -180,7 +180,7 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
 
                 silent = aws.describe(exc, "GetProducts")
                 if silent is not None:
-                    raise BackendError(f"Price List API asked for {type_} in {region}: {silent}; {aws.tries_said()}",
+                    raise BackendError(f"Price List API asked for {type_} in {region}: {silent}; {aws.tries_said(exc)}",
                                        hint=aws.NO_ANSWER_HINT) from None
                 raise BackendError(f"Price List API unreachable asking for {type_} in {region}: {exc}") from None
             if not candidates:

@@ -733,7 +733,7 @@ def _reason(exc: BaseException) -> str:
 
     silent = aws.describe(exc)
     if silent is not None:
-        return f"{silent}; {aws.tries_said()}"
+        return f"{silent}; {aws.tries_said(exc)}"
 
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})

@@ -188,20 +188,25 @@ ENDPOINT_COMMANDS = {
 
 
 @pytest.mark.parametrize("name", sorted(ENDPOINT_COMMANDS))
-@pytest.mark.parametrize("value", ["not-a-url", "http://", "http://exa mple.com"])
-def test_a_malformed_endpoint_url_is_exit_2_naming_the_variable(orch_home, monkeypatch, capsys, name, value):
-    # QA: AWS_ENDPOINT_URL=not-a-url was a ValueError traceback (exit 1) in each of these.
+@pytest.mark.parametrize("value, why", [
+    ("not-a-url", ": it has no http:// or https://"), ("http://", ": it has no host"), ("http://exa mple.com", ""),
+    ("ftp://127.0.0.1:9", ": the scheme is 'ftp', not http or https"), ("http://[::1", ": Invalid IPv6 URL"),
+    ("http://127.0.0.1:99999", ": Port out of range 0-65535"),
+])
+def test_a_malformed_endpoint_url_is_exit_2_naming_the_variable(orch_home, monkeypatch, capsys, name, value, why):
+    # QA: AWS_ENDPOINT_URL=not-a-url was a ValueError traceback (exit 1) in each of these; an ftp://
+    # scheme or a port out of range failed only at the first call.
     monkeypatch.setenv("AWS_ENDPOINT_URL", value)
     code, out, err = run_cli(monkeypatch, capsys, *ENDPOINT_COMMANDS[name])
     assert code == 2 and "Traceback" not in err, err
-    assert f"error: AWS_ENDPOINT_URL={value!r} is not an endpoint URL\n" in err
+    assert f"error: AWS_ENDPOINT_URL={value!r} is not an endpoint URL{why}\n" in err
     assert "hint: give a URL with a scheme and a host" in err
 
 
 def test_a_malformed_service_endpoint_names_its_own_variable(orch_home, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", "nope")
-    with pytest.raises(InputError, match=r"^AWS_ENDPOINT_URL_SAGEMAKER='nope' is not an endpoint URL$"):
+    with pytest.raises(InputError, match=r"^AWS_ENDPOINT_URL_SAGEMAKER='nope' is not an endpoint URL: it has no http"):
         aws.client("sagemaker", "us-east-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDFORMATION", "nope")
     with pytest.raises(InputError, match=r"^AWS_ENDPOINT_URL_CLOUDFORMATION='nope'"):

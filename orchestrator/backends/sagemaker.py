@@ -148,7 +148,7 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
     where = f" in {region}" if region else ""
     silent = aws.describe(exc) if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)) else None
     if silent is not None:
-        return BackendError(f"{operation}: {silent}; {aws.tries_said()}", hint=aws.NO_ANSWER_HINT)
+        return BackendError(f"{operation}: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT)
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return BackendError(f"{operation}: no usable AWS credentials ({service_message(exc)})",
                             hint="configure credentials (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/"
