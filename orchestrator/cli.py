@@ -911,6 +911,8 @@ def _plan_table(planned) -> str:
     from rich.console import Console
     from rich.table import Table
 
+    from orchestrator import sweep as sweeps
+
     table = Table(title=_plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
                                f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
     for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
@@ -918,7 +920,7 @@ def _plan_table(planned) -> str:
         table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
                          overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
     for t in planned.trials:
-        overrides = ", ".join(f"{k}={v}" for k, v in t.trial.overrides.items()) or "(base)"
+        overrides = ", ".join(f"{k}={sweeps.shown(v)}" for k, v in t.trial.overrides.items()) or "(base)"
         table.add_row(*map(_plain, (
             t.trial.index, t.trial.trial_id, t.job_name, overrides,
             f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
@@ -1314,7 +1316,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
         state = v.state + ("" if v.final or v.state not in ("failed",) else " (retry due)")
         table.add_row(*map(_plain, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, v.instance_type, state,
-            ", ".join(f"{k}={val}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
+            ", ".join(f"{k}={sweeps.shown(val)}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
     console = Console(width=max(120, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
     with console.capture() as captured:
         console.print(table)

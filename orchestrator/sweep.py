@@ -211,8 +211,18 @@ def _problem_at(sweep: SweepSpec, where: dict[str, tuple], field_path: str, mess
     return Problem(file or str(sweep.path or "<sweep>"), line, col, field_path, message)
 
 
+# How much of one override value a message shows (a grid value may be a 100 KB string).
+SHOWN_VALUE = 60
+
+
+def shown(value: Any) -> str:
+    """`value` as messages and tables show it: at most SHOWN_VALUE characters."""
+    text = str(value)
+    return text if len(text) <= SHOWN_VALUE else f"{text[:SHOWN_VALUE - 3]}... ({len(text)} characters)"
+
+
 def _describe_overrides(overrides: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+    return ", ".join(f"{k}={shown(v)}" for k, v in overrides.items()) or "base"
 
 
 def _raise_problems(problems: list[Problem], failing: int, what: str, hint: str) -> None:

@@ -2004,3 +2004,11 @@ def test_a_sweep_name_too_long_for_the_file_system_is_exit_2(orch_home, monkeypa
     code, out, err = run_cli(monkeypatch, capsys, "sweep", command, name)
     assert code == 2 and out == "" and "Traceback" not in err, err
     assert err.startswith("error: ") and "\nhint: " in err
+
+
+def test_a_huge_grid_value_is_shortened_in_messages(tmp_path):
+    # A 200 KB value was repeated whole in the error that refused it.
+    text = f"sweep: demo\nbase: base.yaml\ngrid:\n  training.optimizer.lr: [\"{'9' * 5000}x\"]\n"
+    [problem] = problems_of(tmp_path, text)
+    assert f"training.optimizer.lr={'9' * 57}... (5001 characters)" in problem.message
+    assert len(problem.message) < 300
