@@ -658,7 +658,14 @@ def infra_deploy(
         _out(f"  ... stack {stack_name} is {status}, {elapsed_s:.0f} s since the change set was executed")
 
     _out(f"executing change set {plan.change_set_name}; waiting for stack {stack_name}")
-    outputs = infra.execute(cfn, plan, on_event=progress, on_wait=waiting)
+    try:
+        outputs = infra.execute(cfn, plan, on_event=progress, on_wait=waiting)
+    except KeyboardInterrupt:
+        # Ctrl-C ends the waiting, not the deployment: CloudFormation goes on with the change set.
+        _err(f"interrupted (Ctrl-C) while waiting for stack {stack_name}; CloudFormation goes on executing change set "
+             f"{plan.change_set_name}. `python -m orchestrator infra outputs --stack-name {stack_name}` shows the "
+             "outputs once it is done (or says it is not done yet)")
+        raise typer.Exit(code=130) from None
     _out(f"stack {stack_name}: deployed")
     _print_infra_outputs(outputs)
     _out("next: python -m orchestrator infra outputs --write configs/infra.yaml  (then `infra: infra.yaml` in a "
@@ -1162,6 +1169,9 @@ def _spawn_runner(sweep_id: str, ledger, poll: float | None) -> tuple[int, Path]
     with sweeps.runner_lock(sweep_id):
         pass
     log = sweeps.log_path(sweep_id)
+    from orchestrator.paths import check_write_target
+
+    check_write_target(log, "the sweep's log")  # a FIFO there would block the open below
     read_fd, write_fd = os.pipe()
     command = [sys.executable, "-m", "orchestrator", "sweep", "resume", sweep_id, "--ready-fd", str(write_fd)]
     if poll is not None:

@@ -926,3 +926,22 @@ def test_outputs_write_replaces_an_earlier_outputs_file_and_forced_any_file(tmp_
     with pytest.raises(InputError, match="it is not a YAML mapping of outputs"):
         infra.check_outputs_target(notes)
     infra.check_outputs_target(notes, force=True)
+
+
+def test_ctrl_c_while_a_deploy_runs_says_the_stack_goes_on(monkeypatch, capsys):
+    # Ctrl-C ended `infra deploy` with exit 130 and no word, while CloudFormation went on.
+    cfn = cfn_client()
+    with Stubber(cfn) as stub:
+        plan = executing_create(cfn, stub)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(infra, "make_client", lambda service, region: cfn)
+    monkeypatch.setattr(infra, "prepare", lambda *args, **kwargs: plan)
+    monkeypatch.setattr(infra, "execute", interrupted)
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--yes")
+    assert code == 130 and "Traceback" not in err
+    assert (f"interrupted (Ctrl-C) while waiting for stack orchestrator; CloudFormation goes on executing change set "
+            f"{plan.change_set_name}") in err
+    assert "python -m orchestrator infra outputs --stack-name orchestrator" in err

@@ -2012,3 +2012,16 @@ def test_a_huge_grid_value_is_shortened_in_messages(tmp_path):
     [problem] = problems_of(tmp_path, text)
     assert f"training.optimizer.lr={'9' * 57}... (5001 characters)" in problem.message
     assert len(problem.message) < 300
+
+
+@pytest.mark.timeout(60)
+def test_detach_refuses_a_sweep_log_that_is_a_fifo_instead_of_blocking(tmp_path, orch_home, monkeypatch, capsys):
+    import os
+
+    from cli_harness import run_cli
+
+    path = write(tmp_path, "sweep: piped\nbase: base.yaml\ngrid:\n  training.batch_size: [4]\n", LOCAL_BASE)
+    definition = sweeps.save(sweeps.plan(spec.load_sweep(path)), Ledger())
+    os.mkfifo(sweeps.log_path(definition.sweep_id))
+    code, _, err = run_cli(monkeypatch, capsys, "sweep", "run", str(path), "--detach")
+    assert code == 2 and "the sweep's log" in err and "is a FIFO (named pipe), not a regular file" in err
