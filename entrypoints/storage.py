@@ -262,7 +262,8 @@ class FileStore(Store):
     def get_with_etag(self, key: str) -> tuple[bytes, str] | None:
         path = self._path(key)
         try:
-            data = path.read_bytes()
+            with _open_regular(path) as handle:
+                data = handle.read()
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -313,7 +314,7 @@ class FileStore(Store):
     def get_file(self, key: str, path: str | os.PathLike) -> bool:
         source = self._path(key)
         try:
-            with open(source, "rb") as src:
+            with _open_regular(source) as src:
                 _atomic_download(Path(path), lambda dst: _copy_stream(src, dst))
         except FileNotFoundError:
             return False
@@ -398,6 +399,20 @@ class FileStore(Store):
 
 def _raise(exc: OSError) -> None:
     raise exc
+
+
+def _open_regular(path: Path):
+    """`path` opened for reading if it is a regular file (or a link to one); an OSError
+    (EINVAL, "not a regular file") for a FIFO, device or socket, which is never read: a FIFO
+    would block for ever and /dev/zero never end."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", str(path))
+    return os.fdopen(fd, "rb")
 
 
 def _is_regular(mode: int) -> bool:

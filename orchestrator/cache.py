@@ -114,9 +114,10 @@ def _backend(exc: StorageError) -> BackendError:
     cause = exc.__cause__
     if isinstance(cause, OSError) and aws.classify(exc) is None:
         # A file:// store: no credentials or network involved, the folder itself is at fault.
-        if cause.errno == errno.EISDIR:
-            return BackendError(f"{exc}: a folder stands where the cache keeps a file",
-                                hint="the cache was changed by hand: move that folder away, or drop the key with "
+        if cause.errno == errno.EISDIR or (cause.errno == errno.EINVAL and "not a regular file" in str(cause)):
+            what = "a folder" if cause.errno == errno.EISDIR else "something that is not a file"
+            return BackendError(f"{exc}: {what} stands where the cache keeps a file",
+                                hint="the cache was changed by hand: move it away, or drop the key with "
                                      "`python -m orchestrator cache prune URI --key KEY`")
         from orchestrator.paths import write_hint
 

@@ -108,6 +108,20 @@ def not_a_file(path: str | os.PathLike) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of `path`, which must be a regular file (or a link to one):
+    NotRegularFile (an OSError) for a FIFO, device, socket or folder, which is never read (a
+    FIFO would block for ever, /dev/zero never ends). Other OSErrors propagate."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+        raise NotRegularFile(errno.EINVAL, f"is {kind}, not a regular file", str(path))
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit + 1)
+
+
 def check_write_target(path: str | os.PathLike, option: str) -> None:
     """InputError (exit 2) when `option`'s `path` names something other than a regular file
     or a new path: writing there would replace a device, FIFO, socket or folder with a file

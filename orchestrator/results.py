@@ -398,13 +398,18 @@ class _FileStore:
         return sorted(p.name for p in base.iterdir() if p.is_dir())
 
     def get(self, job: str) -> bytes | None:
+        from orchestrator.paths import NotRegularFile, read_regular
+
         path = self.root / RESULTS_DIR / _segment(job) / RESULTS_FILE
         try:
-            if path.stat().st_size > MAX_RESULTS_BYTES:
-                raise Unreadable(f"{path.stat().st_size} bytes: too large for a results object")
-            return path.read_bytes()
+            data = read_regular(path, MAX_RESULTS_BYTES)
         except FileNotFoundError:
             return None
+        except NotRegularFile as exc:  # a FIFO would block for ever, /dev/zero never end
+            raise Unreadable(f"{exc.strerror}; not read") from None
+        if len(data) > MAX_RESULTS_BYTES:
+            raise Unreadable(f"more than {MAX_RESULTS_BYTES} bytes: too large for a results object")
+        return data
 
     def uri(self, job: str) -> str:
         return results_uri(self.prefix, job)

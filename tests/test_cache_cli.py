@@ -394,4 +394,14 @@ def test_a_manifest_that_is_a_folder_is_named_not_blamed_on_credentials(tmp_path
     assert err.startswith(f"error: read file://{tmp_path}/store/k1/manifest.json: Is a directory: a folder stands "
                           "where the cache keeps a file\n")
     assert "credentials" not in err and "network" not in err
-    assert "hint: the cache was changed by hand: move that folder away" in err
+    assert "hint: the cache was changed by hand: move it away" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_manifest_that_is_a_fifo_is_not_read(tmp_path, monkeypatch, capsys):
+    import os
+
+    (tmp_path / "store" / "k1").mkdir(parents=True)
+    os.mkfifo(tmp_path / "store" / "k1" / "manifest.json")  # reading it would block for ever
+    code, _, err = _cli(monkeypatch, capsys, "cache", "show", f"file://{tmp_path}/store", "k1")
+    assert code == 1 and "something that is not a file stands where the cache keeps a file" in err

@@ -1011,3 +1011,22 @@ def test_a_plot_on_a_full_disk_says_the_disk_is_full(prices, tmp_path, monkeypat
     assert code == 2
     assert "hint: the results above are complete; for the plot, the disk is full: free some space there, or run " \
            "again with --plot a file in a folder you can write" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_results_object_that_is_a_fifo_device_or_folder_is_a_row_not_a_hang(prices, orch_home, monkeypatch, capsys):
+    import os
+
+    base = orch_home / "store" / "jobs" / "results"
+    write_local(prices, "ok-1", results_doc("ok-1", backend="local", sps=40.0))
+    for job in ("fifo-1", "dev-1", "dir-1"):
+        (base / job).mkdir(parents=True)
+    os.mkfifo(base / "fifo-1" / "results.json")  # reading it would block for ever
+    (base / "dev-1" / "results.json").symlink_to("/dev/zero")  # and this one never end
+    (base / "dir-1" / "results.json").mkdir()
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--format", "json")
+    assert code == 0, err
+    rows = {row["job"]: row for row in json.loads(out)["rows"]}
+    assert rows["fifo-1"]["status"] == "unreadable" and "is a FIFO (named pipe), not a regular file" in rows["fifo-1"]["note"]
+    assert "is a character device" in rows["dev-1"]["note"] and "is a folder" in rows["dir-1"]["note"]
+    assert rows["ok-1"]["samples_per_s"] == 40.0

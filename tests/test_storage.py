@@ -266,3 +266,18 @@ def test_s3_client_is_created_lazily_from_the_environment(moto_bucket):
 def test_part_size_below_the_s3_minimum_is_refused():
     with pytest.raises(ValueError, match="minimum"):
         open_store("s3://bucket/x", part_size=MiB)
+
+
+@pytest.mark.timeout(60)
+def test_the_file_store_never_reads_a_fifo_or_a_device(tmp_path):
+    import os
+
+    store = storage.open_store(f"file://{tmp_path}")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    for key in ("fifo", "zero"):
+        with pytest.raises(storage.StorageError, match="not a regular file"):
+            store.get_bytes(key)
+        with pytest.raises(storage.StorageError, match="not a regular file"):
+            store.get_file(key, tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
