@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from orchestrator.errors import InputError
-from orchestrator.paths import home, write_atomic
+from orchestrator.paths import home, read_regular, write_atomic
 
 DATA = Path(__file__).parent / "data"
 
@@ -96,6 +96,10 @@ def _load(name: str) -> dict:
     return json.loads((DATA / name).read_text())
 
 
+# A prices file is a few KB; more is not one.
+MAX_PRICES_BYTES = 16 * 2**20
+
+
 def _images() -> dict:
     return _load("images.json")
 
@@ -141,7 +145,7 @@ def training_instance_types() -> frozenset[str]:
 
     cache_file = home() / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
     try:
-        cached = json.loads(cache_file.read_text())
+        cached = json.loads(read_regular(cache_file, 1 << 20))
     except (OSError, ValueError):
         cached = None
     # A cache of the wrong shape (damaged, edited) is rebuilt from botocore like a missing one.
@@ -310,7 +314,10 @@ def read_price_file(path: Path, hint: str) -> list[dict]:
         return InputError(f"{path}: {what}", hint=hint)
 
     try:
-        doc = json.loads(path.read_bytes())
+        data = read_regular(path, MAX_PRICES_BYTES)  # never a FIFO (it would block) or a device
+        if len(data) > MAX_PRICES_BYTES:
+            raise bad(f"larger than {MAX_PRICES_BYTES} bytes; a prices file is small")
+        doc = json.loads(data)
     except OSError as exc:
         raise bad(f"cannot read the prices file: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:

@@ -675,3 +675,20 @@ def test_a_supervisor_finding_a_damaged_status_file_leaves_a_whole_failed_one(tm
     assert local_runner.main([str(job_dir)]) == 1
     status = json.loads((job_dir / local.STATUS_FILE).read_text())
     assert status["state"] == "failed" and "supervisor crashed" in status["failure_reason"]
+
+
+@pytest.mark.timeout(60)
+def test_a_status_file_or_log_that_is_a_fifo_is_never_opened(orch_home):
+    import os
+
+    folder = orch_home / "jobs" / "piped-1"
+    (folder / "logs").mkdir(parents=True)
+    os.mkfifo(folder / "status.json")  # opening it to read would block for ever
+    backend = LocalBackend()
+    with pytest.raises(InputError, match="status file is damaged: is a FIFO \\(named pipe\\), not a regular file"):
+        backend.status("piped-1")
+    (folder / "status.json").unlink()
+    (folder / "status.json").write_text('{"state": "completed"}')
+    os.mkfifo(folder / "logs" / "all.log")
+    with pytest.raises(InputError, match="the job's log is a FIFO \\(named pipe\\), not a file; not read"):
+        list(backend.logs("piped-1"))

@@ -167,3 +167,18 @@ def test_cli_validate_with_a_corrupt_prices_file_exits_2_naming_it(orch_home, mo
     assert f"error: {path}: prices: expected a list of price rows" in err
     assert "Traceback" not in err
     assert path.read_text() == '{"prices": 5}'
+
+
+@pytest.mark.timeout(60)
+def test_a_prices_override_or_type_cache_that_is_a_fifo_is_never_opened(orch_home):
+    import os
+
+    os.mkfifo(orch_home / "prices.json")  # reading it would block for ever
+    with pytest.raises(InputError, match="cannot read the prices file: is a FIFO \\(named pipe\\), not a regular file"):
+        catalog.read_price_file(orch_home / "prices.json", hint="delete it")
+    cache = orch_home / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
+    cache.parent.mkdir(exist_ok=True)
+    cache.unlink(missing_ok=True)
+    os.mkfifo(cache)
+    catalog.training_instance_types.cache_clear()  # read the cache file again
+    assert "ml.trn1.2xlarge" in catalog.training_instance_types()  # from botocore instead

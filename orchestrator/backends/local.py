@@ -79,9 +79,10 @@ from orchestrator.backends import (
 )
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
-from orchestrator.paths import home, write_atomic
+from orchestrator.paths import home, not_a_file, read_regular, write_atomic
 
 STATUS_FILE = "status.json"
+MAX_STATUS_BYTES = 1 << 20  # a status file is a few hundred bytes
 PLAN_FILE = "plan.json"
 PID_FILE = "supervisor.pid"
 # How long a laid-out job may wait for its supervisor's pid before it counts as orphaned: more
@@ -455,7 +456,7 @@ class LocalBackend:
         state, times that are not numbers): a damaged file, not a job to guess about."""
         path = self.job_dir(job_name) / STATUS_FILE
         try:
-            text = path.read_text()
+            text = read_regular(path, MAX_STATUS_BYTES).decode()  # never a FIFO: it would block
         except FileNotFoundError:
             if (self.job_dir(job_name) / PID_FILE).exists():  # its supervisor started: the file was lost
                 self._damaged(job_name, path, "it is missing")
@@ -465,7 +466,8 @@ class LocalBackend:
         except (OSError, ValueError) as exc:  # ValueError: not UTF-8
             data, why = None, (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
         else:
-            data, why = _parse_status(text)
+            data, why = (None, "it is larger than a status file can be") if len(text) > MAX_STATUS_BYTES else \
+                _parse_status(text)
         if why is not None:
             self._damaged(job_name, path, why)
         return data
@@ -570,6 +572,10 @@ class LocalBackend:
         while True:
             terminal = self.status(job_name).terminal if follow else True
             chunk = b""
+            kind = not_a_file(path)
+            if kind is not None:  # never opened: a FIFO would block for ever
+                raise InputError(f"{path}: the job's log is {kind}, not a file; not read",
+                                 hint=f"the host logs are in {path.parent} (algo-N.log); move {path.name} away")
             if path.exists():
                 with open(path, "rb") as handle:
                     handle.seek(offset)
