@@ -30,9 +30,6 @@ DEFAULT_HEARTBEAT_S = 60.0
 HEARTBEAT_VARIABLE = "ORCHESTRATOR_HEARTBEAT_SECONDS"
 MAX_BACKOFF_S = 300.0
 
-_THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
-                        "SlowDown", "ProvisionedThroughputExceededException"})
-
 
 def heartbeat_seconds() -> float:
     """The heartbeat interval: ORCHESTRATOR_HEARTBEAT_SECONDS when set (a positive number), else
@@ -52,17 +49,18 @@ def heartbeat_seconds() -> float:
 
 def unreachable(error: BaseException) -> bool:
     """Whether `error` (one of ours, raised from a botocore error) only says the service could
-    not be asked now: a connection or timeout failure, throttling, or a 5xx. An answer about
-    the request (access denied, no such job, bad credentials) is not."""
-    from botocore import exceptions as aws
+    not be asked now: a connection or timeout failure, throttling, or a 5xx: what
+    `aws.classify` calls transient. An answer about the request (access denied, no such job,
+    bad credentials) is not. Without a botocore error behind it, the code and status decide."""
+    from orchestrator import aws
 
     if not isinstance(error, BackendError):
         return False
-    cause = error.__cause__
-    if isinstance(cause, (aws.ConnectionError, aws.HTTPClientError, aws.ConnectTimeoutError, aws.ReadTimeoutError)):
-        return True
+    failure = aws.classify(error)
+    if failure is not None:
+        return not failure.permanent
     status = error.http_status
-    return error.code in _THROTTLED or (status is not None and (status >= 500 or status == 429))
+    return error.code in aws.THROTTLE_CODES or (status is not None and (status >= 500 or status == 429))
 
 
 def follow(read_status: Callable[[], JobStatus], *, interval: float,

@@ -267,3 +267,23 @@ def test_describe_words_no_answer_and_no_connection(monkeypatch):
     assert aws.describe(EndpointConnectionError(endpoint_url="http://h:1/")).startswith(
         "the endpoint http://h:1 cannot be reached (")
     assert aws.describe(_client_error("AccessDenied", 403)) is None
+
+
+@pytest.mark.parametrize("error", [
+    NoCredentialsError(), _client_error("AccessDeniedException", 400), _client_error("ValidationException", 400),
+    _client_error("ThrottlingException", 400), _client_error("InternalServerError", 500),
+    EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), ReadTimeoutError(endpoint_url="http://127.0.0.1:9"),
+])
+def test_waiting_and_sweeps_decide_by_the_one_table(error):
+    # submit --wait waits out what is transient; a sweep waits it out too, and stops (setup) or
+    # fails the trial (user) on what is permanent.
+    from orchestrator import sweep, waiting
+
+    try:
+        raise BackendError("wrapped") from error
+    except BackendError as ours:
+        failure = aws.classify(ours)
+        assert waiting.unreachable(ours) is (not failure.permanent)
+        kind = sweep.submit_error_kind(ours)
+        assert (kind in sweep.WAIT_KINDS) is (not failure.permanent)
+        assert (kind == "setup") is failure.account_wide
