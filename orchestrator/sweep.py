@@ -785,6 +785,18 @@ def lock_holder(sweep_id: str) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
 
 
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class RunnerBusy(InputError):
     """Another process of this machine holds the sweep's runner lock; `pid` is its pid when
     it recorded one."""
@@ -811,7 +823,13 @@ def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0):
     try:
         lock.acquire()
     except Timeout:
-        raise RunnerBusy(sweep_id, lock_holder(sweep_id)) from None
+        # The holder writes its pid just after it got the lock: give it a moment to.
+        deadline = time.monotonic() + 1.0
+        pid = lock_holder(sweep_id)
+        while not _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pid = lock_holder(sweep_id)
+        raise RunnerBusy(sweep_id, pid if _alive(pid) else None) from None
     try:
         try:
             write_atomic(holder_path(sweep_id), json.dumps({"pid": os.getpid()}) + "\n")
