@@ -33,6 +33,7 @@ import errno
 import json
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from entrypoints import compile_cache
@@ -175,13 +176,17 @@ class KeySummary:
     problem: str | None
 
 
-def list_keys(uri: str | None = None, *, s3_client=None) -> tuple[str, list[KeySummary]]:
-    """(store URI, one summary per key folder, sorted by key)."""
+def list_keys(uri: str | None = None, *, s3_client=None,
+              progress: Callable[[int, int], None] | None = None) -> tuple[str, list[KeySummary]]:
+    """(store URI, one summary per key folder, sorted by key). `progress(done, total)` is
+    called as each key's manifest is read (one read per key: many keys on S3 take a while)."""
     store = _open(uri, s3_client)
     try:
         groups = _group(store.list(with_etags=False))
         summaries = []
-        for key, group in sorted(groups.items()):
+        for done, (key, group) in enumerate(sorted(groups.items())):
+            if progress:
+                progress(done, len(groups))
             doc, problem = _manifest(store, key) if group.manifest else (None, "no manifest")
             entries = doc["entries"] if doc else {}
             summaries.append(KeySummary(

@@ -1560,9 +1560,16 @@ def _size(n: float) -> str:
 @cache_app.command("ls")
 def cache_ls(uri: str | None = _CACHE_URI) -> None:
     """List cache keys with their entry counts and sizes."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from orchestrator import cache
 
-    root, keys = cache.list_keys(uri)
+    stderr = Console(stderr=True)
+    with Progress(TextColumn("reading manifests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("manifests", total=None)
+        root, keys = cache.list_keys(uri, progress=lambda done, total: bar.update(task, completed=done, total=total))
     if uri is None:
         # The default is this machine's store; SageMaker jobs' caches are in S3.
         _err(f"note: this is the local store ({root}); for the compile caches of SageMaker jobs give their S3 "

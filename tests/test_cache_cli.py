@@ -405,3 +405,11 @@ def test_a_manifest_that_is_a_fifo_is_not_read(tmp_path, monkeypatch, capsys):
     os.mkfifo(tmp_path / "store" / "k1" / "manifest.json")  # reading it would block for ever
     code, _, err = _cli(monkeypatch, capsys, "cache", "show", f"file://{tmp_path}/store", "k1")
     assert code == 1 and "something that is not a file stands where the cache keeps a file" in err
+
+
+def test_ls_reports_its_progress_through_the_keys(tmp_path):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    seen = []
+    _, keys = cache.list_keys(uri, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(i, len(keys)) for i in range(len(keys))] and keys
