@@ -345,7 +345,8 @@ class LocalBackend:
         from orchestrator import request as requests
         from orchestrator.paths import unusable
 
-        uris = {"data.source": list(channels_of(prepared.request).values()),
+        data = [uri for channel, uri in channels_of(prepared.request).items() if channel != contract.CODE_CHANNEL]
+        uris = {"data.source": data,
                 "output.uri": [requests.output_uri(prepared.spec)],
                 "compile_cache.uri": [requests.compile_cache_uri(prepared.spec)]}
         for field_name, found in uris.items():

@@ -77,8 +77,14 @@ class Supervisor:
     # --- bookkeeping ---------------------------------------------------------------------
 
     def update(self, **fields) -> None:
+        """Record `fields` in status.json. A status file that cannot be written (made a folder
+        by hand, a full disk) is noted in the log and never stops the supervisor: it must still
+        signal, reap and upload the hosts it started."""
         self.status.update(fields)
-        write_json_atomic(self.job_dir / STATUS_FILE, self.status)
+        try:
+            write_json_atomic(self.job_dir / STATUS_FILE, self.status)
+        except (OSError, ValueError) as exc:
+            self.note(f"could not write {STATUS_FILE}: {exc}")
 
     def ledger_state(self, state: str, detail: str | None = None) -> None:
         try:
