@@ -99,7 +99,7 @@ def heartbeat_process(folder: str, push_interval: float, beat: float, new_entrie
     import signal
     from pathlib import Path
 
-    from entrypoints import compile_cache, heartbeat
+    from entrypoints import atomic, compile_cache, heartbeat
 
     root = Path(folder)
     cache_dir, store, stats_file = root / "cache", (root / "store").as_uri(), root / "stats" / "rank-0.json"
@@ -125,9 +125,7 @@ def heartbeat_process(folder: str, push_interval: float, beat: float, new_entrie
     def on_beat() -> None:  # launch.py's heartbeat: read the rank's report, rewrite results.json
         stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
         data = json.dumps({"status": "running", "steps_done": stats.get("steps_done"), "cache": cache}).encode()
-        tmp = root / ".results.json.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, root / "results.json")
+        atomic.write_bytes(root / "results.json", data, durable=False)
         beats[0] += 1
 
     done = []

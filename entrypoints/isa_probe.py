@@ -41,9 +41,10 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from entrypoints import atomic
 
 MEMO_DIR = "orchestrator-isa"
 SCHEMA = 1
@@ -98,17 +99,10 @@ def _remembered(path: Path, probe: dict[str, str]) -> bool:
 
 
 def _remember(path: Path, probe: dict[str, str], isa: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # "tmp" prefix: the compile cache never packs a half-written memo.
-    fd, tmp = tempfile.mkstemp(prefix="tmp", suffix=".json", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # as pulled entries are: other users of a shared cache dir read it too
-        with os.fdopen(fd, "w") as out:
-            json.dump({"schema": SCHEMA, "ok": True, "isa": isa, "fingerprint": probe}, out, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # The temporary file's name starts with '.', so the compile cache never packs a half-written
+    # memo; mode 0644 as pulled entries have: other users of a shared cache dir read it too.
+    memo = json.dumps({"schema": SCHEMA, "ok": True, "isa": isa, "fingerprint": probe}, sort_keys=True)
+    atomic.write_text(path, memo, mode=0o644, durable=False)
 
 
 def memoized(check_build: CheckBuild, cache_dir: Path, features: str,

@@ -77,7 +77,7 @@ CODE_DIR = next((d for d in (_HERE, _HERE.parent) if (d / "entrypoints" / "__ini
 if str(CODE_DIR) not in sys.path[:1]:
     sys.path.insert(0, str(CODE_DIR))
 
-from entrypoints import compile_cache, container, contract, heartbeat, storage  # noqa: E402
+from entrypoints import atomic, compile_cache, container, contract, heartbeat, storage  # noqa: E402
 
 RESULTS_SCHEMA = "orchestrator.results/v1"
 RESULTS_FILE = "results.json"
@@ -425,10 +425,9 @@ def _given_setup() -> dict:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    # Not durable: the container's disk goes with the instance, and a heartbeat a second old
+    # is as good as the one before it.
+    atomic.write_bytes(path, data, durable=False)
 
 
 def publish_results(uri: str, data: bytes) -> None:

@@ -46,6 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from entrypoints import atomic
+
 # Objects larger than this move as multipart uploads / parallel ranged GETs on S3.
 DEFAULT_MULTIPART_THRESHOLD = 64 * 2**20
 DEFAULT_PART_SIZE = 16 * 2**20
@@ -256,9 +258,6 @@ class FileStore(Store):
         finally:
             os.close(fd)
 
-    def _temp(self, path: Path) -> Path:
-        return path.parent / f"{_INTERNAL}tmp.{secrets.token_hex(8)}.{path.name}"
-
     def get_with_etag(self, key: str) -> tuple[bytes, str] | None:
         path = self._path(key)
         try:
@@ -284,18 +283,9 @@ class FileStore(Store):
                         raise PreconditionFailed(f"{self.uri(key)} no longer exists") from None
                     if current != if_match:
                         raise PreconditionFailed(f"{self.uri(key)} changed since it was read")
-                temp = self._temp(path)
-                try:
-                    with open(temp, "wb") as fh:
-                        fh.write(data)
-                        fh.flush()
-                        # Small objects (manifests) are the ones others decide on: make them durable.
-                        os.fsync(fh.fileno())
-                    os.replace(temp, path)
-                except BaseException:
-                    with contextlib.suppress(FileNotFoundError):
-                        temp.unlink()
-                    raise
+                # Small objects (manifests) are the ones others decide on: durable. A link in
+                # the store's folder is replaced, never followed out of it.
+                atomic.write_bytes(path, data, follow_symlinks=False, temp_prefix=f"{_INTERNAL}tmp.")
         except OSError as exc:
             raise self._error("write", key, exc) from exc
         return hashlib.sha256(data).hexdigest()
@@ -451,17 +441,10 @@ def _copy_stream(src, dst) -> None:
 
 
 def _atomic_download(dest: Path, fill) -> None:
-    """Write `dest` through a temporary file beside it, renamed into place when complete."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    temp = dest.parent / f".{dest.name}.tmp-{secrets.token_hex(6)}"
-    try:
-        with open(temp, "wb") as dst:
-            fill(dst)
-        os.replace(temp, dest)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-        raise
+    """Write `dest` through a temporary file beside it (`atomic.replacing`: not durable, a
+    link at `dest` replaced rather than followed), renamed into place when complete."""
+    with atomic.replacing(dest, durable=False, follow_symlinks=False) as dst:
+        fill(dst)
 
 
 # --- s3:// ----------------------------------------------------------------------------

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import hashlib
 import json
 import math
@@ -60,7 +59,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from entrypoints import contract, data, runtime, vit
+from entrypoints import atomic, contract, data, runtime, vit
 
 STOP_AT_STEP_ENV = "ORCHESTRATOR_TEST_STOP_AT_STEP"
 CHECKPOINT_PREFIX = "ckpt-"
@@ -150,46 +149,13 @@ def staging_dir(directory: Path) -> Path:
 
 
 def atomic_save(obj: Any, path: Path, staging: Path | None = None) -> None:
-    """torch.save to a temporary file, fsync, rename over `path`, fsync the dir.
+    """torch.save into `path` atomically and durably (`atomic.replacing`).
 
     The temporary file lies in `staging` (default: beside `path`); only the finished file
     ever appears in `path`'s directory. A staging folder on another file system (the rename
     fails with EXDEV) falls back to a temporary file beside `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    folder = path.parent if staging is None else staging
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{path.name}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV or staging is None:
-                raise
-            tmp.unlink()
-            atomic_save(obj, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-
-def atomic_write_text(text: str, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    with atomic.replacing(path, staging=staging) as handle:
+        torch.save(obj, handle)
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -434,14 +400,7 @@ def write_stats(stats: RankStats, stats_dir: Path, durable: bool = True) -> Path
     """`<stats_dir>/rank-<rank>.json`, replaced atomically (a heartbeat skips the fsync:
     readers need a whole file, not one that outlives a power cut)."""
     path = stats_dir / f"rank-{stats.rank}.json"
-    text = json.dumps(asdict(stats)) + "\n"
-    if durable:
-        atomic_write_text(text, path)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.beat-{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(asdict(stats)) + "\n", durable=durable)
     return path
 
 
