@@ -77,10 +77,8 @@ CODE_DIR = next((d for d in (_HERE, _HERE.parent) if (d / "entrypoints" / "__ini
 if str(CODE_DIR) not in sys.path[:1]:
     sys.path.insert(0, str(CODE_DIR))
 
-from entrypoints import atomic, compile_cache, container, contract, heartbeat, storage  # noqa: E402
+from entrypoints import atomic, compile_cache, container, contract, heartbeat, results_schema, storage  # noqa: E402
 
-RESULTS_SCHEMA = "orchestrator.results/v1"
-RESULTS_FILE = "results.json"
 TRAIN_MODULE = "entrypoints.train"
 # Tests (and benchmarks of the launcher alone) name another per-rank module here.
 TRAIN_MODULE_ENV = "ORCHESTRATOR_TRAIN_MODULE"
@@ -339,7 +337,7 @@ def _versions(rank_versions: dict | None) -> dict:
     return found
 
 
-def _step_stats(times: list[float]) -> dict | None:
+def _step_stats(times: list[float]) -> results_schema.StepTime | None:
     if not times:
         return None
     ordered = sorted(times)
@@ -349,14 +347,14 @@ def _step_stats(times: list[float]) -> dict | None:
         index = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
         return ordered[index]
 
-    return {"p50": statistics.median(ordered), "p90": pct(0.9), "mean": statistics.fmean(ordered),
-            "n": len(ordered)}
+    return results_schema.StepTime(p50=statistics.median(ordered), p90=pct(0.9), mean=statistics.fmean(ordered),
+                                   n=len(ordered))
 
 
 def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, status: str,
                   reason: str | None, cache: dict, started: float, ended: float | None,
                   warnings: list[str], now: float | None = None, setup: dict | None = None) -> dict:
-    """The `orchestrator.results/v1` document (docs/RESULTS.md) for this host.
+    """The `orchestrator.results/v1` document (`entrypoints.results_schema`) for this host.
 
     Step times come from global rank 0 when this host has it, else this host's lowest rank
     (while training runs: from its last progress report). `ended` is None while the job runs
@@ -373,49 +371,50 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
     batch = int(lead.get("batch_size") or training.get("batch_size") or 0)
     global_batch = batch * world_size
     step_time = _step_stats([float(t) for t in lead.get("step_times_s") or []])
-    return {
-        "schema": RESULTS_SCHEMA,
-        "job_name": job["job_name"],
-        "spec_hash": job["spec_hash"],
-        "status": status,
-        "failure_reason": reason,
-        "backend": spec.get("backend"),
-        "region": spec.get("region"),
-        "instance": {
-            "type": instance.get("type") or ctr.instance_type,
-            "count": ctr.num_nodes,
-            "neuron_cores": instance.get("neuron_cores"),
-            "logical_cores": instance.get("logical_cores"),
-            "workers_per_node": workers,
-        },
-        "world_size": world_size,
-        "runtime": lead.get("runtime") or training.get("runtime"),
-        "compile": bool(training.get("compile", False)),
-        "precision": lead.get("precision") or training.get("precision"),
-        "batch_size": batch,
-        "global_batch": global_batch,
-        "steps": training.get("steps"),
-        "warmup_steps": training.get("warmup_steps"),
-        "steps_done": lead.get("steps_done", 0),
-        "model": {"arch": model.get("arch"), "image_size": model.get("image_size"),
-                  "patch_embed": model.get("patch_embed")},
-        "step_time_s": step_time,
-        "samples_per_s": (global_batch / step_time["mean"]) if step_time and step_time["mean"] > 0 else None,
-        "time_to_first_step_s": lead.get("time_to_first_step_s"),
-        "compile_s": lead.get("compile_s"),
-        "compiler_cache": {str(k): int(v) for k, v in (lead.get("compiler_cache") or {}).items()},
-        "ddp_split_graphs": lead.get("ddp_split_graphs"),
-        "cache": cache,
-        "container": setup or _given_setup(),
-        "final_loss": lead.get("final_loss"),
-        "versions": _versions(lead.get("versions")),
-        "started_at": _now_iso(started),
-        "ended_at": _now_iso(ended) if ended is not None else None,
-        "heartbeat_at": _now_iso(beat),
-        "duration_s": round(beat - started, 3),
-        "tags": dict(job.get("tags") or {}),
-        "warnings": warnings,
-    }
+    record = results_schema.Results(
+        schema=results_schema.SCHEMA,
+        job_name=job["job_name"],
+        spec_hash=job["spec_hash"],
+        status=status,
+        failure_reason=reason,
+        backend=spec.get("backend"),
+        region=spec.get("region"),
+        instance=results_schema.Instance(
+            type=instance.get("type") or ctr.instance_type,
+            count=ctr.num_nodes,
+            neuron_cores=instance.get("neuron_cores"),
+            logical_cores=instance.get("logical_cores"),
+            workers_per_node=workers,
+        ),
+        world_size=world_size,
+        runtime=lead.get("runtime") or training.get("runtime"),
+        compile=bool(training.get("compile", False)),
+        precision=lead.get("precision") or training.get("precision"),
+        batch_size=batch,
+        global_batch=global_batch,
+        steps=training.get("steps"),
+        warmup_steps=training.get("warmup_steps"),
+        steps_done=lead.get("steps_done", 0),
+        model=results_schema.Model(arch=model.get("arch"), image_size=model.get("image_size"),
+                                   patch_embed=model.get("patch_embed")),
+        step_time_s=step_time,
+        samples_per_s=(global_batch / step_time.mean) if step_time and step_time.mean > 0 else None,
+        time_to_first_step_s=lead.get("time_to_first_step_s"),
+        compile_s=lead.get("compile_s"),
+        compiler_cache={str(k): int(v) for k, v in (lead.get("compiler_cache") or {}).items()},
+        ddp_split_graphs=lead.get("ddp_split_graphs"),
+        cache=results_schema.from_values(results_schema.CacheStats, cache),
+        container=results_schema.from_values(results_schema.Container, setup or _given_setup()),
+        final_loss=lead.get("final_loss"),
+        versions=results_schema.from_values(results_schema.Versions, _versions(lead.get("versions"))),
+        started_at=_now_iso(started),
+        ended_at=_now_iso(ended) if ended is not None else None,
+        heartbeat_at=_now_iso(beat),
+        duration_s=round(beat - started, 3),
+        tags=dict(job.get("tags") or {}),
+        warnings=list(warnings),
+    )
+    return results_schema.as_document(record)
 
 
 def _given_setup() -> dict:
@@ -459,7 +458,7 @@ class _Report:
                                 started=self.started, ended=None, warnings=warnings, now=time.time(),
                                 setup=self.setup)
         data = (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
-        _write_atomic(self.ctr.output_data_dir / RESULTS_FILE, data)
+        _write_atomic(self.ctr.output_data_dir / results_schema.RESULTS_FILE, data)
         uri = self.job.get("results_uri")
         if self.ctr.node_rank == 0 and uri:
             try:
@@ -614,7 +613,7 @@ def _finish(job: dict, ctr: contract.Contract, stats: dict[int, dict], ok: bool,
         return (json.dumps(results, indent=2, sort_keys=True) + "\n").encode()
 
     data = document(ok, reason)
-    local = ctr.output_data_dir / RESULTS_FILE
+    local = ctr.output_data_dir / results_schema.RESULTS_FILE
     _write_atomic(local, data)
     results_uri = job.get("results_uri")
     if ctr.node_rank == 0 and results_uri:

@@ -10,15 +10,15 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter
 
-from entrypoints import compile_cache, contract, launch, storage
+from entrypoints import compile_cache, contract, launch, results_schema, storage
 from orchestrator import request, sourcedir, spec
 from orchestrator.backends.local import free_port
 
@@ -44,6 +44,7 @@ RESULT_KEYS = {
     "ddp_split_graphs", "cache", "container", "final_loss",
     "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings",
 }
+SCHEMA_READER = TypeAdapter(results_schema.Results)
 CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",
               "pushes", "warnings"}
 
@@ -228,6 +229,7 @@ def test_a_killed_job_leaves_its_compiled_entries_and_its_last_step(orch_home, t
         proc.kill()
     last = stored_results(job)
     assert last["status"] == "running" and last["steps_done"] == 3 and last["ended_at"] is None
+    assert results_schema.as_document(SCHEMA_READER.validate_python(last)) == last  # a heartbeat is a record too
     assert last["cache"]["new_entries"] == 1
     # The next run of the same job starts warm: its rank finds the entry in its cache dir.
     again = Host(tmp_path / "again", job)
@@ -288,6 +290,8 @@ def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
     assert results["cache"]["mode"] == "tarball" and results["cache"]["uri"] == job["compile_cache"]["uri"]
     assert results["warnings"] == []
     assert stored_results(job) == results
+    # Exactly a record of the schema, every field as the schema types it (docs/RESULTS.md is made from it).
+    assert results_schema.as_document(SCHEMA_READER.validate_python(results)) == results
     # The reader of `orchestrator results` takes it as written.
     from orchestrator import results as reader
 
@@ -508,19 +512,3 @@ def test_failure_file_is_capped_at_sagemakers_limit(tmp_path):
     launch.write_failure(ctr, "x" * 5000)
     text = ctr.failure_file.read_text()
     assert len(text) == launch.MAX_REASON and text.endswith("...")
-
-
-def _documented_fields(section: str) -> set[str]:
-    """Field names in the first column of a table in docs/RESULTS.md, under `section`."""
-    text = (ROOT / "docs" / "RESULTS.md").read_text()
-    body = text.split(section, 1)[1].split("\n#", 1)[0]
-    names: set[str] = set()
-    for line in body.splitlines():
-        if line.startswith("| `"):
-            names.update(re.findall(r"`([a-z_0-9]+)`", line.split("|")[1]))
-    return names
-
-
-def test_results_doc_lists_exactly_the_fields_launch_writes():
-    assert _documented_fields("## Fields") == RESULT_KEYS
-    assert _documented_fields("### `cache`") == CACHE_KEYS

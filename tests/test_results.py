@@ -963,7 +963,7 @@ def test_reads_what_the_entrypoint_writes(prices):
     stats = {0: {"world_size": 1, "batch_size": 8, "step_times_s": [0.1, 0.1, 0.2, 0.1], "steps_done": 20,
                  "runtime": "native", "precision": "fp32", "compile_s": 4.0, "time_to_first_step_s": 5.0}}
     cache = {"mode": "tarball", "uri": "file:///c", "key": "k", "hit_entries": 3, "new_entries": 1, "pull_bytes": 0,
-             "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "warnings": []}
+             "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
     doc = launch.build_results(job, ctr, stats, status="completed", reason=None, cache=cache, started=0.0,
                                ended=10.0, warnings=[])
     write_local(prices, "ep-1", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
