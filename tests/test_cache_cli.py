@@ -293,12 +293,17 @@ def test_prune_keeps_archives_a_push_publishes_while_prune_runs(tmp_path, monkey
     uri = f"file://{tmp_path}/store"
     source = tmp_path / "src"
     neuron_entries(source, "a")
-    real_publish = cc._publish
-    monkeypatch.setattr(cc, "_publish", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
-    with pytest.raises(KeyboardInterrupt):
-        cc.push(uri, NEURON, source)  # the archive is up, the manifest not yet
-    monkeypatch.setattr(cc, "_publish", real_publish)
     store = storage.open_store(uri)
+
+    class KilledBeforeTheManifest:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def put_bytes(self, key, data, **conditions):  # only the manifest is written so
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cc.push(uri, NEURON, source, store=KilledBeforeTheManifest())  # the archive is up, the manifest not yet
     archive = store.list(f"{NEURON.digest()}/archives/")[0]
     old = time.time() - 3 * HOUR
     os.utime(store.path(archive.key), (old, old))

@@ -1,5 +1,5 @@
-"""entrypoints/compile_cache.py: keys, entries, pull/push on file:// and S3 (loopback moto),
-concurrent and killed pushes, and hostile archives."""
+"""entrypoints/compile_cache/: keys, entries, pull/push on file:// and S3 (loopback moto),
+concurrent and killed pushes, and hostile archives (docs/COMPILE_CACHE.md)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 
 from entrypoints import compile_cache as cc
 from entrypoints import storage
+from entrypoints.compile_cache import tarstream
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = cc.CacheKey("neuronx-cc", "2.22.1", "xla", "--model-type=transformer", "trn1", 2)
@@ -397,28 +398,35 @@ def test_eight_processes_pushing_at_once_end_with_the_union(store_uri, tmp_path)
 
 # --- killed pushes --------------------------------------------------------------------
 
-def test_push_dying_between_archive_and_manifest_leaves_no_dangling_reference(store_uri, tmp_path, monkeypatch):
-    source = tmp_path / "cache"
-    neuron_entry(source, "1")
-    real_publish = cc._publish
+class KilledBeforeTheManifest:
+    """A store whose push dies (KeyboardInterrupt) once its archive is up, as it writes the manifest."""
 
-    def die(*args, **kwargs):
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def put_bytes(self, key, data, **conditions):
+        assert key.endswith("/manifest.json")
         raise KeyboardInterrupt("killed after the archive upload")
 
-    monkeypatch.setattr(cc, "_publish", die)
+
+def test_push_dying_between_archive_and_manifest_leaves_no_dangling_reference(store_uri, tmp_path):
+    source = tmp_path / "cache"
+    neuron_entry(source, "1")
+    dying = KilledBeforeTheManifest(storage.open_store(store_uri))
     with pytest.raises(KeyboardInterrupt):
-        cc.push(store_uri, KEY, source)
+        cc.push(store_uri, KEY, source, store=dying)
     store = storage.open_store(store_uri)
     archives = [info.key for info in store.list(f"{KEY.digest()}/archives/")]
     assert len(archives) == 1 and manifest(store_uri) is None
     assert cc.pull(store_uri, KEY, tmp_path / "cold").hit_entries == 0
 
-    monkeypatch.setattr(cc, "_publish", real_publish)
     assert cc.push(store_uri, KEY, source).new_entries == 1
     neuron_entry(source, "2")
-    monkeypatch.setattr(cc, "_publish", die)
     with pytest.raises(KeyboardInterrupt):
-        cc.push(store_uri, KEY, source)
+        cc.push(store_uri, KEY, source, store=dying)
     assert len(manifest(store_uri)["entries"]) == 1
     assert_manifests_name_only_present_archives(store_uri)
 
@@ -578,7 +586,7 @@ def test_size_bomb_beyond_max_bytes_is_rejected(tmp_path):
 
 
 def test_too_many_members_is_rejected(tmp_path, monkeypatch):
-    monkeypatch.setattr(cc, "MAX_MEMBERS", 5)
+    monkeypatch.setattr(tarstream, "MAX_MEMBERS", 5)
     uri = f"file://{tmp_path}/store"
     many = good_entry_members() + [member(f"{ENTRY}/f{i}") for i in range(5)]
     plant(uri, tar_bytes(many))
