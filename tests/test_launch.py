@@ -16,26 +16,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from launch_harness import Host, make_job
 from pydantic import TypeAdapter
 
-from entrypoints import compile_cache, contract, launch, results_schema, storage
-from orchestrator import request, sourcedir, spec
-from orchestrator.backends.local import free_port
+from entrypoints import compile_cache, contract, results_schema, storage
+from orchestrator import sourcedir
 
 ROOT = Path(__file__).resolve().parents[1]
-
-SPEC = """
-name: {name}
-backend: local
-instance: {{type: {itype}, count: {count}}}
-model: {{arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, embed_dim: 32, num_heads: 2,
-         num_classes: 10}}
-training: {{runtime: native, compile: true, steps: 12, warmup_steps: 2, batch_size: 4, precision: fp32,
-           workers_per_node: {workers}}}
-data: {{source: synthetic, num_workers: 0}}
-compile_cache: {{mode: "{mode}", push_interval_s: {push}}}
-tags: {{team: vision}}
-"""
 
 RESULT_KEYS = {
     "schema", "job_name", "spec_hash", "status", "failure_reason", "backend", "region", "instance", "world_size",
@@ -47,51 +34,6 @@ RESULT_KEYS = {
 SCHEMA_READER = TypeAdapter(results_schema.Results)
 CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",
               "pushes", "warnings"}
-
-
-def make_job(name: str = "lt", workers: int = 2, mode: str = "tarball", itype: str = "ml.trn1.2xlarge",
-             count: int = 1, push: int = 60) -> dict:
-    loaded = spec.loads(SPEC.format(name=name, workers=workers, mode=mode, itype=itype, count=count, push=push))
-    return request.resolved_job(loaded, request.job_name(loaded))
-
-
-class Host:
-    """One host's container tree under tmp, and the launcher run on it."""
-
-    def __init__(self, base: Path, job: dict, host: str = "algo-1", hosts: tuple[str, ...] = ("algo-1",)):
-        self.root = base / host
-        self.root.mkdir(parents=True)
-        self.job = job
-        self.job_file = self.root / "job.json"
-        self.job_file.write_text(json.dumps(job))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SM_")}
-        self.env.update(contract.sm_environment(self.root, list(hosts), host, job["instance"]["type"], {}, []))
-        self.env[contract.MASTER_ADDR_ENV] = "127.0.0.1"
-        self.env[launch.MASTER_PORT_ENV] = str(free_port())
-
-    def run(self, *args: str, cwd: Path = ROOT, argv: list[str] | None = None, **extra: str):
-        env = {**self.env, **extra}
-        command = argv or [sys.executable, "-m", "entrypoints.launch", "--job", str(self.job_file), *args]
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
-
-    @property
-    def results(self) -> dict:
-        return json.loads((self.root / contract.OUTPUT_DATA_DIR / "results.json").read_text())
-
-    def rank(self, rank: int) -> dict:
-        return json.loads((self.root / contract.OUTPUT_DATA_DIR / "ranks" / f"rank-{rank}.json").read_text())
-
-    @property
-    def failure(self) -> str | None:
-        path = self.root / contract.FAILURE_FILE
-        return path.read_text() if path.exists() else None
-
-    def cache_key(self):
-        """The key the launcher computes for this host (same environment, same job)."""
-        ctr = contract.Contract.from_env(self.env)
-        env = launch.runtime_environment(self.job, ctr, self.env)
-        world = ctr.num_nodes * self.job["workers_per_node"]
-        return compile_cache.key_for("native", launch.cache_target("native", self.job, env), world, env)
 
 
 def plant_hostile_archive(cache_uri: str, key, outside: Path) -> None:
@@ -397,60 +339,7 @@ def test_unreadable_job_file_still_writes_the_failure_file(tmp_path):
     assert "job file schema 99" in (root / contract.FAILURE_FILE).read_text()
 
 
-# --- the pieces, as functions ----------------------------------------------------------------
-
-
-def contract_for(hosts: list[str], current: str, itype: str = "ml.trn1n.32xlarge") -> contract.Contract:
-    return contract.Contract.from_env(contract.sm_environment(Path("/x"), hosts, current, itype, {}, []))
-
-
-def test_efa_variables_for_multi_node_jobs_on_efa_instances_only(orch_home):
-    from orchestrator import catalog
-
-    with_efa = {t for t in catalog.training_instance_types() if (facts := catalog.instance(t)) and facts.efa_gbps > 0}
-    assert set(launch.EFA_INSTANCE_TYPES) == with_efa
-    two = ["algo-1", "algo-2"]
-    for itype in launch.EFA_INSTANCE_TYPES:
-        job = make_job(itype=itype, count=2, workers=1)
-        env = launch.runtime_environment(job, contract_for(two, "algo-2", itype), {"PATH": "/bin"})
-        for key, value in contract.EFA_ENV.items():
-            assert env[key] == value
-    single = launch.runtime_environment(make_job(itype="ml.trn1n.32xlarge", workers=1),
-                                        contract_for(["algo-1"], "algo-1"), {})
-    assert "FI_PROVIDER" not in single
-    small = launch.runtime_environment(make_job(workers=1), contract_for(two, "algo-1", "ml.trn1.2xlarge"), {})
-    assert "FI_PROVIDER" not in small
-    job = make_job(itype="ml.trn2.48xlarge", count=2, workers=1)
-    job["environment"] = {"FI_PROVIDER": "tcp"}
-    assert launch.runtime_environment(job, contract_for(two, "algo-1"), {})["FI_PROVIDER"] == "tcp"
-
-
-def test_cache_dir_settings_per_runtime(tmp_path):
-    xla = launch.with_cache_dir("xla", {"NEURON_CC_FLAGS": "--model-type=transformer"}, tmp_path)
-    assert xla["NEURON_CC_FLAGS"] == f"--model-type=transformer --cache_dir={tmp_path}"
-    assert "TORCHINDUCTOR_CACHE_DIR" not in xla
-    mine = {"NEURON_CC_FLAGS": "--cache_dir=/mine -O1"}
-    assert launch.with_cache_dir("xla", mine, tmp_path) == mine
-    assert launch.cache_directory("xla", mine) == (Path("/mine"), False)
-    native = launch.with_cache_dir("native", {}, tmp_path)
-    assert native["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
-    assert native["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
-    fresh, ours = launch.cache_directory("native", {})
-    try:
-        assert ours and fresh.is_dir() and not any(fresh.iterdir())
-        again, _ = launch.cache_directory("native", {})
-        assert again != fresh
-        again.rmdir()
-    finally:
-        fresh.rmdir()
-
-
-def test_compile_pool_is_the_ranks_share_of_the_host_and_not_in_the_key(orch_home, tmp_path, fake_train):
-    assert launch.with_compile_threads("native", {}, 8, 2)["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
-    assert launch.with_compile_threads("native", {}, 2, 4)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
-    mine = {"TORCHINDUCTOR_COMPILE_THREADS": "7"}
-    assert launch.with_compile_threads("native", mine, 2, 2) == mine
-    assert "TORCHINDUCTOR_COMPILE_THREADS" not in launch.with_compile_threads("xla", {}, 8, 2)
+def test_the_compile_pool_is_not_in_the_key(orch_home, tmp_path, fake_train):
     # The launcher's key is the one computed without it, so hosts of any size share a cache.
     job = make_job(workers=1)
     host = Host(tmp_path, job)
@@ -458,57 +347,3 @@ def test_compile_pool_is_the_ranks_share_of_the_host_and_not_in_the_key(orch_hom
     assert done.returncode == 0, done.stdout + done.stderr
     assert host.results["cache"]["key"] == host.cache_key().digest()
     assert host.rank(0)["env"]["TORCHINDUCTOR_COMPILE_THREADS"] == "6"
-
-
-def test_torchrun_command_from_the_contract(orch_home, tmp_path):
-    job = make_job(itype="ml.trn1n.32xlarge", count=2, workers=3)
-    ctr = contract.Contract.from_env({**contract.sm_environment(tmp_path, ["algo-1", "algo-2"], "algo-2",
-                                                                "ml.trn1n.32xlarge", {}, [])})
-    command = launch.torchrun_command(job, ctr, {}, tmp_path / "job.json", tmp_path / "ranks", "entrypoints.train")
-    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
-    flags = dict(zip(command[3:13:2], command[4:14:2], strict=True))
-    assert flags == {"--nnodes": "2", "--node_rank": "1", "--nproc_per_node": "3", "--master_addr": "algo-1",
-                     "--master_port": str(contract.MASTER_PORT)}
-    assert command[13:] == ["-m", "entrypoints.train", "--job", str(tmp_path / "job.json"),
-                            "--stats-dir", str(tmp_path / "ranks")]
-    port = launch.torchrun_command(job, ctr, {launch.MASTER_PORT_ENV: "4242"}, tmp_path, tmp_path, "m")
-    assert port[port.index("--master_port") + 1] == "4242"
-
-
-TORCHRUN_REPORT = """\
-E1129 22:21:34.382000 16272 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 1
-Traceback (most recent call last):
-  File "torch/distributed/run.py", line 940, in <module>
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-entrypoints.train FAILED
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-29_22:21:34
-  rank      : 3 (local_rank: 1)
-  exitcode  : 1 (pid: 16439)
-============================================================""".splitlines()
-
-
-def test_failure_reason_prefers_the_first_failing_rank():
-    stats = {0: {"rank": 0}, 3: {"error": "ValueError: bad"}, 2: {"error": "RuntimeError: first"}}
-    assert launch.failure_reason(stats, [], 1, None) == "rank 2: RuntimeError: first (and 1 more ranks)"
-    assert launch.failure_reason({}, [], 1, 15) == "stopped: the launcher received SIGTERM"
-
-
-def test_failure_reason_from_output_skips_torchruns_own_report():
-    worker = ["step 3 loss=1.0", "Traceback (most recent call last):", '  File "train.py", line 3, in <module>',
-              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "noise after"]
-    assert launch.failure_reason({}, worker + TORCHRUN_REPORT, 1, None) == (
-        "rank 3 (torchrun exited with code 1): torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert launch.failure_reason({}, ["just output"], -9, None) == "torchrun exited with code -9"
-    assert launch.failure_reason({}, ["RuntimeError: rendezvous timed out"], 1, None) == (
-        "torchrun exited with code 1: RuntimeError: rendezvous timed out")
-
-
-def test_failure_file_is_capped_at_sagemakers_limit(tmp_path):
-    ctr = contract.Contract.from_env(contract.sm_environment(tmp_path, ["algo-1"], "algo-1", "", {}, []))
-    launch.write_failure(ctr, "x" * 5000)
-    text = ctr.failure_file.read_text()
-    assert len(text) == launch.MAX_REASON and text.endswith("...")

@@ -950,8 +950,8 @@ def test_cli_results_takes_the_prefix_and_region_from_a_spec(prices, tmp_path):
 
 
 def test_reads_what_the_entrypoint_writes(prices):
-    """The launcher's own results document (entrypoints/launch.py) parses and becomes a row."""
-    from entrypoints import contract, launch
+    """The launcher's own results document (entrypoints/report.py) parses and becomes a row."""
+    from entrypoints import contract, report
 
     job = {"schema": 1, "job_name": "ep-1", "spec_hash": "cd" * 32,
            "spec": {"backend": "local", "region": "us-east-1", "training": {"batch_size": 8, "runtime": "native",
@@ -964,7 +964,7 @@ def test_reads_what_the_entrypoint_writes(prices):
                  "runtime": "native", "precision": "fp32", "compile_s": 4.0, "time_to_first_step_s": 5.0}}
     cache = {"mode": "tarball", "uri": "file:///c", "key": "k", "hit_entries": 3, "new_entries": 1, "pull_bytes": 0,
              "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
-    doc = launch.build_results(job, ctr, stats, status="completed", reason=None, cache=cache, started=0.0,
+    doc = report.build_results(job, ctr, stats, status="completed", reason=None, cache=cache, started=0.0,
                                ended=10.0, warnings=[])
     write_local(prices, "ep-1", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
     row = res.collect(res.local_store_uri()).rows[0]

@@ -1,0 +1,103 @@
+"""torchrun for one host: its command line, and running it with SageMaker's stop passed on.
+
+Static rendezvous at the first host: nnodes and node rank from SM_HOSTS and SM_CURRENT_HOST,
+master address from the contract, port `contract.MASTER_PORT` unless MASTER_PORT_ENV is set.
+A stop signal (SIGTERM, SIGINT) is forwarded to torchrun, which stops its workers; if torchrun
+still runs after half the grace period (`STOP_GRACE_ENV`, default SageMaker's 120 s), its
+whole tree is killed. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+
+from entrypoints import container, contract
+
+MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
+# SageMaker's grace between its SIGTERM and its SIGKILL; the local backend passes its own.
+STOP_GRACE_S = 120.0
+STOP_GRACE_ENV = "ORCHESTRATOR_STOP_GRACE_S"
+
+
+def _log(message: str) -> None:
+    print(f"[launch] {message}", flush=True)
+
+
+def torchrun_command(job: dict, ctr: contract.Contract, env: dict[str, str], job_file: Path,
+                     stats_dir: Path, train_module: str) -> list[str]:
+    """The torchrun command line for this host (static rendezvous at the first host)."""
+    port = env.get(MASTER_PORT_ENV) or str(contract.MASTER_PORT)
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(ctr.num_nodes),
+        "--node_rank", str(ctr.node_rank),
+        "--nproc_per_node", str(int(job["workers_per_node"])),
+        "--master_addr", ctr.master_addr,
+        "--master_port", port,
+        "-m", train_module,
+        "--job", str(job_file),
+        "--stats-dir", str(stats_dir),
+    ]
+
+
+class StopSignals:
+    """SIGTERM/SIGINT (SageMaker's stop, the local backend's stop): remembered, and passed on
+    to torchrun when it runs; the launcher itself goes on to push the cache and report.
+
+    SageMaker kills the container `grace_s` (120) after its SIGTERM: torchrun gets half of it
+    to stop its workers (it waits for them up to 30 s), then its whole tree is killed, so the
+    last push and the final results.json fit in the other half."""
+
+    def __init__(self, grace_s: float | None = None) -> None:
+        self.signum: int | None = None
+        self.child: subprocess.Popen | None = None
+        if grace_s is None:
+            grace_s = float(os.environ.get(STOP_GRACE_ENV) or STOP_GRACE_S)
+        self.torchrun_deadline_s = grace_s / 2
+        self.deadline: threading.Timer | None = None
+
+    def __enter__(self) -> StopSignals:
+        signal.signal(signal.SIGTERM, self.handle)
+        signal.signal(signal.SIGINT, self.handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    def handle(self, signum: int, _frame=None) -> None:
+        self.signum = signum
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signum)
+            if self.deadline is None:
+                self.deadline = threading.Timer(self.torchrun_deadline_s, self._kill_late_child)
+                self.deadline.daemon = True
+                self.deadline.start()
+
+    def _kill_late_child(self) -> None:
+        child = self.child
+        if child is not None and child.poll() is None:
+            _log(f"torchrun still runs {self.torchrun_deadline_s:g} s after the stop signal: killing it and its workers")
+            container.kill_tree(child.pid)
+
+
+def run_torchrun(command: list[str], env: dict[str, str], cwd: Path, stop: StopSignals) -> tuple[int, list[str]]:
+    """Run torchrun, streaming its output line by line; (exit code, last lines of output)."""
+    tail: deque[str] = deque(maxlen=400)
+    proc = subprocess.Popen(command, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1)
+    stop.child = proc
+    if stop.signum is not None:
+        stop.handle(stop.signum)  # the signal came while it started
+    assert proc.stdout is not None  # we asked for a pipe
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        tail.append(line.rstrip("\n"))
+    return proc.wait(), list(tail)
