@@ -20,7 +20,13 @@ With `--s3` it also times push + pull through a moto S3 server on 127.0.0.1 (inf
 moto keeps objects in its own process, so that figure measures moto as much as us).
 All generated data (about 3x the tree size at the peak) is removed at the end.
 
+With `--library` it instead compares the hand-written pieces of `entrypoints.storage` with the
+libraries that do the same work (`bench/library_comparisons.py`): S3 multipart upload and
+ranged GETs against boto3's transfer manager through a moto server subprocess, and `fcntl`
+against `filelock` locks, and prints that JSON object.
+
     PYTHONPATH=. .venv/bin/python bench/cache_transfer.py [--files 2000] [--mb 500] [--repeats 3] [--s3]
+    PYTHONPATH=. .venv/bin/python bench/cache_transfer.py --library [--transfer-mb 256,16] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -167,7 +173,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to put the temporary data (default TMPDIR)")
     parser.add_argument("--s3", action="store_true", help="also push/pull through a moto S3 server")
+    parser.add_argument("--library", action="store_true",
+                        help="compare the hand-written S3 transfers and locks with boto3's transfer manager and filelock")
+    parser.add_argument("--transfer-mb", default="256,16", help="object sizes in MiB for --library")
+    parser.add_argument("--lock-processes", type=int, default=4)
+    parser.add_argument("--lock-cycles", type=int, default=200)
     args = parser.parse_args()
+    if args.library:
+        print(json.dumps(run_library(args)))
+        return
 
     work = Path(tempfile.mkdtemp(prefix="cache-transfer-", dir=args.dir))
     try:
@@ -211,6 +225,27 @@ def main() -> None:
             result["s3_moto_s"] = _run_s3(tree, work, key, args.repeats)
             result["s3_ratio"] = round(result["s3_moto_s"]["total"] / result["baseline_s"]["total"], 3)
         print(json.dumps(result))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_library(args: argparse.Namespace) -> dict:
+    """`--library`: the comparisons of bench/library_comparisons.py, one JSON object."""
+    from library_comparisons import compare_locks, compare_transfers
+    from loopback_aws import use_fake_credentials
+
+    use_fake_credentials()
+    work = Path(tempfile.mkdtemp(prefix="library-compare-", dir=args.dir))
+    try:
+        load_before = os.getloadavg()[0]
+        transfers = compare_transfers(work, [int(mb) for mb in args.transfer_mb.split(",")], args.repeats)
+        locks = compare_locks(work, args.lock_processes, args.lock_cycles, args.repeats)
+        multipart = [result for result in transfers["sizes"].values() if result["multipart"]]
+        faster = bool(multipart) and all(result["handwritten_over_library"] <= 0.8 for result in multipart)
+        return {"benchmark": "library_comparisons", "cpus": os.cpu_count(),
+                "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "transfers": transfers, "locks": locks,
+                "handwritten_s3_at_least_20pct_faster": faster}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

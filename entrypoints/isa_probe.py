@@ -35,7 +35,6 @@ so memos ask for no trust the cache did not already need.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -123,11 +122,13 @@ def memoized(check_build: CheckBuild, cache_dir: Path, features: str,
             return True
         with contextlib.ExitStack() as held:
             try:
+                # filelock, as inductor's own cache locks: imported by inductor before it probes.
+                from filelock import FileLock
+
                 locks = cache_dir / "locks"
                 locks.mkdir(parents=True, exist_ok=True)
-                lock = held.enter_context(open(locks / f"{MEMO_DIR}-{path.stem}.lock", "a"))
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            except OSError:
+                held.enter_context(FileLock(locks / f"{MEMO_DIR}-{path.stem}.lock"))
+            except (OSError, ImportError):
                 pass  # a cache dir we cannot write: probe unlocked, as inductor would
             # Another rank may have probed while this one waited.
             if _remembered(path, probe):
