@@ -95,7 +95,7 @@ def find_job_file(explicit: str | None) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """The whole per-host job; returns the exit code (see the module docstring)."""
-    with StopSignals() as stop:
+    with StopSignals(_log) as stop:
         return _run(args, stop)
 
 
@@ -153,14 +153,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     _log(f"compile cache dir {cache_dir} (mode {mode})")
 
     if key is not None and launch_error is None:
-        try:
-            pulled = compile_cache.pull(cache_uri, key, cache_dir)
-            cache.update(hit_entries=pulled.hit_entries, pull_bytes=pulled.bytes, pull_s=round(pulled.seconds, 3))
-            cache["warnings"].extend(pulled.warnings)
-        except Exception as exc:  # noqa: BLE001 - a broken cache must never stop training
-            cache["warnings"].append(f"cache pull failed, running cold: {type(exc).__name__}: {exc}")
-        _log(f"compile cache pulled: {cache['hit_entries']} entries, {cache['pull_bytes']} bytes "
-             f"in {cache['pull_s']:.2f}s")
+        _pull(cache_uri, key, cache_dir, cache)
     for warning in cache["warnings"]:
         _log(f"WARNING compile cache: {warning}")
 
@@ -191,13 +184,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         _log(f"torchrun exited with code {returncode}")
 
     if pusher is not None:
-        try:
-            pusher.push("at the end")
-        except Exception as exc:  # noqa: BLE001 - a failed push loses the cache, not the job
-            cache["warnings"].append(f"cache push failed: {type(exc).__name__}: {exc}")
-            _log(f"WARNING compile cache: {cache['warnings'][-1]}")
-        _log(f"compile cache: {cache['new_entries']} new entries pushed in all ({cache['pushes']} pushes, "
-             f"{cache['push_bytes']} bytes, {cache['push_s']:.2f}s)")
+        _push_at_the_end(pusher, cache)
     if cache_dir_is_ours:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
@@ -219,6 +206,28 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     _log("completed")
     return 0
 
+
+def _pull(cache_uri: str, key: compile_cache.CacheKey, cache_dir: Path, cache: dict) -> None:
+    """Step 3: the pull, its figures and warnings into `cache` (never raises)."""
+    try:
+        pulled = compile_cache.pull(cache_uri, key, cache_dir)
+        cache.update(hit_entries=pulled.hit_entries, pull_bytes=pulled.bytes, pull_s=round(pulled.seconds, 3))
+        cache["warnings"].extend(pulled.warnings)
+    except Exception as exc:  # noqa: BLE001 - a broken cache must never stop training
+        cache["warnings"].append(f"cache pull failed, running cold: {type(exc).__name__}: {exc}")
+    _log(f"compile cache pulled: {cache['hit_entries']} entries, {cache['pull_bytes']} bytes "
+         f"in {cache['pull_s']:.2f}s")
+
+
+def _push_at_the_end(pusher: heartbeat.CachePusher, cache: dict) -> None:
+    """Step 6's push of what is still new, whatever happened (never raises)."""
+    try:
+        pusher.push("at the end")
+    except Exception as exc:  # noqa: BLE001 - a failed push loses the cache, not the job
+        cache["warnings"].append(f"cache push failed: {type(exc).__name__}: {exc}")
+        _log(f"WARNING compile cache: {cache['warnings'][-1]}")
+    _log(f"compile cache: {cache['new_entries']} new entries pushed in all ({cache['pushes']} pushes, "
+         f"{cache['push_bytes']} bytes, {cache['push_s']:.2f}s)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from entrypoints import container, contract
@@ -23,10 +24,6 @@ MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
 # SageMaker's grace between its SIGTERM and its SIGKILL; the local backend passes its own.
 STOP_GRACE_S = 120.0
 STOP_GRACE_ENV = "ORCHESTRATOR_STOP_GRACE_S"
-
-
-def _log(message: str) -> None:
-    print(f"[launch] {message}", flush=True)
 
 
 def torchrun_command(job: dict, ctr: contract.Contract, env: dict[str, str], job_file: Path,
@@ -54,7 +51,8 @@ class StopSignals:
     to stop its workers (it waits for them up to 30 s), then its whole tree is killed, so the
     last push and the final results.json fit in the other half."""
 
-    def __init__(self, grace_s: float | None = None) -> None:
+    def __init__(self, log: Callable[[str], None], grace_s: float | None = None) -> None:
+        self.log = log
         self.signum: int | None = None
         self.child: subprocess.Popen | None = None
         if grace_s is None:
@@ -83,7 +81,7 @@ class StopSignals:
     def _kill_late_child(self) -> None:
         child = self.child
         if child is not None and child.poll() is None:
-            _log(f"torchrun still runs {self.torchrun_deadline_s:g} s after the stop signal: killing it and its workers")
+            self.log(f"torchrun still runs {self.torchrun_deadline_s:g} s after the stop signal: killing it and its workers")
             container.kill_tree(child.pid)
 
 
