@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "ORCHESTRATOR_CACHE_DIR", "ORCHESTRATOR_TRAIN_MODULE"):
         os.environ.pop(name, None)
 
-    from orchestrator import request, spec
+    from orchestrator import names, request, spec
     from orchestrator.backends.local import LocalBackend
 
     loaded = spec.load(args.spec)
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{args.spec}: the benchmark needs backend: local and compile_cache.mode: tarball")
     backend = LocalBackend()
     try:
-        cold = run_job(backend, request.prepare(loaded, job_name=request.job_name(loaded, "cold")), args.timeout)
-        warm = run_job(backend, request.prepare(loaded, job_name=request.job_name(loaded, "warm")), args.timeout)
+        cold = run_job(backend, request.prepare(loaded, job_name=names.job_name(loaded, "cold")), args.timeout)
+        warm = run_job(backend, request.prepare(loaded, job_name=names.job_name(loaded, "warm")), args.timeout)
     finally:
         if not args.keep and not args.home:
             shutil.rmtree(home, ignore_errors=True)

@@ -131,12 +131,15 @@ def clients(workers: int, latency_s: float):
 
 
 def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` (all its threads), from /proc; None elsewhere."""
+    """User + system CPU seconds of process `pid` (all its threads), through psutil; None when
+    it cannot be read."""
+    import psutil
+
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
+    return times.user + times.system
 
 
 class Timing(NamedTuple):
@@ -152,7 +155,10 @@ def timed(prefix: str, workers: int, latency_s: float, server_pid: int) -> Timin
     s3, sm = clients(workers, latency_s)
     server_before, client_before = process_cpu_s(server_pid), time.process_time()
     start = time.perf_counter()
-    collection = results.collect(prefix, workers=workers, s3=s3, sagemaker=sm)
+    from orchestrator.backends.sagemaker import SageMakerBackend
+
+    backend = SageMakerBackend(sm, s3, None)  # describes the jobs (no logs read)
+    collection = results.collect(prefix, workers=workers, s3=s3, backend_for=lambda name, region: backend)
     wall = time.perf_counter() - start
     client_cpu, server_after = time.process_time() - client_before, process_cpu_s(server_pid)
     server_cpu = server_after - server_before if server_before is not None and server_after is not None else None

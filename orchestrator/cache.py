@@ -23,7 +23,7 @@ publishes the manifest naming it a moment later (seconds, even after conflict re
 Bad URIs (an unknown scheme, a bad bucket name, a relative path, a file:// path that exists
 but is not a folder) and unknown keys raise InputError (exit 2), before any store is read;
 store failures raise BackendError (exit 1). An s3:// store gets its client here, in the region
-of every command that calls AWS (`backends.sagemaker.default_region`); an AWS configuration
+of every command that calls AWS (`region.default_region`); an AWS configuration
 that cannot be read (an unknown AWS_PROFILE) is an InputError.
 """
 
@@ -51,7 +51,7 @@ def default_uri() -> str:
     return f"file://{home()}/store/compile-cache"
 
 
-def _s3_client():
+def default_s3_client():
     """An S3 client in the region every AWS-calling command uses (`default_region`): botocore
     alone reads AWS_DEFAULT_REGION only, so a user who set AWS_REGION would reach us-east-1's
     endpoint (another partition's, for cn-/us-gov- buckets). An AWS config that cannot be
@@ -59,18 +59,20 @@ def _s3_client():
     settings are storage.py's own, with the timeouts of every client (`aws.client`)."""
     from entrypoints.storage import s3_client_config
     from orchestrator import aws
-    from orchestrator.backends.sagemaker import default_region
+    from orchestrator.region import default_region
 
     return aws.client("s3", default_region(), config=s3_client_config())
 
 
-def _open(uri: str | None, s3_client=None) -> Store:
+def open_cache(uri: str | None, s3_client=None) -> Store:
+    """The store of the compile caches at `uri` (default: `default_uri()`), checked before
+    anything is read: InputError for a bad URI or a file:// path that is not a folder."""
     uri = uri or default_uri()
     hint = "use s3://bucket/prefix or file:///absolute/path (a folder)"
     try:
         store = open_store(uri, s3_client=s3_client)  # it drops trailing slashes itself
         if isinstance(store, S3Store) and s3_client is None:  # the URI is good: now the client
-            store = open_store(uri, s3_client=_s3_client())
+            store = open_store(uri, s3_client=default_s3_client())
     except ValueError as exc:
         raise InputError(f"bad cache URI: {exc}", hint=hint) from exc
     if isinstance(store, FileStore):
@@ -180,7 +182,7 @@ def list_keys(uri: str | None = None, *, s3_client=None,
               progress: Callable[[int, int], None] | None = None) -> tuple[str, list[KeySummary]]:
     """(store URI, one summary per key folder, sorted by key). `progress(done, total)` is
     called as each key's manifest is read (one read per key: many keys on S3 take a while)."""
-    store = _open(uri, s3_client)
+    store = open_cache(uri, s3_client)
     try:
         groups = _group(store.list(with_etags=False))
         summaries = []
@@ -216,7 +218,7 @@ class KeyDetail:
 
 def show(uri: str | None, key: str, *, s3_client=None) -> KeyDetail:
     """One key's manifest: its key fields, entries, and the archives stored beside it."""
-    store = _open(uri, s3_client)
+    store = open_cache(uri, s3_client)
     _check_key(store, key)
     manifest_key = f"{key}/{compile_cache.MANIFEST}"
     try:
@@ -279,7 +281,7 @@ def prune(uri: str | None = None, *, key: str | None = None, older_than_days: fl
     if grace_s < 0:
         raise InputError(f"the grace period must be zero or more, got {grace_s}",
                          hint="e.g. --grace-hours 1 (the default): younger archives may belong to a push in flight")
-    store = _open(uri, s3_client)
+    store = open_cache(uri, s3_client)
     if key is not None:
         _check_key(store, key, "--key")
     now = time.time() if now is None else now

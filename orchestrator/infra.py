@@ -758,11 +758,11 @@ def _arn_parts(arn: str) -> tuple[str, str]:
 
 def make_client(service: str, region: str | None):
     """A boto3 client for `region`, default as every command that calls AWS takes it
-    (`backends.sagemaker.default_region`: AWS_REGION, AWS_DEFAULT_REGION, the AWS config
+    (`region.default_region`: AWS_REGION, AWS_DEFAULT_REGION, the AWS config
     profile's region, us-east-1), built by `aws.client` (timeouts, retries, a checked
     endpoint). InputError for an unreadable AWS configuration or a malformed endpoint."""
     from orchestrator import aws
-    from orchestrator.backends.sagemaker import default_region
+    from orchestrator.region import default_region
 
     return aws.client(service, default_region(region))
 

@@ -4,7 +4,7 @@ SQLite in WAL mode under `ORCHESTRATOR_HOME/ledger.sqlite3`. Every change is one
 `BEGIN IMMEDIATE` transaction, so two CLI processes (a sweep runner and a `status`, two
 sweep runners) can use it at once; readers never block the writer.
 
-Rows are keyed by job name. The protocol for anything that creates a cloud resource is
+Rows are keyed by job name; a row's state is one of `lifecycle.RECORDED`. The protocol for anything that creates a cloud resource is
 "intent first": write the row in state `submitting` (with the exact request), then call the
 cloud, then move the row to `submitted`. A process killed in between leaves `submitting`
 behind, and the next run reconciles it by asking the backend whether the job exists, never
@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import BackendError, InputError
+from orchestrator.lifecycle import RECORDED, Status
 from orchestrator.paths import home
-
-STATES = ("planned", "submitting", "submitted", "running", "completed", "failed", "stopped")
-TERMINAL = frozenset({"completed", "failed", "stopped"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -57,7 +55,7 @@ class Entry:
     backend: str
     region: str
     spec_hash: str
-    state: str
+    state: Status
     request: dict
     sweep_id: str | None
     trial_id: str | None
@@ -241,7 +239,7 @@ class Ledger:
                       attempt: int = 0) -> Entry:
         """Write the row before acting. If the row exists already, it is returned unchanged
         (the caller reconciles it), so a retried intent never forgets an earlier one."""
-        _check_state(state)
+        state = _check_state(state)
         if not self.writable:
             raise InputError(f"{self.path}: the ledger cannot be written here, so {job_name} cannot be recorded",
                              hint="make the ledger, its folder and disk writable, or point ORCHESTRATOR_HOME at a "
@@ -262,7 +260,7 @@ class Ledger:
                    expect: tuple[str, ...] | None = None) -> bool:
         """Move a row to `state`. With `expect`, only if its current state is one of those;
         returns whether the row changed (never, on a ledger opened for reading only)."""
-        _check_state(state)
+        state = _check_state(state)
         if not self.writable:
             return False
         with self._unless_read_only(), self._tx() as db:
@@ -271,7 +269,7 @@ class Ledger:
                 cur = db.execute(
                     f"UPDATE jobs SET state=?, detail=COALESCE(?, detail), updated_at=? "
                     f"WHERE job_name=? AND state IN ({marks})",
-                    (state, detail, time.time(), job_name, *expect),
+                    (state, detail, time.time(), job_name, *map(_check_state, expect)),
                 )
             else:
                 cur = db.execute(
@@ -295,7 +293,7 @@ class Ledger:
             args.append(sweep_id)
         if states:
             where.append(f"state IN ({','.join('?' * len(states))})")
-            args.extend(states)
+            args.extend(map(_check_state, states))
         if backend is not None:
             where.append("backend=?")
             args.append(backend)
@@ -325,7 +323,7 @@ _COLUMNS = ("job_name, backend, region, spec_hash, state, request, sweep_id, tri
 
 
 def _entry(row: tuple) -> Entry:
-    return Entry(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7], row[8], row[9],
+    return Entry(row[0], row[1], row[2], row[3], Status(row[4]), json.loads(row[5]), row[6], row[7], row[8], row[9],
                  row[10], row[11])
 
 
@@ -381,6 +379,8 @@ def _disk_full(path: Path) -> bool:
         return False
 
 
-def _check_state(state: str) -> None:
-    if state not in STATES:
+def _check_state(state: str) -> str:
+    """`state` as stored: the value of a `lifecycle.RECORDED` status."""
+    if state not in RECORDED:
         raise ValueError(f"unknown ledger state {state!r}")
+    return Status(state).value

@@ -1,10 +1,7 @@
 """From a job spec to the exact `CreateTrainingJob` request, and everything that travels with it.
 
 Contract:
-- `job_name(spec)` is `<name>-<first 8 hex of spec_hash>`: the same spec always gets the same
-  name, which is what lets a crashed submit be reconciled instead of duplicated.
-  `rerun_job_name(spec, n)` is that name plus `-r<n>`, the spec's name cut short when needed
-  so that it always fits SageMaker's 63 characters (the hash is kept whole).
+- A job is named by `names.job_name(spec)` unless the caller names it.
 - `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.contract`)
   with every default filled in: worker count, cache and output locations, the environment
   the container gets, and the tags.
@@ -18,17 +15,15 @@ Contract:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 from entrypoints import contract
-from orchestrator import catalog, cost, doctor, sourcedir
+from orchestrator import catalog, cost, doctor, names, sourcedir
 from orchestrator.errors import InputError, Problem, SpecError
+from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.paths import home
 from orchestrator.spec import JobSpec, spec_hash
 
-MAX_JOB_NAME = 63
-JOB_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 NEURON_CACHE_DIR = doctor.NEURON_CACHE_DIR
 CONTAINER_LOG_LEVEL = 20
 TRAIN_CHANNEL = "train"
@@ -37,49 +32,6 @@ CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
 # local backend receives these placeholders (never sent anywhere).
 LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
 LOCAL_IMAGE = "local"
-TAG_SPEC_HASH = "orchestrator:spec-hash"
-TAG_JOB = "orchestrator:job"
-
-
-def job_name(spec: JobSpec, suffix: str | None = None) -> str:
-    """`<spec.name>-<8 hex of the spec hash>`, or `<spec.name>-<suffix>` when given.
-
-    Raises InputError when the result is not a valid SageMaker job name (at most 63 letters,
-    digits and dashes).
-    """
-    tail = spec_hash(spec)[:8] if suffix is None else suffix
-    name = f"{spec.name}-{tail}"
-    _check_job_name(name)
-    return name
-
-
-def rerun_job_name(spec: JobSpec, n: int) -> str:
-    """The name of rerun `n` (>= 1) of `spec`: `<name>-<8 hex>-r<n>`, always a valid job name.
-
-    A spec name may take 54 characters, so the plain name may already be 63 long; the spec's
-    name is then shortened (trailing dashes dropped) to make room for `-r<n>`. The hash stays
-    whole, so reruns of different specs with the same long name never collide.
-    """
-    if n < 1:
-        raise ValueError(f"rerun numbers start at 1, got {n}")
-    tail = f"-{spec_hash(spec)[:8]}-r{n}"
-    room = MAX_JOB_NAME - len(tail)
-    if room < 1:
-        raise InputError(f"rerun {n} of {spec.name!r} leaves no room for the spec's name in a job name",
-                         hint="change any field of the spec (a tag will do): a changed spec gets a new job name, "
-                              "so it needs no rerun number")
-    name = f"{spec.name[:room].rstrip('-')}{tail}"
-    _check_job_name(name)
-    return name
-
-
-def _check_job_name(name: str) -> None:
-    if len(name) > MAX_JOB_NAME:
-        raise InputError(f"job name {name!r} is {len(name)} characters; SageMaker allows {MAX_JOB_NAME}",
-                         hint="shorten the spec's name (or the sweep/trial suffix)")
-    if not JOB_NAME_PATTERN.match(name):
-        raise InputError(f"job name {name!r} is not valid: use letters, digits and single dashes",
-                         hint="the name must start and end with a letter or digit")
 
 
 def output_uri(spec: JobSpec) -> str:
@@ -290,8 +242,8 @@ def prepare(spec: JobSpec, *, job_name: str | None = None, extra_tags: dict | No
     """
     findings = doctor.check(spec)
     estimate = cost.estimate(spec)
-    name = _default_job_name(spec) if job_name is None else job_name
-    _check_job_name(name)
+    name = names.job_name(spec) if job_name is None else job_name
+    names.check_job_name(name)
     job = resolved_job(spec, name, extra_tags)
     archive = sourcedir.build_archive(job)
     digest = sourcedir.archive_sha256(archive)
@@ -305,5 +257,3 @@ def prepare(spec: JobSpec, *, job_name: str | None = None, extra_tags: dict | No
                     archive_sha256=digest, source_uri=src, request=request, estimate=estimate,
                     findings=findings)
 
-
-_default_job_name = job_name

@@ -327,7 +327,7 @@ def aws_settings(environ=None) -> tuple[dict[str, str], list[str]]:
     in environment variables) or needs the user (an SSO profile's login)."""
     import os
 
-    from orchestrator.backends.sagemaker import _profile_region, default_region
+    from orchestrator.region import default_region, profile_region
 
     environ = os.environ if environ is None else environ
     found = {name: environ[name] for name in AWS_SETTINGS if environ.get(name)}
@@ -343,7 +343,7 @@ def aws_settings(environ=None) -> tuple[dict[str, str], list[str]]:
     except Exception:  # noqa: BLE001 - default_region above has reported an unreadable config
         config = {}
     if config.get("sso_session") or config.get("sso_start_url"):
-        notes.append(f"the profile {_profile_region()[1]} uses SSO: each tick works only while its `aws sso login` "
+        notes.append(f"the profile {profile_region()[1]} uses SSO: each tick works only while its `aws sso login` "
                      "session is valid")
     return found, notes
 

@@ -52,9 +52,9 @@ class SmokeResult:
 def run(spec, steps: int = DEFAULT_STEPS, *, on_progress: Callable[[str], None] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S) -> SmokeResult:
     """Smoke-test a loaded JobSpec (see the module docstring)."""
-    from orchestrator import request
+    from orchestrator import names, request
 
-    job = request.resolved_job(spec, request.job_name(spec, "smoke"))
+    job = request.resolved_job(spec, names.job_name(spec, "smoke"))
     return run_job(job, steps, on_progress=on_progress, timeout_s=timeout_s)
 
 

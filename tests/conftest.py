@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The sweep tests' fixtures (`rig`, `bucket`), shared by their modules.
+pytest_plugins = ["sweep_fakes"]
+
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from entrypoints import compile_cache, contract, environment, torchrun
-from orchestrator import request, spec
-from orchestrator.backends.local import free_port
+from orchestrator import names, request, spec
+from orchestrator.backends.local_layout import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ tags: {{team: vision}}
 def make_job(name: str = "lt", workers: int = 2, mode: str = "tarball", itype: str = "ml.trn1.2xlarge",
              count: int = 1, push: int = 60) -> dict:
     loaded = spec.loads(SPEC.format(name=name, workers=workers, mode=mode, itype=itype, count=count, push=push))
-    return request.resolved_job(loaded, request.job_name(loaded))
+    return request.resolved_job(loaded, names.job_name(loaded))
 
 
 class Host:

@@ -151,7 +151,7 @@ def test_every_client_of_the_orchestrator_has_timeouts(monkeypatch, orch_home):
         *vars(backends.create("sagemaker", region="us-east-1")).values(),
         infra.make_client("cloudformation", None),
         prices.client(),
-        cache._s3_client(),
+        cache.default_s3_client(),
         aws.client("s3", "us-east-1", config=results.client_config(4)),
     ]
     clients = [c for c in built if hasattr(c, "meta") and hasattr(c.meta, "config")]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from entrypoints import contract, storage
-from orchestrator import request, spec
-from orchestrator.backends import local
+from orchestrator import names, processes, request, spec
+from orchestrator.backends import local_layout
 from orchestrator.backends.local import LocalBackend
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
@@ -81,7 +81,7 @@ def start_sleeping_job(orch_home, tmp_path, monkeypatch):
         return log.exists() and "fake-train rank 0/1 started" in log.read_text()
 
     wait_until(started, 60, "the fake trainer never started")
-    return backend, prepared, job_dir, json.loads((job_dir / local.STATUS_FILE).read_text())
+    return backend, prepared, job_dir, json.loads((job_dir / local_layout.STATUS_FILE).read_text())
 
 
 def wait_terminal(backend: LocalBackend, job: str, timeout: float = 120.0):
@@ -183,7 +183,7 @@ def test_resubmitting_the_same_job_runs_nothing_twice(orch_home, tmp_path, fake_
     first = wait_terminal(backend, prepared.job_name)
     job_dir = orch_home / "jobs" / prepared.job_name
     before = {name: ((job_dir / name).read_bytes(), (job_dir / name).stat().st_ino)
-              for name in (local.PID_FILE, local.STATUS_FILE, "logs/all.log")}
+              for name in (local_layout.PID_FILE, local_layout.STATUS_FILE, "logs/all.log")}
     again = LocalBackend().submit(prepared)
     assert again.created is False and again.job_name == prepared.job_name
     # A second start would have laid the job out again and written a new supervisor pid
@@ -228,7 +228,7 @@ def test_two_hosts_get_their_own_contract_and_one_rendezvous(orch_home, tmp_path
     status = wait_terminal(backend, prepared.job_name)
     assert status.status == "completed", status.failure_reason
     job_dir = orch_home / "jobs" / prepared.job_name
-    plan = json.loads((job_dir / local.PLAN_FILE).read_text())
+    plan = json.loads((job_dir / local_layout.PLAN_FILE).read_text())
     ports = set()
     for rank, host in enumerate(("algo-1", "algo-2")):
         env = plan["host"][host]["env"]
@@ -258,7 +258,7 @@ def test_stop_terminates_every_process_and_marks_stopped(orch_home, tmp_path, fa
     status = wait_terminal(backend, prepared.job_name, timeout=90)
     assert status.status == "stopped" and status.secondary == "Stopped"
     assert Ledger().get(prepared.job_name).state == "stopped"
-    assert not any(local.process_alive(pid) for pid in pids)
+    assert not any(processes.process_alive(pid) for pid in pids)
     # As SageMaker does after a stop, what the job wrote is uploaded.
     out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{prepared.job_name}/output"
     assert "results.json" in store_tar_names(f"{out}/output.tar.gz")
@@ -280,7 +280,7 @@ def test_stop_reaches_the_entrypoint_which_pushes_the_cache_and_reports_stopped(
         pytest.importorskip("sagemaker_training")
     else:
         monkeypatch.setenv("ORCHESTRATOR_SM_TOOLKIT", "off")
-    monkeypatch.setenv(local.STOP_GRACE_ENV, "60")
+    monkeypatch.setenv(local_layout.STOP_GRACE_ENV, "60")
     # Warmup steps the fake trainer never reaches: nothing is pushed before the stop.
     monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
     monkeypatch.setenv("FAKE_TRAIN_NEW_ENTRY", "fxgraph/st/compiled-before-the-stop")
@@ -295,7 +295,7 @@ def test_stop_reaches_the_entrypoint_which_pushes_the_cache_and_reports_stopped(
     status = wait_terminal(backend, prepared.job_name, timeout=90)
     assert (status.status, status.secondary) == ("stopped", "Stopped")
     # The hosts ended within the grace period: SIGTERM to the first process, and no SIGKILL.
-    signals = json.loads((job_dir / local.STATUS_FILE).read_text())["stop_signals"]
+    signals = json.loads((job_dir / local_layout.STATUS_FILE).read_text())["stop_signals"]
     assert [s["signal"] for s in signals] == ["SIGTERM"]
     results = results_of(prepared)
     assert results["status"] == "stopped" and results["failure_reason"] == "stopped: the launcher received SIGTERM"
@@ -319,7 +319,7 @@ def test_stop_signals_the_first_process_only_and_kills_everything_after_the_grac
                                                                                           monkeypatch):
     """As SageMaker: the SIGTERM goes to the container's first process, not its group; what it
     does not pass on never arrives, and after the grace period SIGKILL ends every process."""
-    monkeypatch.setenv(local.STOP_GRACE_ENV, "3")
+    monkeypatch.setenv(local_layout.STOP_GRACE_ENV, "3")
     marks = tmp_path / "marks"
     marks.mkdir()
     child = ("import os, signal, time, pathlib; m = pathlib.Path(os.environ['MARKS']); "
@@ -340,11 +340,11 @@ def test_stop_signals_the_first_process_only_and_kills_everything_after_the_grac
     backend.stop(prepared.job_name)
     status = wait_terminal(backend, prepared.job_name, timeout=60)
     assert status.status == "stopped"
-    signals = json.loads((orch_home / "jobs" / prepared.job_name / local.STATUS_FILE).read_text())["stop_signals"]
+    signals = json.loads((orch_home / "jobs" / prepared.job_name / local_layout.STATUS_FILE).read_text())["stop_signals"]
     assert [s["signal"] for s in signals] == ["SIGTERM", "SIGKILL"]
     assert signals[1]["at"] - signals[0]["at"] >= 3
     assert (marks / "first-got-sigterm").exists() and not (marks / "child-got-sigterm").exists()
-    assert not any(local.process_alive(pid) for pid in pids)
+    assert not any(processes.process_alive(pid) for pid in pids)
 
 
 def test_max_runtime_stops_the_job(orch_home, tmp_path, fake_train, monkeypatch):
@@ -473,18 +473,19 @@ def test_a_job_laid_out_before_its_supervisor_wrote_its_pid_is_starting_not_orph
     backend = LocalBackend(clock=lambda: clock["now"])
     job_dir = backend.job_dir(prepared.job_name)
     job_dir.mkdir(parents=True)
-    backend._lay_out(prepared, job_dir)  # what submit does before it starts the supervisor
+    local_layout.lay_out(prepared, job_dir, ledger=backend.ledger.path, python=backend.python, now=clock["now"])
+    # (what submit does before it starts the supervisor)
     assert backend.status(prepared.job_name).status == "pending"
-    clock["now"] += local.START_GRACE_S + 1
+    clock["now"] += local_layout.START_GRACE_S + 1
     orphaned = backend.status(prepared.job_name)
     assert orphaned.status == "failed" and orphaned.failure_reason.startswith("InternalServerError")
     # A supervisor that starts only now finds the job ended and runs nothing.
     from orchestrator.backends import local_runner
 
     assert local_runner.Supervisor(job_dir).run() == 1
-    assert json.loads((job_dir / local.STATUS_FILE).read_text())["state"] == "failed"
+    assert json.loads((job_dir / local_layout.STATUS_FILE).read_text())["state"] == "failed"
     assert not (job_dir / "algo-1" / contract.OUTPUT_DATA_DIR / "ranks").exists()
-    assert "nothing run" in (job_dir / local.LOG_DIR / local.MERGED_LOG).read_text()
+    assert "nothing run" in (job_dir / local_layout.LOG_DIR / local_layout.MERGED_LOG).read_text()
 
 
 def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_train, monkeypatch):
@@ -493,18 +494,18 @@ def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_tr
     backend, prepared, _, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
     host_pid = data["hosts"]["algo-1"]["pid"]
     # launch.py, torchrun and the training process, which torchrun starts in its own session.
-    tree = local.process_tree(host_pid)
+    tree = processes.process_tree(host_pid)
     workers = [pid for pid in tree if os.getsid(pid) == pid and pid != host_pid]
     assert len(tree) >= 3 and workers, tree
     os.kill(data["pid"], signal.SIGKILL)
-    wait_until(lambda: not local.process_alive(data["pid"]), 10, "the supervisor outlived SIGKILL", 0.1)
+    wait_until(lambda: not processes.process_alive(data["pid"]), 10, "the supervisor outlived SIGKILL", 0.1)
     status = backend.status(prepared.job_name)
     assert status.status == "failed" and "supervisor" in status.failure_reason
     from orchestrator import sweep as sweeps
 
     assert sweeps.classify(status.failure_reason) == "internal"  # a sweep retries it as -rN
     for pid in tree:
-        wait_until(lambda pid=pid: not local.process_alive(pid), 10, f"process {pid} outlived its supervisor", 0.1)
+        wait_until(lambda pid=pid: not processes.process_alive(pid), 10, f"process {pid} outlived its supervisor", 0.1)
 
 
 def test_unknown_job_is_an_input_error(orch_home):
@@ -557,10 +558,10 @@ def test_a_running_job_with_a_damaged_status_file_can_still_be_stopped(orch_home
                                                                          monkeypatch):
     # QA: stop of a running job whose status.json was damaged was exit 2, with no way to stop it.
     backend, prepared, job_dir, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
-    (job_dir / local.STATUS_FILE).write_text("{}")
+    (job_dir / local_layout.STATUS_FILE).write_text("{}")
     backend.stop(prepared.job_name)
-    wait_until(lambda: not local.process_alive(data["pid"]), 60, "the supervisor did not stop")
-    final = json.loads((job_dir / local.STATUS_FILE).read_text())
+    wait_until(lambda: not processes.process_alive(data["pid"]), 60, "the supervisor did not stop")
+    final = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
     assert final["state"] == "stopped"  # the supervisor wrote a whole status as it stopped
 
 
@@ -571,7 +572,7 @@ def test_cli_stop_of_a_running_job_with_a_damaged_status_file_works_from_its_pid
     from cli_harness import run_cli
 
     backend, prepared, job_dir, data = start_sleeping_job(orch_home, tmp_path, monkeypatch)
-    status_file = job_dir / local.STATUS_FILE
+    status_file = job_dir / local_layout.STATUS_FILE
     if damage == "not JSON":
         status_file.write_text("{bad")
     elif damage == "deleted":
@@ -583,9 +584,9 @@ def test_cli_stop_of_a_running_job_with_a_damaged_status_file_works_from_its_pid
     assert code == 0, err
     assert out == f"{prepared.job_name}: stop requested (its supervisor was signalled; its status file cannot tell more)\n"
     assert err.startswith(f"note: {status_file}: the local job's status file is damaged")
-    wait_until(lambda: not local.process_alive(data["pid"]), 60, "the supervisor did not stop")
+    wait_until(lambda: not processes.process_alive(data["pid"]), 60, "the supervisor did not stop")
     for host in data["hosts"].values():
-        assert not local.process_alive(host["pid"])
+        assert not processes.process_alive(host["pid"])
 
 
 def test_stop_never_signals_a_process_that_took_the_supervisors_pid(orch_home, tmp_path):
@@ -598,12 +599,12 @@ def test_stop_never_signals_a_process_that_took_the_supervisors_pid(orch_home, t
         folder = orch_home / "jobs" / "broken-2"
         folder.mkdir(parents=True)
         (folder / "status.json").write_text("{bad")
-        (folder / local.PID_FILE).write_text(f"{other.pid}\n")
+        (folder / local_layout.PID_FILE).write_text(f"{other.pid}\n")
         with pytest.raises(InputError) as info:
             LocalBackend().stop("broken-2")
         assert "nothing of it runs" in info.value.hint
         assert other.poll() is None  # not signalled
-        assert not (folder / local.STOP_FILE).exists()
+        assert not (folder / local_layout.STOP_FILE).exists()
     finally:
         other.kill()
         other.wait()
@@ -631,7 +632,7 @@ def test_cli_submit_wait_status_logs_with_real_training(orch_home, tmp_path):
     env.pop("ORCHESTRATOR_TRAIN_MODULE", None)
     done = _cli("submit", str(path), "--wait", "--interval", "1", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    job = request.job_name(spec.load(path))
+    job = names.job_name(spec.load(path))
     assert job in done.stdout
 
     status = _cli("status", job, env=env, timeout=60)
@@ -670,10 +671,10 @@ def test_a_supervisor_finding_a_damaged_status_file_leaves_a_whole_failed_one(tm
     from orchestrator.backends import local_runner
 
     job_dir = tmp_path / "job"
-    (job_dir / local.LOG_DIR).mkdir(parents=True)
-    (job_dir / local.STATUS_FILE).write_text("{damaged")
+    (job_dir / local_layout.LOG_DIR).mkdir(parents=True)
+    (job_dir / local_layout.STATUS_FILE).write_text("{damaged")
     assert local_runner.main([str(job_dir)]) == 1
-    status = json.loads((job_dir / local.STATUS_FILE).read_text())
+    status = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
     assert status["state"] == "failed" and "supervisor crashed" in status["failure_reason"]
 
 

@@ -18,7 +18,6 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from botocore.stub import Stubber
 
 from orchestrator import aws, backends, errors, request, spec
-from orchestrator.backends import sagemaker as sm_backend
 from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend, host_of, status_of, translate
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
@@ -490,6 +489,50 @@ def test_logs_before_the_job_logged_anything_are_empty(backend, prepared):
     assert list(backend.logs(prepared.job_name)) == []
 
 
+def test_has_logs_and_the_note_without_them_follow_the_log_streams(backend, prepared, clients):
+    backend.submit(prepared)
+    assert not backend.has_logs(prepared.job_name)
+    assert backend.no_logs(prepared.job_name) == f"no log streams for {prepared.job_name} in {LOG_GROUP}"
+    _seed_logs(clients["logs"], prepared.job_name, {"algo-1": [(_recent_ms(), "starting")]})
+    assert backend.has_logs(prepared.job_name)
+    assert backend.no_logs(prepared.job_name) == f"no log events for {prepared.job_name} in {LOG_GROUP}"
+
+
+def test_describe_reads_without_tags_or_ledger_and_says_none_for_an_unknown_job(ledger):
+    client, stub = stubbed("sagemaker")
+    described = _described("d-1", "InProgress", "Downloading")
+    described.update(BillableTimeInSeconds=5)
+    stub.add_response("describe_training_job", described, {"TrainingJobName": "d-1"})
+    stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found")
+    ledger.record_intent("d-1", backend="sagemaker", region=REGION, spec_hash="0" * 64, request={},
+                         state="submitted")
+    with stub:  # no ListTags: the stub would fail on an unexpected call
+        backend = SageMakerBackend(client, None, None, ledger=ledger)
+        got = backend.describe("d-1")
+        assert backend.describe("d-2") is None
+    assert got.status == "starting" and got.billable_seconds == 5 and got.tags == {}
+    assert ledger.get("d-1").state == "submitted"  # nothing recorded
+
+
+def test_job_names_in_flight_asks_for_jobs_in_progress_only(ledger):
+    client, stub = stubbed("sagemaker")
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": [], "NextToken": "n"},
+                      {"NameContains": "demo", "MaxResults": 100, "StatusEquals": "InProgress"})
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": [_summary("demo-1")]},
+                      {"NameContains": "demo", "MaxResults": 100, "StatusEquals": "InProgress", "NextToken": "n"})
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": [_summary("demo-1"), _summary("demo-2")]},
+                      {"NameContains": "demo", "MaxResults": 100})
+    with stub:
+        backend = SageMakerBackend(client, None, None, ledger=ledger)
+        assert backend.job_names("demo", in_flight=True) == ["demo-1"]
+        assert backend.job_names("demo") == ["demo-1", "demo-2"]
+
+
+def _summary(name: str) -> dict:
+    return {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name}",
+            "CreationTime": NOW, "TrainingJobStatus": "InProgress"}
+
+
 def test_logs_of_an_unknown_job_is_an_input_error(backend):
     with pytest.raises(InputError, match="no SageMaker training job named ghost"):
         list(backend.logs("ghost"))
@@ -753,73 +796,6 @@ def _described(name: str, primary: str, secondary: str) -> dict:
         "CreationTime": NOW,
         "TrainingEndTime": NOW + dt.timedelta(seconds=600),
     }
-
-
-# --- default_region: one order for every command that calls AWS ----------------------------------
-
-
-def test_default_region_order_flag_env_profile_fallback(tmp_path, monkeypatch):
-    config = tmp_path / "aws-config"
-    config.write_text("[profile work]\nregion = eu-north-1\n\n[profile bare]\noutput = json\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
-    monkeypatch.setenv("AWS_PROFILE", "work")
-    monkeypatch.setenv("AWS_REGION", "eu-west-2")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
-    assert sm_backend.default_region("ca-central-1") == "ca-central-1"
-    assert sm_backend.default_region() == "eu-west-2"
-    monkeypatch.delenv("AWS_REGION")
-    assert sm_backend.default_region() == "eu-west-1"
-    monkeypatch.delenv("AWS_DEFAULT_REGION")
-    assert sm_backend.default_region() == "eu-north-1"
-    monkeypatch.setenv("AWS_PROFILE", "bare")
-    assert sm_backend.default_region() == "us-east-1"
-
-
-@pytest.mark.parametrize("empty", ["AWS_REGION", "AWS_DEFAULT_REGION"])
-def test_an_empty_region_variable_counts_as_unset_and_the_profile_region_shows(tmp_path, monkeypatch, empty):
-    config = tmp_path / "aws-config"
-    config.write_text("[default]\nregion = ap-south-1\n\n[profile work]\nregion = eu-north-1\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
-    monkeypatch.delenv("AWS_REGION")
-    monkeypatch.delenv("AWS_DEFAULT_REGION")
-    monkeypatch.setenv(empty, "")
-    # botocore takes an empty AWS_DEFAULT_REGION as the region "", hiding the profile's.
-    assert sm_backend.default_region() == "ap-south-1"
-    monkeypatch.setenv("AWS_PROFILE", "work")
-    assert sm_backend.default_region() == "eu-north-1"
-    monkeypatch.setenv("AWS_PROFILE", "nope")
-    with pytest.raises(InputError, match=r"cannot read the AWS configuration: The config profile \(nope\)"):
-        sm_backend.default_region()
-
-
-def test_default_region_refuses_a_value_that_is_not_a_region(tmp_path, monkeypatch):
-    monkeypatch.setenv("AWS_REGION", "us east 1")
-    with pytest.raises(InputError) as info:
-        sm_backend.default_region()
-    assert info.value.message == "AWS_REGION='us east 1' is not an AWS region name"
-    # No "--region": `cache`, which reads this rule too, has no such flag (QA).
-    assert info.value.hint == "make it a region such as us-east-1"
-    monkeypatch.delenv("AWS_REGION")
-    monkeypatch.delenv("AWS_DEFAULT_REGION")
-    config = tmp_path / "aws-config"
-    config.write_text("[default]\nregion = Mars\n")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
-    with pytest.raises(InputError, match="the region 'Mars' of the AWS config profile default is not an AWS region"):
-        sm_backend.default_region()
-
-
-@pytest.mark.parametrize("cause, asked", [
-    (NoCredentialsError(), False),
-    (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), False),
-    (ClientError({"Error": {"Code": "UnrecognizedClientException", "Message": "bad token"}}, "DescribeTrainingJob"),
-     False),
-    (ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "DescribeTrainingJob"), True),
-    (ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "DescribeTrainingJob"), True),
-])
-def test_could_not_ask_tells_a_missing_connection_from_an_answer(cause, asked):
-    error = translate(cause, operation="DescribeTrainingJob", job_name="vit-1", region="us-east-1")
-    error.__cause__ = cause
-    assert sm_backend.could_not_ask(error) is (not asked)
 
 
 def test_an_unknown_job_is_unknown_job():

@@ -307,7 +307,7 @@ def test_prune_keeps_archives_a_push_publishes_while_prune_runs(tmp_path, monkey
     archive = store.list(f"{NEURON.digest()}/archives/")[0]
     old = time.time() - 3 * HOUR
     os.utime(store.path(archive.key), (old, old))
-    real_open = cache._open
+    real_open = cache.open_cache
 
     class PublishAfterListing:
         def __init__(self, inner):
@@ -321,7 +321,7 @@ def test_prune_keeps_archives_a_push_publishes_while_prune_runs(tmp_path, monkey
             assert cc.push(uri, NEURON, source).new_entries == 1  # the push completes now
             return listed
 
-    monkeypatch.setattr(cache, "_open", lambda *a: PublishAfterListing(real_open(*a)))
+    monkeypatch.setattr(cache, "open_cache", lambda *a: PublishAfterListing(real_open(*a)))
     report = cache.prune(uri)
     assert report.deleted == []
     assert cc.pull(uri, NEURON, tmp_path / "after").hit_entries == 1

@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 from cli_harness import run_cli as _cli
 
-from orchestrator import backends, request, spec
+from orchestrator import backends, names, request, spec
 from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend
 from orchestrator.ledger import Ledger
 
@@ -426,16 +426,16 @@ def test_live_sweep_display_shows_bracketed_text_verbatim():
 
     from rich.console import Console
 
-    from orchestrator import cli
+    from orchestrator.cli.sweep import SweepDisplay
 
     views = [types.SimpleNamespace(trial=types.SimpleNamespace(trial_id=f"t{i}"), job_name=f"[job]-{i}",
                                    instance_type="ml.[/x]", state="failed", detail=detail)
              for i, detail in enumerate(BRACKETED_DETAILS)]
-    display = cli._SweepDisplay(types.SimpleNamespace(views=lambda: views))
+    display = SweepDisplay(types.SimpleNamespace(views=lambda: views))
     progress = types.SimpleNamespace(counts={"failed": 3}, sweep_id="[b]s", total=3, in_flight=0, elsewhere=0,
                                      waiting_reason="[capacity] backing off", events=["12:00:00 [user] refused"])
     console = Console(file=io.StringIO(), width=300)
-    console.print(display._render(progress))
+    console.print(display.render(progress))
     shown = console.file.getvalue()
     for text in [*BRACKETED_DETAILS, "[job]-0", "ml.[/x]", "sweep [b]s", "[capacity] backing off", "[user] refused"]:
         assert text in shown
@@ -558,7 +558,7 @@ def test_submit_rerun_from_a_fresh_home_picks_the_first_name_free_in_sagemaker(a
     """Another laptop submitted the spec and three reruns (one stopped): this ledger knows none
     of them, SageMaker does. --rerun takes -r4, creates it, and --wait follows the new job."""
     sm = boto3.client("sagemaker", region_name=REGION)
-    taken = [prepared.job_name] + [request.rerun_job_name(prepared.spec, n) for n in (1, 2, 3)]
+    taken = [prepared.job_name] + [names.rerun_job_name(prepared.spec, n) for n in (1, 2, 3)]
     for name in taken:
         sm.create_training_job(**{**prepared.request, "TrainingJobName": name})
     _moto_jobs()[taken[2]].training_job_status = "Stopped"
@@ -577,7 +577,7 @@ def test_submit_rerun_from_a_fresh_home_picks_the_first_name_free_in_sagemaker(a
     class Lagging:
         name = "sagemaker"
 
-        def job_names(self, containing):
+        def job_names(self, containing, *, in_flight=False):
             return []
 
         def exists(self, name):
@@ -597,7 +597,7 @@ def test_submit_rerun_of_a_54_character_name_fits_63(aws, tmp_path, monkeypatch,
         assert code == 0, err
         rerun = out.strip()
         assert len(rerun) <= 63 and rerun.endswith(f"{first[1].strip()[-9:]}-r{n}")
-        assert rerun == aws[-1]["TrainingJobName"] and request.JOB_NAME_PATTERN.match(rerun)
+        assert rerun == aws[-1]["TrainingJobName"] and names.JOB_NAME_PATTERN.match(rerun)
 
 
 # --- arguments are checked before any AWS call ------------------------------------------------
@@ -666,11 +666,12 @@ def test_region_help_names_the_variables_the_code_reads():
     import typer.main
 
     from orchestrator import cli
+    from orchestrator.region import REGION_DEFAULTS
 
-    # One order everywhere (backends.sagemaker.default_region), told by one string.
+    # One order everywhere (region.default_region), told by one string.
     told = ("AWS_REGION, else AWS_DEFAULT_REGION, else the region of your AWS config profile (AWS_PROFILE), "
             "else us-east-1")
-    assert cli._REGION_DEFAULTS == told
+    assert REGION_DEFAULTS == told
     group = typer.main.get_command(cli.app)
     for path in (["status"], ["logs"], ["stop"], ["infra", "deploy"], ["infra", "outputs"], ["infra", "policy"],
                  ["results"], ["prices", "refresh"]):
@@ -721,7 +722,7 @@ def no_credentials(orch_home, monkeypatch):
 def test_a_mistyped_job_name_without_credentials_is_exit_2_naming_where_it_looked(
         no_credentials, monkeypatch, capsys, command):
     hint = where_it_looked(monkeypatch, capsys, command, "local-smoke-typo", no_credentials,
-                           f"and SageMaker could not be asked in {REGION}: DescribeTrainingJob: no usable AWS "
+                           f"and SageMaker in {REGION} could not be asked: DescribeTrainingJob: no usable AWS "
                            "credentials (Unable to locate credentials)")
     assert "if it is a SageMaker job, configure credentials" in hint
 

@@ -40,7 +40,6 @@ def run_cli(monkeypatch, capsys, *args: str, stdin: str = "") -> tuple[int, str,
 
     monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    cli._state["debug"] = False
     try:
         cli.main()
         code = 0

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from entrypoints import storage
-from orchestrator import request, spec
-from orchestrator.backends import local
+from orchestrator import names, processes, request, spec
+from orchestrator.backends import local_layout
 from orchestrator.backends.local import LocalBackend
 
 SPEC = """
@@ -58,10 +58,10 @@ def manifest_entries(prepared, key: str | None) -> dict:
 
 def kill_everything(job_dir: Path) -> list[int]:
     """SIGKILL the supervisor and every process of every host, all at once (no handler runs)."""
-    status = json.loads((job_dir / local.STATUS_FILE).read_text())
+    status = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
     pids = {status["pid"]}
     for host in status["hosts"].values():
-        pids.update(local.process_tree(host["pgid"]))
+        pids.update(processes.process_tree(host["pgid"]))
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -76,7 +76,7 @@ def test_a_job_killed_outright_keeps_its_compiled_graphs_and_last_step_and_the_n
     from cli_harness import run_cli
 
     monkeypatch.delenv("ORCHESTRATOR_TRAIN_MODULE", raising=False)
-    monkeypatch.setenv(local.STOP_GRACE_ENV, "60")
+    monkeypatch.setenv(local_layout.STOP_GRACE_ENV, "60")
     path = tmp_path / "interrupted.yaml"
     path.write_text(SPEC)
     loaded = spec.load(path)
@@ -95,7 +95,7 @@ def test_a_job_killed_outright_keeps_its_compiled_graphs_and_last_step_and_the_n
     time.sleep(5)  # a few push intervals of training (2 s here; 60 s by default)
     assert not backend.status(first.job_name).terminal
     killed = kill_everything(job_dir)
-    wait_for(lambda: not any(local.process_alive(pid) for pid in killed), 60, "processes survived SIGKILL")
+    wait_for(lambda: not any(processes.process_alive(pid) for pid in killed), 60, "processes survived SIGKILL")
 
     # What the killed job left: its compiled entries in the store, and its last heartbeat.
     entries = manifest_entries(first, key)
@@ -113,7 +113,7 @@ def test_a_job_killed_outright_keeps_its_compiled_graphs_and_last_step_and_the_n
     assert row["note"].startswith("heartbeat at ")
 
     # The next run of the same spec starts warm: every graph comes from the pushed cache.
-    second = request.prepare(loaded, job_name=request.rerun_job_name(loaded, 1))
+    second = request.prepare(loaded, job_name=names.rerun_job_name(loaded, 1))
     backend.submit(second)
     warm = wait_for(lambda: (r := stored(second.job["results_uri"])) and (r.get("steps_done") or 0) >= 2 and r, 300,
                     "the rerun never got past its warmup steps", backend, second.job_name)
@@ -125,7 +125,7 @@ def test_a_job_killed_outright_keeps_its_compiled_graphs_and_last_step_and_the_n
     status = wait_for(lambda: (s := backend.status(second.job_name)).terminal and s, 120, "the stop never ended",
                       backend, second.job_name)
     assert status.status == "stopped"
-    signals = json.loads((orch_home / "jobs" / second.job_name / local.STATUS_FILE).read_text())["stop_signals"]
+    signals = json.loads((orch_home / "jobs" / second.job_name / local_layout.STATUS_FILE).read_text())["stop_signals"]
     assert [s["signal"] for s in signals] == ["SIGTERM"]
     final = stored(second.job["results_uri"])
     assert final["status"] == "stopped" and final["steps_done"] > warm["steps_done"] >= 2

@@ -155,7 +155,7 @@ def test_new_entries_are_pushed_while_training_runs_each_push_only_the_new_ones(
 
 
 def test_a_killed_job_leaves_its_compiled_entries_and_its_last_step(orch_home, tmp_path, fake_train):
-    from orchestrator.backends.local import kill_tree
+    from orchestrator.processes import kill_tree
 
     job = make_job(workers=1, push=1)
     host = Host(tmp_path / "killed", job)

@@ -263,11 +263,21 @@ def test_a_ledger_that_is_a_folder_says_so(tmp_path):
         Ledger(tmp_path / "ledger.sqlite3", read_only=True)  # nothing to read there either
 
 
-def test_a_full_disk_says_the_disk_is_full(tmp_path):
-    # QA: a full disk said "make the file writable". SQLite's page cap gives SQLITE_FULL here.
+def test_a_full_disk_says_the_disk_is_full(tmp_path, monkeypatch):
+    # QA: a full disk said "make the file writable". SQLite's page cap gives SQLITE_FULL here,
+    # set on the ledger's own connection as sqlite3 opens it.
+    opened = []
+    real_connect = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        opened.append(real_connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    pages = ledger._db.execute("PRAGMA page_count").fetchone()[0]
-    ledger._db.execute(f"PRAGMA max_page_count={pages}")
+    (db,) = opened
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count={pages}")
     with pytest.raises(InputError) as info:
         for n in range(1000):
             ledger.record_intent(f"job-{n}", backend="local", region="us-east-1", spec_hash="0" * 64,

@@ -17,7 +17,7 @@ from botocore.validate import ParamValidator
 from cli_harness import run_cli as _cli
 
 from entrypoints import contract
-from orchestrator import catalog, request, sourcedir, spec
+from orchestrator import catalog, names, request, sourcedir, spec
 from orchestrator.errors import InputError, SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,38 +113,38 @@ def test_strict_checker_catches_what_param_validator_misses():
 
 def test_job_name_is_name_and_hash_prefix():
     s = _spec()
-    name = request.job_name(s)
+    name = names.job_name(s)
     assert name == f"req-test-{spec.spec_hash(s)[:8]}"
-    assert request.job_name(_spec()) == name
-    assert request.job_name(_spec(**{"training.steps": 501})) != name
-    assert request.job_name(s, suffix="t003") == "req-test-t003"
+    assert names.job_name(_spec()) == name
+    assert names.job_name(_spec(**{"training.steps": 501})) != name
+    assert names.job_name(s, suffix="t003") == "req-test-t003"
 
 
 def test_job_name_limits():
     long = _spec(name="a" * 54)
-    assert len(request.job_name(long)) == 63
+    assert len(names.job_name(long)) == 63
     with pytest.raises(InputError, match="63"):
-        request.job_name(long, suffix="123456789")
+        names.job_name(long, suffix="123456789")
     with pytest.raises(InputError, match="not valid"):
-        request.job_name(_spec(), suffix="trial_1")
+        names.job_name(_spec(), suffix="trial_1")
 
 
 def test_rerun_names_keep_the_hash_and_always_fit_63_characters():
     s = _spec()
-    assert request.rerun_job_name(s, 1) == f"{request.job_name(s)}-r1"
+    assert names.rerun_job_name(s, 1) == f"{names.job_name(s)}-r1"
     # A 54-character name: the plain job name is already 63 long, so the name part gives way.
     long = _spec(name="a" * 50 + "-bcd")
     hash8 = spec.spec_hash(long)[:8]
     for n in (1, 9, 10, 12345):
-        name = request.rerun_job_name(long, n)
-        assert len(name) <= 63 and request.JOB_NAME_PATTERN.match(name), name
+        name = names.rerun_job_name(long, n)
+        assert len(name) <= 63 and names.JOB_NAME_PATTERN.match(name), name
         assert name.endswith(f"-{hash8}-r{n}") and name.startswith("a" * 40)
     # The cut falls on the name's dash: it is dropped, never doubled before the hash.
-    assert request.rerun_job_name(long, 1) == f"{'a' * 50}-{hash8}-r1"
-    assert request.rerun_job_name(long, 100000) == f"{'a' * 46}-{hash8}-r100000"
+    assert names.rerun_job_name(long, 1) == f"{'a' * 50}-{hash8}-r1"
+    assert names.rerun_job_name(long, 100000) == f"{'a' * 46}-{hash8}-r100000"
     # A rerun number so long that even the hash and it overflow 63 characters.
     with pytest.raises(InputError, match="leaves no room") as info:
-        request.rerun_job_name(s, 10 ** 60)
+        names.rerun_job_name(s, 10 ** 60)
     assert "change any field of the spec" in info.value.hint
 
 
@@ -153,7 +153,7 @@ def test_rerun_names_keep_the_hash_and_always_fit_63_characters():
 
 def test_resolved_job_follows_the_contract_schema(tmp_path):
     s = _spec()
-    name = request.job_name(s)
+    name = names.job_name(s)
     job = request.resolved_job(s, name)
     assert set(job) == {"schema", "job_name", "spec_hash", "spec", "instance", "workers_per_node",
                         "compile_cache", "results_uri", "environment", "tags"}
@@ -257,7 +257,7 @@ def test_efa_variables_for_multi_node_jobs_on_efa_instances_only():
 
 
 def _build(s, source="s3://orchestrator-example-bucket/jobs/source/0123456789abcdef/sourcedir.tar.gz"):
-    name = request.job_name(s)
+    name = names.job_name(s)
     job = request.resolved_job(s, name)
     return request.build(s, job_name=name, source_uri=source, job=job)
 
@@ -265,7 +265,7 @@ def _build(s, source="s3://orchestrator-example-bucket/jobs/source/0123456789abc
 def test_request_shape():
     s = _spec()
     req = _build(s)
-    name = request.job_name(s)
+    name = names.job_name(s)
     assert req["TrainingJobName"] == name
     algo = req["AlgorithmSpecification"]
     assert algo["TrainingImage"] == catalog.image("2.30.0").uri("us-east-1")
@@ -335,7 +335,7 @@ def test_hyperparameters_are_json_encoded_for_the_toolkit():
     assert {k: json.loads(v) for k, v in hps.items()} == {
         "sagemaker_program": "launch.py",
         "sagemaker_region": "us-east-1",
-        "sagemaker_job_name": request.job_name(s),
+        "sagemaker_job_name": names.job_name(s),
         "sagemaker_container_log_level": 20,
     }
     assert hps["sagemaker_program"] == '"launch.py"'
@@ -347,7 +347,7 @@ def test_spot_sets_max_wait_and_checkpoints():
     assert req["EnableManagedSpotTraining"] is True
     assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 10800}
     assert req["CheckpointConfig"] == {
-        "S3Uri": f"s3://orchestrator-example-bucket/jobs/checkpoints/{request.job_name(s)}",
+        "S3Uri": f"s3://orchestrator-example-bucket/jobs/checkpoints/{names.job_name(s)}",
         "LocalPath": "/opt/ml/checkpoints",
     }
     _validate(req)
@@ -406,7 +406,7 @@ def test_tags_sorted_with_spec_hash_and_job():
     assert [t["Key"] for t in tags] == sorted(t["Key"] for t in tags)
     as_dict = {t["Key"]: t["Value"] for t in tags}
     assert as_dict == {"alpha": "2", "zeta": "1", "orchestrator:spec-hash": spec.spec_hash(s),
-                       "orchestrator:job": request.job_name(s)}
+                       "orchestrator:job": names.job_name(s)}
 
 
 def test_pinned_image_uri_is_used_as_is():

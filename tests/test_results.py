@@ -7,6 +7,7 @@ below is computed by hand from round numbers.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import threading
@@ -105,6 +106,20 @@ def create_job(sm, job: str, *, type_: str = "ml.trn1.2xlarge", count: int = 1, 
         fake.training_job_status = status
     if failure is not None:
         fake.failure_reason = failure
+
+
+def on_client(sagemaker):
+    """`collect`'s backend_for: SageMaker jobs described through the SageMaker backend on this client."""
+    import boto3
+
+    from orchestrator.backends.sagemaker import SageMakerBackend
+
+    def backend_for(name: str, region: str):
+        assert name == "sagemaker"
+        return SageMakerBackend(sagemaker, boto3.client("s3", region_name=region),
+                                boto3.client("logs", region_name=region))
+
+    return backend_for
 
 
 def by_job(collection: res.Collection) -> dict[str, res.Row]:
@@ -303,7 +318,7 @@ def test_unknown_price_and_missing_sagemaker_job(aws, prices):
     row = res.collect(PREFIX).rows[0]
     assert row.status == "completed"  # from results.json: SageMaker has no such job
     assert row.price_per_hour is None and row.samples_per_dollar is None and row.relative is None
-    assert "no price for ml.trn2.48xlarge" in row.note and "no SageMaker job odd" in row.note
+    assert "no price for ml.trn2.48xlarge" in row.note and "no job odd in SageMaker in us-east-1" in row.note
 
 
 def test_rank_by_hand():
@@ -354,7 +369,7 @@ def test_a_killed_jobs_last_heartbeat_is_a_row_with_its_last_known_step(aws, pri
     s3, sm = aws
     put_results(s3, "sm-killed", heartbeat_doc("sm-killed"))
     create_job(sm, "sm-killed", status="Stopped")
-    row = by_job(res.collect(PREFIX, s3=s3, sagemaker=sm, workers=1))["sm-killed"]
+    row = by_job(res.collect(PREFIX, s3=s3, backend_for=on_client(sm), workers=1))["sm-killed"]
     assert (row.status, row.steps_done) == ("stopped", 120)
     assert row.note == ("heartbeat at 2026-11-29T22:03:00Z: step 120 of 500; the job ended before its final "
                         "results were written: this is its last known state")
@@ -391,18 +406,21 @@ def test_the_region_rule_applies_to_s3_and_to_jobs_whose_results_name_no_region(
     sagemaker_backends[DEFAULT_ACCOUNT_ID]["eu-west-2"].training_jobs["far-1"].billable_time_in_seconds = 321
     monkeypatch.setenv("AWS_REGION", "eu-west-2")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
-    s3_regions: list = []
-    real_init = res._S3Store.__init__
+    from orchestrator import aws as aws_clients
 
-    def spy(self, prefix, client):
-        s3_regions.append(client.meta.region_name)
-        real_init(self, prefix, client)
+    made: list = []
+    real_client = aws_clients.client
 
-    monkeypatch.setattr(res._S3Store, "__init__", spy)
-    row = res.collect(PREFIX, sleep=lambda s: None).rows[0]
-    assert s3_regions == ["eu-west-2"]  # botocore alone would have taken us-east-1
+    def spy(service, region, **kwargs):
+        made.append((service, region))
+        return real_client(service, region, **kwargs)
+
+    monkeypatch.setattr(aws_clients, "client", spy)
+    row = res.collect(PREFIX).rows[0]
+    assert [region for service, region in made if service == "s3"][0] == "eu-west-2"  # botocore alone: us-east-1
+    assert ("sagemaker", "eu-west-2") in made
     assert row.status == "completed" and row.billable_s == 321, row.note
-    assert "no SageMaker job" not in (row.note or "")
+    assert "no job" not in (row.note or "")
 
 
 def test_an_unreadable_aws_config_is_the_commands_error_only_when_a_region_is_needed(prices, monkeypatch):
@@ -465,8 +483,8 @@ def test_job_filter_and_a_missing_job(aws, prices):
 
 
 def _sweep_job(name: str, digest: str, trial: str = "t0000000a", tick: str | None = None) -> tuple[str, str]:
-    """(sweep id, job name) the way sweep.py makes them."""
-    from orchestrator.sweep import Identity
+    """(sweep id, job name) the way sweeps make them (`names.Identity`)."""
+    from orchestrator.names import Identity
 
     ident = Identity(name, digest, tick)
     return ident.sweep_id, ident.job_name(trial)
@@ -584,11 +602,11 @@ def test_cli_results_job_must_be_a_job_name_and_nothing_outside_the_prefix_is_re
 
 
 def test_listed_folders_never_lead_outside_the_prefix(prices, tmp_path):
-    store = res._FileStore(res.local_store_uri())
+    store = res.ResultsPrefix(res.local_store_uri())
     for name in ("..", ".", "a/../..", ""):
         with pytest.raises(res.Unreadable, match="not a job folder name"):
             store.get(name)
-    s3 = res._S3Store("s3://b/jobs", client=None)
+    s3 = res.ResultsPrefix("s3://bb-bucket/jobs", s3_client=None)
     with pytest.raises(res.Unreadable):
         s3.get("../other")
 
@@ -671,35 +689,19 @@ class Flaky:
         return call
 
 
-def test_throttling_past_botocore_is_retried_per_job(aws, prices):
-    s3, sm = aws
-    jobs = [f"t-{i}" for i in range(12)]
-    for job in jobs:
-        put_results(s3, job, results_doc(job))
-        create_job(sm, job)
-    flaky_s3 = Flaky(s3, "get_object", failures=2, code="SlowDown", status=503)
-    flaky_sm = Flaky(sm, "describe_training_job", failures=1, code="ThrottlingException", status=400)
-    sleeps = []
-    collection = res.collect(PREFIX, s3=flaky_s3, sagemaker=flaky_sm, workers=6, sleep=sleeps.append)
-    assert sorted(r.job for r in collection.rows) == sorted(jobs)
-    assert all(r.status == "completed" for r in collection.rows), [r.note for r in collection.rows]
-    assert flaky_s3.injected == 24 and flaky_sm.injected == 12
-    assert collection.retries == 36 and len(sleeps) == 36
-    assert all(0 < s <= 8.0 for s in sleeps)
-
-
 def test_a_job_that_keeps_failing_is_a_row_not_a_gap(aws, prices):
     s3, sm = aws
     for job in ("ok-1", "ok-2", "bad-1"):
         put_results(s3, job, results_doc(job))
         create_job(sm, job)
     flaky_s3 = Flaky(s3, "get_object", failures=100, code="InternalError", status=500, only={"bad-1"})
-    collection = res.collect(PREFIX, s3=flaky_s3, workers=3, attempts=3, sleep=lambda s: None)
+    collection = res.collect(PREFIX, s3=flaky_s3, workers=3)
     rows = by_job(collection)
     assert set(rows) == {"ok-1", "ok-2", "bad-1"}
     assert rows["bad-1"].status == "error" and "InternalError" in rows["bad-1"].note
     assert [r.job for r in collection.errors] == ["bad-1"]
-    assert flaky_s3.injected == 3  # attempts, then given up
+    # Retrying is botocore's (the client's retry config, under this wrapper): asked once here.
+    assert flaky_s3.injected == 1
 
 
 def test_describe_failure_keeps_the_results_and_says_error(aws, prices):
@@ -707,7 +709,7 @@ def test_describe_failure_keeps_the_results_and_says_error(aws, prices):
     put_results(s3, "d-1", results_doc("d-1"))
     create_job(sm, "d-1")
     flaky_sm = Flaky(sm, "describe_training_job", failures=100, code="AccessDeniedException", status=400)
-    row = res.collect(PREFIX, sagemaker=flaky_sm, sleep=lambda s: None).rows[0]
+    row = res.collect(PREFIX, backend_for=on_client(flaky_sm)).rows[0]
     assert row.status == "error" and "AccessDeniedException" in row.note
     assert row.samples_per_s == 100.0 and flaky_sm.injected == 1  # not retryable: asked once
 
@@ -740,11 +742,10 @@ def test_botocore_retries_injected_503s(aws, prices, monkeypatch):
         return AWSResponse(request.url, 503, {}, Raw())
 
     s3.meta.events.register("before-send.s3.GetObject", inject)
-    collection = res.collect(PREFIX, s3=s3, workers=3, sleep=lambda s: None)
+    collection = res.collect(PREFIX, s3=s3, workers=3)
     assert len(failed) == 3
     assert sorted(r.job for r in collection.rows) == ["r-1", "r-2", "r-3"]
-    assert all(r.status == "completed" for r in collection.rows)
-    assert collection.retries == 0  # botocore absorbed them
+    assert all(r.status == "completed" for r in collection.rows)  # botocore absorbed them
 
 
 def test_progress_reports_every_job(prices):
@@ -777,7 +778,7 @@ def sample_collection() -> res.Collection:
 def test_csv_shape():
     text = res.render_csv(sample_collection())
     records = list(csv.DictReader(io.StringIO(text)))
-    assert list(records[0]) == [f.name for f in res.fields(res.Row)]
+    assert list(records[0]) == [f.name for f in dataclasses.fields(res.Row)]
     assert [r["job"] for r in records] == ["fast", "slow", "local-1", "broken"]
     assert records[0]["relative"] == "1.0" and float(records[1]["relative"]) == pytest.approx(0.8)
     assert records[3]["samples_per_s"] == "" and records[3]["status"] == "unreadable"
@@ -785,7 +786,7 @@ def test_csv_shape():
 
 def test_json_shape():
     doc = json.loads(res.render_json(sample_collection()))
-    assert doc["prefix"] == PREFIX and doc["retries"] == 0
+    assert doc["prefix"] == PREFIX and set(doc) == {"prefix", "rows"}
     assert [r["job"] for r in doc["rows"]] == ["fast", "slow", "local-1", "broken"]
     assert doc["rows"][1]["relative"] == pytest.approx(0.8)
     assert doc["rows"][2]["price_per_hour"] is None and doc["rows"][3]["note"].startswith("not valid JSON")
@@ -900,15 +901,14 @@ def test_cli_results_exit_codes_through_main(orch_home):
 
 def test_cli_results_exit_1_when_a_job_could_not_be_read(prices, monkeypatch):
     write_local(prices, "e-1", results_doc("e-1", backend="local"))
-    real = res._FileStore.get
+    real = res.ResultsPrefix.get
 
     def failing(self, job):
         if job == "e-1":
             raise _client_error("InternalError", 500, "GetObject")
         return real(self, job)
 
-    monkeypatch.setattr(res._FileStore, "get", failing)
-    monkeypatch.setattr(res.time, "sleep", lambda s: None)
+    monkeypatch.setattr(res.ResultsPrefix, "get", failing)
     result = CliRunner().invoke(app, ["results", "--format", "csv"])
     assert result.exit_code == 1
     assert "e-1,error" in result.stdout
@@ -918,7 +918,7 @@ def test_an_unlistable_prefix_is_a_backend_error(moto_server, prices):
     from orchestrator.errors import BackendError
 
     with pytest.raises(BackendError, match="cannot list s3://no-such-bucket/jobs: NoSuchBucket"):
-        res.collect("s3://no-such-bucket/jobs", sleep=lambda s: None)
+        res.collect("s3://no-such-bucket/jobs")
 
 
 def test_sweep_discovery_failure_is_a_backend_error_not_a_gap(aws, prices):
@@ -930,12 +930,11 @@ def test_sweep_discovery_failure_is_a_backend_error_not_a_gap(aws, prices):
     class Refusing:
         meta = sm.meta
 
-        def get_paginator(self, name):
+        def list_training_jobs(self, **kwargs):
             raise _client_error("AccessDeniedException", 400, "ListTrainingJobs")
 
-    refusing = Refusing()
     with pytest.raises(BackendError, match="sweep sw") as info:
-        res.collect(PREFIX, sweep="sw", sagemaker=refusing, sleep=lambda s: None)
+        res.collect(PREFIX, sweep="sw", backend_for=on_client(Refusing()))
     assert "sagemaker:ListTrainingJobs" in info.value.hint
 
 

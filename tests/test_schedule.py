@@ -14,14 +14,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from test_sweep import BASE, Clock, FakeCloud, moto_backend
+from sweep_fakes import BASE, Clock, FakeCloud, moto_backend
 
 from orchestrator import schedule as schedules
 from orchestrator import spec
 from orchestrator import sweep as sweeps
-from orchestrator.backends.local import process_alive
 from orchestrator.errors import InputError
 from orchestrator.ledger import Ledger
+from orchestrator.processes import process_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from entrypoints import smoke as entry_smoke
-from orchestrator import request, spec
+from orchestrator import names, request, spec
 from orchestrator import smoke as orch_smoke
 from orchestrator.errors import InputError, JobFailed
 
@@ -27,7 +27,7 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 def tiny_xla_job() -> dict:
     loaded = spec.load(XLA_TINY)
-    return request.resolved_job(loaded, request.job_name(loaded, "smoke"))
+    return request.resolved_job(loaded, names.job_name(loaded, "smoke"))
 
 
 def test_both_sides_agree_on_the_protocol():

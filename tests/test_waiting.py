@@ -132,11 +132,11 @@ class ScriptedBackend:
 
 
 def test_submit_wait_off_a_terminal_says_the_job_keeps_running_and_how_to_follow_it_again(capsys):
-    from orchestrator import cli
+    from orchestrator.cli import follow
 
     clock = Clock()
     backend = ScriptedBackend(RUNNING, connection_error(), *[RUNNING] * 20, DONE)
-    st = cli._wait(backend, "j", 15, reattach="python -m orchestrator submit job.yaml --wait", sleep=clock.sleep,
+    st = follow.wait(backend, "j", 15, reattach="python -m orchestrator submit job.yaml --wait", sleep=clock.sleep,
                    clock=clock, interactive=False)
     assert st == DONE
     err = capsys.readouterr().err
@@ -148,14 +148,14 @@ def test_submit_wait_off_a_terminal_says_the_job_keeps_running_and_how_to_follow
 
 
 def test_submit_wait_exits_1_only_for_a_job_that_failed(capsys):
-    from orchestrator import cli
+    from orchestrator.cli import follow
 
     clock = Clock()
     failed = JobStatus("j", "failed", failure_reason="AlgorithmError: boom")
     with pytest.raises(JobFailed, match="job j failed: AlgorithmError: boom"):
-        cli._wait(ScriptedBackend(connection_error(), failed), "j", 15, sleep=clock.sleep, clock=clock,
+        follow.wait(ScriptedBackend(connection_error(), failed), "j", 15, sleep=clock.sleep, clock=clock,
                   interactive=False)
-    assert cli._wait(ScriptedBackend(connection_error(), connection_error(), DONE), "j", 15, sleep=clock.sleep,
+    assert follow.wait(ScriptedBackend(connection_error(), connection_error(), DONE), "j", 15, sleep=clock.sleep,
                      clock=clock, interactive=False) == DONE
 
 
@@ -183,10 +183,16 @@ def test_submit_wait_through_a_blip_against_moto(moto_server, orch_home, monkeyp
 
 
 def test_logs_follow_ends_with_the_final_status_and_reason(orch_home, monkeypatch, capsys):
-    from orchestrator import cli
+    from orchestrator.cli.follow import print_logs
 
     class Ended:
-        name = "local"
+        """A backend whose job ended, and which cannot tell whether logs exist before reading."""
+
+        def has_logs(self, job):
+            return True
+
+        def no_logs(self, job):
+            return f"no log lines for {job}"
 
         def status(self, job):
             return JobStatus(job, "failed", failure_reason="CapacityError: no ml.trn1.2xlarge")
@@ -194,28 +200,28 @@ def test_logs_follow_ends_with_the_final_status_and_reason(orch_home, monkeypatc
         def logs(self, job, follow=False):
             yield "[algo-1] step 1"
 
-    cli._print_logs(Ended(), "j", follow=True)
+    print_logs(Ended(), "j", follow=True)
     captured = capsys.readouterr()
     assert captured.out == "[algo-1] step 1\n"
     assert "j ended: failed: CapacityError: no ml.trn1.2xlarge" in captured.err
-    cli._print_logs(Ended(), "j", follow=False)  # without -f: no status line
+    print_logs(Ended(), "j", follow=False)  # without -f: no status line
     assert "ended" not in capsys.readouterr().err
 
     class Silent(Ended):
         def logs(self, job, follow=False):
             return iter(())
 
-    cli._print_logs(Silent(), "j", follow=True)  # no log at all (a capacity error): the note has the reason
+    print_logs(Silent(), "j", follow=True)  # no log at all (a capacity error): the note has the reason
     assert capsys.readouterr().err.strip() == ("note: no log lines for j (the job is failed: CapacityError: no "
                                                "ml.trn1.2xlarge)")
 
 
 def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys):
-    from orchestrator import cli
+    from orchestrator.cli.sweep import SweepDisplay
     from orchestrator.sweep import Progress
 
     clock = Clock()
-    display = cli._SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
+    display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
     assert not display.interactive
 
     def progress(events: tuple[str, ...], count: int) -> Progress:

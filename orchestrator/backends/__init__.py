@@ -1,21 +1,32 @@
-"""Backends run jobs: `sagemaker` (boto3) and `local` (this machine). Chosen by name.
+"""Backends run jobs: `sagemaker` (boto3) and `local` (this machine), chosen by name.
 
-Every backend implements `Backend`. Clients (boto3) are given to the constructor, so tests
-inject at the same point the CLI does. Status names are ours (`STATUSES`); each backend
-keeps one table that maps its own states onto them.
+Every backend implements `Backend`, the whole of what the CLI, sweeps, reruns and results
+ask of one; none of them looks at a backend's name or reaches past the protocol. Adding a
+backend is one module with a class that implements it, and one entry in `_CLASSES`.
+
+Clients (boto3) are given to the constructor, so tests inject at the same point the CLI
+does. Statuses are `lifecycle.Status`; each backend keeps one table that maps its own states
+onto them, and records what it sees in the ledger (`record_status`).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.lifecycle import Status
 
-# Our job statuses, in the order a job moves through them.
-STATUSES = ("pending", "starting", "running", "stopping", "completed", "failed", "stopped")
-TERMINAL_STATUSES = frozenset({"completed", "failed", "stopped"})
+# name -> "module:class". The order is the order `locate` asks them whether they hold a job.
+_CLASSES = {
+    "sagemaker": "orchestrator.backends.sagemaker:SageMakerBackend",
+    "local": "orchestrator.backends.local:LocalBackend",
+}
+# Where a job that neither the ledger nor this machine knows is looked for: a job submitted
+# from another machine is in the cloud.
+DEFAULT = "sagemaker"
 
 
 @dataclass(frozen=True)
@@ -23,7 +34,7 @@ class JobStatus:
     """What a backend knows of one job, in our words."""
 
     job_name: str
-    status: str  # one of STATUSES
+    status: Status  # one of lifecycle.REPORTED
     secondary: str | None = None  # the backend's finer-grained state, e.g. "Downloading"
     failure_reason: str | None = None
     billable_seconds: int | None = None
@@ -39,7 +50,7 @@ class JobStatus:
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
+        return Status(self.status).is_terminal()
 
     @property
     def spot_savings(self) -> float | None:
@@ -91,7 +102,13 @@ class DamagedStatus(InputError):
 
 class UnknownJob(InputError):
     """The backend answered that it has no job of that name (exit 2). Raised by `status`,
-    `logs` and `stop`; the CLI adds what the ledger knows of the name."""
+    `logs` and `stop`; the CLI adds what the ledger knows of the name. `where`, when the
+    backend keeps its jobs somewhere a user can look (a folder), says so: a hint that holds
+    also for a name the ledger knows."""
+
+    def __init__(self, message: str, hint: str | None = None, where: str | None = None):
+        super().__init__(message, hint=hint)
+        self.where = where
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,37 @@ class Submitted:
 
 
 class Backend(Protocol):
-    name: str
+    """What every backend does. Class attributes say how it is used."""
+
+    name: ClassVar[str]  # as job specs and the ledger name it
+    # Jobs run in the cloud and are billed: results price them and join the backend's
+    # billing (`describe`). False: a job of this machine, no cloud cost.
+    cloud: ClassVar[bool]
+    # Other machines submit to it too, so its own job list is the truth: sweeps adopt the
+    # attempts it has and count its in-flight jobs against their concurrency (`job_names`).
+    shared: ClassVar[bool]
+    wait_interval_s: ClassVar[float]  # default seconds between polls of `submit --wait`
+    sweep_poll_s: ClassVar[float]  # default seconds between a sweep runner's rounds
+
+    region: str | None  # None for a backend that has no regions
+    ledger: object  # the `Ledger` it records intents and statuses in
+
+    @classmethod
+    def create(cls, region: str | None = None, **options) -> Backend:
+        """The backend as `backends.create` builds it (clients made for `region` unless given)."""
+
+    @classmethod
+    def holds(cls, job_name: str) -> bool:
+        """Whether this machine alone can tell that the backend has the job (no call made);
+        False when only asking the backend could tell."""
+
+    @property
+    def place(self) -> str:
+        """Where its jobs are, for messages: "SageMaker in us-east-1", "the local backend"."""
+
+    @property
+    def label(self) -> str:
+        """The backend as `submit` names it: "sagemaker in us-east-1", "local"."""
 
     def submit(self, prepared) -> Submitted:
         """Create the job that `prepared` (a `request.Prepared`) describes.
@@ -115,33 +162,102 @@ class Backend(Protocol):
         """
 
     def status(self, job_name: str) -> JobStatus:
-        """The job's status; UnknownJob when the backend has no job of that name."""
+        """The job's status, with its tags; moves its ledger row forward. UnknownJob when the
+        backend has no job of that name."""
 
-    def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
-        """Log lines of every host of the job, in time order; with follow, until it ends."""
-
-    def stop(self, job_name: str) -> None: ...
+    def describe(self, job_name: str) -> JobStatus | None:
+        """The job's status as the backend reports it, read only (no tags, nothing recorded);
+        None when the backend has no job of that name."""
 
     def progress(self, job_name: str) -> Progress | None:
         """The job's results.json as it stands (None when there is none yet, or it cannot be
         read: this never fails a `status`)."""
 
+    def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """Log lines of every host of the job, in time order; with follow, until it ends."""
 
-def create(name: str, *, region: str | None = None, **clients) -> Backend:
-    """The backend called `name`, built lazily (boto3 is imported only for sagemaker).
+    def has_logs(self, job_name: str) -> bool:
+        """Whether the job may have logged anything yet (False only when the backend knows
+        there is nothing to read)."""
 
-    sagemaker: `sagemaker_client`, `s3_client` and `logs_client` may be passed in (tests do);
-    unless all three are, they are built for `region` with botocore's retry config (adaptive,
-    AWS_RETRY_MODE / AWS_MAX_ATTEMPTS honoured). `ledger`, `sleep` and `poll_seconds` pass
-    through to `SageMakerBackend`.
-    local: `orchestrator.backends.local.LocalBackend(**clients)`; `region` is not used.
-    """
-    if name == "sagemaker":
-        from orchestrator.backends.sagemaker import SageMakerBackend
+    def no_logs(self, job_name: str) -> str:
+        """What there is instead of the job's logs, for a note: "no log lines for J"."""
 
-        return SageMakerBackend.connect(region, **clients)
-    if name == "local":
-        from orchestrator.backends.local import LocalBackend
+    def stop(self, job_name: str) -> None:
+        """Ask the backend to stop the job; it returns at once."""
 
-        return LocalBackend(**clients)
-    raise InputError(f"unknown backend {name!r}", hint="use sagemaker or local")
+    def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
+        """Names of the backend's jobs that contain `containing` (only those still in progress
+        with `in_flight`), whoever submitted them."""
+
+    def exists(self, job_name: str) -> bool:
+        """Whether the backend has a job of this name."""
+
+
+def names() -> tuple[str, ...]:
+    """The backends' names, as job specs give them."""
+    return tuple(_CLASSES)
+
+
+def backend_class(name: str) -> type:
+    """The class of backend `name` (its module imported now); InputError for an unknown name."""
+    if name not in _CLASSES:
+        raise InputError(f"unknown backend {name!r}", hint=f"use {' or '.join(_CLASSES)}")
+    module, _, attribute = _CLASSES[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def create(name: str, *, region: str | None = None, **options) -> Backend:
+    """The backend called `name`, built by its class's `create` (boto3 is imported only for a
+    cloud backend). `options` (clients, `ledger`, `sleep`, `poll_seconds`...) pass through:
+    sagemaker builds the clients not given for `region`, with botocore's retry config; local
+    does not use `region`."""
+    return backend_class(name).create(region, **options)
+
+
+@dataclass(frozen=True)
+class Located:
+    """Which backend has a job, as `locate` found it."""
+
+    backend: Backend
+    entry: object | None  # the job's ledger `Entry`, None when the ledger does not know it
+    # Neither the ledger nor this machine knows the job: it is looked for in DEFAULT's backend
+    # in the command's region, which may not have it either.
+    guessed: bool = False
+
+
+def locate(job_name: str, *, region: str | None, ledger) -> Located:
+    """The backend that owns `job_name`: the one the ledger recorded, in the ledger's region;
+    else one that holds the job on this machine (a local job whose ledger row is gone); else
+    DEFAULT's in `region` (default: `region.default_region`), since a job submitted from
+    another machine is in neither."""
+    entry = ledger.get(job_name)
+    if entry is not None:
+        return Located(create(entry.backend, region=entry.region, ledger=ledger), entry)
+    for name in _CLASSES:
+        if backend_class(name).holds(job_name):
+            return Located(create(name, ledger=ledger), None)
+    from orchestrator.region import default_region
+
+    return Located(create(DEFAULT, region=default_region(region), ledger=ledger), None, guessed=True)
+
+
+def could_not_ask(error: OrchestratorError) -> bool:
+    """Whether `error` (raised from a botocore error) means the backend was never really
+    asked: no usable credentials (none, partial, expired, rejected), no connection to the
+    endpoint, or no answer from it (`aws.classify`). An answer about the request (access
+    denied, not found, throttled) is not such an error."""
+    from orchestrator import aws
+
+    failure = aws.classify(error)
+    return failure is not None and failure.kind in ("credentials", "unreachable", "no-answer")
+
+
+def record_status(ledger, backend_name: str, status: JobStatus, *, expect: tuple[str, ...]) -> None:
+    """Move the job's ledger row to the state `status` implies (`Status.recorded`), when the
+    row is this backend's, is in one of the states `expect`, and differs."""
+    entry = ledger.get(status.job_name)
+    target = Status(status.status).recorded()
+    if entry is None or entry.state == target or entry.backend != backend_name:
+        return
+    ledger.transition(status.job_name, target, detail=status.failure_reason, expect=expect)

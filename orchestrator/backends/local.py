@@ -53,207 +53,64 @@ Debugger/Profiler, and ARNs.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tarfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
+from typing import ClassVar
+
+from filelock import FileLock
 
 from entrypoints import contract
 from orchestrator.backends import (
-    STATUSES,
-    TERMINAL_STATUSES,
     DamagedStatus,
     JobStatus,
     Progress,
     Submitted,
     UnknownJob,
     progress_of,
+    record_status,
+)
+from orchestrator.backends.local_layout import (
+    LOG_DIR,
+    MAX_STATUS_BYTES,
+    MERGED_LOG,
+    PID_FILE,
+    RUNNER_MODULE,
+    START_GRACE_S,
+    STATUS_FILE,
+    STOP_FILE,
+    SUPERVISOR_LOG,
+    channels_of,
+    host_names,
+    lay_out,
+    parse_status,
+    write_json_atomic,
 )
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
-from orchestrator.paths import home, not_a_file, read_regular, write_atomic
+from orchestrator.lifecycle import Status
+from orchestrator.paths import home, not_a_file, read_regular
+from orchestrator.processes import kill_tree, process_alive, runs
 
-STATUS_FILE = "status.json"
-MAX_STATUS_BYTES = 1 << 20  # a status file is a few hundred bytes
-PLAN_FILE = "plan.json"
-PID_FILE = "supervisor.pid"
-# How long a laid-out job may wait for its supervisor's pid before it counts as orphaned: more
-# than submit's own wait for the supervisor to start (60 s), on a loaded machine.
-START_GRACE_S = 120.0
-STOP_FILE = "stop-requested"
-LOG_DIR = "logs"
-MERGED_LOG = "all.log"
-SUPERVISOR_LOG = "supervisor.log"
-RUNNER_MODULE = "orchestrator.backends.local_runner"
-LOOPBACK = "127.0.0.1"
-# SageMaker's time between the SIGTERM to a container's first process and the SIGKILL to all.
-STOP_GRACE_S = 120.0
-STOP_GRACE_ENV = "ORCHESTRATOR_LOCAL_STOP_GRACE_S"
-# Our statuses -> ledger states (the ledger has no "starting"/"stopping"/"pending").
-LEDGER_STATE = {"pending": "submitted", "starting": "submitted", "running": "running", "stopping": "running",
-                "completed": "completed", "failed": "failed", "stopped": "stopped"}
-_NOT_TERMINAL_LEDGER = ("planned", "submitting", "submitted", "running")
-
-
-def host_names(count: int) -> list[str]:
-    return [f"algo-{i}" for i in range(1, count + 1)]
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nobody listens on now (the rendezvous binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON to `path` so readers see the old or the new file, never half of one
-    (`paths.write_atomic`: a unique temp file per writer, so two threads never share one)."""
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def read_json(path: Path) -> dict | None:
-    """The JSON in `path` as it is (the supervisor's reader; `status`, `logs` and `stop` check
-    status.json through `_parse_status`); None when there is no such file. A file that is not
-    JSON raises ValueError."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-
-
-def _parse_status(text: str) -> tuple[dict | None, str | None]:
-    """(status, None) for a status.json as the backend and its supervisor write it, else
-    (None, why it is not one)."""
-    if not text.strip():
-        return None, "it is empty"
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        return None, f"not JSON ({exc})"
-    if not isinstance(data, dict):
-        return None, f"a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}, not an object"
-    if data.get("state") not in STATUSES:
-        return None, f"state {data.get('state')!r} is none of {', '.join(STATUSES)}"
-    for field in ("created", "started", "ended"):
-        value = data.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            return None, f"{field} {value!r} is not a time in seconds"
-    pid = data.get("pid")
-    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
-        return None, f"pid {pid!r} is not a process id"
-    hosts = data.get("hosts")
-    if hosts is not None and not (isinstance(hosts, dict) and all(isinstance(h, dict) for h in hosts.values())):
-        return None, "hosts is not an object of host objects"
-    return data, None
-
-
-_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
-
-
-def channels_of(request: dict) -> dict[str, str]:
-    """Channel name -> source URI from the request's InputDataConfig."""
-    return {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request.get("InputDataConfig") or []}
-
-
-def output_prefix(request: dict, job_name: str) -> str:
-    """Where SageMaker puts the job's model.tar.gz and output.tar.gz."""
-    return f"{request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{job_name}/output"
-
-
-def process_alive(pid: int | None) -> bool:
-    """Whether `pid` is a live (not zombie) process."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _stat_fields(Path(f"/proc/{pid}"))
-    return fields is None or fields[0] != "Z"
-
-
-def _stat_fields(proc_dir: Path) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...), or None
-    when there is no such file (another OS, or the process is gone)."""
-    try:
-        return (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
-    """Create one host's /opt/ml-like tree under `root` with SageMaker's config files."""
-    for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR, contract.CODE_DIR,
-                "input/config", contract.INPUT_DATA):
-        (root / rel).mkdir(parents=True, exist_ok=True)
-    instance_type = request["ResourceConfig"]["InstanceType"]
-    write_json_atomic(root / contract.HYPERPARAMETERS, dict(request.get("HyperParameters") or {}))
-    write_json_atomic(root / contract.RESOURCE_CONFIG, {
-        "current_host": host, "hosts": hosts, "network_interface_name": "lo",
-        "current_instance_type": instance_type, "current_group_name": "homogeneousCluster",
-        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": instance_type,
-                             "hosts": hosts}],
-    })
-    channels = {name: {"S3DistributionType": "FullyReplicated", "TrainingInputMode": "File",
-                       "RecordWrapperType": "None"} for name in channels_of(request)}
-    write_json_atomic(root / "input/config/inputdataconfig.json", channels)
-    for name in channels:
-        (root / contract.INPUT_DATA / name).mkdir(parents=True, exist_ok=True)
-
-
-def host_environment(root: Path, request: dict, host: str, hosts: list[str], port: int, runtime: str,
-                     stop_grace_s: float) -> dict[str, str]:
-    """What the platform gives a host's first process, plus the loopback rendezvous.
-
-    The request's Environment, then what SageMaker sets itself (TRAINING_JOB_NAME) and what
-    places the container on this machine: SAGEMAKER_BASE_DIR (the host's tree stands in for
-    /opt/ml), SM_STUDIO_LOCAL_MODE (host names do not resolve here), the rendezvous on
-    loopback, and SM_NUM_CPUS, the host's share of this machine's CPUs (the hosts share it). The
-    SM_* variables themselves are launch.py's to compute, as in the container.
-    GLOO_SOCKET_IFNAME and PJRT_DEVICE are defaults the user's Environment may override.
-    """
-    env: dict[str, str] = {"GLOO_SOCKET_IFNAME": "lo"}
-    if runtime == "xla":
-        env["PJRT_DEVICE"] = "CPU"
-    env.update({k: str(v) for k, v in (request.get("Environment") or {}).items()})
-    env[contract.BASE_DIR_ENV] = str(root)
-    env["SM_STUDIO_LOCAL_MODE"] = "true"
-    env["SM_NUM_CPUS"] = str(max(1, (os.cpu_count() or 1) // len(hosts)))
-    env[contract.MASTER_ADDR_ENV] = LOOPBACK
-    env["ORCHESTRATOR_MASTER_PORT"] = str(port)
-    env["ORCHESTRATOR_STOP_GRACE_S"] = f"{stop_grace_s:g}"
-    env["TRAINING_JOB_NAME"] = request["TrainingJobName"]
-    return env
-
-
-def stop_grace_s() -> float:
-    """SageMaker's 120 s, or `STOP_GRACE_ENV` (a positive number of seconds) when set."""
-    raw = os.environ.get(STOP_GRACE_ENV, "")
-    try:
-        value = float(raw) if raw else STOP_GRACE_S
-    except ValueError:
-        raise InputError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds", hint=f"unset it (default "
-                         f"{STOP_GRACE_S:g}, SageMaker's) or give e.g. {STOP_GRACE_ENV}=20") from None
-    if not value > 0:
-        raise InputError(f"{STOP_GRACE_ENV}={raw!r} must be above 0", hint=f"e.g. {STOP_GRACE_ENV}=20")
-    return value
+_RECORDED_FROM = (Status.PLANNED, Status.SUBMITTING, Status.SUBMITTED, Status.RUNNING)
 
 
 class LocalBackend:
     """Runs jobs on this machine as SageMaker's container would. See the module docstring."""
 
-    name = "local"
+    name: ClassVar[str] = "local"
+    cloud: ClassVar[bool] = False
+    shared: ClassVar[bool] = False
+    wait_interval_s: ClassVar[float] = 2.0
+    sweep_poll_s: ClassVar[float] = 2.0
+    region = None
+    place = "the local backend"
+    label = "local"
 
     def __init__(self, home: Path | None = None, ledger: Ledger | None = None, s3_client=None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
@@ -265,6 +122,17 @@ class LocalBackend:
         self.clock = clock
         self.poll_seconds = poll_seconds
         self.python = python or sys.executable
+
+    @classmethod
+    def create(cls, region: str | None = None, *, pool: int | None = None, **options) -> LocalBackend:
+        return cls(**options)  # jobs of this machine have no region, and no clients to pool
+
+    @classmethod
+    def holds(cls, job_name: str) -> bool:
+        """Whether this machine's jobs folder has the job: its status file, or its supervisor's
+        pid file (enough to stop it when the status file is gone)."""
+        folder = home() / "jobs" / job_name
+        return (folder / STATUS_FILE).exists() or (folder / PID_FILE).exists()
 
     @property
     def home(self) -> Path:
@@ -318,13 +186,14 @@ class LocalBackend:
             self.ledger.transition(name, "planned", detail=exc.message, expect=("submitting",))
             raise
         job_dir.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(job_dir.parent / f".{name}.lock"):
+        # One submit lays a job out: filelock's lock is the OS's, dropped if this process dies.
+        with FileLock(str(job_dir.parent / f".{name}.lock")):
             if (job_dir / STATUS_FILE).exists():
                 return Submitted(name, created=False)  # a concurrent submit won the race
             shutil.rmtree(job_dir, ignore_errors=True)  # debris of a submit that died midway
             job_dir.mkdir()
             try:
-                self._lay_out(prepared, job_dir)
+                lay_out(prepared, job_dir, ledger=self.ledger.path, python=self.python, now=self.clock())
                 self._start_supervisor(job_dir)
             except (OSError, subprocess.SubprocessError, BackendError) as exc:
                 shutil.rmtree(job_dir, ignore_errors=True)
@@ -398,43 +267,6 @@ class LocalBackend:
                                hint="check that output.uri's bucket exists and your credentials can write "
                                     "to it, then submit again") from exc
 
-    def _lay_out(self, prepared, job_dir: Path) -> None:
-        request = prepared.request
-        hosts = host_names(int(request["ResourceConfig"]["InstanceCount"]))
-        runtime = prepared.job["spec"]["training"]["runtime"]
-        grace = stop_grace_s()
-        port = free_port()
-        (job_dir / LOG_DIR).mkdir()
-        write_json_atomic(job_dir / "request.json", request)
-        plan_hosts = {}
-        for host in hosts:
-            root = job_dir / host
-            host_tree(root, request, host, hosts)
-            plan_hosts[host] = {"root": str(root),
-                                "env": host_environment(root, request, host, hosts, port, runtime, grace)}
-        algorithm = request["AlgorithmSpecification"]
-        plan = {
-            "job_name": prepared.job_name,
-            "hosts": hosts,
-            "host": plan_hosts,
-            "entrypoint": list(algorithm["ContainerEntrypoint"]) + list(algorithm.get("ContainerArguments") or []),
-            "stop_grace_s": grace,
-            "channels": channels_of(request),
-            "output_prefix": output_prefix(request, prepared.job_name),
-            "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
-            "ledger": str(self.ledger.path),
-            "python": self.python,
-            "pythonpath": os.environ.get("PYTHONPATH", ""),
-        }
-        write_json_atomic(job_dir / PLAN_FILE, plan)
-        resources = request["ResourceConfig"]
-        write_json_atomic(job_dir / STATUS_FILE, {
-            "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
-            "created": self.clock(), "started": None, "ended": None, "pid": None, "hosts": {},
-            "instance_type": resources["InstanceType"], "instance_count": resources["InstanceCount"],
-            "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
-        })
-
     def _start_supervisor(self, job_dir: Path) -> None:
         """Start the supervisor in its own session; it forks once more and this call reaps the
         intermediate, so the supervisor is nobody's zombie and outlives this process."""
@@ -461,14 +293,15 @@ class LocalBackend:
         except FileNotFoundError:
             if (self.job_dir(job_name) / PID_FILE).exists():  # its supervisor started: the file was lost
                 self._damaged(job_name, path, "it is missing")
-            raise UnknownJob(f"no local job named {job_name} under {self.home / 'jobs'}",
-                             hint=f"each local job has a folder in {self.home / 'jobs'} (`ls` it for their "
-                                  "names); or check ORCHESTRATOR_HOME") from None
+            where = (f"each local job has a folder in {self.home / 'jobs'} (`ls` it for their names); or check "
+                     "ORCHESTRATOR_HOME")
+            raise UnknownJob(f"no local job named {job_name} under {self.home / 'jobs'}", hint=where,
+                             where=where) from None
         except (OSError, ValueError) as exc:  # ValueError: not UTF-8
             data, why = None, (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
         else:
             data, why = (None, "it is larger than a status file can be") if len(text) > MAX_STATUS_BYTES else \
-                _parse_status(text)
+                parse_status(text)
         if why is not None:
             self._damaged(job_name, path, why)
         return data
@@ -499,22 +332,33 @@ class LocalBackend:
         """The job's state from its status.json; a supervisor that vanished makes it failed.
         Moves the ledger row forward."""
         data = self._read_status(job_name)
-        if data["state"] not in TERMINAL_STATUSES and not self._supervisor_alive(job_name, data):
+        if not Status(data["state"]).is_terminal() and not self._supervisor_alive(job_name, data):
             data = self._read_status(job_name)  # it may have finished between the two reads
-            if data["state"] not in TERMINAL_STATUSES:
+            if not Status(data["state"]).is_terminal():
                 data = self._mark_orphaned(job_name, data)
-        if data["state"] not in TERMINAL_STATUSES and (self.job_dir(job_name) / STOP_FILE).exists():
+        status = self._job_status(job_name, data)
+        self._record(status)
+        return status
+
+    def describe(self, job_name: str) -> JobStatus | None:
+        """The job's status.json as it is (an orphaned job is not marked, nothing recorded);
+        None when there is no such job."""
+        try:
+            return self._job_status(job_name, self._read_status(job_name))
+        except UnknownJob:
+            return None
+
+    def _job_status(self, job_name: str, data: dict) -> JobStatus:
+        if not Status(data["state"]).is_terminal() and (self.job_dir(job_name) / STOP_FILE).exists():
             data = {**data, "state": "stopping", "secondary": "Stopping"}
-        status = JobStatus(
-            job_name=job_name, status=data["state"], secondary=data.get("secondary"),
+        return JobStatus(
+            job_name=job_name, status=Status(data["state"]), secondary=data.get("secondary"),
             failure_reason=data.get("failure_reason"), billable_seconds=None,
             training_seconds=int(data["ended"] - data["started"]) if data.get("ended") and data.get("started") else None,
             instance_type=data.get("instance_type"), instance_count=data.get("instance_count"), spot=False,
             created=data.get("created"), started=data.get("started"), ended=data.get("ended"),
             output_uri=data.get("output_uri"), tags=dict(data.get("tags") or {}),
         )
-        self._record(status)
-        return status
 
     def _supervisor_alive(self, job_name: str, data: dict) -> bool:
         """Whether the job's supervisor runs, or may still be starting.
@@ -544,12 +388,10 @@ class LocalBackend:
 
     def _record(self, status: JobStatus) -> None:
         entry = self.ledger.get(status.job_name)
-        target = LEDGER_STATE[status.status]
-        if entry is None or entry.state == target or entry.backend != self.name:
-            return
-        if entry.state in ("planned", "submitting") and target == "submitted":
-            return
-        self.ledger.transition(status.job_name, target, detail=status.failure_reason, expect=_NOT_TERMINAL_LEDGER)
+        if entry is not None and entry.state in (Status.PLANNED, Status.SUBMITTING) and \
+                Status(status.status).recorded() == Status.SUBMITTED:
+            return  # the submit that wrote the intent moves it on
+        record_status(self.ledger, self.name, status, expect=_RECORDED_FROM)
 
     def progress(self, job_name: str) -> Progress | None:
         """The first host's results.json in the job's tree (launch.py rewrites it at every
@@ -594,6 +436,36 @@ class LocalBackend:
             if not chunk:
                 self.sleep(self.poll_seconds)
 
+    def has_logs(self, job_name: str) -> bool:
+        return True  # `logs` reads a file that appears with the first line: nothing to ask first
+
+    def no_logs(self, job_name: str) -> str:
+        return f"no log lines for {job_name}"
+
+    # --- names --------------------------------------------------------------------------------
+
+    def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
+        """Names of the folders in the jobs folder that contain `containing` (with `in_flight`,
+        only of jobs whose status file says they have not ended)."""
+        try:
+            found = sorted(p.name for p in (self.home / "jobs").iterdir() if containing in p.name and p.is_dir())
+        except FileNotFoundError:
+            return []
+        if in_flight:
+            found = [name for name in found if self._in_flight(name)]
+        return found
+
+    def _in_flight(self, job_name: str) -> bool:
+        try:
+            st = self.describe(job_name)
+        except DamagedStatus:
+            return False  # its state is lost: `status` says so
+        return st is not None and not st.terminal
+
+    def exists(self, job_name: str) -> bool:
+        """Whether the jobs folder has a folder of this name (a job, or what is left of one)."""
+        return self.job_dir(job_name).exists()
+
     # --- stop -------------------------------------------------------------------------------------
 
     def stop(self, job_name: str) -> None:
@@ -610,14 +482,15 @@ class LocalBackend:
             # The process record alone: the supervisor's pid file, if that pid is still this
             # job's supervisor (a recycled pid is somebody else's process: never signalled).
             pid = self._supervisor_pid(job_name, {})
-            if not (process_alive(pid) and _is_supervisor_of(pid, self.job_dir(job_name))):
+            folder = self.job_dir(job_name)
+            if not runs(pid, [RUNNER_MODULE], [str(folder), str(folder.resolve())]):
                 why = exc.message.partition("damaged: ")[2]
                 self._damaged(job_name, self.job_dir(job_name) / STATUS_FILE, why, stopping=True)
             (self.job_dir(job_name) / STOP_FILE).touch()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
             return
-        if data["state"] in TERMINAL_STATUSES:
+        if Status(data["state"]).is_terminal():
             return
         job_dir = self.job_dir(job_name)
         (job_dir / STOP_FILE).touch()
@@ -629,84 +502,3 @@ class LocalBackend:
                 pass
         else:
             self._mark_orphaned(job_name, self._read_status(job_name))
-
-
-def _is_supervisor_of(pid: int, job_dir: Path) -> bool:
-    """Whether process `pid` runs this job's supervisor (`-m RUNNER_MODULE ... <job_dir>`), by
-    its command line; True where there is no /proc to read it from (macOS)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except FileNotFoundError:
-        return not Path("/proc/self/cmdline").exists()
-    except OSError:
-        return False
-    return RUNNER_MODULE.encode() in argv and bool({os.fsencode(str(job_dir)), os.fsencode(str(job_dir.resolve()))}
-                                                   & set(argv))
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on `path` (created if missing) for the block."""
-    import fcntl
-
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _process_table() -> list[tuple[int, int, int]]:
-    """(pid, ppid, pgid) of every process: /proc on Linux, `ps` elsewhere (macOS)."""
-    proc = Path("/proc")
-    if (proc / "self" / "stat").exists():
-        rows = []
-        for entry in proc.iterdir():
-            fields = _stat_fields(entry) if entry.name.isdigit() else None
-            if fields is not None:  # None: not a process, or it exited while we read
-                rows.append((int(entry.name), int(fields[1]), int(fields[2])))
-        return rows
-    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,pgid="], capture_output=True, text=True,
-                         check=False).stdout
-    return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in out.splitlines())
-            if f"{a}{b}{c}".isdigit()]
-
-
-def process_tree(pgid: int) -> list[int]:
-    """Pids of process group `pgid` and of all their descendants, including descendants that
-    left the group: torchrun starts every worker in a session of its own, so a signal to a
-    host's group (launch.py and torchrun) never reaches the training processes."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, ppid, _ in table:
-        children.setdefault(ppid, []).append(pid)
-    found = {pid for pid, _, group in table if group == pgid}
-    stack = list(found)
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return sorted(found)
-
-
-def kill_tree(pgid: int | None, signum: int) -> None:
-    """Send `signum` to a host's process group and every descendant (see `process_tree`).
-
-    The tree is read before any signal goes out: once torchrun dies its workers are
-    re-parented and could no longer be told apart from other processes."""
-    if not pgid:
-        return
-    for pid in process_tree(pgid):
-        try:
-            os.kill(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def pack_dir(source: Path, target: Path) -> None:
-    """`target` = a gzip tarball of the contents of `source` (names relative to it)."""
-    with tarfile.open(target, "w:gz") as tar:
-        for path in sorted(source.rglob("*")):
-            tar.add(path, arcname=path.relative_to(source).as_posix(), recursive=False)

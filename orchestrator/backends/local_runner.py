@@ -31,20 +31,20 @@ import traceback
 from pathlib import Path
 
 from entrypoints import contract
-from orchestrator.backends import TERMINAL_STATUSES
-from orchestrator.backends.local import (
+from orchestrator.backends.local_layout import (
     LOG_DIR,
     MERGED_LOG,
     PID_FILE,
     PLAN_FILE,
     STATUS_FILE,
     STOP_FILE,
-    kill_tree,
     pack_dir,
     read_json,
     write_json_atomic,
 )
 from orchestrator.ledger import Ledger
+from orchestrator.lifecycle import is_terminal
+from orchestrator.processes import kill_tree
 
 # After one host fails, the others get this long to notice (their collectives error out)
 # before they are stopped: a static rendezvous otherwise waits for its peers for many minutes.
@@ -111,7 +111,7 @@ class Supervisor:
     # --- the job ------------------------------------------------------------------------------
 
     def run(self) -> int:
-        if self.status.get("state") in TERMINAL_STATUSES:
+        if is_terminal(self.status.get("state")):
             # Counted as orphaned (or ended otherwise) before this process got going: a sweep
             # may already be retrying it as another job, so it must not run now.
             self.note(f"Job already {self.status['state']} before its supervisor started; nothing run")

@@ -19,28 +19,35 @@ Contract:
   ledger row forward as a side effect.
 - `logs` merges the CloudWatch streams of every host in timestamp order; with `follow` it
   polls (through the injected `sleep`) until the job is terminal and no new events arrive.
-- Every botocore error is translated in one place (`translate`) into our errors with hints.
-  A service's raw text in them (an HTML error page from a proxy or a fake) is cut down to one
-  line of at most `errors.MAX_SERVICE_MESSAGE` characters (`errors.service_message`).
+- Every botocore error is translated in one place (`sagemaker_errors.translate`) into our
+  errors with hints.
 """
 
 from __future__ import annotations
 
 import base64
 import heapq
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import ClassVar
 
 from orchestrator import aws
-from orchestrator.aws import aws_session, config_error
-from orchestrator.backends import TERMINAL_STATUSES, JobStatus, Progress, Submitted, UnknownJob, progress_of
-from orchestrator.errors import BackendError, InputError, OrchestratorError, service_message
+from orchestrator.aws import aws_session
+from orchestrator.backends import JobStatus, Progress, Submitted, progress_of, record_status
+from orchestrator.backends.sagemaker_errors import (
+    FORBIDDEN,
+    code_of,
+    is_definite_refusal,
+    is_not_found,
+    translate,
+)
+from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Ledger
-from orchestrator.request import TAG_SPEC_HASH as SPEC_HASH_TAG
+from orchestrator.lifecycle import IN_FLIGHT, Status
+from orchestrator.names import TAG_SPEC_HASH
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
@@ -50,187 +57,20 @@ _STARTING = frozenset({
     "DownloadingTrainingImage", "Restarting", "Interrupted",
 })
 # TrainingJobStatus -> ours, for every status except InProgress (which depends on the secondary).
-_PRIMARY = {"Completed": "completed", "Failed": "failed", "Stopping": "stopping", "Stopped": "stopped"}
-# Our status -> the ledger state it implies (the ledger has no pending/starting/stopping).
-_LEDGER_STATE = {
-    "pending": "submitted", "starting": "submitted", "running": "running", "stopping": "running",
-    "completed": "completed", "failed": "failed", "stopped": "stopped",
-}
-_NOT_TERMINAL_LEDGER = ("submitting", "submitted", "running")
-
-# The IAM action behind each API call we make, for AccessDenied hints.
-_IAM_ACTION = {
-    "CreateTrainingJob": "sagemaker:CreateTrainingJob (and iam:PassRole on the execution role)",
-    "DescribeTrainingJob": "sagemaker:DescribeTrainingJob",
-    "StopTrainingJob": "sagemaker:StopTrainingJob",
-    "ListTags": "sagemaker:ListTags",
-    "ListTrainingJobs": "sagemaker:ListTrainingJobs",
-    "HeadObject": "s3:GetObject (and s3:ListBucket, without which a missing key reads as 403)",
-    "PutObject": "s3:PutObject",
-    "DescribeLogStreams": "logs:DescribeLogStreams",
-    "GetLogEvents": "logs:GetLogEvents",
-}
-# HeadObject answers a denied read with a bare 403 (no body, so no code but the status).
-_ACCESS_DENIED = aws.ACCESS_DENIED_CODES | {"403"}
-_NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "NotFound", "404"})
-# What a HEAD answers for a key the caller may not see, or that is missing without s3:ListBucket.
-_FORBIDDEN = frozenset({"403", "Forbidden", "AccessDenied"})
-_JOB_OPERATIONS = frozenset({"DescribeTrainingJob", "StopTrainingJob", "ListTags"})
-
-# Where a command that calls AWS goes when neither --region nor the environment nor the AWS
-# config profile names a region (a spec without `region:` means us-east-1 too, by its schema).
-FALLBACK_REGION = "us-east-1"
+_PRIMARY = {"Completed": Status.COMPLETED, "Failed": Status.FAILED, "Stopping": Status.STOPPING,
+            "Stopped": Status.STOPPED}
 
 
-def _profile_region() -> tuple[str | None, str]:
-    """(the region the AWS config file gives the profile in use, or None; that profile's
-    name). Read from the config file itself: a Session's region_name would be an empty
-    AWS_DEFAULT_REGION's "" instead. InputError as `aws_session` raises it."""
-    import botocore.session
-    from botocore.exceptions import BotoCoreError
-
-    try:
-        session = botocore.session.Session()
-        return session.get_scoped_config().get("region") or None, session.profile or "default"
-    except BotoCoreError as exc:  # ProfileNotFound, ConfigParseError, ...
-        raise config_error(exc) from None
-
-
-def default_region(region: str | None = None) -> str:
-    """The region of a command that calls AWS: `region` (its --region), else AWS_REGION,
-    else AWS_DEFAULT_REGION, else the AWS config profile's region, else FALLBACK_REGION (the
-    order `cli._REGION_DEFAULTS` tells the user). A variable set to "" counts as unset.
-    Imports botocore only to read the profile's region. InputError for an environment or
-    profile value that is not a region name, or an AWS config that cannot be read."""
-    from orchestrator.spec import REGION_PATTERN
-
-    if region:
-        return region
-    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
-        value = os.environ.get(variable)
-        if value:
-            where = f"{variable}={value!r}"
-            break
-    else:
-        value, profile = _profile_region()
-        if not value:
-            return FALLBACK_REGION
-        where = f"the region {value!r} of the AWS config profile {profile}"
-    if not re.fullmatch(REGION_PATTERN, value):
-        # Not "pass --region": some commands that read this rule (cache) have no such flag.
-        raise InputError(f"{where} is not an AWS region name", hint="make it a region such as us-east-1")
-    return value
-
-
-def make_clients(region: str | None) -> dict:
+def make_clients(region: str | None, pool: int | None = None) -> dict:
     """sagemaker, s3 and logs clients for `region` (`aws.client`: timeouts, retries, a checked
-    endpoint). The endpoint follows botocore's own settings (AWS_ENDPOINT_URL in tests)."""
+    endpoint; `pool` connections each, for callers that run threads). The endpoint follows
+    botocore's own settings (AWS_ENDPOINT_URL in tests)."""
     session = aws_session(region)
     if not session.region_name:
         raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
-    config = aws.client_config()
+    config = aws.client_config(pool=pool)
     return {name + "_client": aws.client(name, session.region_name, config=config, session=session)
             for name in ("sagemaker", "s3", "logs")}
-
-
-def translate(exc: Exception, *, operation: str, job_name: str | None = None, region: str | None = None,
-              instance_type: str | None = None) -> OrchestratorError:
-    """Our error for a botocore error raised by `operation`: what failed, and how to fix it."""
-    from botocore.exceptions import (
-        ClientError,
-        ConnectTimeoutError,
-        NoCredentialsError,
-        PartialCredentialsError,
-        ReadTimeoutError,
-    )
-    from botocore.exceptions import ConnectionError as AWSConnectionError
-
-    where = f" in {region}" if region else ""
-    silent = aws.describe(exc) if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)) else None
-    if silent is not None:
-        return BackendError(f"{operation}: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT)
-    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
-        return BackendError(f"{operation}: no usable AWS credentials ({service_message(exc)})",
-                            hint="configure credentials (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/"
-                            "AWS_SECRET_ACCESS_KEY) for the account that holds the stack")
-    if isinstance(exc, AWSConnectionError):
-        return BackendError(f"{operation}: cannot reach the AWS endpoint ({service_message(exc)})",
-                            hint="check the network, the region, and AWS_ENDPOINT_URL if it is set")
-    if not isinstance(exc, ClientError):
-        return BackendError(f"{operation} failed: {service_message(exc)}",
-                            hint="a network or SDK error; rerunning is safe (a submit is reconciled through the ledger)")
-
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", "Unknown"))
-    message = service_message(error.get("Message") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-    job = f" {job_name}" if job_name else ""
-    if code in aws.BAD_CREDENTIAL_CODES:
-        return BackendError(f"{operation}{job}: AWS rejected the credentials{where}: {code}: {message}",
-                            hint="renew or fix the credentials (aws sso login, aws configure, AWS_PROFILE, or "
-                                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN)")
-    if code in _ACCESS_DENIED:
-        action = _IAM_ACTION.get(operation, operation)
-        return BackendError(f"{operation}{job}: access denied{where}: {message}",
-                            hint=f"the caller needs {action}; `python -m orchestrator infra policy` prints the IAM "
-                            "policy the orchestrator needs")
-    if code == "ResourceLimitExceeded":
-        what = f"{instance_type} for training job usage" if instance_type else "the instance type's training quota"
-        return BackendError(f"{operation}{job}: service quota reached{where}: {message}",
-                            hint=f"raise the SageMaker quota '{what}' (or '... for spot training job usage' "
-                            f"with spot){where}: Service Quotas console > Amazon SageMaker > request increase, "
-                            "or `aws service-quotas request-service-quota-increase --service-code sagemaker`")
-    if code == "ResourceInUse":
-        return BackendError(f"{operation}{job}: a training job with this name already exists{where}: {message}",
-                            hint="job names are unique per account and region; change the spec's name")
-    if code in aws.THROTTLE_CODES:
-        attempts = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)
-        return BackendError(f"{operation}{job}: still throttled after {attempts + 1} attempts{where}: {message}",
-                            hint="lower the sweep's concurrency, or raise AWS_MAX_ATTEMPTS; rerunning is safe")
-    if operation in _JOB_OPERATIONS and _is_not_found(exc):
-        return UnknownJob(f"no SageMaker training job named{job}{where}",
-                          hint="check the job name (as printed by submit) and the region (--region)")
-    if code == "NoSuchBucket":
-        return BackendError(f"{operation}: the bucket does not exist{where}: {message}",
-                            hint="deploy the stack (see infra/README.md) or fix the spec's s3:// URIs")
-    if code in ("ValidationException", "ValidationError"):
-        hint = ("run `python -m orchestrator plan SPEC` to see the exact request; fix the spec field behind it"
-                if operation == "CreateTrainingJob" else None)
-        return BackendError(f"{operation}{job}: SageMaker refused the request: {message}", hint=hint)
-    failure = aws.classify(exc)
-    hint = ("a passing error on AWS's side: rerunning is safe (a submit is reconciled through the ledger)"
-            if failure is not None and not failure.permanent else None)
-    return BackendError(f"{operation}{job} failed{where}: {code}: {message}", hint=hint)
-
-
-def could_not_ask(error: OrchestratorError) -> bool:
-    """Whether `error` (raised from a botocore error through `translate`) means SageMaker was
-    never really asked: no usable credentials (none, partial, expired, rejected), no
-    connection to the endpoint, or no answer from it (`aws.classify`). An answer about the
-    request (access denied, not found, throttled) is not such an error."""
-    failure = aws.classify(error)
-    return failure is not None and failure.kind in ("credentials", "unreachable", "no-answer")
-
-
-def _is_not_found(exc: Exception) -> bool:
-    """Whether a ClientError says the named resource does not exist. SageMaker answers a
-    describe of an unknown job with ValidationException "Requested resource not found"."""
-    error = getattr(exc, "response", {}).get("Error", {})
-    code = str(error.get("Code", ""))
-    text = str(error.get("Message", "")).lower()
-    if code in _NOT_FOUND:
-        return True
-    return code in ("ValidationException", "ValidationError") and ("not found" in text or "could not find" in text)
-
-
-def _is_definite_refusal(exc: Exception) -> bool:
-    """True when AWS answered and refused (a 4xx): the job was certainly not created. False for
-    5xx answers and transport errors, after which the job may exist."""
-    status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return isinstance(status, int) and 400 <= status < 500
-
-
-def _code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
 def _epoch(value) -> float | None:
@@ -246,18 +86,18 @@ def _split_s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def status_of(primary: str, secondary: str | None) -> str:
+def status_of(primary: str, secondary: str | None) -> Status:
     """The one table from SageMaker's (TrainingJobStatus, SecondaryStatus) to our status."""
     if primary in _PRIMARY:
         return _PRIMARY[primary]
     if primary == "InProgress":
         if secondary == "Pending":
-            return "pending"
+            return Status.PENDING
         if secondary in _STARTING:
-            return "starting"
+            return Status.STARTING
         if secondary == "Stopping":
-            return "stopping"
-        return "running"
+            return Status.STOPPING
+        return Status.RUNNING
     raise BackendError(f"SageMaker reported an unknown training job status {primary!r}",
                        hint="the orchestrator may be older than the service; please report it")
 
@@ -302,7 +142,11 @@ class _Cursor:
 class SageMakerBackend:
     """Training jobs on Amazon SageMaker. See the module docstring for the contract."""
 
-    name = "sagemaker"
+    name: ClassVar[str] = "sagemaker"
+    cloud: ClassVar[bool] = True
+    shared: ClassVar[bool] = True
+    wait_interval_s: ClassVar[float] = 15.0
+    sweep_poll_s: ClassVar[float] = 30.0
 
     def __init__(self, sagemaker_client, s3_client, logs_client, ledger: Ledger | None = None,
                  sleep: Callable[[float], None] = time.sleep, poll_seconds: float = 5.0):
@@ -315,11 +159,28 @@ class SageMakerBackend:
         self.region = sagemaker_client.meta.region_name
 
     @classmethod
-    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, **clients) -> SageMakerBackend:
-        """A backend on clients built by `make_clients(region)`, except those passed in."""
+    def create(cls, region: str | None = None, **options) -> SageMakerBackend:
+        return cls.connect(region, **options)
+
+    @classmethod
+    def holds(cls, job_name: str) -> bool:
+        return False  # only SageMaker can tell
+
+    @property
+    def place(self) -> str:
+        return f"SageMaker in {self.region}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} in {self.region}"
+
+    @classmethod
+    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, pool: int | None = None,
+                **clients) -> SageMakerBackend:
+        """A backend on clients built by `make_clients(region, pool)`, except those passed in."""
         needed = ("sagemaker_client", "s3_client", "logs_client")
         if not all(name in clients for name in needed):
-            built = make_clients(region)
+            built = make_clients(region, pool)
             clients = {**built, **clients}
         return cls(clients["sagemaker_client"], clients["s3_client"], clients["logs_client"], ledger=ledger,
                    **{k: v for k, v in clients.items() if k not in needed})
@@ -375,13 +236,13 @@ class SageMakerBackend:
         try:
             response = self.sm.create_training_job(**prepared.request)
         except (ClientError, BotoCoreError) as exc:
-            if _code(exc) == "ResourceInUse":
+            if code_of(exc) == "ResourceInUse":
                 existing = self._describe_or_none(name)
                 if existing is not None:
                     return self._adopt(existing, prepared)
             error = translate(exc, operation="CreateTrainingJob", job_name=name, region=self.region,
                               instance_type=instance_type)
-            if _is_definite_refusal(exc):
+            if is_definite_refusal(exc):
                 # Refused, so nothing exists: back to planned, and a later submit tries again.
                 self.ledger.transition(name, "planned", detail=error.message, expect=("submitting",))
             raise error from exc
@@ -392,14 +253,14 @@ class SageMakerBackend:
         """Take over an existing job of this name if it carries our spec-hash tag."""
         name = prepared.job_name
         arn = described.get("TrainingJobArn")
-        ours = {t["Key"]: t["Value"] for t in prepared.request.get("Tags", [])}.get(SPEC_HASH_TAG,
+        ours = {t["Key"]: t["Value"] for t in prepared.request.get("Tags", [])}.get(TAG_SPEC_HASH,
                                                                                      prepared.spec_hash)
-        theirs = self._tags(arn, name).get(SPEC_HASH_TAG) if arn else None
+        theirs = self._tags(arn, name).get(TAG_SPEC_HASH) if arn else None
         if theirs != ours:
             self.ledger.transition(name, "planned", detail="name taken by another job", expect=("submitting",))
             raise BackendError(
                 f"a SageMaker training job named {name} already exists in {self.region} and was not "
-                f"created from this spec (its {SPEC_HASH_TAG} tag is {theirs!r})",
+                f"created from this spec (its {TAG_SPEC_HASH} tag is {theirs!r})",
                 hint="job names are unique per account and region; change the spec's name")
         self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
         return Submitted(name, created=False, arn=arn)
@@ -421,7 +282,7 @@ class SageMakerBackend:
                 # the stack's may grant only object access. The put below is conditional
                 # (IfNoneMatch), so "maybe absent" is safe: it writes only if the key is not there,
                 # and a caller really denied is told so by the put's own AccessDenied.
-                if not _is_not_found(exc) and _code(exc) not in _FORBIDDEN:
+                if not is_not_found(exc) and code_of(exc) not in FORBIDDEN:
                     raise
         digest = bytes.fromhex(prepared.archive_sha256)
         with self._aws("PutObject"):
@@ -431,7 +292,7 @@ class SageMakerBackend:
                                    ChecksumSHA256=base64.b64encode(digest).decode(),
                                    Metadata={"sha256": prepared.archive_sha256})
             except ClientError as exc:
-                if _code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                if code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
                     return False  # someone uploaded the same content-addressed object meanwhile
                 raise
         return True
@@ -449,17 +310,17 @@ class SageMakerBackend:
             try:
                 return self.sm.describe_training_job(TrainingJobName=job_name)
             except ClientError as exc:
-                if _is_not_found(exc):
+                if is_not_found(exc):
                     return None
                 raise
 
-    def job_names(self, containing: str, status: str | None = None) -> list[str]:
+    def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
         """Names of the training jobs whose name contains `containing` (ListTrainingJobs
-        NameContains, every page), optionally only those in `status` ("InProgress")."""
+        NameContains, every page), only those InProgress with `in_flight`."""
         names: list[str] = []
         args: dict = {"NameContains": containing, "MaxResults": 100}
-        if status:
-            args["StatusEquals"] = status
+        if in_flight:
+            args["StatusEquals"] = "InProgress"
         while True:
             with self._aws("ListTrainingJobs"):
                 page = self.sm.list_training_jobs(**args)
@@ -487,7 +348,15 @@ class SageMakerBackend:
     def status(self, job_name: str) -> JobStatus:
         """The job as SageMaker sees it, in our words; moves the ledger row forward."""
         described = self._describe(job_name)
-        return self._job_status(described, tags=self._tags(described["TrainingJobArn"], job_name))
+        status = self._job_status(described, tags=self._tags(described["TrainingJobArn"], job_name))
+        self._record(status)
+        return status
+
+    def describe(self, job_name: str) -> JobStatus | None:
+        """DescribeTrainingJob in our words (no ListTags, nothing recorded); None when SageMaker
+        has no job of this name."""
+        described = self._describe_or_none(job_name)
+        return None if described is None else self._job_status(described, tags={})
 
     def _job_status(self, d: dict, tags: dict[str, str]) -> JobStatus:
         name = d["TrainingJobName"]
@@ -507,7 +376,6 @@ class SageMakerBackend:
             created=_epoch(d.get("CreationTime")), started=_epoch(d.get("TrainingStartTime")),
             ended=_epoch(d.get("TrainingEndTime")), output_uri=output, tags=tags,
         )
-        self._record(status)
         return status
 
     def progress(self, job_name: str) -> Progress | None:
@@ -524,11 +392,7 @@ class SageMakerBackend:
         return progress_of(data, uri)
 
     def _record(self, status: JobStatus) -> None:
-        entry = self.ledger.get(status.job_name)
-        target = _LEDGER_STATE[status.status]
-        if entry is None or entry.state == target or entry.backend != self.name:
-            return
-        self.ledger.transition(status.job_name, target, detail=status.failure_reason, expect=_NOT_TERMINAL_LEDGER)
+        record_status(self.ledger, self.name, status, expect=tuple(IN_FLIGHT))
 
     # --- logs ---------------------------------------------------------------------------------
 
@@ -552,12 +416,20 @@ class SageMakerBackend:
             if not follow or (terminal and not seen):
                 return
             if not terminal:
-                terminal = status_of(*self._primary(job_name)) in TERMINAL_STATUSES
+                terminal = status_of(*self._primary(job_name)).is_terminal()
             self.sleep(self.poll_seconds)
 
     def _primary(self, job_name: str) -> tuple[str, str | None]:
         d = self._describe(job_name)
         return d["TrainingJobStatus"], d.get("SecondaryStatus")
+
+    def has_logs(self, job_name: str) -> bool:
+        """Whether the job has a CloudWatch log stream yet."""
+        return bool(self.log_streams(job_name))
+
+    def no_logs(self, job_name: str) -> str:
+        what = "no log events" if self.log_streams(job_name) else "no log streams"
+        return f"{what} for {job_name} in {LOG_GROUP}"
 
     def log_streams(self, job_name: str) -> list[str]:
         """Names of the job's CloudWatch log streams in LOG_GROUP; none before a host logged."""
@@ -570,7 +442,7 @@ class SageMakerBackend:
                 try:
                     page = self.logs_client.describe_log_streams(**args)
                 except ClientError as exc:
-                    if _is_not_found(exc):
+                    if is_not_found(exc):
                         return names  # no job has logged in this region yet
                     raise
             names.extend(s["logStreamName"] for s in page.get("logStreams", []))

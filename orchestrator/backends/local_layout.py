@@ -1,0 +1,212 @@
+"""The local backend's job folder: its layout, the files in it, and what each host gets.
+
+One folder per job under `ORCHESTRATOR_HOME/jobs/<job>/` (README "Running locally" shows the
+tree): `plan.json` (what the supervisor runs: hosts, environments, entrypoint, channels),
+`status.json` (what `status` reads: state, secondary, failure reason, times, pids; written
+atomically, a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),
+`logs/` (each host's output and the merged `all.log`), and one /opt/ml-like tree per host,
+`algo-N/`, with SageMaker's config files (`host_tree`). The backend (`local.py`) lays the
+folder out; the supervisor (`local_runner.py`) runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tarfile
+from pathlib import Path
+
+from entrypoints import contract
+from orchestrator.errors import InputError
+from orchestrator.lifecycle import REPORTED
+from orchestrator.paths import write_atomic
+
+STATUS_FILE = "status.json"
+MAX_STATUS_BYTES = 1 << 20  # a status file is a few hundred bytes
+PLAN_FILE = "plan.json"
+PID_FILE = "supervisor.pid"
+# How long a laid-out job may wait for its supervisor's pid before it counts as orphaned: more
+# than submit's own wait for the supervisor to start (60 s), on a loaded machine.
+START_GRACE_S = 120.0
+STOP_FILE = "stop-requested"
+LOG_DIR = "logs"
+MERGED_LOG = "all.log"
+SUPERVISOR_LOG = "supervisor.log"
+RUNNER_MODULE = "orchestrator.backends.local_runner"
+LOOPBACK = "127.0.0.1"
+# SageMaker's time between the SIGTERM to a container's first process and the SIGKILL to all.
+STOP_GRACE_S = 120.0
+STOP_GRACE_ENV = "ORCHESTRATOR_LOCAL_STOP_GRACE_S"
+
+
+def host_names(count: int) -> list[str]:
+    return [f"algo-{i}" for i in range(1, count + 1)]
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nobody listens on now (the rendezvous binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write JSON to `path` so readers see the old or the new file, never half of one
+    (`paths.write_atomic`: a unique temp file per writer, so two threads never share one)."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> dict | None:
+    """The JSON in `path` as it is (the supervisor's reader; `status`, `logs` and `stop` check
+    status.json through `_parse_status`); None when there is no such file. A file that is not
+    JSON raises ValueError."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def parse_status(text: str) -> tuple[dict | None, str | None]:
+    """(status, None) for a status.json as the backend and its supervisor write it, else
+    (None, why it is not one)."""
+    if not text.strip():
+        return None, "it is empty"
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    if not isinstance(data, dict):
+        return None, f"a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}, not an object"
+    if data.get("state") not in REPORTED:
+        return None, f"state {data.get('state')!r} is none of {', '.join(REPORTED)}"
+    for field in ("created", "started", "ended"):
+        value = data.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return None, f"{field} {value!r} is not a time in seconds"
+    pid = data.get("pid")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
+        return None, f"pid {pid!r} is not a process id"
+    hosts = data.get("hosts")
+    if hosts is not None and not (isinstance(hosts, dict) and all(isinstance(h, dict) for h in hosts.values())):
+        return None, "hosts is not an object of host objects"
+    return data, None
+
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def channels_of(request: dict) -> dict[str, str]:
+    """Channel name -> source URI from the request's InputDataConfig."""
+    return {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request.get("InputDataConfig") or []}
+
+
+def output_prefix(request: dict, job_name: str) -> str:
+    """Where SageMaker puts the job's model.tar.gz and output.tar.gz."""
+    return f"{request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{job_name}/output"
+
+
+def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
+    """Create one host's /opt/ml-like tree under `root` with SageMaker's config files."""
+    for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR, contract.CODE_DIR,
+                "input/config", contract.INPUT_DATA):
+        (root / rel).mkdir(parents=True, exist_ok=True)
+    instance_type = request["ResourceConfig"]["InstanceType"]
+    write_json_atomic(root / contract.HYPERPARAMETERS, dict(request.get("HyperParameters") or {}))
+    write_json_atomic(root / contract.RESOURCE_CONFIG, {
+        "current_host": host, "hosts": hosts, "network_interface_name": "lo",
+        "current_instance_type": instance_type, "current_group_name": "homogeneousCluster",
+        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": instance_type,
+                             "hosts": hosts}],
+    })
+    channels = {name: {"S3DistributionType": "FullyReplicated", "TrainingInputMode": "File",
+                       "RecordWrapperType": "None"} for name in channels_of(request)}
+    write_json_atomic(root / "input/config/inputdataconfig.json", channels)
+    for name in channels:
+        (root / contract.INPUT_DATA / name).mkdir(parents=True, exist_ok=True)
+
+
+def host_environment(root: Path, request: dict, host: str, hosts: list[str], port: int, runtime: str,
+                     stop_grace_s: float) -> dict[str, str]:
+    """What the platform gives a host's first process, plus the loopback rendezvous.
+
+    The request's Environment, then what SageMaker sets itself (TRAINING_JOB_NAME) and what
+    places the container on this machine: SAGEMAKER_BASE_DIR (the host's tree stands in for
+    /opt/ml), SM_STUDIO_LOCAL_MODE (host names do not resolve here), the rendezvous on
+    loopback, and SM_NUM_CPUS, the host's share of this machine's CPUs (the hosts share it). The
+    SM_* variables themselves are launch.py's to compute, as in the container.
+    GLOO_SOCKET_IFNAME and PJRT_DEVICE are defaults the user's Environment may override.
+    """
+    env: dict[str, str] = {"GLOO_SOCKET_IFNAME": "lo"}
+    if runtime == "xla":
+        env["PJRT_DEVICE"] = "CPU"
+    env.update({k: str(v) for k, v in (request.get("Environment") or {}).items()})
+    env[contract.BASE_DIR_ENV] = str(root)
+    env["SM_STUDIO_LOCAL_MODE"] = "true"
+    env["SM_NUM_CPUS"] = str(max(1, (os.cpu_count() or 1) // len(hosts)))
+    env[contract.MASTER_ADDR_ENV] = LOOPBACK
+    env["ORCHESTRATOR_MASTER_PORT"] = str(port)
+    env["ORCHESTRATOR_STOP_GRACE_S"] = f"{stop_grace_s:g}"
+    env["TRAINING_JOB_NAME"] = request["TrainingJobName"]
+    return env
+
+
+def stop_grace_s() -> float:
+    """SageMaker's 120 s, or `STOP_GRACE_ENV` (a positive number of seconds) when set."""
+    raw = os.environ.get(STOP_GRACE_ENV, "")
+    try:
+        value = float(raw) if raw else STOP_GRACE_S
+    except ValueError:
+        raise InputError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds", hint=f"unset it (default "
+                         f"{STOP_GRACE_S:g}, SageMaker's) or give e.g. {STOP_GRACE_ENV}=20") from None
+    if not value > 0:
+        raise InputError(f"{STOP_GRACE_ENV}={raw!r} must be above 0", hint=f"e.g. {STOP_GRACE_ENV}=20")
+    return value
+
+
+def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -> None:
+    """Write the folder of the job `prepared` describes into `job_dir` (which exists, empty):
+    every host's tree, `request.json`, the supervisor's `plan.json`, and a pending
+    `status.json` created at `now`."""
+    request = prepared.request
+    hosts = host_names(int(request["ResourceConfig"]["InstanceCount"]))
+    runtime = prepared.job["spec"]["training"]["runtime"]
+    grace = stop_grace_s()
+    port = free_port()
+    (job_dir / LOG_DIR).mkdir()
+    write_json_atomic(job_dir / "request.json", request)
+    plan_hosts = {}
+    for host in hosts:
+        root = job_dir / host
+        host_tree(root, request, host, hosts)
+        plan_hosts[host] = {"root": str(root),
+                            "env": host_environment(root, request, host, hosts, port, runtime, grace)}
+    algorithm = request["AlgorithmSpecification"]
+    plan = {
+        "job_name": prepared.job_name,
+        "hosts": hosts,
+        "host": plan_hosts,
+        "entrypoint": list(algorithm["ContainerEntrypoint"]) + list(algorithm.get("ContainerArguments") or []),
+        "stop_grace_s": grace,
+        "channels": channels_of(request),
+        "output_prefix": output_prefix(request, prepared.job_name),
+        "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
+        "ledger": str(ledger),
+        "python": python,
+        "pythonpath": os.environ.get("PYTHONPATH", ""),
+    }
+    write_json_atomic(job_dir / PLAN_FILE, plan)
+    resources = request["ResourceConfig"]
+    write_json_atomic(job_dir / STATUS_FILE, {
+        "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
+        "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
+        "instance_type": resources["InstanceType"], "instance_count": resources["InstanceCount"],
+        "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
+    })
+
+
+def pack_dir(source: Path, target: Path) -> None:
+    """`target` = a gzip tarball of the contents of `source` (names relative to it)."""
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(source.rglob("*")):
+            tar.add(path, arcname=path.relative_to(source).as_posix(), recursive=False)

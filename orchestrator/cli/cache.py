@@ -1,0 +1,121 @@
+"""`cache`: compile caches in a store (`orchestrator.cache`): list keys, show a manifest,
+prune unreferenced archives and old keys."""
+
+from __future__ import annotations
+
+import typer
+
+from orchestrator.cli.output import err, out, plain, table_text
+
+app = typer.Typer(name="cache", no_args_is_help=True, help="Compile caches in a store: list keys, show a manifest, "
+                  "prune unreferenced archives and old keys.")
+
+
+def size(n: float) -> str:
+    """A size in bytes as people read it (rich's decimal units: 1.5 kB, 3.2 MB)."""
+    from rich.filesize import decimal
+
+    return decimal(int(n))
+
+
+def _table(*columns: tuple[str, str]):
+    """A rich table without borders: aligned columns under a header line."""
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style=None)
+    for header, justify in columns:
+        table.add_column(header, justify=justify, overflow="fold")
+    return table
+
+
+_CACHE_URI = typer.Argument(None, help="Store URI: s3://bucket/prefix or file:///abs/path (default: "
+                            "file://$ORCHESTRATOR_HOME/store/compile-cache).")
+
+
+@app.command("ls")
+def cache_ls(uri: str | None = _CACHE_URI) -> None:
+    """List cache keys with their entry counts and sizes."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import cache
+
+    stderr = Console(stderr=True)
+    with Progress(TextColumn("reading manifests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("manifests", total=None)
+        root, keys = cache.list_keys(uri, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if uri is None:
+        # The default is this machine's store; SageMaker jobs' caches are in S3.
+        err(f"note: this is the local store ({root}); for the compile caches of SageMaker jobs give their S3 "
+             "URI: `python -m orchestrator cache ls s3://BUCKET/compile-cache` (a job spec's compile_cache.uri; "
+             "`python -m orchestrator infra outputs` prints the stack's)")
+    if not keys:
+        out(f"no compile caches under {root}")
+        return
+    table = _table(("KEY", "left"), ("ENTRIES", "right"), ("ENTRY SIZE", "right"), ("ARCHIVES", "right"),
+                   ("STORED", "right"), ("UPDATED", "left"))
+    for key in keys:
+        table.add_row(*map(plain, (key.key, key.entries, size(key.entry_bytes), key.archives, size(key.archive_bytes),
+                                   key.updated_at or "-")))
+    out(table_text(table, 120))
+    for key in keys:
+        if key.problem:
+            err(f"warning: {key.key}: {key.problem}")
+
+
+@app.command("show")
+def cache_show(args: list[str] = typer.Argument(..., metavar="[URI] KEY", help="Store URI (default: the "
+                                                "local store, as for `cache ls`) and a key as `cache ls` shows it.")) -> None:
+    """Show one key's manifest: key fields, entries and the archives beside it."""
+    from orchestrator import cache
+    from orchestrator.errors import InputError
+
+    if len(args) > 2:
+        raise InputError(f"cache show takes [URI] KEY, got {len(args)} arguments",
+                         hint="e.g. `python -m orchestrator cache show s3://bucket/compile-cache KEY`; "
+                              "`python -m orchestrator cache ls [URI]` lists the keys")
+    uri, key = (None, args[0]) if len(args) == 1 else (args[0], args[1])
+    detail = cache.show(uri, key)
+    out(f"key: {detail.key}")
+    out(f"manifest: {detail.manifest_uri}")
+    for name, value in detail.fields.items():
+        out(f"  {name}: {value}")
+    out(f"updated: {detail.updated_at or '-'}")
+    table = _table(("ENTRY", "left"), ("SIZE", "right"), ("ARCHIVE", "left"))
+    for name, archive, entry_bytes in detail.entries:
+        table.add_row(plain(name), plain(size(entry_bytes)), plain(archive))
+    out(table_text(table, 120))
+    referenced = sum(1 for _, _, used in detail.archives if used)
+    stored = sum(n for _, n, _ in detail.archives)
+    out(f"{len(detail.entries)} entries; {len(detail.archives)} archives ({size(stored)}), "
+         f"{len(detail.archives) - referenced} not referenced")
+    for warning in detail.warnings:
+        err(f"warning: {warning}")
+
+
+@app.command("prune")
+def cache_prune(
+    uri: str | None = _CACHE_URI,
+    key: str | None = typer.Option(None, "--key", help="Delete this whole key."),
+    older_than: float | None = typer.Option(None, "--older-than", min=0.0,
+                                            help="Delete whole keys not updated for this many days."),
+    grace_hours: float = typer.Option(1.0, "--grace-hours", min=0.0, help="Never delete archives younger "
+                                      "than this: they may belong to a push in flight."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be deleted; delete nothing."),
+) -> None:
+    """Delete archives no manifest names (past the grace period), and whole keys when asked."""
+    from orchestrator import cache
+
+    report = cache.prune(uri, key=key, older_than_days=older_than, grace_s=grace_hours * 3600, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    for action in report.deleted:
+        out(f"{verb} {action.uri} ({size(action.bytes)}): {action.reason}")
+    for note in report.skipped:
+        err(f"warning: {note}")
+    young = f"; kept {report.kept_young} archive(s) younger than the grace period" if report.kept_young else ""
+    out(f"{verb} {len(report.deleted)} object(s), {size(report.bytes)} under {report.store_uri}{young}")
+    if report.deleted and report.store_uri.startswith("s3://"):
+        err(f"note: on a versioned bucket (the stack's is) S3 keeps what is deleted as noncurrent versions: the "
+             f"{size(report.bytes)} {'would be' if dry_run else 'are'} freed when they expire (the stack's lifecycle "
+             "rule, CompileCacheNoncurrentDays: 30 days unless deployed otherwise), not at once")

@@ -1,0 +1,109 @@
+"""Following a job from the command line: `submit --wait` and `logs [-f]`."""
+
+from __future__ import annotations
+
+import typer
+
+from orchestrator.cli.output import err, out, plain
+from orchestrator.errors import JobFailed
+
+
+def status_lines(st) -> list[str]:
+    """A job's status as `status` and `submit --wait` print it."""
+    lines = [f"job       {st.job_name}",
+             f"status    {st.status}" + (f" ({st.secondary})" if st.secondary else "")]
+    if st.failure_reason:
+        lines.append(f"failure   {st.failure_reason}")
+    if st.billable_seconds is not None:
+        savings = f" (spot saved {st.spot_savings:.0%})" if st.spot_savings is not None else ""
+        lines.append(f"billable  {st.billable_seconds} s{savings}")
+    if st.instance_type:
+        lines.append(f"instance  {st.instance_type} x{st.instance_count or 1}{' spot' if st.spot else ''}")
+    if st.output_uri:
+        lines.append(f"output    {st.output_uri}")
+    return lines
+
+
+def _clock_text(elapsed: float) -> str:
+    seconds = int(elapsed)
+    return f"{seconds // 60:d}m{seconds % 60:02d}s"
+
+
+def wait(backend, job_name: str, interval: float, reattach: str | None = None, *, sleep=None, clock=None,
+         interactive: bool | None = None):
+    """Follow the job until it ends (`waiting.follow`), showing status, secondary status and
+    elapsed time; through network outages (it says so, and keeps waiting); with a heartbeat
+    line every `waiting.heartbeat_seconds()` when stderr is not a terminal. Raise JobFailed
+    when the job failed or stopped. `reattach` is the command that follows the job again."""
+    import time
+
+    from rich.console import Console
+
+    from orchestrator import waiting
+
+    console = Console(stderr=True, highlight=False)
+    interactive = console.is_terminal if interactive is None else interactive
+    heartbeat = None if interactive else waiting.heartbeat_seconds()
+    again = reattach or f"python -m orchestrator status {job_name}"
+
+    def text_of(st) -> str:
+        return f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
+
+    try:
+        with console.status(plain(f"{job_name}: waiting")) as line:
+            def on_status(st, elapsed: float, why: str) -> None:
+                line.update(plain(f"{text_of(st)}  {int(elapsed) // 3600}:{int(elapsed) // 60 % 60:02d}:"
+                                  f"{int(elapsed) % 60:02d}"))
+                still = "; still waiting" if why == "heartbeat" else ""
+                console.print(f"[{_clock_text(elapsed)}] {text_of(st)}{still}", markup=False, soft_wrap=True)
+
+            def on_unreachable(message: str, elapsed: float, retry_in: float) -> None:
+                console.print(f"[{_clock_text(elapsed)}] {job_name}: status unknown: {message}. The job keeps running "
+                              f"in SageMaker; still waiting, next try in {retry_in:.0f} s (Ctrl-C stops waiting; "
+                              f"`{again}` follows it again)", markup=False, soft_wrap=True)
+
+            st = waiting.follow(lambda: backend.status(job_name), interval=interval, on_status=on_status,
+                                on_unreachable=on_unreachable, heartbeat_s=heartbeat,
+                                sleep=sleep or time.sleep, clock=clock or time.monotonic)
+    except KeyboardInterrupt:
+        # Ctrl-C ends the waiting, not the job: say so, and how to get back to it.
+        err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
+            f"`python -m orchestrator stop {job_name}` stops it")
+        raise typer.Exit(code=130) from None
+    for text in status_lines(st):
+        out(text)
+    if st.status != "completed":
+        reason = f": {st.failure_reason}" if st.failure_reason else ""
+        raise JobFailed(f"job {job_name} {st.status}{reason}",
+                        hint=f"`python -m orchestrator logs {job_name}` shows its output")
+    return st
+
+
+def print_logs(backend, job: str, follow: bool) -> None:
+    """The job's log lines on stdout, notes on stderr (see the `logs` command)."""
+    noted = None
+    if follow:
+        # Following a job that has not logged yet can be silent for minutes: say why up front.
+        st = backend.status(job)
+        if not st.terminal and not backend.has_logs(job):
+            noted = st.status
+            err(_no_logs_note(backend, job, st) + "; waiting for them (Ctrl-C stops)")
+    shown = 0
+    try:
+        for text in backend.logs(job, follow=follow):
+            out(text)
+            shown += 1
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+    st = backend.status(job) if follow or not shown else None
+    if not shown and st.status != noted:
+        err(_no_logs_note(backend, job, st))
+    elif follow and shown:
+        # The stream ends when the job does: say how it ended (a failure is otherwise silent).
+        err(f"{job} ended: {st.status}" + (f": {st.failure_reason}" if st.failure_reason else ""))
+
+
+def _no_logs_note(backend, job: str, st) -> str:
+    yet = "" if st.terminal else " yet"
+    state = st.status + (f": {st.failure_reason}" if st.failure_reason else "")
+    return f"note: {backend.no_logs(job)}{yet} (the job is {state})"

@@ -1,0 +1,73 @@
+"""What the commands print: stdout for results, stderr for notes and errors, data shown as
+itself in rich output, and help text that wraps to the terminal."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import typer
+
+
+def out(text: str = "") -> None:
+    typer.echo(text)
+
+
+def err(text: str) -> None:
+    typer.echo(text, err=True)
+
+
+def plain(value):
+    """`value` as a rich Text shown verbatim. Every piece of data that goes into a rich Table,
+    status line or live display passes through here: rich reads a plain str as markup, so a
+    `[/opt/ml/code]` in a failure reason would raise MarkupError and a `[user]` would vanish."""
+    from rich.text import Text
+
+    return Text("" if value is None else str(value))
+
+
+def table_text(table, min_width: int) -> str:
+    """A rich Table as text at the terminal's width, at least `min_width` columns (a table
+    piped to a file takes 160): never coloured, trailing newline dropped."""
+    import shutil
+
+    from rich.console import Console
+
+    console = Console(width=max(min_width, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get().rstrip("\n")
+
+
+def finding_text(loaded, finding) -> str:
+    """A doctor finding as one located line and its fix."""
+    file, line, column = loaded.locate(finding.path)
+    where = f"{file}:{line}:{column}" if line else (file or "<spec>")
+    return f"{finding.severity}: {finding.rule} {where} {finding.path}: {finding.message}\n  fix: {finding.fix}"
+
+
+_LIST_ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s")
+
+
+def reflowed(doc: str) -> str:
+    """A docstring as help text: each paragraph's wrapped lines joined into one, list items kept
+    one per line. Typer's rich help keeps every newline of a docstring, so lines wrapped at the
+    source's width would show as ragged breaks in any other terminal width."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            line = line.strip()
+            if lines and not _LIST_ITEM.match(line):
+                lines[-1] += " " + line
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Give each of `app`'s commands its docstring, reflowed, as help."""
+    for info in app.registered_commands:
+        if info.help is None and info.callback is not None and info.callback.__doc__:
+            info.help = reflowed(info.callback.__doc__)

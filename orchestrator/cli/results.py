@@ -1,0 +1,106 @@
+"""`results`: the price-performance table of jobs' results.json objects, from any machine
+that can read the results prefix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from orchestrator.cli.options import check_region, job_option
+from orchestrator.cli.output import err, out
+from orchestrator.region import REGION_DEFAULTS
+
+app = typer.Typer()
+
+
+def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | None) -> tuple[str, str | None]:
+    """(results prefix, region): --prefix, else the spec's output.uri, else the local store."""
+    from orchestrator import results as res
+    from orchestrator.errors import InputError
+
+    if prefix is not None and spec_path is not None:
+        raise InputError("--prefix and --spec both say where results live; give one",
+                         hint="keep --prefix s3://bucket/jobs (the jobs' output.uri) or --spec job.yaml (its output.uri "
+                              "and region), not both")
+    if prefix is not None:
+        return res.check_prefix(prefix, "--prefix"), region
+    if spec_path is not None:
+        from orchestrator import request, spec
+
+        loaded = spec.load(spec_path)
+        return request.output_uri(loaded), region or loaded.region
+    local = res.local_store_uri()
+    if not res.has_results(local):
+        raise InputError(f"no --prefix given, and the local store ({local}) holds no results",
+                         hint="for SageMaker jobs pass --prefix with the jobs' output.uri (s3://bucket/jobs) "
+                              "or --spec with their job spec")
+    return local, region
+
+
+@app.command()
+def results(
+    sweep: str | None = typer.Option(None, "--sweep", help="Only this sweep's jobs: a sweep id or a sweep name "
+                                     "(tag orchestrator:sweep, or named <sweep>-...)."),
+    job: str | None = typer.Option(None, "--job", callback=job_option, help="Only this job (exit 2 when it "
+                                   "has no results object under the prefix)."),
+    prefix: str | None = typer.Option(None, "--prefix", help="The jobs' output.uri (s3://bucket/jobs or "
+                                      "file:///...). Default: --spec's, else the local store."),
+    spec_path: Path | None = typer.Option(None, "--spec", help="A job spec whose output.uri and region to use."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
+    region: str | None = typer.Option(None, "--region", callback=check_region, help="Region of the S3 "
+                                      "prefix, of jobs whose results name none, and where a sweep's SageMaker jobs "
+                                      f"are listed (--spec: the spec's; default: {REGION_DEFAULTS})."),
+    workers: int = typer.Option(16, "--workers", min=1, max=128, help="Parallel reads."),
+) -> None:
+    """Price-performance table from the jobs' results.json objects, SageMaker and prices.
+
+    Needs no ledger: works from any machine that can read the results prefix. Exit 1 when a
+    job's results could not be fetched even after retries (its row says why).
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import results as res
+    from orchestrator.errors import InputError
+
+    renderers = {"table": None, "csv": res.render_csv, "json": res.render_json}
+    if fmt not in renderers:
+        raise InputError(f"--format {fmt!r}: use table, csv or json",
+                         hint="table (the default) is for reading; --format csv or --format json for other tools")
+    if plot is not None:
+        from orchestrator.paths import check_write_target
+
+        check_write_target(plot, "--plot")  # before reading anything: a device or FIFO is never replaced
+    where, region = _results_prefix(prefix, spec_path, region)
+    stderr = Console(stderr=True)
+    with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("results", total=None)
+        collection = res.collect(where, job=job, sweep=sweep, region=region, workers=workers,
+                                 progress=lambda done, total: bar.update(task, completed=done, total=total))
+    if not collection.rows:
+        what = f" for sweep {sweep}" if sweep else ""
+        raise InputError(f"no results{what} under {where}",
+                         hint="check --sweep / --prefix (results live at <output.uri>/results/<job>/results.json)")
+    if fmt == "table":
+        out(res.render_table(collection, color=sys.stdout.isatty()).rstrip("\n"))
+    else:
+        out(renderers[fmt](collection).rstrip("\n"))
+    if plot is not None:
+        data = res.render_plot(collection)
+        from orchestrator.paths import write_atomic, write_hint
+
+        try:
+            write_atomic(plot, data)  # a failed write leaves no truncated PNG behind
+        except OSError as exc:
+            raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}",
+                             hint="the results above are complete; for the plot, " + write_hint(
+                                 exc, "run again with --plot a file in a folder you can write, e.g. --plot "
+                                      "results.png")) from None
+        err(f"wrote {plot} ({len(data)} bytes)")
+    if collection.errors:
+        err(f"error: {len(collection.errors)} job(s) could not be read; their rows say why")
+        raise typer.Exit(code=1)

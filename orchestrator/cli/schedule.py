@@ -1,0 +1,131 @@
+"""`schedule`: run a sweep on its cron schedule, from this machine or from system cron."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from orchestrator.cli.options import POLL_OPTION
+from orchestrator.cli.output import err, out
+
+app = typer.Typer(name="schedule", no_args_is_help=True, help="Run a sweep on its cron schedule, from this machine "
+                  "or from system cron.")
+
+
+def _scheduler(path: Path, poll: float | None):
+    from orchestrator import backends, spec
+    from orchestrator import schedule as schedules
+    from orchestrator.ledger import Ledger
+
+    loaded = spec.load_sweep(path)
+    ledger = Ledger()
+    backend = backends.create(loaded.base_spec.backend, region=loaded.base_spec.region, ledger=ledger)
+    return schedules.Scheduler(loaded, backend, ledger,
+                               runner_options={"poll_seconds": poll if poll is not None else backend.sweep_poll_s})
+
+
+def _print_tick(report) -> None:
+    stamp = report.now.strftime("%Y-%m-%d %H:%M:%S UTC")
+    for sweep_id in report.planned:
+        out(f"{stamp} tick planned: sweep {sweep_id}")
+    if report.skipped:
+        out(f"{stamp} skipped {len(report.skipped)} missed tick(s) (catchup policy): "
+             + ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in report.skipped[-5:]))
+    for progress in report.progress:
+        for line in progress.events:
+            out(f"{stamp} {progress.sweep_id}: {line}")
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
+        out(f"{stamp} {progress.sweep_id}: {counts}" + (" (done)" if progress.done else ""))
+    for sweep_id in report.busy:
+        out(f"{stamp} {sweep_id}: another process is running it")
+    for note in report.notes:
+        err(f"note: {note}")
+    out(f"{stamp} next tick: {report.next_fire.strftime('%Y-%m-%d %H:%M UTC')}")
+
+
+@app.command("run")
+def schedule_run(
+    path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+    poll: float | None = POLL_OPTION,
+) -> None:
+    """Keep the schedule from this machine: sleep until each tick, submit it, follow its jobs.
+    Safe to restart and to run on two machines at once (a tick is submitted once)."""
+    scheduler = _scheduler(path, poll)
+    scheduler.on_report = _print_tick
+    try:
+        scheduler.run(poll_seconds=scheduler.runner_options["poll_seconds"])
+    except KeyboardInterrupt:
+        # Ctrl-C: say what was cut short and how to go on (every step is crash-safe: a tick
+        # interrupted mid-submit is finished by the next run, never submitted twice).
+        err(f"interrupted (Ctrl-C) while {scheduler.doing}")
+        err(f"the schedule is not kept until it runs again: `python -m orchestrator schedule run {path}` continues it "
+             f"(ticks missed meanwhile follow catchup: {scheduler.schedule.catchup}), or `python -m orchestrator "
+             f"schedule crontab {path}` prints the line for system cron")
+        unfinished = scheduler.unfinished()
+        if unfinished:
+            err(f"unfinished tick sweeps: {', '.join(unfinished)}; their submitted jobs keep running, and "
+                 f"`python -m orchestrator sweep resume {unfinished[-1]}` follows one now")
+        raise typer.Exit(code=130) from None
+
+
+@app.command("tick")
+def schedule_tick(
+    path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="Hand each unfinished tick sweep to a "
+                                "background `sweep resume` that drives it to the end."),
+    poll: float | None = POLL_OPTION,
+) -> None:
+    """Evaluate the schedule once: submit due ticks, advance unfinished ones (for system cron).
+
+    System cron calls this only at tick times, so a tick sweep with more trials than its
+    concurrency (or with retries to come) is followed by a detached runner, as `sweep run
+    --detach` starts one."""
+    scheduler = _scheduler(path, poll)
+    report = scheduler.evaluate()
+    _print_tick(report)
+    if not follow:
+        return
+    from orchestrator import sweep as sweeps
+
+    for progress in report.progress:
+        if progress.done or progress.stopped:
+            continue
+        try:
+            pid, log = sweeps.spawn(progress.sweep_id, scheduler.ledger.path.parent, poll)
+        except sweeps.RunnerBusy as exc:
+            # Another tick (or a `sweep resume`) follows it already.
+            out(f"{progress.sweep_id}: already followed by another process" + (f" (pid {exc.pid})" if exc.pid else ""))
+            continue
+        out(f"{progress.sweep_id}: followed in the background (pid {pid}, log {log})")
+
+
+@app.command("next")
+def schedule_next(
+    path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+    count: int = typer.Option(5, "-n", "--count", min=1, max=1000, help="How many fire times."),
+) -> None:
+    """Print the next fire times (UTC, and the schedule's time zone when it differs)."""
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    from orchestrator import schedule as schedules
+    from orchestrator import spec
+
+    loaded = spec.load_sweep(path)
+    schedule = schedules.require_schedule(loaded)
+    zone = ZoneInfo(schedule.timezone)
+    for when in schedules.next_fires(schedule, datetime.now(timezone.utc), count):
+        local = "" if schedule.timezone == "UTC" else f"  ({when.astimezone(zone):%Y-%m-%d %H:%M %Z})"
+        out(f"{when:%Y-%m-%d %H:%M} UTC{local}")
+
+
+@app.command("crontab")
+def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
+    """Print the crontab entry that runs `schedule tick` for this sweep (add it with `crontab -e`)."""
+    from orchestrator import schedule as schedules
+    from orchestrator import spec
+
+    loaded = spec.load_sweep(path)
+    schedules.ensure_log_dir()
+    out(schedules.crontab_line(loaded))

@@ -1,0 +1,100 @@
+"""Commands on one job spec: schema, validate, doctor, plan, smoke. None calls AWS; validate
+is on the fast path (it imports only the spec and its rules)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from orchestrator.cli.output import err, finding_text, out
+
+app = typer.Typer()
+
+
+@app.command()
+def schema() -> None:
+    """Print the job spec's JSON Schema (for editors)."""
+    from orchestrator import spec
+
+    out(json.dumps(spec.json_schema(), indent=2))
+
+
+@app.command()
+def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
+    """Check a job spec: fields, types, cross-field and Neuron rules. Exit 2 with locations if wrong."""
+    from orchestrator import doctor as doctor_rules
+    from orchestrator import spec
+
+    loaded = spec.load(path)
+    findings = doctor_rules.check(loaded)
+    for finding in findings:
+        if finding.severity != "error":
+            err(finding_text(loaded, finding))
+    doctor_rules.raise_for(loaded, findings)
+    out(f"{path}: ok ({loaded.name}, {loaded.backend}, {loaded.instance.type} x{loaded.instance.count})")
+
+
+@app.command()
+def doctor(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
+    """Run the Neuron-aware rules on a job spec. Exit 2 when any finding is an error."""
+    from orchestrator import doctor as doctor_rules
+    from orchestrator import spec
+
+    loaded = spec.load(path)
+    findings = doctor_rules.check(loaded)
+    for finding in findings:
+        out(finding_text(loaded, finding))
+    bad = doctor_rules.errors(findings)
+    out(f"{path}: {len(bad)} error(s), {len(findings) - len(bad)} other finding(s)")
+    if bad:
+        raise typer.Exit(code=2)
+
+
+@app.command()
+def plan(
+    path: Path = typer.Argument(..., help="Job spec YAML."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: request, estimate, findings."),
+) -> None:
+    """Show the exact CreateTrainingJob request that submit sends, and its cost bound."""
+    from orchestrator import request, spec
+
+    loaded = spec.load(path)
+    print_plan(loaded, request.prepare(loaded), as_json)
+
+
+def print_plan(loaded, prepared, as_json: bool) -> None:
+    """What `plan` prints for a prepared request; exit 2 (raised) on doctor errors."""
+    from orchestrator import doctor as doctor_rules
+
+    doctor_rules.raise_for(loaded, prepared.findings)
+    for finding in prepared.findings:
+        err(finding_text(loaded, finding))
+    if as_json:
+        out(json.dumps({
+            "request": prepared.request,
+            "estimate": prepared.estimate.to_json(),
+            "findings": [f.to_json(loaded) for f in prepared.findings],
+            "source_uri": prepared.source_uri,
+            "archive_sha256": prepared.archive_sha256,
+        }, indent=2))
+        return
+    out(json.dumps(prepared.request, indent=2))
+    out(f"source archive: {prepared.source_uri} ({len(prepared.archive)} bytes, sha256 {prepared.archive_sha256})")
+    out(prepared.estimate.describe())
+
+
+@app.command()
+def smoke(
+    path: Path = typer.Argument(..., help="Job spec YAML."),
+    steps: int = typer.Option(5, "--steps", help="Training steps to run (the first 2 may compile)."),
+) -> None:
+    """Run a few steps of the spec's model here (XLA on PJRT_DEVICE=CPU) and fail, exit 1,
+    if graphs are still compiled after warmup (dynamic shapes)."""
+    from orchestrator import smoke as smoke_check
+    from orchestrator import spec
+
+    loaded = spec.load(path)
+    result = smoke_check.run(loaded, steps, on_progress=out)
+    out(f"{path}: ok: {result.message}")

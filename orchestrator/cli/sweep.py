@@ -1,0 +1,381 @@
+"""`sweep`: many jobs from one spec (`orchestrator.sweep`): plan, run (here or in the
+background), resume, status and stop."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+
+from orchestrator.cli.jobs import note_read_only
+from orchestrator.cli.options import POLL_OPTION
+from orchestrator.cli.output import err, out, plain, table_text
+from orchestrator.lifecycle import Status
+
+app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
+                  "run with a concurrency cap, retries and crash safety.")
+
+
+def plan_table(planned) -> str:
+    """The table `sweep plan` prints: every trial with its overrides, failover and cost bounds."""
+    from rich.table import Table
+
+    from orchestrator import sweep as sweeps
+
+    table = Table(title=plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
+                               f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
+    for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
+        # Folded, never cut with "…": the table must show what each trial is in any width.
+        table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
+                         overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
+    for t in planned.trials:
+        overrides = ", ".join(f"{k}={sweeps.shown(v)}" for k, v in t.trial.overrides.items()) or "(base)"
+        table.add_row(*map(plain, (
+            t.trial.index, t.trial.trial_id, t.job_name, overrides,
+            f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
+            _usd(t.usd_max), _usd(t.worst_usd))))
+    return table_text(table, 100)
+
+
+def _usd(value: float) -> str:
+    return f"{value:.2f} USD" if value == value and value != float("inf") else "unknown"
+
+
+def plan_summary(planned) -> list[str]:
+    """The lines under the plan's table: total, worst case, prices, duplicates, warnings."""
+    total = planned.total_usd
+    budget = planned.sweep.budget.max_total_cost_usd
+    lines = [f"total: at most {total:.2f} USD" if total != float("inf") else "total: unknown (a price is missing)"]
+    if budget is not None:
+        lines[-1] += f" (budget {budget:g} USD)"
+    worst = planned.worst_usd
+    if worst != total:
+        retries = planned.sweep.max_retries
+        line = (f"worst case: {_usd(worst)} if trials fail over ({', '.join(planned.sweep.failover.get('instance.type', [])) or 'no failover'}) "
+                f"and use their {retries} retr{'y' if retries == 1 else 'ies'}, each job running to max_run_minutes")
+        if budget is not None:
+            line += f"; a retry or failover that would take the sweep past {budget:g} USD is not submitted"
+        lines.append(line)
+    first = planned.trials[0].prepared.estimate if planned.trials else None
+    if first is not None and first.price is not None:
+        lines.append(f"prices: {first.price.source}, {first.price.as_of}; {first.note}")
+    for index, same in planned.duplicates:
+        lines.append(f"note: trial {index} is identical to trial {same}; it runs once")
+    for finding, trial_ids in planned.warnings.items():
+        lines.append(f"warning: {finding} (trials {', '.join(trial_ids)})")
+    return lines
+
+
+@app.command("plan")
+def sweep_plan(
+    path: Path = typer.Argument(..., help="Sweep spec YAML."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Expand and check every trial; print each with its cost bound, and the total.
+
+    Exit 2 when a trial does not validate or fails the doctor, or when the total is above
+    budget.max_total_cost_usd. Submits nothing.
+    """
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
+
+    planned = sweeps.plan(spec.load_sweep(path))
+    if as_json:
+        out(json.dumps(planned.to_json(), indent=2))
+    else:
+        out(plan_table(planned))
+        for line in plan_summary(planned):
+            out(line)
+    sweeps.check_budget(planned)
+
+
+class SweepDisplay:
+    """Progress of a running sweep: a live rich table on a terminal, event lines elsewhere, and
+    there a heartbeat line when nothing was printed for `waiting.heartbeat_seconds()` (a
+    sweep of two-hour jobs must not look dead to a CI log)."""
+
+    def __init__(self, runner, *, clock=None, heartbeat_s: float | None = None):
+        import time
+
+        from rich.console import Console
+
+        from orchestrator import waiting
+
+        self.runner = runner
+        self.console = Console()
+        self.live = None
+        self.printed = 0
+        self.interactive = self.console.is_terminal
+        self.clock = clock or time.monotonic
+        self.heartbeat_s = None if self.interactive else (heartbeat_s or waiting.heartbeat_seconds())
+        self.last_line = self.clock()
+
+    def __enter__(self):
+        if self.interactive:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def render(self, progress):
+        """The live view of `progress`: counts, one row per trial, the last events."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        counts = "  ".join(f"{state} {n}" for state, n in sorted(progress.counts.items()))
+        head = f"sweep {progress.sweep_id}: {progress.total} trials  {counts}  in flight {progress.in_flight}"
+        if progress.elsewhere:
+            head += f" (+{progress.elsewhere} from elsewhere)"
+        if progress.waiting_reason:
+            head += f"\nbacking off: {progress.waiting_reason}"
+        table = Table(show_edge=False)
+        for column in ("trial", "job", "instance", "state", "detail"):
+            table.add_column(column)
+        for view in self.runner.views():
+            table.add_row(*map(plain, (view.trial.trial_id, view.job_name, view.instance_type, view.state,
+                                        (view.detail or "")[:80])))
+        events = Text("\n".join(progress.events[-5:]), style="dim")
+        return Group(Text(head), table, events)
+
+    def __call__(self, progress) -> None:
+        if self.live is not None:
+            self.live.update(self.render(progress))
+            return
+        fresh = min(progress.event_count - self.printed, len(progress.events))
+        for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
+            out(line)
+        self.printed = progress.event_count
+        now = self.clock()
+        if fresh > 0:
+            self.last_line = now
+        elif self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s:
+            counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
+            waiting_for = f"; backing off: {progress.waiting_reason}" if progress.waiting_reason else ""
+            out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; still running")
+            self.last_line = now
+
+
+def sweep_backend(definition, ledger):
+    """The backend a saved sweep runs on (its definition says which, and where)."""
+    from orchestrator import backends
+
+    return backends.create(definition.backend, region=definition.region, ledger=ledger)
+
+
+def drive(definition, ledger, poll: float | None, prepared: dict | None = None, ready_fd: int | None = None) -> None:
+    """Run a saved sweep to the end in this process, with the progress display.
+
+    SIGTERM (what `sweep stop` sends this machine's runner, foreground or detached) ends it
+    as a stop the runner noticed itself (`sweep.process.Sigterm`): the display closes, the
+    counts are printed, exit 0 when the sweep's stop flag is set, else exit 143 with the
+    resume hint. Ctrl-C: exit 130 with the resume hint. `ready_fd` (a detached runner's):
+    where to say "ok" once this process holds the sweep, or "busy PID" when another does.
+    """
+    import contextlib
+
+    from orchestrator import sweep as sweeps
+    from orchestrator.errors import JobFailed
+
+    backend = sweep_backend(definition, ledger)
+    poll_seconds = poll if poll is not None else backend.sweep_poll_s
+    with contextlib.ExitStack() as held:
+        try:
+            # A detached runner waits a moment: a `sweep run` saving the sweep holds the lock briefly.
+            held.enter_context(sweeps.runner_lock(definition.sweep_id, wait_seconds=0.0 if ready_fd is None else 3.0))
+        except sweeps.RunnerBusy as exc:
+            sweeps.tell(ready_fd, f"busy {exc.pid or 0}")
+            raise
+        sweeps.clear_stop(ledger, definition.sweep_id)
+        sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
+        sweeps.tell(ready_fd, "ok")
+        runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared)
+        with sweeps.Sigterm() as sigterm:
+            try:
+                with SweepDisplay(runner) as display:
+                    runner.on_progress = display
+                    with sigterm.armed() as go:
+                        if go:
+                            final = runner.run()
+            except KeyboardInterrupt:
+                err(f"interrupted; continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
+                    "(jobs already submitted keep running)")
+                raise typer.Exit(code=130) from None
+        if sigterm.received:
+            final = runner.progress(stopped=runner.stop_requested())
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(final.counts.items()))
+    out(f"sweep {definition.sweep_id}: {counts}")
+    if sigterm.received and not final.stopped:
+        err(f"terminated (SIGTERM); continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
+            "(jobs already submitted keep running)")
+        raise typer.Exit(code=143)
+    if final.stopped:
+        # The counts are the runner's last view: the stopping command cancels what had not
+        # started after this runner let go of the sweep.
+        out(f"stopped (sweep stop); `python -m orchestrator sweep status {definition.sweep_id}` shows what it stopped")
+        return
+    if final.failed:
+        raise JobFailed(f"sweep {definition.sweep_id}: {final.failed} trial(s) failed",
+                        hint=f"see `python -m orchestrator sweep status {definition.sweep_id}` for the reasons")
+
+
+@app.command("run")
+def sweep_run(
+    path: Path = typer.Argument(..., help="Sweep spec YAML."),
+    detach: bool = typer.Option(False, "--detach", help="Run in a background process; log under "
+                                "ORCHESTRATOR_HOME/sweeps/."),
+    poll: float | None = POLL_OPTION,
+) -> None:
+    """Plan, check, then submit and follow every trial to the end (idempotent: run it again,
+    or `sweep resume`, after a crash). Exit 1 when a trial failed for good."""
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
+    from orchestrator.ledger import Ledger
+
+    planned = sweeps.plan(spec.load_sweep(path))
+    sweeps.check_budget(planned)
+    ledger = Ledger()
+    definition = sweeps.save(planned, ledger)
+    err(f"sweep {definition.sweep_id}: {len(planned.trials)} trials, {plan_summary(planned)[0]}")
+    if detach and not sweeps.Runner(definition, None, ledger).has_work():
+        # The runner would find nothing to do (every trial ended for good, and nothing `sweep
+        # stop` stopped can be reopened): report it here instead of starting it in the background.
+        err(f"sweep {definition.sweep_id}: nothing left to run, so no background runner was started")
+        detach = False
+    if not detach:
+        drive(definition, ledger, poll, planned.prepared())
+        return
+    pid, log = sweeps.spawn(definition.sweep_id, ledger.path.parent, poll)
+    out(f"sweep {definition.sweep_id}: running in the background (pid {pid})")
+    out(f"log: {log}")
+    out(f"follow with `python -m orchestrator sweep status {definition.sweep_id}`; "
+         f"stop with `python -m orchestrator sweep stop {definition.sweep_id}`")
+
+
+@app.command("resume")
+def sweep_resume(
+    target: str = typer.Argument(..., help="Sweep id, name or YAML."),
+    poll: float | None = POLL_OPTION,
+    ready_fd: int | None = typer.Option(None, "--ready-fd", hidden=True, help="(internal: sweep run --detach)"),
+) -> None:
+    """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
+    then run on. Trials that `sweep stop` cancelled before submission are submitted under their
+    own names; jobs it stopped in flight are submitted again as new attempts (-rN)."""
+    from orchestrator import sweep as sweeps
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger()
+    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    # A budget (or concurrency, max_retries) changed in the sweep's file counts, as for `sweep run`.
+    try:
+        definition, note = sweeps.reload_policy(ledger, definition)
+    except sweeps.RunnerBusy as exc:
+        sweeps.tell(ready_fd, f"busy {exc.pid or 0}")
+        raise
+    if note:
+        err(note)
+    drive(definition, ledger, poll, ready_fd=ready_fd)
+
+
+@app.command("status")
+def sweep_status(
+    target: str | None = typer.Argument(None, help="Sweep id, name or YAML; none: list the sweeps."),
+    refresh: bool = typer.Option(True, "--refresh/--no-refresh", help="Ask the backend about jobs in flight."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """A table of the sweep's trials: latest job, attempt, instance, state, and why it failed."""
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger(read_only=True)
+    try:
+        _sweep_status(ledger, target, refresh, as_json)
+    finally:
+        note_read_only(ledger)
+
+
+def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> None:
+    from orchestrator import sweep as sweeps
+
+    if target is None:
+        ids = sweeps.sweep_ids(ledger)
+        if not ids:
+            out("no sweeps in the ledger")
+        for sweep_id in ids:
+            counts: dict[str, int] = {}
+            for entry in ledger.entries(sweep_id=sweep_id):
+                counts[entry.state] = counts.get(entry.state, 0) + 1
+            out(f"{sweep_id}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + " (jobs)")
+        return
+    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    runner = sweeps.Runner(definition, sweep_backend(definition, ledger) if refresh else None, ledger)
+    if refresh:
+        runner.refresh()
+    views = runner.views()
+    if as_json:
+        out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
+            "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
+            "job_name": v.job_name, "attempt": v.attempt, "state": v.state, "final": v.final,
+            "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=plain(f"sweep {definition.sweep_id} ({definition.backend}, {definition.region})"))
+    for column in ("#", "trial", "job", "try", "instance", "state", "overrides", "detail"):
+        # Folded, never cut with "…": the table must show what each trial is in any width.
+        table.add_column(column, overflow="fold" if column in ("job", "overrides", "detail") else "ellipsis")
+    for v in views:
+        state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
+        table.add_row(*map(plain, (
+            v.trial.index, v.trial.trial_id, v.job_name, v.attempt, v.instance_type, state,
+            ", ".join(f"{k}={sweeps.shown(val)}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
+    out(table_text(table, 120))
+    done = sum(1 for v in views if v.final)
+    out(f"{done}/{len(views)} trials final")
+
+
+@app.command("stop")
+def sweep_stop(
+    target: str = typer.Argument(..., help="Sweep id, name or YAML."),
+    wait: float = typer.Option(15.0, "--wait", min=0.0, help="Seconds to wait for this machine's runner to exit."),
+) -> None:
+    """Stop a sweep: its runner on this machine exits, in-flight jobs are stopped, trials not
+    yet submitted are marked stopped. Exit 1 when a job could not be stopped, or when this
+    machine's runner has not exited in time (it was signalled; the stop flag keeps it from
+    submitting more)."""
+    from orchestrator import sweep as sweeps
+    from orchestrator.errors import BackendError
+    from orchestrator.ledger import Ledger
+
+    ledger = Ledger()
+    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    sweep_id = definition.sweep_id
+    sweeps.request_stop(ledger, sweep_id)
+    with sweeps.take_over(sweep_id, sweeps.runner_pid(ledger, sweep_id), wait):
+        runner = sweeps.Runner(definition, sweep_backend(definition, ledger), ledger)
+        report = sweeps.stop(runner)
+    for name in report.stopped_jobs:
+        out(f"stopping {name}")
+    if report.stopped_jobs or report.cancelled:
+        # Resume reopens what was stopped only within the budget and retry limits.
+        then = (f"continue it with `python -m orchestrator sweep resume {sweep_id}`" if runner.has_work() else
+                f"a resume would run nothing (budget or retries used up: `python -m orchestrator sweep status "
+                f"{sweep_id}` shows why)")
+        out(f"sweep {sweep_id}: {len(report.stopped_jobs)} job(s) stopping, "
+             f"{len(report.cancelled)} trial(s) cancelled before submission; {then}")
+    elif not report.errors:
+        out(f"sweep {sweep_id}: nothing in flight, nothing stopped" + (
+            f"; trials are left to run: continue them with `python -m orchestrator sweep resume {sweep_id}`"
+            if runner.has_work() else ": every trial has ended"))
+    if report.errors:
+        for line in report.errors:
+            err(f"error: {line}")
+        raise BackendError(f"{len(report.errors)} job(s) could not be stopped",
+                           hint=f"the errors above say why; once that is fixed (or for a passing error), run "
+                           f"`python -m orchestrator sweep stop {sweep_id}` again: it stops only what still runs")

@@ -1,0 +1,165 @@
+"""Rendering results: a rich table, CSV, JSON and a PNG plot of a `Collection`.
+
+Each renderer returns a string (or PNG bytes) and never prints; the CLI does. Cell values
+are data, never rich markup.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, fields
+
+from orchestrator import cost
+from orchestrator.errors import InputError
+from orchestrator.results.rows import Collection, Row
+
+COLUMNS = (
+    # (header, Row attribute, format)
+    ("job", "job", "s"),
+    ("instance", "instance", "s"),
+    ("n", "count", "d"),
+    ("cores", "cores", "d"),
+    ("runtime", "runtime", "s"),
+    ("prec", "precision", "s"),
+    ("batch", "global_batch", "d"),
+    ("step p50 s", "step_time_p50_s", ".4f"),
+    ("samples/s", "samples_per_s", ",.1f"),
+    ("USD/h", "price_per_hour", ".4f"),
+    ("USD/M samples", "cost_per_million_samples", ".4f"),
+    ("samples/USD", "samples_per_dollar", ",.0f"),
+    ("rel.", "relative", ".2f"),
+    ("compile s", "compile_s", ".1f"),
+    ("cache hit", "cache_hit_ratio", ".0%"),
+    ("status", "status", "s"),
+)
+
+
+# Columns computed from the price: marked "~" when the price is unverified (cost.rate).
+_PRICED = frozenset({"price_per_hour", "cost_per_million_samples", "samples_per_dollar", "relative"})
+
+
+def _cell(row: Row, attr: str, fmt: str) -> str:
+    value = getattr(row, attr)
+    if value is None:
+        return row.backend if attr == "price_per_hour" and not row.cloud else "-"
+    text = format(value, fmt) if fmt != "s" else str(value)
+    if attr == "instance" and row.failover_from:
+        return f"{text} (failover from {row.failover_from})"
+    return f"~{text}" if attr in _PRICED and row.price_verified is False else text
+
+
+def render_table(collection: Collection, width: int | None = None, color: bool = False) -> str:
+    """A rich table (as text) of the rows, then one line per note and the price sources.
+    `width` caps the table's width (cells fold); by default it takes its natural width."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    # Values are data, never rich markup (an instance type or prefix with "[/x]" in it): Text.
+    table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left")
+    for header, _, fmt in COLUMNS:
+        table.add_column(header, justify="left" if fmt == "s" else "right", overflow="fold")
+    for row in collection.rows:
+        style = None if row.ok else "red"
+        table.add_row(*(Text(_cell(row, attr, fmt)) for _, attr, fmt in COLUMNS), style=style)
+    buffer = io.StringIO()
+    # 16 columns squeezed into a narrow terminal become unreadable: by default the table takes
+    # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
+    console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
+                      color_system="auto" if color else None)
+    console.print(table)
+    for row in collection.rows:
+        if row.note:
+            console.print(f"{row.job}: {row.note}", markup=False, highlight=False)
+    sources = sorted({r.price_source for r in collection.rows if r.price_source})
+    for source in sources:
+        console.print(f"price: {source}", markup=False, highlight=False)
+    if any(r.price_verified is False for r in collection.rows):
+        console.print(f"~ estimated: an EC2 price times an assumed SageMaker markup, not SageMaker's own price "
+                      f"({cost.UNVERIFIED})", markup=False, highlight=False)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+def _record(row: Row) -> dict:
+    return asdict(row)
+
+
+def render_csv(collection: Collection) -> str:
+    """CSV with a header of Row field names; unknown values are empty cells."""
+    buffer = io.StringIO()
+    names = [f.name for f in fields(Row)]
+    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in collection.rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in _record(row).items()})
+    return buffer.getvalue()
+
+
+def render_json(collection: Collection) -> str:
+    """{"prefix", "rows": [Row fields...]}; unknown values are null."""
+    return json.dumps({"prefix": collection.prefix, "rows": [_record(r) for r in collection.rows]}, indent=2)
+
+
+def _label(row: Row) -> str:
+    parts = [f"{row.instance} x{row.count}" if row.instance else "?"]
+    if row.failover_from:
+        parts.append(f"(failover from {row.failover_from})")
+    if row.global_batch is not None:
+        parts.append(f"b{row.global_batch}")
+    if row.precision:
+        parts.append(row.precision)
+    if row.runtime:
+        parts.append(row.runtime)
+    return f"{row.job}\n{' '.join(parts)}"
+
+
+def render_plot(collection: Collection) -> bytes:
+    """A PNG: samples per dollar (left) and samples/s (right) per job and configuration.
+
+    Raises InputError when no row has a throughput to plot.
+    """
+    rows = [r for r in collection.rows if r.samples_per_s is not None]
+    if not rows:
+        raise InputError("nothing to plot: no job has a measured samples/s",
+                         hint="wait for jobs to complete, or check the rows' status and notes")
+    # The Agg canvas directly, not pyplot: no global backend switch, no GUI, thread-safe enough.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    labels = [_label(r) for r in rows]
+    ys = list(range(len(rows)))
+    height = max(3.0, 0.6 * len(rows) + 1.5)
+    fig = Figure(figsize=(13, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, sharey=True)
+    per_dollar = [r.samples_per_dollar or 0.0 for r in rows]
+    bars = left.barh(ys, per_dollar, color=["#2a7ab0" if r.samples_per_dollar else "#cccccc" for r in rows])
+    for bar, row in zip(bars, rows, strict=True):
+        text = (f"{row.samples_per_dollar:,.0f} ({row.relative:.2f})" if row.relative is not None
+                else f"{row.samples_per_dollar:,.0f}" if row.samples_per_dollar else
+                (f"{row.backend} job: no cloud cost" if not row.cloud else "no price known"))
+        left.annotate(text, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                      textcoords="offset points", va="center", fontsize=8)
+    left.set_yticks(ys, labels, fontsize=8)
+    left.invert_yaxis()
+    if any(per_dollar):
+        left.set_xlim(0, max(per_dollar) * 1.4)  # room for the labels right of the bars
+    else:
+        left.set_xlim(0, 1)
+        left.set_xticks([])
+    left.set_xlabel("samples per dollar (relative to best)")
+    left.set_title("price-performance")
+    throughput = [r.samples_per_s for r in rows]
+    right.barh(ys, throughput, color="#e08a2c")
+    for y, value in zip(ys, throughput, strict=True):
+        right.annotate(f"{value:,.1f}", (value, y), xytext=(3, 0), textcoords="offset points", va="center",
+                       fontsize=8)
+    right.set_xlabel("samples/s (global)")
+    right.set_title("throughput")
+    right.set_xlim(0, max(throughput) * 1.25 or 1.0)
+    fig.suptitle(f"results under {collection.prefix}", fontsize=9)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()

@@ -1,0 +1,63 @@
+"""Sweeps: many jobs from one spec, run to completion from a laptop that sleeps and crashes.
+
+One module per step of a sweep's life, each with its contract:
+
+- `expand`: the trials (grid x seeded random draws), each a full job spec, located errors;
+- `plan`: every trial doctor-checked and its first job prepared; the budget check;
+- `definition`: the sweep saved in the ledger, found again by id, name or file; its flags;
+- `history`: what the ledger holds of a sweep's trials, their costs and what comes next;
+- `failures`: why a job failed and whether it is retried;
+- `runner`: drives the trials to the end (concurrency, backoff, failover, retries, reopen);
+- `stop`: `sweep stop`, cancelling and stopping what runs;
+- `process`: the one process per machine that runs a sweep (lock, spawn, SIGTERM).
+
+Names (sweep ids, job names, tags) are `orchestrator.names`'. This package's namespace holds
+the names callers use.
+"""
+
+from orchestrator.sweep.definition import (
+    Definition,
+    TrialDef,
+    clear_stop,
+    completed_elsewhere,
+    load_definition,
+    record_runner,
+    reload_policy,
+    request_stop,
+    resolve_id,
+    resolve_target,
+    runner_pid,
+    save,
+    sweep_ids,
+)
+from orchestrator.sweep.expand import Trial, expand, identify, sample, shown
+from orchestrator.sweep.failures import (
+    STOPPED_BEFORE_SUBMISSION,
+    STOPPED_IN_FLIGHT,
+    STOPPED_LEGACY,
+    WAIT_KINDS,
+    classify,
+    submit_error_kind,
+)
+from orchestrator.sweep.history import History, TrialView
+from orchestrator.sweep.plan import Plan, PlannedTrial, check_budget, plan
+from orchestrator.sweep.process import (
+    RunnerBusy,
+    Sigterm,
+    lock_holder,
+    log_path,
+    runner_lock,
+    spawn,
+    take_over,
+    tell,
+)
+from orchestrator.sweep.runner import Progress, Runner
+from orchestrator.sweep.stop import StopReport, stop
+
+__all__ = [
+    "Definition", "History", "Plan", "PlannedTrial", "Progress", "Runner", "RunnerBusy", "STOPPED_LEGACY",
+    "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "classify", "clear_stop", "completed_elsewhere",
+    "expand", "identify", "load_definition", "lock_holder", "log_path", "plan", "record_runner", "reload_policy",
+    "request_stop", "resolve_id", "resolve_target", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",
+    "submit_error_kind", "sweep_ids", "WAIT_KINDS", "STOPPED_BEFORE_SUBMISSION", "STOPPED_IN_FLIGHT", "Sigterm", "spawn", "take_over", "tell",
+]

@@ -1,0 +1,107 @@
+"""Why a sweep's job failed, and what the runner does about it.
+
+Contract:
+- `classify(detail)` reads a failure from its ledger detail: a failure the runner decided
+  starts with "[kind] "; one the backend reported is classified from its reason text.
+  capacity, spot, internal and lost are retryable (`RETRYABLE`); user errors (validation,
+  access denied, an algorithm error) never are; budget marks a retry the budget refused.
+- `submit_error_kind(exc)` sorts an error of the runner's own calls (`aws.classify` decides
+  permanent against transient; the service's codes sort further): setup (no usable
+  credentials, or access denied: the run stops at once), throttled, quota and transient
+  (wait and try again: `WAIT_KINDS`), capacity (fail over), user (this request is refused).
+- `STOPPED_*` are the details `sweep stop` leaves on the rows it stops; a runner step
+  reopens those rows.
+"""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator import aws
+from orchestrator.errors import BackendError, OrchestratorError
+
+# Error codes, as SageMaker (and botocore) spell them; which errors are permanent and which
+# transient is `aws.classify`'s table, these only sort them further.
+THROTTLE_CODES = aws.THROTTLE_CODES
+QUOTA_CODES = frozenset({"ResourceLimitExceeded"})
+CAPACITY_CODES = frozenset({"InsufficientCapacityError", "InsufficientCapacity", "CapacityError",
+                            "InsufficientInstanceCapacity"})
+USER_CODES = frozenset({"ValidationException", "ValidationError", "AccessDenied", "AccessDeniedException",
+                        "UnauthorizedOperation", "ResourceInUse", "NoSuchBucket", "ResourceNotFound"})
+
+# Failure kinds. The ledger's `detail` of a failure the runner decided starts with "[kind] ";
+# a failure reported by the backend is classified from its reason text.
+RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
+_REASON_KINDS = (
+    ("capacity", re.compile(r"capacity|unable to provision", re.I)),
+    ("spot", re.compile(r"spot.{0,40}interrupt|interrupt.{0,40}spot|spotinterruption", re.I)),
+    ("internal", re.compile(r"internal ?(server ?)?error|internalfailure|internal failure|"
+                            r"serviceunavailable|service unavailable|an internal", re.I)),
+)
+_KIND_PREFIX = re.compile(r"^\[([a-z]+)\] ")
+
+# Details `stop` leaves on the rows it stops; a runner step reopens these rows (see the
+# `sweep.runner` docstring). STOPPED_LEGACY is what earlier versions wrote in both cases.
+STOPPED_BEFORE_SUBMISSION = "[stopped] by sweep stop before submission"
+STOPPED_IN_FLIGHT = "[stopped] by sweep stop while in flight"
+STOPPED_LEGACY = "[stopped] by sweep stop"
+
+
+def classify(detail: str | None) -> str:
+    """The kind of a failure: capacity, spot, internal, lost (retryable) or user, budget."""
+    text = detail or ""
+    found = _KIND_PREFIX.match(text)
+    if found:
+        return found.group(1)
+    for kind, pattern in _REASON_KINDS:
+        if pattern.search(text):
+            return kind
+    return "user"
+
+
+_BUDGET_REFUSAL = re.compile(r"^\[budget\] (.*?); a retry would take the sweep's cost bound to ", re.S)
+
+
+def budget_refused_reason(detail: str | None) -> str | None:
+    """The failure a "[budget]" row's retry was refused after, or None for any other row."""
+    found = _BUDGET_REFUSAL.match(detail or "")
+    return found.group(1) if found else None
+
+
+def submit_error_kind(exc: OrchestratorError) -> str:
+    """What a failed call of the runner means, from `aws.classify` and the service's code:
+    setup (no usable credentials, or access denied: every call fails the same way, so the
+    sweep stops with the error), throttled, quota (wait and try again), capacity (fail over),
+    user (this request is refused: never retried), transient (5xx, no connection, no answer:
+    the job may or may not exist, so try again and reconcile)."""
+    if not isinstance(exc, BackendError):
+        return "user"
+    code = exc.code
+    if code in THROTTLE_CODES:
+        return "throttled"
+    if code in QUOTA_CODES:
+        return "quota"
+    if code in CAPACITY_CODES:
+        return "capacity"
+    failure = aws.classify(exc)
+    if failure is not None and failure.account_wide:
+        return "setup"
+    if code in USER_CODES or "already exists" in exc.message:
+        return "user"
+    if failure is not None:
+        return "user" if failure.permanent else "transient"
+    status = exc.http_status
+    if status is not None and 400 <= status < 500:
+        return "user"
+    return "transient"
+
+
+def attempt_tag(info: dict, own_type: str) -> str:
+    """The TAG_ATTEMPT value of a resubmission from its attempt record."""
+    if info.get("failover"):
+        return f"failover:{info.get('from_type') or own_type}"
+    return "resumed" if info.get("resumed") else "retry"
+
+
+# Kinds the runner waits out and tries again (at most `Runner.max_transient_retries` times in a row).
+WAIT_KINDS = ("throttled", "quota", "transient")

@@ -1,0 +1,170 @@
+"""A sweep's plan: every trial checked and its first job prepared, before anything runs.
+
+Contract:
+- `plan(sweep)` doctor-checks every trial and every failover variant of it, and prepares
+  each trial's first job (the exact request and its cost bound). Any doctor error refuses the
+  whole sweep (SpecError listing the failing trials) before anything is submitted.
+- `check_budget(plan)` refuses a plan above `budget.max_total_cost_usd` (SpecError at that
+  line). `Plan.worst_usd` is the total if every trial failed over along its whole chain and
+  used every retry (`cost.worst_case`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator import cost, doctor, request
+from orchestrator.errors import InputError, Problem, SpecError
+from orchestrator.names import Identity
+from orchestrator.spec import JobSpec, SweepSpec, with_overrides
+from orchestrator.sweep.expand import (
+    Trial,
+    describe_overrides,
+    expand,
+    identity,
+    points,
+    problem_at,
+    raise_problems,
+)
+
+
+@dataclass(frozen=True)
+class PlannedTrial:
+    """A trial ready to run: its first job's name and prepared request, and its failover chain."""
+
+    trial: Trial
+    job_name: str
+    prepared: request.Prepared
+    chain: tuple[str, ...]  # instance types: the trial's own, then its failover order
+    chain_usd: tuple[float, ...] = ()  # the cost bound of a job on each type of `chain`
+    max_retries: int = 0
+
+    @property
+    def usd_max(self) -> float:
+        return self.prepared.estimate.usd_max
+
+    @property
+    def worst_usd(self) -> float:
+        """The trial's cost bound with every failover and retry (`cost.worst_case`)."""
+        return cost.worst_case(list(self.chain_usd or (self.usd_max,)), self.max_retries)
+
+
+@dataclass
+class Plan:
+    """A sweep's planned trials, with what planning found: merged duplicates, warnings."""
+
+    sweep: SweepSpec
+    identity: Identity
+    trials: list[PlannedTrial]
+    duplicates: list[tuple[int, int]] = field(default_factory=list)
+    warnings: dict[str, list[str]] = field(default_factory=dict)  # "rule: message" -> trial ids
+
+    @property
+    def sweep_id(self) -> str:
+        return self.identity.sweep_id
+
+    @property
+    def total_usd(self) -> float:
+        return sum(t.usd_max for t in self.trials)
+
+    @property
+    def worst_usd(self) -> float:
+        """The total if every trial failed over along its whole chain and used every retry."""
+        return sum(t.worst_usd for t in self.trials)
+
+    def prepared(self) -> dict[str, request.Prepared]:
+        """Job name -> prepared request of each trial's first job (for `Runner(prepared=...)`)."""
+        return {t.job_name: t.prepared for t in self.trials}
+
+    def to_json(self) -> dict:
+        total = self.total_usd
+        return {
+            "sweep_id": self.sweep_id,
+            "backend": self.sweep.base_spec.backend,
+            "region": self.sweep.base_spec.region,
+            "concurrency": self.sweep.concurrency,
+            "max_retries": self.sweep.max_retries,
+            "trials": [{
+                "index": t.trial.index, "trial_id": t.trial.trial_id, "job_name": t.job_name,
+                "overrides": t.trial.overrides, "instance_type": t.trial.spec.instance.type,
+                "instance_count": t.trial.spec.instance.count, "failover": list(t.chain[1:]),
+                "usd_max": t.prepared.estimate.to_json()["usd_max"], "spec_hash": t.trial.spec_hash,
+                "worst_usd_max": round(t.worst_usd, 4) if math.isfinite(t.worst_usd) else None,
+            } for t in self.trials],
+            "duplicates": [{"index": a, "same_as": b} for a, b in self.duplicates],
+            "warnings": self.warnings,
+            "total_usd_max": round(total, 4) if math.isfinite(total) else None,
+            "worst_usd_max": round(self.worst_usd, 4) if math.isfinite(self.worst_usd) else None,
+            "budget_usd": self.sweep.budget.max_total_cost_usd,
+        }
+
+
+def failover_chain(sweep: SweepSpec, spec: JobSpec) -> tuple[str, ...]:
+    """The instance types a trial runs on in turn: its own, then the sweep's failover order."""
+    own = spec.instance.type
+    return (own, *[t for t in sweep.failover.get("instance.type", []) if t != own])
+
+
+def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
+    """Expand, doctor-check and prepare every trial (see the module docstring)."""
+    trials, duplicates = expand(sweep)
+    ident = identity(sweep.sweep, trials, tick)
+    where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random else {}
+    planned: list[PlannedTrial] = []
+    warnings: dict[str, list[str]] = {}
+    problems: list[Problem] = []
+    failing = 0
+    for trial in trials:
+        name = ident.job_name(trial.trial_id)
+        where = where_of.get(trial.index, {})
+        label = f"trial {trial.index} {trial.trial_id} ({describe_overrides(trial.overrides)})"
+        bad: list[Problem] = []
+        try:
+            prepared = request.prepare(trial.spec, job_name=name, extra_tags=ident.tags(trial.trial_id))
+        except SpecError as exc:
+            bad += [problem_at(sweep, where, p.path, f"{label}: {p.message}") for p in exc.problems]
+        except InputError as exc:
+            bad.append(problem_at(sweep, where, "", f"{label}: {exc.message}"))
+        else:
+            for finding in prepared.findings:
+                if finding.severity == "error":
+                    bad.append(problem_at(sweep, where, finding.path,
+                                           f"{label}: {finding.message} [{finding.rule}]; fix: {finding.fix}"))
+                elif finding.severity == "warning":
+                    warnings.setdefault(f"{finding.rule}: {finding.message}", []).append(trial.trial_id)
+        chain = failover_chain(sweep, trial.spec)
+        chain_usd = [] if bad else [prepared.estimate.usd_max]  # a refused trial is not planned
+        for fallback in chain[1:]:
+            variant = with_overrides(trial.spec, {"instance.type": fallback})
+            chain_usd.append(cost.estimate(variant).usd_max)
+            for finding in doctor.errors(doctor.check(variant)):
+                file, line, col = sweep.locate("failover", "instance.type", str(
+                    sweep.failover["instance.type"].index(fallback)))
+                bad.append(Problem(file, line, col, finding.path,
+                                   f"{label} failing over to {fallback}: {finding.message} [{finding.rule}]; "
+                                   f"fix: {finding.fix}"))
+        if bad:
+            failing += 1
+            problems += bad
+            continue
+        planned.append(PlannedTrial(trial, name, prepared, chain, tuple(chain_usd), sweep.max_retries))
+    raise_problems(problems, failing, "trial(s) fail the doctor's checks; nothing was submitted",
+                    "fix the base spec or the sweep's values")
+    return Plan(sweep, ident, planned, duplicates, warnings)
+
+
+def check_budget(planned: Plan) -> None:
+    """Refuse (SpecError at the budget line, exit 2) a plan above budget.max_total_cost_usd."""
+    budget = planned.sweep.budget.max_total_cost_usd
+    total = planned.total_usd
+    if budget is None or total <= budget:
+        return
+    file, line, col = planned.sweep.locate("budget", "max_total_cost_usd")
+    shown = f"{total:.2f} USD" if math.isfinite(total) else "an unknown amount (a price is missing)"
+    raise SpecError([Problem(file, line, col, "budget.max_total_cost_usd",
+                             f"{len(planned.trials)} trials cost at most {shown}, above the budget of "
+                             f"{budget:g} USD")],
+                    hint="raise budget.max_total_cost_usd, shrink the grid or random.trials, "
+                    "or lower max_run_minutes in the base spec")

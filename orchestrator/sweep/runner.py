@@ -1,0 +1,550 @@
+"""The sweep runner: one ledger row per job, driven to the end from a laptop that sleeps and
+crashes.
+
+Contract:
+- `Runner` drives each trial's jobs through planned -> submitting -> submitted -> running ->
+  completed | failed | stopped (`lifecycle.Status`). All decisions are derived from the
+  ledger on every step, never from memory, so the runner can be killed at any instant and
+  started again: a row left in `submitting` is reconciled by the backend (its submit finds
+  the job, or creates it once) instead of being created twice, and a failed job whose retry
+  row was not yet written gets it on the next step.
+- Errors of the runner's own calls (`failures.submit_error_kind`): no usable credentials or
+  access denied stop the run at once with the error (`sweep resume` continues once it is
+  fixed); throttling, 5xx and network errors wait with jittered exponential backoff, at most
+  `max_transient_retries` times in a row at one call site before the run stops the same way;
+  a quota reached while other jobs of the sweep run waits without limit.
+- Retries: a capacity error fails over to the next instance type of `failover` (a new job
+  `-rN`); capacity, spot interruption and internal errors are resubmitted as `-rN` up to
+  `max_retries`; user errors never are. A retry that would take the sweep's cost bounds
+  above its budget is not submitted; it is looked at again on every step, so a budget raised
+  in the file (`reload_policy`, which `sweep resume` calls, or `sweep run`'s `save`) lets it
+  run.
+- At most `concurrency` jobs are in flight, counting jobs of this sweep that another machine
+  started on a shared backend (its job list, cross-checked by the sweep tag).
+- A shared backend is the truth: a runner's first step writes into the ledger every attempt
+  of each trial that the backend has and the ledger lacks (`adopt_remote`), so a sweep run
+  from another machine or a fresh ORCHESTRATOR_HOME goes on from each trial's latest attempt.
+- Stop and resume: once the stop flag is cleared again (`sweep resume` does it, and so does a
+  plain `sweep run` of the same sweep), every step first reopens what `sweep stop` stopped: a
+  trial cancelled before its job was ever created goes back to `planned` under the same name;
+  a trial whose job was stopped in flight is resubmitted as the next `-rN` on the same
+  instance type, like a retry (it does not use up `max_retries`; the stopped job's cost is
+  spent and stays in the sweep's cost bound, and a resubmission that would take that bound
+  above the budget is not made: the trial stays stopped and its detail says why, and what to
+  do). Completed and failed trials, and jobs stopped by anything other than `sweep stop`, are
+  left alone. Reopening is a ledger transition (stopped -> planned) or the same attempt record
+  and `planned` row a retry writes, so a runner killed halfway reopens the rest on its next
+  step, under the same names. `has_work()` tells from the ledger alone whether a runner
+  started now would act at all.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from orchestrator import cost, request
+from orchestrator.backends import Backend, DamagedStatus, UnknownJob
+from orchestrator.errors import BackendError, InputError, OrchestratorError
+from orchestrator.ledger import Entry, Ledger
+from orchestrator.lifecycle import IN_FLIGHT, Status
+from orchestrator.names import TAG_ATTEMPT, TAG_SWEEP
+from orchestrator.sweep.definition import Definition, TrialDef, completed_elsewhere, key
+from orchestrator.sweep.failures import (
+    STOPPED_BEFORE_SUBMISSION,
+    STOPPED_IN_FLIGHT,
+    STOPPED_LEGACY,
+    WAIT_KINDS,
+    attempt_tag,
+    budget_refused_reason,
+    submit_error_kind,
+)
+from orchestrator.sweep.history import History
+
+# Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
+MAX_TRANSIENT_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run stands after a step: counts by state, what is in flight, recent events."""
+
+    sweep_id: str
+    total: int
+    counts: dict[str, int]
+    in_flight: int
+    elsewhere: int
+    waiting_until: float | None
+    waiting_reason: str | None
+    events: tuple[str, ...]
+    done: bool
+    stopped: bool = False
+    event_count: int = 0  # events so far in this process; `events` holds the last 20
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get(Status.FAILED, 0)
+
+
+class Runner(History):
+    """Drives one sweep to completion. See the module docstring for the protocol.
+
+    `sleep`, `clock` and `rng` are injectable so tests control time and jitter; `prepared`
+    may hand over the plan's prepared first jobs (`Plan.prepared()`). `step()` does
+    one non-blocking round (refresh, retry, submit); `run()` loops it until every trial is
+    final, the sweep is stopped, or `max_steps` is reached.
+    """
+
+    def __init__(self, definition: Definition, backend: Backend, ledger: Ledger, *,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
+                 backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
+                 count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None,
+                 max_transient_retries: int = MAX_TRANSIENT_RETRIES):
+        super().__init__(definition, backend, ledger)
+        self.sleep = sleep
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.poll_seconds = poll_seconds
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.on_progress = on_progress
+        self.count_elsewhere = count_elsewhere
+        # Job name -> its prepared request; `prepared` (from `plan`) spares preparing again.
+        self._prepared: dict[str, request.Prepared] = dict(prepared or {})
+        self._failures = 0
+        self.max_transient_retries = max_transient_retries
+        # Call site ("status", "list", "submit") -> backoffs in a row since one of its calls last worked.
+        self._streaks: dict[str, int] = {}
+        self._not_before = 0.0
+        self._waiting_reason: str | None = None
+        self._events: list[str] = []
+        self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
+        self._last_elsewhere = 0
+        self._acted = 0
+        self._event_count = 0
+        self._noted_elsewhere = False
+        self._adopted_remote = False
+
+
+    def _event(self, text: str) -> None:
+        stamp = datetime.fromtimestamp(self.clock(), timezone.utc).strftime("%H:%M:%S")
+        self._events.append(f"{stamp} {text}")
+        del self._events[:-20]
+        self._event_count += 1
+
+    def _prepare(self, trial: TrialDef, entry: Entry) -> request.Prepared:
+        cached = self._prepared.get(entry.job_name)
+        if cached is not None:
+            return cached
+        tags = self.ident.tags(trial.trial_id)
+        if entry.attempt > 0:
+            tags[TAG_ATTEMPT] = attempt_tag(self.attempt_info(trial, entry), trial.chain[0])
+        prepared = request.prepare(self.attempt_spec(trial, entry), job_name=entry.job_name, extra_tags=tags)
+        self._prepared[entry.job_name] = prepared
+        return prepared
+
+    def _halt(self, exc: OrchestratorError, what: str | None = None) -> None:
+        """Stop the run with `exc` (our error of the same kind, exit code kept), saying how to
+        continue: nothing the ledger holds is lost, `sweep resume` picks it up."""
+        message = f"sweep {self.d.sweep_id} stopped: {what or exc.message}"
+        then = (f"`python -m orchestrator sweep resume {self.d.sweep_id}` continues it (jobs already submitted "
+                "keep running)")
+        hint = f"{exc.hint}; then {then}" if exc.hint else f"once that is fixed, {then}"
+        if isinstance(exc, BackendError):
+            raise BackendError(message, hint=hint, code=exc.code, http_status=exc.http_status) from exc
+        raise InputError(message, hint=hint) from exc
+
+    def _backoff(self, reason: str, site: str = "submit", error: OrchestratorError | None = None,
+                 bounded: bool = True) -> None:
+        """Wait before the next call (jittered, growing exponentially). A `bounded` wait counts
+        against `max_transient_retries` calls in a row at `site`: one more stops the run."""
+        if bounded:
+            self._streaks[site] = self._streaks.get(site, 0) + 1
+            if error is not None and self._streaks[site] > self.max_transient_retries:
+                self._halt(error, f"{reason} (gave up after {self.max_transient_retries} retries in a row; the "
+                                  "error may pass: throttling, a server error or the network)")
+        self._failures += 1
+        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
+        delay = self.rng.uniform(ceiling / 2, ceiling)
+        self._not_before = self.clock() + delay
+        self._waiting_reason = reason
+        self._event(f"backing off {delay:.1f}s: {reason}")
+
+    def refresh(self) -> None:
+        """Ask the backend about every job of this sweep in flight; record what changed."""
+        for history in self.rows().values():
+            latest = history[-1]
+            if latest.state not in (Status.SUBMITTED, Status.RUNNING):
+                continue
+            try:
+                status = self.backend.status(latest.job_name)
+            except DamagedStatus as exc:
+                # The job's own record is unreadable: say so and leave the trial as it is (it may
+                # still run); the rest of the sweep goes on.
+                self._event(f"{latest.job_name}: {exc.message}")
+                continue
+            except BackendError as exc:
+                if submit_error_kind(exc) in WAIT_KINDS:
+                    self._backoff(f"status of {latest.job_name}: {exc.message}", "status", exc)
+                    return
+                self._halt(exc)
+            except UnknownJob as exc:
+                # The job the ledger says exists is gone (deleted account data, wrong region):
+                # the trial is not lost, it is resubmitted as a retry.
+                self.ledger.transition(latest.job_name, Status.FAILED, detail=f"[lost] {exc.message}",
+                                       expect=(Status.SUBMITTED, Status.RUNNING))
+                self._event(f"{latest.job_name}: lost ({exc.message})")
+                continue
+            self._streaks.pop("status", None)
+            # Backends record non-terminal progress in the ledger themselves, each by its own
+            # table; the runner only makes sure the row ends where the job ended, and marks
+            # a job that is certainly training as running.
+            if status.terminal:
+                target = status.status
+                if status.billable_seconds is not None:
+                    self.ledger.put_value(key(self.d.sweep_id, f"billed:{latest.job_name}"),
+                                          int(status.billable_seconds))
+            elif status.status == Status.RUNNING and latest.state == Status.SUBMITTED:
+                target = Status.RUNNING
+            else:
+                continue
+            detail = status.failure_reason if target == Status.FAILED else None
+            self.ledger.transition(latest.job_name, target, detail=detail, expect=(Status.SUBMITTED, Status.RUNNING))
+            self._event(f"{latest.job_name}: {target}" + (f" ({detail})" if detail else ""))
+
+    def _prepare_attempt(self, trial: TrialDef, name: str, attempt: int, info: dict) -> request.Prepared:
+        """Record how attempt `name` of `trial` runs (instance type, failover...) and prepare
+        its request. The record comes first: a runner killed after it re-plans the same
+        attempt the same way."""
+        self.ledger.put_value(key(self.d.sweep_id, f"attempt:{name}"), info)
+        stub = Entry(name, self.d.backend, self.d.region, "", Status.PLANNED, {}, self.d.sweep_id,
+                     trial.trial_id, attempt, None, 0.0, 0.0)
+        return self._prepare(trial, stub)
+
+    def _plan_attempt(self, trial: TrialDef, name: str, attempt: int, prepared: request.Prepared) -> None:
+        """The attempt's `planned` ledger row: from here on `step` submits it."""
+        self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
+                                  spec_hash=prepared.spec_hash, request=prepared.request, state=Status.PLANNED,
+                                  sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
+        self._acted += 1
+
+    def plan_retries(self) -> None:
+        """Write the next attempt's row for each trial whose latest job failed retryably (and
+        for one whose retry the budget refused, once the budget allows it)."""
+        rows = self.rows()
+        spent: float | None = None
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history or history[-1].state != Status.FAILED:
+                continue
+            nxt = self.next_attempt(trial, history, reopen_budget=True)
+            if isinstance(nxt, str):
+                continue
+            instance_type, failover = nxt
+            latest = history[-1]
+            reason = budget_refused_reason(latest.detail)
+            reason = latest.detail if reason is None else reason
+            if self.d.budget_usd is not None:
+                spent = self.spent_bound(rows) if spent is None else spent
+                usd = cost.estimate(self.retry_spec(trial, instance_type)).usd_max
+                if spent + usd > self.d.budget_usd:
+                    refusal = (f"[budget] {reason or 'failed'}; a retry would take the sweep's cost bound to "
+                               f"{spent + usd:.2f} USD, above budget.max_total_cost_usd {self.d.budget_usd:g}; "
+                               f"{self.budget_hint()}")
+                    # Said once: a later step (a raised budget, re-read by `sweep resume`) looks again.
+                    if refusal != latest.detail:
+                        self.ledger.transition(latest.job_name, Status.FAILED, detail=refusal, expect=(Status.FAILED,))
+                        self._event(f"{trial.trial_id}: not retried (budget): {self.budget_hint()}")
+                    continue
+                spent += usd
+            attempt = latest.attempt + 1
+            name = self.ident.job_name(trial.trial_id, attempt)
+            info = {"instance_type": instance_type, "failover": failover}
+            if failover:
+                info["from_type"] = self.attempt_info(trial, latest)["instance_type"]
+            prepared = self._prepare_attempt(trial, name, attempt, info)
+            self._plan_attempt(trial, name, attempt, prepared)
+            how = f"failing over to {instance_type}" if failover else "retrying"
+            self._event(f"{trial.trial_id}: {how} as {name} after: {reason}")
+
+    def _stopped_before_submission(self, entry: Entry) -> bool | None:
+        """Whether `sweep stop` cancelled this row before its job was created (True), or
+        stopped a job that existed (False); None when the backend cannot say now."""
+        detail = entry.detail or ""
+        if detail.startswith(STOPPED_BEFORE_SUBMISSION):
+            return True
+        if detail.startswith(STOPPED_IN_FLIGHT):
+            return False
+        # STOPPED_LEGACY was written in both cases: ask the backend whether the job exists.
+        try:
+            self.backend.status(entry.job_name)
+        except UnknownJob:
+            return True
+        except BackendError as exc:
+            self._event(f"{entry.job_name}: not reopened yet ({exc.message})")
+            return None
+        return False
+
+    def reopen_stopped(self) -> None:
+        """Reopen the trials `sweep stop` stopped (see the module docstring): back to planned
+        when no job was created, else a new `-rN` row on the same instance type."""
+        rows = self.rows()
+        spent: float | None = None
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history:
+                continue
+            latest = history[-1]
+            detail = latest.detail or ""
+            if latest.state != Status.STOPPED or not detail.startswith(STOPPED_LEGACY):
+                continue
+            before = self._stopped_before_submission(latest)
+            if before is None:
+                continue
+            if before:
+                if self.ledger.transition(latest.job_name, Status.PLANNED, detail="resumed after sweep stop",
+                                          expect=(Status.STOPPED,)):
+                    self._acted += 1
+                    self._event(f"{latest.job_name}: planned again (sweep stop had cancelled it before submission)")
+                continue
+            attempt = latest.attempt + 1
+            name = self.ident.job_name(trial.trial_id, attempt)
+            if self.d.budget_usd is not None and spent is None:
+                spent = self.spent_bound(rows)
+            why = self.resubmission_refused(trial, latest, spent)
+            if why is not None:
+                # Stays stopped; the detail keeps its prefix, so a later step (a raised budget
+                # saved by `sweep run`) looks again. Said once, not on every step.
+                refused = f"{STOPPED_IN_FLIGHT}; not resubmitted: {why}"
+                if detail != refused and self.ledger.transition(latest.job_name, Status.STOPPED, detail=refused,
+                                                                expect=(Status.STOPPED,)):
+                    self._event(f"{trial.trial_id}: not resubmitted after sweep stop: {why}")
+                continue
+            instance_type = self.attempt_info(trial, latest)["instance_type"]
+            prepared = self._prepare_attempt(trial, name, attempt,
+                                             {"instance_type": instance_type, "failover": False, "resumed": True})
+            if spent is not None:
+                spent += prepared.estimate.usd_max
+            self._plan_attempt(trial, name, attempt, prepared)
+            self._event(f"{trial.trial_id}: resubmitting as {name}: sweep stop had stopped {latest.job_name} "
+                        "in flight (its cost is spent)")
+
+    def note_completed_elsewhere(self) -> None:
+        """Once per runner: an event naming trials about to be submitted whose exact spec
+        already completed under another sweep id in this ledger (see `completed_elsewhere`)."""
+        if self._noted_elsewhere or self.ident.tick is not None:
+            return
+        self._noted_elsewhere = True
+        fresh = {}
+        for trial_id, history in self.rows().items():
+            if len(history) == 1 and history[0].state == Status.PLANNED and history[0].attempt == 0:
+                fresh[trial_id] = history[0].spec_hash
+        found = completed_elsewhere(self.ledger, self.d.sweep_id, fresh)
+        if found:
+            shown = ", ".join(f"{tid} (as {name})" for tid, name in sorted(found.items())[:5])
+            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+            self._event(f"note: {len(found)} trial(s) already completed under another sweep id with the same "
+                        f"spec: {shown}{more}; they run again under {self.d.sweep_id}")
+
+    def adopt_remote(self) -> None:
+        """Once per runner, on a shared backend: write into the ledger each trial's attempts
+        that the backend has and this ledger lacks or only planned (the sweep was run from
+        another machine or another ORCHESTRATOR_HOME), with the state the backend reports, so
+        that each trial goes on from its latest attempt instead of from the first. A job whose
+        `orchestrator:sweep` tag names another sweep is left alone. A transient failure to
+        list waits (backoff) and tries again at the next step."""
+        if self._adopted_remote or not self.backend.shared:
+            return
+        where = self.backend.place
+        try:
+            names = self.backend.job_names(self.ident.job_prefix)
+        except BackendError as exc:
+            if submit_error_kind(exc) not in WAIT_KINDS:
+                self._halt(exc)
+            self._backoff(f"listing this sweep's jobs in {where}: {exc.message}", "list", exc)
+            return
+        self._streaks.pop("list", None)
+        self._adopted_remote = True
+        remote: dict[str, dict[int, str]] = {}
+        for name in names:
+            found = self.ident.parse(name)
+            if found and found[0] in self.trials:
+                remote.setdefault(found[0], {})[found[1]] = name
+        rows = self.rows()
+        for trial_id, attempts in remote.items():
+            trial = self.trials[trial_id]
+            known = {e.attempt: e for e in rows.get(trial_id, [])}
+            previous_type = trial.chain[0]
+            for attempt in sorted(attempts):
+                name, entry = attempts[attempt], known.get(attempt)
+                if entry is not None and entry.state != Status.PLANNED:
+                    previous_type = self.attempt_info(trial, entry)["instance_type"]
+                    continue
+                try:
+                    status = self.backend.status(name)
+                except (BackendError, InputError) as exc:
+                    self._event(f"{name}: in {where}, not adopted yet ({exc.message})")
+                    self._adopted_remote = False  # look again next step
+                    continue
+                if status.tags.get(TAG_SWEEP) != self.d.sweep_id:
+                    continue
+                instance_type = status.instance_type or previous_type
+                if entry is None:
+                    kind = status.tags.get(TAG_ATTEMPT, "")
+                    info = {"instance_type": instance_type,
+                            "failover": kind.startswith("failover:") or (not kind and instance_type != previous_type)}
+                    if info["failover"]:
+                        info["from_type"] = kind.removeprefix("failover:") if kind else previous_type
+                    if kind == "resumed":
+                        info["resumed"] = True
+                    prepared = self._prepare_attempt(trial, name, attempt, info)
+                    self._plan_attempt(trial, name, attempt, prepared)
+                previous_type = instance_type
+                target = status.status if status.terminal else Status.SUBMITTED
+                detail = status.failure_reason if status.status == Status.FAILED else f"adopted: found in {where}"
+                self.ledger.transition(name, target, detail=detail, expect=(Status.PLANNED,))
+                if status.terminal and status.billable_seconds is not None:
+                    self.ledger.put_value(key(self.d.sweep_id, f"billed:{name}"), int(status.billable_seconds))
+                self._event(f"{name}: {target} in {where} (submitted from another machine or home); adopted")
+
+    def _elsewhere(self, own: set[str]) -> set[str]:
+        """Names of this sweep's jobs in progress that this ledger does not count in flight."""
+        if not self.count_elsewhere:
+            return set()
+        # Only a shared backend has jobs another machine may have started.
+        if not self.backend.shared:
+            return set()
+        names = set(self.backend.job_names(self.ident.job_prefix, in_flight=True))
+        known = {e.job_name for e in self.ledger.entries(sweep_id=self.d.sweep_id)}
+        out = set()
+        for name in names - own:
+            if not self.ident.owns(name):
+                continue
+            if name not in known and name not in self._foreign:
+                try:
+                    tags = self.backend.status(name).tags
+                except (BackendError, InputError):
+                    continue
+                self._foreign[name] = tags.get(TAG_SWEEP) == self.d.sweep_id
+            if name in known or self._foreign.get(name):
+                out.add(name)
+        return out
+
+    def submit_ready(self) -> None:
+        """Reconcile rows left in `submitting`, then submit planned rows while there is room."""
+        if self.clock() < self._not_before:
+            return
+        rows = self.rows()
+        latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
+        for entry in latest:
+            if entry.state == Status.SUBMITTING and self.clock() >= self._not_before:
+                self._submit(entry, reconcile=True)
+        if self.clock() < self._not_before:
+            return
+        rows = self.rows()
+        latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
+        own = {e.job_name for e in latest if e.state in IN_FLIGHT}
+        try:
+            elsewhere = self._elsewhere(own)
+        except BackendError as exc:
+            if submit_error_kind(exc) not in WAIT_KINDS:
+                self._halt(exc)
+            self._backoff(f"listing this sweep's jobs: {exc.message}", "list", exc)
+            return
+        self._streaks.pop("list", None)
+        room = self.d.concurrency - len(own) - len(elsewhere)
+        adopted = set()
+        for entry in latest:
+            if entry.state == Status.PLANNED and entry.job_name in elsewhere:
+                # Another machine created this very job: adopt it instead of creating it.
+                if self.ledger.transition(entry.job_name, Status.SUBMITTED, detail="adopted: submitted elsewhere",
+                                          expect=(Status.PLANNED,)):
+                    self._event(f"{entry.job_name}: adopted (submitted by another machine)")
+                adopted.add(entry.job_name)
+        self._last_elsewhere = len(elsewhere - adopted)
+        for entry in latest:
+            if entry.state != Status.PLANNED or entry.job_name in adopted:
+                continue
+            if room <= 0 or self.clock() < self._not_before or self.stop_requested():
+                return
+            if self._submit(entry, reconcile=False):
+                room -= 1
+                self._acted += 1
+
+    def _submit(self, entry: Entry, *, reconcile: bool) -> bool:
+        trial = self.trials[entry.trial_id or ""]
+        prepared = self._prepare(trial, entry)
+        try:
+            result = self.backend.submit(prepared)
+        except OrchestratorError as exc:
+            kind = submit_error_kind(exc)
+            if kind == "setup":
+                # No credentials, or access denied: every other submit would fail the same way.
+                self._halt(exc)
+            if kind in WAIT_KINDS:
+                # A quota reached while jobs of this sweep run frees up as they end: waiting for
+                # them is not a failure that repeats.
+                others = [e for e in self.ledger.entries(sweep_id=self.d.sweep_id)
+                          if e.state in (Status.SUBMITTED, Status.RUNNING) and e.job_name != entry.job_name]
+                self._backoff(f"{entry.job_name}: {exc.message}", "submit", exc,
+                              bounded=not (kind == "quota" and others))
+                return False
+            detail = f"[{kind}] {exc.message}"
+            self.ledger.transition(entry.job_name, Status.FAILED, detail=detail, expect=(Status.PLANNED, Status.SUBMITTING))
+            self._event(f"{entry.job_name}: {kind} error at submit: {exc.message}")
+            return False
+        self._failures = 0
+        self._streaks.pop("submit", None)
+        self._waiting_reason = None
+        self.ledger.transition(entry.job_name, Status.SUBMITTED, expect=(Status.PLANNED, Status.SUBMITTING))
+        verb = "submitted" if result.created else "reconciled (it existed)"
+        self._event(f"{entry.job_name}: {verb}" + (" after a crash" if reconcile and result.created else ""))
+        return True
+
+    def step(self) -> Progress:
+        """One round: reopen what `sweep stop` stopped, refresh in-flight jobs, plan retries,
+        submit what fits."""
+        self._last_elsewhere = 0
+        self._acted = 0
+        if self.stop_requested():
+            return self.progress(stopped=True)
+        self.adopt_remote()
+        self.reopen_stopped()
+        self.note_completed_elsewhere()
+        self.refresh()
+        self.plan_retries()
+        self.submit_ready()
+        return self.progress()
+
+    def progress(self, stopped: bool = False) -> Progress:
+        views = self.views()
+        counts: dict[str, int] = {}
+        for view in views:
+            counts[view.state] = counts.get(view.state, 0) + 1
+        in_flight = sum(1 for v in views if v.state in IN_FLIGHT)
+        waiting = self._not_before if self._not_before > self.clock() else None
+        return Progress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
+                        waiting, self._waiting_reason if waiting else None, tuple(self._events),
+                        done=all(v.final for v in views), stopped=stopped, event_count=self._event_count)
+
+    def run(self, *, max_steps: int | None = None) -> Progress:
+        """Step until every trial is final or the sweep is stopped, sleeping between rounds."""
+        steps = 0
+        while True:
+            progress = self.step()
+            steps += 1
+            if self.on_progress:
+                self.on_progress(progress)
+            if progress.done or progress.stopped or (max_steps is not None and steps >= max_steps):
+                return progress
+            wait = self.poll_seconds
+            if progress.waiting_until is not None:
+                wait = min(wait, max(0.0, progress.waiting_until - self.clock()))
+            if self._acted and progress.counts.get(Status.PLANNED, 0) and progress.waiting_until is None \
+                    and progress.in_flight + progress.elsewhere < self.d.concurrency:
+                wait = 0.0  # a retry was just planned and there is room: submit it at once
+            self.sleep(wait)
