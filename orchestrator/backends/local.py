@@ -66,6 +66,7 @@ from typing import ClassVar
 from filelock import FileLock
 
 from entrypoints import contract
+from entrypoints.atomic import write_json
 from orchestrator.backends import (
     DamagedStatus,
     JobStatus,
@@ -89,7 +90,6 @@ from orchestrator.backends.local_layout import (
     host_names,
     lay_out,
     parse_status,
-    write_json_atomic,
 )
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
@@ -383,7 +383,7 @@ class LocalBackend:
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
                 f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
-        write_json_atomic(self.job_dir(job_name) / STATUS_FILE, data)
+        write_json(self.job_dir(job_name) / STATUS_FILE, data)
         return data
 
     def _record(self, status: JobStatus) -> None:

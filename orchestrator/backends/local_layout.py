@@ -3,7 +3,7 @@
 One folder per job under `ORCHESTRATOR_HOME/jobs/<job>/` (README "Running locally" shows the
 tree): `plan.json` (what the supervisor runs: hosts, environments, entrypoint, channels),
 `status.json` (what `status` reads: state, secondary, failure reason, times, pids; written
-atomically, a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),
+atomically, as every file here, by `entrypoints.atomic`; a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),
 `logs/` (each host's output and the merged `all.log`), and one /opt/ml-like tree per host,
 `algo-N/`, with SageMaker's config files (`host_tree`). The backend (`local.py`) lays the
 folder out; the supervisor (`local_runner.py`) runs it.
@@ -18,9 +18,9 @@ import tarfile
 from pathlib import Path
 
 from entrypoints import contract
+from entrypoints.atomic import write_json
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED
-from orchestrator.paths import write_atomic
 
 STATUS_FILE = "status.json"
 MAX_STATUS_BYTES = 1 << 20  # a status file is a few hundred bytes
@@ -49,12 +49,6 @@ def free_port(host: str = LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON to `path` so readers see the old or the new file, never half of one
-    (`paths.write_atomic`: a unique temp file per writer, so two threads never share one)."""
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> dict | None:
@@ -112,8 +106,8 @@ def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
                 "input/config", contract.INPUT_DATA):
         (root / rel).mkdir(parents=True, exist_ok=True)
     instance_type = request["ResourceConfig"]["InstanceType"]
-    write_json_atomic(root / contract.HYPERPARAMETERS, dict(request.get("HyperParameters") or {}))
-    write_json_atomic(root / contract.RESOURCE_CONFIG, {
+    write_json(root / contract.HYPERPARAMETERS, dict(request.get("HyperParameters") or {}))
+    write_json(root / contract.RESOURCE_CONFIG, {
         "current_host": host, "hosts": hosts, "network_interface_name": "lo",
         "current_instance_type": instance_type, "current_group_name": "homogeneousCluster",
         "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": instance_type,
@@ -121,7 +115,7 @@ def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
     })
     channels = {name: {"S3DistributionType": "FullyReplicated", "TrainingInputMode": "File",
                        "RecordWrapperType": "None"} for name in channels_of(request)}
-    write_json_atomic(root / "input/config/inputdataconfig.json", channels)
+    write_json(root / "input/config/inputdataconfig.json", channels)
     for name in channels:
         (root / contract.INPUT_DATA / name).mkdir(parents=True, exist_ok=True)
 
@@ -174,7 +168,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     grace = stop_grace_s()
     port = free_port()
     (job_dir / LOG_DIR).mkdir()
-    write_json_atomic(job_dir / "request.json", request)
+    write_json(job_dir / "request.json", request)
     plan_hosts = {}
     for host in hosts:
         root = job_dir / host
@@ -195,9 +189,9 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "python": python,
         "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
-    write_json_atomic(job_dir / PLAN_FILE, plan)
+    write_json(job_dir / PLAN_FILE, plan)
     resources = request["ResourceConfig"]
-    write_json_atomic(job_dir / STATUS_FILE, {
+    write_json(job_dir / STATUS_FILE, {
         "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
         "instance_type": resources["InstanceType"], "instance_count": resources["InstanceCount"],

@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 
 from entrypoints import contract
+from entrypoints.atomic import write_json, write_text
 from orchestrator.backends.local_layout import (
     LOG_DIR,
     MERGED_LOG,
@@ -40,7 +41,6 @@ from orchestrator.backends.local_layout import (
     STOP_FILE,
     pack_dir,
     read_json,
-    write_json_atomic,
 )
 from orchestrator.ledger import Ledger
 from orchestrator.lifecycle import is_terminal
@@ -82,7 +82,7 @@ class Supervisor:
         signal, reap and upload the hosts it started."""
         self.status.update(fields)
         try:
-            write_json_atomic(self.job_dir / STATUS_FILE, self.status)
+            write_json(self.job_dir / STATUS_FILE, self.status)
         except (OSError, ValueError) as exc:
             self.note(f"could not write {STATUS_FILE}: {exc}")
 
@@ -327,9 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.detach:
         pid = os.fork()
         if pid:
-            tmp = job_dir / f".{PID_FILE}.tmp"
-            tmp.write_text(f"{pid}\n")
-            os.replace(tmp, job_dir / PID_FILE)
+            write_text(job_dir / PID_FILE, f"{pid}\n")
             os._exit(0)
     try:
         return Supervisor(job_dir).run()
@@ -343,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             status = {}
         status.update(state="failed", secondary="Failed", ended=time.time(),
                       failure_reason="InternalServerError: the local supervisor crashed; see supervisor.log")
-        write_json_atomic(job_dir / STATUS_FILE, status)
+        write_json(job_dir / STATUS_FILE, status)
         return 1
 
 

@@ -25,8 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+from entrypoints.atomic import write_json
 from orchestrator.errors import BackendError, InputError, OrchestratorError
-from orchestrator.paths import check_write_target, home, write_atomic
+from orchestrator.paths import check_write_target, home
 from orchestrator.processes import process_alive
 
 # How long `spawn` waits for its background runner to say it holds the sweep.
@@ -96,7 +97,7 @@ def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0):
         raise RunnerBusy(sweep_id, pid if process_alive(pid) else None) from None
     try:
         try:
-            write_atomic(holder_path(sweep_id), json.dumps({"pid": os.getpid()}) + "\n")
+            write_json(holder_path(sweep_id), {"pid": os.getpid()}, indent=None)
         except OSError:
             pass  # only a message names it
         yield path
