@@ -35,3 +35,38 @@ def test_an_error_no_command_translated_is_one_message_not_a_traceback(monkeypat
 
     with pytest.raises(type(raised)):
         cli.main()
+
+
+# --- start-up: a command loads its own module, not the others' ----------------------------------
+
+
+def test_validate_loads_the_spec_side_only(tmp_path):
+    """The root group imports a command's module when the command runs: `validate` loads no
+    other command group, no results reader or its schema, no sweeps, backends or stores."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = (
+        "import json, sys\n"
+        "from orchestrator import cli\n"
+        "sys.argv = ['orchestrator', 'validate', sys.argv[1]]\n"
+        "try:\n    cli.main()\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
+        "mods = sorted(m for m in sys.modules if m.startswith(('orchestrator', 'entrypoints')))\n"
+        "print(json.dumps({'code': code, 'modules': mods}), file=sys.stderr)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(root), ORCHESTRATOR_HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script, str(root / "configs" / "vit-trn1-2xlarge.yaml")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0, done.stderr
+    loaded = set(report["modules"])
+    assert "orchestrator.cli.specs" in loaded
+    unwanted = {"orchestrator.results", "orchestrator.results.read", "entrypoints.results_schema",
+                "entrypoints.storage", "orchestrator.sweep", "orchestrator.backends", "orchestrator.ledger",
+                "orchestrator.cli.jobs", "orchestrator.cli.sweep", "orchestrator.cli.results",
+                "orchestrator.cli.cache", "orchestrator.cli.infra", "orchestrator.cli.schedule"}
+    assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)

@@ -184,6 +184,41 @@ def test_parse_names_a_bad_field():
     assert "field instance.count" in str(info.value)
 
 
+def test_parse_validates_through_the_one_schema():
+    """The reader's object is the writer's class (`entrypoints.results_schema.Results`), fields
+    the table does not show included, and a field an earlier writer had not added reads as its
+    default."""
+    from entrypoints import results_schema
+
+    doc = results_doc("j-1")
+    doc["container"] = {"entrypoint": True, "sm_environment": "emulated", "hostname": None,
+                        "requirements": "none"}
+    parsed = res.parse(json.dumps(doc).encode())
+    assert isinstance(parsed, results_schema.Results)
+    assert parsed.container == results_schema.Container(entrypoint=True, sm_environment="emulated", hostname=None,
+                                                         requirements="none")
+    assert parsed.versions.torch == "2.9.0" and parsed.heartbeat_at is None and parsed.compiler_cache == {}
+
+
+@pytest.mark.parametrize("path, value, reason", [
+    (("status",), "exploded", "field status: Input should be 'running', 'completed', 'stopped' or 'failed'"),
+    (("cache", "mode"), "zip", "field cache.mode: Input should be 'tarball' or 'off'"),
+    (("versions", "torch"), 2, "field versions.torch: Input should be a valid string"),
+    (("world_size",), 0, "field world_size: Input should be greater than or equal to 1"),
+])
+def test_a_value_outside_the_schema_is_an_unreadable_row_naming_the_field(prices, path, value, reason):
+    doc = results_doc("odd-1", backend="local")
+    target = doc
+    for part in path[:-1]:
+        target = target[part]
+    target[path[-1]] = value
+    write_local(prices, "odd-1", doc)
+    write_local(prices, "ok-1", results_doc("ok-1", backend="local"))
+    rows = by_job(res.collect(res.local_store_uri()))
+    assert rows["odd-1"].status == res.UNREADABLE and rows["odd-1"].note.endswith(reason)
+    assert rows["ok-1"].status == "completed"
+
+
 # --- the arithmetic -----------------------------------------------------------------------
 
 def test_price_performance_from_s3_and_sagemaker(aws, prices):

@@ -1,7 +1,8 @@
 """Price-performance results: read `results.json` objects, join the jobs' backends and prices,
 render.
 
-- `read`: the results.json schema as this reader accepts it, and where results live;
+- `read`: a results.json object validated against `entrypoints.results_schema`, and where
+  results live;
 - `rows`: one row per job, the arithmetic, the ranking, sweep membership;
 - `collect`: every job under a prefix, in parallel, into a `Collection`;
 - `render`: table, CSV, JSON and PNG (they never print: the CLI does).
@@ -13,7 +14,6 @@ from orchestrator.results.read import (
     RESULTS_FILE,
     SCHEMA,
     ResultsPrefix,
-    ResultsV1,
     Unreadable,
     check_prefix,
     has_results,
@@ -26,7 +26,7 @@ from orchestrator.results.rows import ERROR, MISSING, UNREADABLE, Collection, Ro
 
 __all__ = [
     "COLUMNS", "DEFAULT_WORKERS", "ERROR", "MISSING", "RESULTS_DIR", "RESULTS_FILE", "SCHEMA", "UNREADABLE",
-    "Collection", "ResultsPrefix", "ResultsV1", "Row", "Unreadable", "build_row", "check_prefix", "client_config",
+    "Collection", "ResultsPrefix", "Row", "Unreadable", "build_row", "check_prefix", "client_config",
     "collect", "has_results", "in_sweep", "local_store_uri", "parse", "rank", "render_csv", "render_json",
     "render_plot", "render_table", "results_uri",
 ]

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
+from entrypoints.results_schema import Results
 from orchestrator import backends, catalog, names
 from orchestrator.backends import Backend, JobStatus
 from orchestrator.errors import BackendError, InputError, OrchestratorError
@@ -37,7 +38,6 @@ from orchestrator.results.read import (
     RESULTS_DIR,
     RESULTS_FILE,
     ResultsPrefix,
-    ResultsV1,
     Unreadable,
     check_prefix,
     parse,
@@ -105,7 +105,7 @@ class _Collector:
                 self._backends[key] = self._backend_for(name, region)
             return self._backends[key]
 
-    def job_region(self, results: ResultsV1) -> str:
+    def job_region(self, results: Results) -> str:
         """The results' region, else the command's region rule (`region.default_region`),
         resolved once and only when a cloud job's results object names none (a local job's
         needs no AWS configuration). An AWS config that rule cannot read is the command's

@@ -1,4 +1,4 @@
-"""Reading results: the `results.json` schema as this reader accepts it, and where the
+"""Reading results: a `results.json` object validated against its one schema, and where the
 objects live.
 
 Contract:
@@ -6,10 +6,12 @@ Contract:
   docs/RESULTS.md), the prefix being the jobs' output.uri. `ResultsPrefix` reads them through
   `entrypoints.storage`, the store the entrypoint writes them with: botocore alone retries
   throttling, 5xx and dropped connections (the client's retry config).
-- `parse` accepts a v1 object with extra keys (a newer writer may add some); the keys read
-  here must have the right types. Anything else is `Unreadable`, with a reason a user can
-  act on: not UTF-8, not JSON (truncated?), not an object, an unknown or newer schema, a
-  field of the wrong type.
+- `parse` validates an object with pydantic over `entrypoints.results_schema.Results`, the
+  classes the writer builds it with: extra keys are ignored (a newer v1 writer may add some),
+  a field an earlier writer had not added yet reads as its default, and every field present
+  must have the schema's type and values. Anything else is `Unreadable`, with a reason a
+  user can act on: not UTF-8, not JSON (truncated?), not an object, an unknown or newer
+  schema, the first field that is wrong (`field instance.count: ...`).
 - Keys and paths stay under the prefix: a job folder name that is not one plain path segment
   is `Unreadable` and never read, and so is an object larger than `MAX_RESULTS_BYTES` (a
   results.json is a few KiB), or, on a file:// prefix, one that is a FIFO, a device or a
@@ -18,69 +20,33 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from urllib.parse import unquote
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from entrypoints.results_schema import RESULTS_FILE, SCHEMA, Results
 from entrypoints.storage import FileStore, StorageError, open_store
 from orchestrator.errors import InputError
 
-SCHEMA = "orchestrator.results/v1"
 RESULTS_DIR = "results"
-RESULTS_FILE = "results.json"
 MAX_RESULTS_BYTES = 4 * 1024 * 1024
-
-# Extra keys are ignored (a newer writer may add some); the keys read here must have the
-# right types, or the object is reported as unreadable with the offending field.
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class _Instance(_Lenient):
-    type: str
-    count: int = Field(ge=1)
-    neuron_cores: int | None = Field(None, ge=0)
-
-
-class _StepTime(_Lenient):
-    p50: float | None = None
-
-
-class _Cache(_Lenient):
-    mode: str | None = None
-    hit_entries: int | None = Field(None, ge=0)
-    new_entries: int | None = Field(None, ge=0)
-
-
-class ResultsV1(_Lenient):
-    schema_: str = Field(alias="schema")
-    job_name: str
-    status: str
-    failure_reason: str | None = None
-    backend: str | None = None  # None from an older writer: a SageMaker job
-    region: str | None = None
-    instance: _Instance
-    runtime: str | None = None
-    precision: str | None = None
-    global_batch: int | None = Field(None, ge=0)
-    step_time_s: _StepTime | None = None
-    samples_per_s: float | None = None
-    compile_s: float | None = None
-    cache: _Cache | None = None
-    tags: dict[str, str] = Field(default_factory=dict)
-    steps: int | None = Field(None, ge=0)
-    steps_done: int | None = Field(None, ge=0)
-    heartbeat_at: str | None = None
 
 
 class Unreadable(Exception):
     """A results object that exists but cannot be used; the message says why."""
 
 
-def parse(data: bytes) -> ResultsV1:
+@functools.cache
+def _adapter():
+    """pydantic's validator of the schema, built once, on the first object read: pydantic
+    stays off the start-up of commands that read no results."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(Results)
+
+
+def parse(data: bytes) -> Results:
     """Parse one results.json object. Raises `Unreadable` with a reason a user can act on."""
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -99,8 +65,10 @@ def parse(data: bytes) -> ResultsV1:
         what = ("; a newer orchestrator wrote it: upgrade this one (`git pull` in its checkout) to read it"
                 if newer and int(newer.group(1)) > int(SCHEMA.rsplit("v", 1)[1]) else "")
         raise Unreadable(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}{what}")
+    from pydantic import ValidationError
+
     try:
-        return ResultsV1.model_validate(doc)
+        return _adapter().validate_python(doc)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

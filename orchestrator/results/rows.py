@@ -25,12 +25,12 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from entrypoints.results_schema import Results
 from orchestrator import backends, catalog, cost, names
 from orchestrator.backends import JobStatus
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import Status, is_terminal
 from orchestrator.names import TAG_ATTEMPT, TAG_JOB, TAG_SWEEP, TAG_TRIAL
-from orchestrator.results.read import ResultsV1
 
 # Statuses of rows that carry no results from a job.
 MISSING, UNREADABLE, ERROR = "missing", "unreadable", "error"
@@ -113,7 +113,7 @@ def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def build_row(job: str, results: ResultsV1, uri: str, described: JobStatus | None,
+def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
               price: catalog.Price | None, note: str | None = None) -> Row:
     """The row for one job from its results, what its backend says of it (`Backend.describe`;
     None when there is nothing to join: a local job, or no such job in the backend) and the
