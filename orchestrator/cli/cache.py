@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli.output import err, out, plain, table_text
+from orchestrator.cli.output import columns, err, out, plain, table_text
 
 app = typer.Typer(name="cache", no_args_is_help=True, help="Compile caches in a store: list keys, show a manifest, "
                   "prune unreferenced archives and old keys.")
@@ -16,16 +16,6 @@ def size(n: float) -> str:
     from rich.filesize import decimal
 
     return decimal(int(n))
-
-
-def _table(*columns: tuple[str, str]):
-    """A rich table without borders: aligned columns under a header line."""
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, header_style=None)
-    for header, justify in columns:
-        table.add_column(header, justify=justify, overflow="fold")
-    return table
 
 
 _CACHE_URI = typer.Argument(None, help="Store URI: s3://bucket/prefix or file:///abs/path (default: "
@@ -53,8 +43,8 @@ def cache_ls(uri: str | None = _CACHE_URI) -> None:
     if not keys:
         out(f"no compile caches under {root}")
         return
-    table = _table(("KEY", "left"), ("ENTRIES", "right"), ("ENTRY SIZE", "right"), ("ARCHIVES", "right"),
-                   ("STORED", "right"), ("UPDATED", "left"))
+    table = columns(("KEY", "left"), ("ENTRIES", "right"), ("ENTRY SIZE", "right"), ("ARCHIVES", "right"),
+                    ("STORED", "right"), ("UPDATED", "left"))
     for key in keys:
         table.add_row(*map(plain, (key.key, key.entries, size(key.entry_bytes), key.archives, size(key.archive_bytes),
                                    key.updated_at or "-")))
@@ -82,7 +72,7 @@ def cache_show(args: list[str] = typer.Argument(..., metavar="[URI] KEY", help="
     for name, value in detail.fields.items():
         out(f"  {name}: {value}")
     out(f"updated: {detail.updated_at or '-'}")
-    table = _table(("ENTRY", "left"), ("SIZE", "right"), ("ARCHIVE", "left"))
+    table = columns(("ENTRY", "left"), ("SIZE", "right"), ("ARCHIVE", "left"))
     for name, archive, entry_bytes in detail.entries:
         table.add_row(plain(name), plain(size(entry_bytes)), plain(archive))
     out(table_text(table, 120))

@@ -26,6 +26,17 @@ def plain(value):
     return Text("" if value is None else str(value))
 
 
+def columns(*headers: tuple[str, str]):
+    """A rich Table without borders: aligned columns under a header line, each (header,
+    justify); a cell too wide for the terminal folds, never cut."""
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style=None)
+    for header, justify in headers:
+        table.add_column(header, justify=justify, overflow="fold")
+    return table
+
+
 def table_text(table, min_width: int) -> str:
     """A rich Table as text at the terminal's width, at least `min_width` columns (a table
     piped to a file takes 160): never coloured, trailing newline dropped."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from orchestrator.cli.options import check_region
-from orchestrator.cli.output import err, out
+from orchestrator.cli.output import columns, err, out, plain, table_text
 from orchestrator.region import REGION_DEFAULTS
 
 app = typer.Typer(name="prices", no_args_is_help=True,
@@ -28,8 +28,11 @@ def prices_refresh(
     regions = region or [default_region()]
     prices.check(wanted, regions)
     refresh = prices.fetch(prices.client(), wanted, regions)
-    for found in refresh.found:
-        out(f"{found.type:<20} {found.region:<14} {found.usd_per_hour:>10.4f} USD/h  (SKU {found.sku})")
+    if refresh.found:
+        table = columns(("TYPE", "left"), ("REGION", "left"), ("PRICE", "right"), ("SKU", "left"))
+        for found in refresh.found:
+            table.add_row(*map(plain, (found.type, found.region, f"{found.usd_per_hour:.4f} USD/h", found.sku)))
+        out(table_text(table, 80))
     for type_, where in refresh.missing:
         err(f"warning: no SageMaker training price for {type_} in {where}; its price is unchanged")
     for note in refresh.notes:
