@@ -40,3 +40,17 @@ def test_the_ledger_takes_recorded_statuses_only_and_reads_them_back_as_statuses
     for reported_only in ("pending", "starting", "stopping", "bogus"):
         with pytest.raises(ValueError, match="unknown ledger state"):
             ledger.transition("j-1", reported_only)
+
+
+def test_results_json_statuses_are_lifecycle_statuses_and_rows_carry_them():
+    """results.json's statuses (its schema's, docs/RESULTS.md) are words of the one vocabulary:
+    a row made from a document alone carries the Status member."""
+    from entrypoints import results_schema
+    from orchestrator import results
+
+    assert {Status(s) for s in results_schema.STATUSES} == {Status.RUNNING} | TERMINAL
+    for word in results_schema.STATUSES:
+        doc = {"schema": results_schema.SCHEMA, "job_name": "j-1", "status": word, "backend": "local",
+               "instance": {"type": "ml.trn1.2xlarge", "count": 1}}
+        row = results.build_row("j-1", results.parse(json.dumps(doc).encode()), "file:///x", None, None)
+        assert row.status is Status(word)

@@ -120,7 +120,7 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
     catalog price of one instance."""
     inst = results.instance
     notes = [note] if note else []
-    status = results.status
+    status = Status(results.status)  # the schema's statuses are lifecycle words
     spot = False
     billable = training = None
     if described is not None:
@@ -132,7 +132,7 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
             notes.append(str(described.failure_reason))
     elif results.failure_reason:
         notes.append(results.failure_reason)
-    if results.status == "running":
+    if results.status == Status.RUNNING:
         # A heartbeat: the job runs, or it was killed before launch.py wrote its final record.
         of = f" of {results.steps}" if results.steps is not None else ""
         at = f" at {results.heartbeat_at}" if results.heartbeat_at else ""
