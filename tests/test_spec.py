@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import string
 import subprocess
 import sys
@@ -328,8 +329,6 @@ def test_pattern_errors_say_what_is_expected_in_words():
 
 @pytest.mark.timeout(30)
 def test_only_regular_files_are_read(tmp_path):
-    import os
-
     def message(path) -> str:
         with pytest.raises(SpecError) as info:
             spec.load(path)
@@ -356,7 +355,7 @@ def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
     path = tmp_path / "job.yaml"
     path.write_text(LOCAL)
     reads = []
-    real_fdopen = spec.os.fdopen
+    real_fdopen = os.fdopen
 
     class Endless:
         def __init__(self, handle):
@@ -376,7 +375,7 @@ def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
             assert size > 0, "an unbounded read"
             return b"#" * size
 
-    monkeypatch.setattr(spec.os, "fdopen", lambda fd, mode: Endless(real_fdopen(fd, mode)))
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: Endless(real_fdopen(fd, mode)))
     with pytest.raises(SpecError) as info:
         spec.load(path)
     assert "larger than" in info.value.message and reads == [spec.MAX_SPEC_BYTES + 1]
@@ -384,8 +383,6 @@ def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
 
 @pytest.mark.timeout(30)
 def test_infra_file_problems_are_accurate(tmp_path):
-    import os
-
     def infra_problem(ref: str):
         (tmp_path / "job.yaml").write_text(f"name: x\ninfra: {ref}\n")
         with pytest.raises(SpecError) as info:
