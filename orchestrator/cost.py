@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from orchestrator import catalog
-from orchestrator.spec import JobSpec
+
+if TYPE_CHECKING:
+    from orchestrator.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,16 @@ class Estimate:
         }
 
 
-def estimate(spec: JobSpec) -> Estimate:
-    """The upper-bound cost of `spec` (see the module docstring)."""
+def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
+    """The upper-bound cost of `spec` (see the module docstring), at the price of its resolved
+    `target` when given (`catalog.resolve`; else the catalog is asked for it)."""
     hours = spec.max_run_minutes / 60
     count = spec.instance.count
     spot = spec.instance.spot
     if spec.backend == "local":
         return Estimate(usd_max=0.0, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
                         spot=spot, note="local backend: no cloud cost")
-    price = catalog.price(spec.instance.type, spec.region)
+    price = target.price if target is not None else catalog.price(spec.instance.type, spec.region)
     if price is None:
         return Estimate(usd_max=math.inf, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
                         spot=spot, note=f"no price known for {spec.instance.type} in {spec.region}; "
