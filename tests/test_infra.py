@@ -1,4 +1,4 @@
-"""orchestrator/infra.py and `orchestrator infra ...`: deploy infra/stack.yaml into moto's
+"""orchestrator/infra/ and `orchestrator infra ...`: deploy infra/stack.yaml into moto's
 CloudFormation, read its outputs, write the `infra:` file, and submit a job that uses them.
 
 moto's CloudFormation neither rolls back nor emits resource events, so the rollback report,
@@ -40,7 +40,6 @@ def run_cli(monkeypatch, capsys, *args: str, stdin: str = "") -> tuple[int, str,
 
     monkeypatch.setattr(sys, "argv", ["orchestrator", *args])
     monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    cli._state["debug"] = False
     try:
         cli.main()
         code = 0
