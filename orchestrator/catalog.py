@@ -19,9 +19,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from entrypoints import atomic
 from entrypoints.contract import EFA_ENV
 from orchestrator.errors import InputError
-from orchestrator.paths import home, read_regular, write_atomic
+from orchestrator.paths import home, read_regular
 
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
@@ -167,7 +168,7 @@ def training_instance_types() -> frozenset[str]:
     model = botocore.session.get_session().get_service_model("sagemaker")
     types = frozenset(model.shape_for("TrainingInstanceType").enum)
     try:
-        write_atomic(cache_file, json.dumps(sorted(types)))
+        atomic.write_text(cache_file, json.dumps(sorted(types)))
     except OSError:
         pass  # a read-only home only costs the next run the same lookup
     return types
@@ -194,7 +195,7 @@ def sagemaker_tag_shapes() -> dict[str, dict]:
     shapes = {name: {key: model.shape_for(name).metadata.get(key) for key in ("pattern", "min", "max")}
               for name in ("TagKey", "TagValue")}
     try:
-        write_atomic(cache_file, json.dumps(shapes))
+        atomic.write_text(cache_file, json.dumps(shapes))
     except OSError:
         pass
     return shapes
@@ -229,7 +230,7 @@ def environment_limits() -> EnvironmentLimits:
                                max_value=int(shape.value.metadata["max"]),
                                name_pattern=str(shape.key.metadata["pattern"]))
     try:
-        write_atomic(cache_file, json.dumps(limits.__dict__))
+        atomic.write_text(cache_file, json.dumps(limits.__dict__))
     except OSError:
         pass
     return limits

@@ -799,10 +799,11 @@ def results(
         _out(renderers[fmt](collection).rstrip("\n"))
     if plot is not None:
         data = res.render_plot(collection)
-        from orchestrator.paths import write_atomic, write_hint
+        from entrypoints.atomic import write_bytes
+        from orchestrator.paths import write_hint
 
         try:
-            write_atomic(plot, data)  # a failed write leaves no truncated PNG behind
+            write_bytes(plot, data)  # a failed write leaves no truncated PNG behind
         except OSError as exc:
             raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}",
                              hint="the results above are complete; for the plot, " + write_hint(

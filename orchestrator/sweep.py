@@ -85,11 +85,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from entrypoints import atomic
 from orchestrator import aws, cost, doctor, request
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError, Problem, SpecError
 from orchestrator.ledger import Entry, Ledger
-from orchestrator.paths import home, write_atomic
+from orchestrator.paths import home
 from orchestrator.spec import JobSpec, RandomSpec, SweepSpec, load_sweep, spec_hash, with_overrides
 
 TAG_SWEEP = "orchestrator:sweep"
@@ -832,7 +833,7 @@ def runner_lock(sweep_id: str, *, wait_seconds: float = 0.0):
         raise RunnerBusy(sweep_id, pid if _alive(pid) else None) from None
     try:
         try:
-            write_atomic(holder_path(sweep_id), json.dumps({"pid": os.getpid()}) + "\n")
+            atomic.write_text(holder_path(sweep_id), json.dumps({"pid": os.getpid()}) + "\n")
         except OSError:
             pass  # only a message names it
         yield path

@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from entrypoints import contract
+from entrypoints import atomic, contract
 from orchestrator.backends import (
     STATUSES,
     TERMINAL_STATUSES,
@@ -79,7 +79,7 @@ from orchestrator.backends import (
 )
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
-from orchestrator.paths import home, not_a_file, read_regular, write_atomic
+from orchestrator.paths import home, not_a_file, read_regular
 
 STATUS_FILE = "status.json"
 MAX_STATUS_BYTES = 1 << 20  # a status file is a few hundred bytes
@@ -116,8 +116,8 @@ def free_port(host: str = LOOPBACK) -> int:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     """Write JSON to `path` so readers see the old or the new file, never half of one
-    (`paths.write_atomic`: a unique temp file per writer, so two threads never share one)."""
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (`atomic.write_text`: a unique temp file per writer, so two threads never share one)."""
+    atomic.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path) -> dict | None:

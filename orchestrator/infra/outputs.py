@@ -9,10 +9,10 @@ from pathlib import Path
 
 import yaml
 
+from entrypoints import atomic
 from orchestrator.errors import BackendError, InputError
 from orchestrator.infra.cloudformation import describe_stack, region_of
 from orchestrator.infra.template import check_stack_name
-from orchestrator.paths import write_atomic
 
 # Output keys of infra/stack.yaml.
 OUTPUT_KEYS = {
@@ -117,7 +117,7 @@ def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
               "# A job spec's `infra:` key points here; keys: see orchestrator/spec/loading.py INFRA_FIELDS.\n")
     text = header + yaml.safe_dump(outputs.infra_file(), sort_keys=False, default_flow_style=False)
     try:
-        write_atomic(path, text)
+        atomic.write_text(path, text)
     except OSError as exc:
         from orchestrator.paths import write_hint
 
