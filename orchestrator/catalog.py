@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from entrypoints import atomic
-from entrypoints.contract import EFA_ENV
 from orchestrator.errors import InputError
 from orchestrator.paths import home, read_regular
 
@@ -30,8 +28,7 @@ if TYPE_CHECKING:
 DATA = Path(__file__).parent / "data"
 
 
-@dataclass(frozen=True)
-class Instance:
+class Instance(NamedTuple):
     type: str
     family: str
     accelerator: str
@@ -55,8 +52,7 @@ class Instance:
         return self.neuron_cores // (lnc or self.lnc_default)
 
 
-@dataclass(frozen=True)
-class Image:
+class Image(NamedTuple):
     neuron_sdk: str
     tag: str
     torch: str
@@ -70,8 +66,7 @@ class Image:
         return f"{host}/{data['repository']}:{self.tag}"
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(NamedTuple):
     type: str
     region: str
     usd_per_hour: float
@@ -88,8 +83,7 @@ class Price:
         return f"{self.usd_per_hour:.4f} USD/h ({self.source}, {self.as_of})"
 
 
-@dataclass(frozen=True)
-class Markup:
+class Markup(NamedTuple):
     """What an unverified (non-SageMaker) price is multiplied by, and where that comes from."""
 
     factor: float
@@ -146,6 +140,54 @@ def instance(type_: str) -> Instance | None:
     return instances().get(type_)
 
 
+# What the caches below hold is botocore's, so they are kept per botocore version: a new
+# botocore reads its own model again.
+MAX_CACHE_BYTES = 1 << 20
+
+
+@cache
+def _botocore_version() -> str:
+    """The installed botocore's version, read from its __init__.py: importing botocore (and
+    logging with it) costs `validate` more than the cached facts it keys. Imported when the
+    file does not say."""
+    import importlib.util
+
+    try:
+        origin = importlib.util.find_spec("botocore").origin
+        found = re.search(r"^__version__ = ['\"]([^'\"]+)['\"]", Path(origin).read_text(encoding="utf-8"), re.M)
+    except (AttributeError, ImportError, OSError, TypeError, ValueError):
+        found = None
+    if found:
+        return found.group(1)
+    import botocore
+
+    return botocore.__version__
+
+
+def _read_cache(name: str):
+    """The JSON value cached as `name` for this botocore, or None (missing, damaged, or not a
+    regular file: a FIFO there is never opened for a blocking read)."""
+    try:
+        return json.loads(read_regular(home() / "cache" / f"{name}-{_botocore_version()}.json", MAX_CACHE_BYTES))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_cache(name: str, value) -> None:
+    try:
+        atomic.write_text(home() / "cache" / f"{name}-{_botocore_version()}.json", json.dumps(value))
+    except OSError:
+        pass  # a read-only home only costs the next run the same lookup
+
+
+@cache
+def _sagemaker_model():
+    """botocore's sagemaker service model, loaded once however many of the caches above miss."""
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
 @cache
 def training_instance_types() -> frozenset[str]:
     """Instance types SageMaker training accepts, from botocore's sagemaker service model.
@@ -153,24 +195,12 @@ def training_instance_types() -> frozenset[str]:
     Loading that model costs a few hundred milliseconds, so the enum is cached in
     ORCHESTRATOR_HOME per botocore version: a new botocore reads its own model again.
     """
-    import botocore
-
-    cache_file = home() / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
-    try:
-        cached = json.loads(read_regular(cache_file, 1 << 20))
-    except (OSError, ValueError):
-        cached = None
+    cached = _read_cache("sagemaker-training-instance-types")
     # A cache of the wrong shape (damaged, edited) is rebuilt from botocore like a missing one.
     if isinstance(cached, list) and cached and all(isinstance(t, str) and t for t in cached):
         return frozenset(cached)
-    import botocore.session
-
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    types = frozenset(model.shape_for("TrainingInstanceType").enum)
-    try:
-        atomic.write_text(cache_file, json.dumps(sorted(types)))
-    except OSError:
-        pass  # a read-only home only costs the next run the same lookup
+    types = frozenset(_sagemaker_model().shape_for("TrainingInstanceType").enum)
+    _write_cache("sagemaker-training-instance-types", sorted(types))
     return types
 
 
@@ -179,30 +209,18 @@ def sagemaker_tag_shapes() -> dict[str, dict]:
     """{"TagKey": {...}, "TagValue": {...}} with the "pattern", "min" and "max" botocore's
     sagemaker service model gives a tag's key and value; cached in ORCHESTRATOR_HOME per
     botocore version, like `training_instance_types`."""
-    import botocore
-
-    cache_file = home() / "cache" / f"sagemaker-tag-shapes-{botocore.__version__}.json"
-    try:
-        cached = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cached = None
+    cached = _read_cache("sagemaker-tag-shapes")
     if isinstance(cached, dict) and all(isinstance(cached.get(n), dict) and isinstance(cached[n].get("pattern"), str)
                                         for n in ("TagKey", "TagValue")):
         return cached
-    import botocore.session
-
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    model = _sagemaker_model()
     shapes = {name: {key: model.shape_for(name).metadata.get(key) for key in ("pattern", "min", "max")}
               for name in ("TagKey", "TagValue")}
-    try:
-        atomic.write_text(cache_file, json.dumps(shapes))
-    except OSError:
-        pass
+    _write_cache("sagemaker-tag-shapes", shapes)
     return shapes
 
 
-@dataclass(frozen=True)
-class EnvironmentLimits:
+class EnvironmentLimits(NamedTuple):
     """What CreateTrainingJob's Environment accepts (botocore's TrainingEnvironmentMap)."""
 
     max_variables: int
@@ -215,24 +233,16 @@ class EnvironmentLimits:
 def environment_limits() -> EnvironmentLimits:
     """The Environment map's limits from botocore's sagemaker service model (cached in
     ORCHESTRATOR_HOME per botocore version, as `training_instance_types` is)."""
-    import botocore
-
-    cache_file = home() / "cache" / f"sagemaker-training-environment-limits-{botocore.__version__}.json"
+    cached = _read_cache("sagemaker-training-environment-limits")
     try:
-        return EnvironmentLimits(**json.loads(cache_file.read_text()))
-    except (OSError, ValueError, TypeError):
+        return EnvironmentLimits(**cached)
+    except TypeError:
         pass  # missing or damaged: read botocore again
-    import botocore.session
-
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    shape = model.shape_for("TrainingEnvironmentMap")
+    shape = _sagemaker_model().shape_for("TrainingEnvironmentMap")
     limits = EnvironmentLimits(max_variables=int(shape.metadata["max"]), max_name=int(shape.key.metadata["max"]),
                                max_value=int(shape.value.metadata["max"]),
                                name_pattern=str(shape.key.metadata["pattern"]))
-    try:
-        atomic.write_text(cache_file, json.dumps(limits.__dict__))
-    except OSError:
-        pass
+    _write_cache("sagemaker-training-environment-limits", limits._asdict())
     return limits
 
 
@@ -417,8 +427,7 @@ def type_family(instance_type: str) -> str:
     return parts[1] if len(parts) == 3 else ""
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where and how one job spec runs, derived once from the spec and the catalog (`resolve`),
     and passed down: the doctor, the cost estimate and the request read it, none derives it
     again. `environment` must not be changed (a copy goes into the request)."""
@@ -500,6 +509,8 @@ def _environment(spec: JobSpec, family: str, lnc: int, *, neuron: bool, efa: boo
             env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(lnc))
         env["NEURON_CC_FLAGS"] = " ".join(flags)
     if efa:
+        from entrypoints.contract import EFA_ENV  # only then: the contract is not on validate's path
+
         for key, value in EFA_ENV.items():
             env.setdefault(key, value)
     return dict(sorted(env.items()))

@@ -185,6 +185,38 @@ def test_a_prices_override_or_type_cache_that_is_a_fifo_is_never_opened(orch_hom
     assert "ml.trn1.2xlarge" in catalog.training_instance_types()  # from botocore instead
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name, read", [("sagemaker-tag-shapes", lambda: catalog.sagemaker_tag_shapes()["TagKey"]),
+                                        ("sagemaker-training-environment-limits",
+                                         lambda: catalog.environment_limits().max_variables)])
+def test_every_botocore_cache_that_is_a_fifo_is_never_opened(orch_home, name, read):
+    import os
+
+    cache = orch_home / "cache" / f"{name}-{botocore.__version__}.json"
+    cache.parent.mkdir(exist_ok=True)
+    os.mkfifo(cache)  # reading it would block for ever
+    catalog.sagemaker_tag_shapes.cache_clear()
+    catalog.environment_limits.cache_clear()
+    assert read()  # from botocore instead
+
+
+def test_botocore_service_model_is_loaded_once_however_many_caches_miss(orch_home, monkeypatch):
+    # A first run (an empty ORCHESTRATOR_HOME) misses all three caches; the model costs a few
+    # hundred milliseconds to load, so it is loaded once for all of them.
+    calls = []
+    real = botocore.session.Session.get_service_model
+    monkeypatch.setattr(botocore.session.Session, "get_service_model",
+                        lambda self, *args, **kwargs: calls.append(args) or real(self, *args, **kwargs))
+    for cached in (catalog._sagemaker_model, catalog.training_instance_types, catalog.sagemaker_tag_shapes,
+                   catalog.environment_limits):
+        cached.cache_clear()
+    assert "ml.trn1.2xlarge" in catalog.training_instance_types()
+    assert catalog.sagemaker_tag_shapes()["TagKey"]["max"] == 128
+    assert catalog.environment_limits().max_variables > 0
+    assert calls == [("sagemaker",)]
+    assert len(list((orch_home / "cache").glob("sagemaker-*.json"))) == 3
+
+
 REQ_BASE = """\
 name: req-test
 region: us-east-1
