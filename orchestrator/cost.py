@@ -19,8 +19,7 @@ a budget can then not be shown to hold, and budget checks refuse rather than pas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog
 
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
 
 
-@dataclass(frozen=True)
-class Rate:
+class Rate(NamedTuple):
     """The hourly price estimates use for one instance: SageMaker's own, or an unverified
     price times the assumed markup."""
 
@@ -61,8 +59,7 @@ def rate(price: catalog.Price) -> Rate:
     return Rate(price.usd_per_hour * factor, price, factor)
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """An upper bound on what one job costs.
 
     `hours_max` is the wall-clock bound (max_run_minutes / 60); `usd_max` multiplies it by the

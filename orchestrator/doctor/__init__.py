@@ -69,8 +69,7 @@ rules still apply, so a local smoke run checks the same spec the cloud job will 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog, cost
 from orchestrator.doctor import budget, environment, image, instance, model
@@ -83,8 +82,7 @@ if TYPE_CHECKING:
 __all__ = ["Diagnosis", "Finding", "Severity", "check", "diagnose", "errors", "raise_for"]
 
 
-@dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(NamedTuple):
     """What the doctor made of one spec: its resolved target, its cost bound and its findings
     (errors first). `request.prepare` builds the request from it without deriving any of it
     again."""

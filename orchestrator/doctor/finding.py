@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
@@ -12,8 +11,7 @@ Severity = Literal["error", "warning", "info"]
 ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One result of a rule: what is wrong (`message`), what to change (`fix`), and where
     (`path`, a dotted spec field)."""
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING
 
-from entrypoints.contract import EFA_ENV
 from orchestrator import catalog
 from orchestrator.doctor.finding import Finding
 
@@ -99,6 +98,8 @@ def efa(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     """N018, N019: the EFA variables the orchestrator adds on multi-node EFA instances."""
     if not target.efa:
         return []
+    from entrypoints.contract import EFA_ENV
+
     out = [Finding(
         "N018-efa-env-added", "info",
         f"multi-node {spec.instance.type}: the orchestrator adds "

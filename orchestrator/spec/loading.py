@@ -9,7 +9,6 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +50,10 @@ INFRA_OTHER_KEYS = ("region", "bucket", "stack_name")
 
 # The top-level keys that tell a job spec from a sweep spec (see `document_kind`).
 SWEEP_KEYS = {"sweep", "grid", "random"}
-
-
-def _job_only_fields() -> set[str]:
-    from orchestrator.spec.sweep_spec import SweepSpec
-
-    return set(JobSpec.model_fields) - set(SweepSpec.model_fields)
+# SweepSpec's fields (a test keeps them equal): a job spec is told from a sweep without building
+# the sweep models.
+SWEEP_FIELDS = frozenset({"sweep", "base", "grid", "random", "concurrency", "failover", "schedule", "budget",
+                          "max_retries"})
 
 
 def document_kind(data: Any) -> str | None:
@@ -70,7 +67,7 @@ def document_kind(data: Any) -> str | None:
     keys = {k for k in data if isinstance(k, str)}
     if "base" in keys and keys & SWEEP_KEYS:
         return "sweep"
-    if "base" not in keys and not keys & SWEEP_KEYS and keys & _job_only_fields():
+    if "base" not in keys and not keys & SWEEP_KEYS and keys & (set(JobSpec.model_fields) - SWEEP_FIELDS):
         return "job"
     return None
 
@@ -215,13 +212,13 @@ def with_overrides(spec: JobSpec, overrides: Mapping[str, Any]) -> JobSpec:
     return new
 
 
-@dataclass
 class _Overridden:
     """A spec's source map as seen through overrides: the same locations, but no source text
     for an overridden path (the file's text there is the value the override replaced)."""
 
-    smap: SourceMap
-    paths: list[tuple]
+    def __init__(self, smap: SourceMap, paths: list[tuple]):
+        self.smap = smap
+        self.paths = paths
 
     def _overridden(self, path: tuple) -> bool:
         path = tuple(str(p) for p in path)

@@ -7,8 +7,6 @@ at its own field (`cross_fields`; `orchestrator.spec.problems` locates them). Mo
 their validators on first use (`defer_build`): a command validates only the models it needs.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re
@@ -149,7 +147,7 @@ class ImageSpec(StrictModel):
     uri: str | None = Field(None, min_length=1, description="Pin an exact image URI instead.")
 
     @model_validator(mode="after")
-    def _one_of(self) -> ImageSpec:
+    def _one_of(self) -> "ImageSpec":
         if self.neuron_sdk is not None and self.uri is not None:
             raise cross_field("uri", "give either neuron_sdk or uri, not both")
         return self
@@ -188,7 +186,7 @@ class ModelSpec(StrictModel):
     num_heads: Int | None = Field(None, ge=1, le=128, description="Override the attention heads.")
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> ModelSpec:
+    def _heads_divide(self) -> "ModelSpec":
         if self.embed_dim is not None and self.num_heads is not None and self.embed_dim % self.num_heads:
             raise cross_field("num_heads", f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}")
         return self
@@ -227,7 +225,7 @@ class TrainingSpec(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _coherent(self) -> TrainingSpec:
+    def _coherent(self) -> "TrainingSpec":
         found = []
         if self.compile and self.runtime != "native":
             found.append(("compile", "compile: true needs runtime: native (xla always compiles)"))
@@ -321,7 +319,7 @@ class JobSpec(StrictModel):
     _source: SourceMap | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
-    def _coherent(self) -> JobSpec:
+    def _coherent(self) -> "JobSpec":
         # Every problem is collected, so that one round of `validate` shows them all.
         found: list[tuple[str, str]] = []
         if self.backend == "sagemaker":

@@ -8,7 +8,6 @@ explosive aliases, nesting too deep to parse, and text over MAX_SPEC_BYTES.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -20,7 +19,6 @@ MAX_EXPANDED_NODES = 20_000
 MAX_SPEC_BYTES = 1_000_000
 
 
-@dataclass
 class SourceMap:
     """Where each value of a YAML document sits: path tuple -> (line, column), 1-based.
 
@@ -30,11 +28,12 @@ class SourceMap:
     and the path there; `where` and `raw` follow it.
     """
 
-    file: str
-    values: dict[tuple, tuple[int, int]] = field(default_factory=dict)
-    keys: dict[tuple, tuple[int, int]] = field(default_factory=dict)
-    plain: dict[tuple, str] = field(default_factory=dict)
-    borrowed: dict[tuple, tuple[SourceMap, tuple]] = field(default_factory=dict)
+    def __init__(self, file: str):
+        self.file = file
+        self.values: dict[tuple, tuple[int, int]] = {}
+        self.keys: dict[tuple, tuple[int, int]] = {}
+        self.plain: dict[tuple, str] = {}
+        self.borrowed: dict[tuple, tuple[SourceMap, tuple]] = {}
 
     def _owner(self, path: tuple) -> tuple[SourceMap, tuple]:
         path = tuple(str(p) for p in path)
@@ -120,7 +119,10 @@ def read_yaml(text: str, filename: str) -> tuple[Any, SourceMap]:
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader whose value errors (e.g. an impossible date) carry the node's position."""
+    """SafeLoader whose value errors (e.g. an impossible date) carry the node's position.
+
+    PyYAML's own parser, not libyaml's: libyaml accepts documents PyYAML refuses (tabs where
+    PyYAML's scanner does not take them, among others), and the messages are PyYAML's."""
 
     def construct_object(self, node, deep=False):
         try:
