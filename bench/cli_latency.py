@@ -3,7 +3,10 @@
 Runs `python -m orchestrator validate <config>` and `python -c "import botocore.session"`
 alternately (interleaved, so both see the same machine load), RUNS times each, and prints
 one JSON object: both medians, their ratio, the goal (ratio at most 1.3), the run count and
-the machine's load average before and after. The config is configs/vit-trn1-2xlarge.yaml, or
+the machine's load average before and after. A third command, timed in the same rounds, is the
+floor any `validate` built on these libraries pays: a two-command typer app that imports PyYAML
+and validates a one-field pydantic model (`floor_ratio`: its median over botocore's); what
+`validate` costs above it is the orchestrator's own. The config is configs/vit-trn1-2xlarge.yaml, or
 a minimal spec written to a temporary directory when the checkout lacks it. Run from
 anywhere: `python bench/cli_latency.py`.
 
@@ -35,6 +38,32 @@ instance: {type: ml.trn1.2xlarge}
 compile_cache: {uri: s3://bench-bucket/compile-cache}
 output: {uri: s3://bench-bucket/jobs}
 """
+FLOOR_APP = """\
+from pathlib import Path
+
+import typer
+
+app = typer.Typer()
+
+
+@app.command()
+def validate(path: Path = typer.Argument(...)) -> None:
+    import yaml
+    from pydantic import BaseModel
+
+    class Spec(BaseModel):
+        name: str
+
+    print(Spec(name=str(yaml.safe_load(path.read_text())["name"])))
+
+
+@app.command()
+def other() -> None:
+    pass
+
+
+app()
+"""
 
 
 def timed(argv: list[str], env: dict, cwd: Path) -> float:
@@ -56,21 +85,28 @@ def main() -> None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         validate = [sys.executable, "-m", "orchestrator", "validate", str(config)]
         botocore = [sys.executable, "-c", "import botocore.session"]
+        floor_app = Path(tmp) / "floor_app.py"
+        floor_app.write_text(FLOOR_APP)
+        floor = [sys.executable, str(floor_app), "validate", str(config)]
         load_before = os.getloadavg()[0]
         # One untimed run of each writes the bytecode caches both then use.
         timed(validate, env, ROOT)
         timed(botocore, env, ROOT)
-        v, b = [], []
+        timed(floor, env, ROOT)
+        v, b, f = [], [], []
         for _ in range(RUNS):
             v.append(timed(validate, env, ROOT))
             b.append(timed(botocore, env, ROOT))
+            f.append(timed(floor, env, ROOT))
         load_after = os.getloadavg()[0]
-    v_med, b_med = statistics.median(v), statistics.median(b)
+    v_med, b_med, f_med = statistics.median(v), statistics.median(b), statistics.median(f)
     print(json.dumps({
         "validate_median_s": round(v_med, 4),
         "botocore_import_median_s": round(b_med, 4),
         "ratio": round(v_med / b_med, 3),
         "goal": GOAL,
+        "typer_floor_median_s": round(f_med, 4),
+        "floor_ratio": round(f_med / b_med, 3),
         "runs": RUNS,
         "load_before": round(load_before, 2),
         "load_after": round(load_after, 2),
