@@ -2,7 +2,7 @@
 
 Contract:
 - `build(model_spec)` takes the `model` mapping of a job spec (field names as in
-  orchestrator/spec.py ModelSpec) and returns a timm VisionTransformer with random weights
+  orchestrator/spec/models.py ModelSpec) and returns a timm VisionTransformer with random weights
   (`pretrained=False` always: nothing is downloaded). `patch_size`, `depth`, `embed_dim` and
   `num_heads` override the arch's values when given.
 - `patch_embed: linear` swaps timm's Conv2d patch embedding for `LinearPatchEmbed`: the image

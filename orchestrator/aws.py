@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from orchestrator.errors import InputError, service_message
@@ -247,8 +247,7 @@ TRANSIENT_CODES = THROTTLE_CODES | frozenset({"RequestTimeout", "RequestTimeoutE
                                               "ServiceUnavailableException", "InternalServerException"})
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(NamedTuple):
     """What went wrong with a call, in one word, and whether trying again can help.
 
     kind: credentials (none, partial, expired or rejected), denied (no permission), invalid

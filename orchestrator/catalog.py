@@ -1,25 +1,34 @@
-"""Instance, image and price facts, read from the data files beside this module.
+"""Instance, image and price facts, read from the data files beside this module, and what
+they mean for one job spec (`resolve`).
 
 Every fact comes with the source and date it was taken from. The set of instance types that
 SageMaker training accepts is read from the installed botocore's service model
 (`TrainingInstanceType`), not copied, so the check follows botocore when AWS adds a type.
+
+`resolve(spec)` derives, once, everything about where and how a spec runs that the doctor,
+the cost estimate and the request read: the instance's facts and family, the LNC, workers per
+host, EFA, the container environment as sent, the image and the price (a frozen `Target`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
+from entrypoints import atomic
 from orchestrator.errors import InputError
-from orchestrator.paths import home, read_regular, write_atomic
+from orchestrator.paths import home, read_regular
+
+if TYPE_CHECKING:
+    from orchestrator.spec import JobSpec
 
 DATA = Path(__file__).parent / "data"
 
 
-@dataclass(frozen=True)
-class Instance:
+class Instance(NamedTuple):
     type: str
     family: str
     accelerator: str
@@ -43,8 +52,7 @@ class Instance:
         return self.neuron_cores // (lnc or self.lnc_default)
 
 
-@dataclass(frozen=True)
-class Image:
+class Image(NamedTuple):
     neuron_sdk: str
     tag: str
     torch: str
@@ -58,8 +66,7 @@ class Image:
         return f"{host}/{data['repository']}:{self.tag}"
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(NamedTuple):
     type: str
     region: str
     usd_per_hour: float
@@ -76,8 +83,7 @@ class Price:
         return f"{self.usd_per_hour:.4f} USD/h ({self.source}, {self.as_of})"
 
 
-@dataclass(frozen=True)
-class Markup:
+class Markup(NamedTuple):
     """What an unverified (non-SageMaker) price is multiplied by, and where that comes from."""
 
     factor: float
@@ -134,6 +140,54 @@ def instance(type_: str) -> Instance | None:
     return instances().get(type_)
 
 
+# What the caches below hold is botocore's, so they are kept per botocore version: a new
+# botocore reads its own model again.
+MAX_CACHE_BYTES = 1 << 20
+
+
+@cache
+def _botocore_version() -> str:
+    """The installed botocore's version, read from its __init__.py: importing botocore (and
+    logging with it) costs `validate` more than the cached facts it keys. Imported when the
+    file does not say."""
+    import importlib.util
+
+    try:
+        origin = importlib.util.find_spec("botocore").origin
+        found = re.search(r"^__version__ = ['\"]([^'\"]+)['\"]", Path(origin).read_text(encoding="utf-8"), re.M)
+    except (AttributeError, ImportError, OSError, TypeError, ValueError):
+        found = None
+    if found:
+        return found.group(1)
+    import botocore
+
+    return botocore.__version__
+
+
+def _read_cache(name: str):
+    """The JSON value cached as `name` for this botocore, or None (missing, damaged, or not a
+    regular file: a FIFO there is never opened for a blocking read)."""
+    try:
+        return json.loads(read_regular(home() / "cache" / f"{name}-{_botocore_version()}.json", MAX_CACHE_BYTES))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_cache(name: str, value) -> None:
+    try:
+        atomic.write_text(home() / "cache" / f"{name}-{_botocore_version()}.json", json.dumps(value))
+    except OSError:
+        pass  # a read-only home only costs the next run the same lookup
+
+
+@cache
+def _sagemaker_model():
+    """botocore's sagemaker service model, loaded once however many of the caches above miss."""
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemaker")
+
+
 @cache
 def training_instance_types() -> frozenset[str]:
     """Instance types SageMaker training accepts, from botocore's sagemaker service model.
@@ -141,24 +195,12 @@ def training_instance_types() -> frozenset[str]:
     Loading that model costs a few hundred milliseconds, so the enum is cached in
     ORCHESTRATOR_HOME per botocore version: a new botocore reads its own model again.
     """
-    import botocore
-
-    cache_file = home() / "cache" / f"sagemaker-training-instance-types-{botocore.__version__}.json"
-    try:
-        cached = json.loads(read_regular(cache_file, 1 << 20))
-    except (OSError, ValueError):
-        cached = None
+    cached = _read_cache("sagemaker-training-instance-types")
     # A cache of the wrong shape (damaged, edited) is rebuilt from botocore like a missing one.
     if isinstance(cached, list) and cached and all(isinstance(t, str) and t for t in cached):
         return frozenset(cached)
-    import botocore.session
-
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    types = frozenset(model.shape_for("TrainingInstanceType").enum)
-    try:
-        write_atomic(cache_file, json.dumps(sorted(types)))
-    except OSError:
-        pass  # a read-only home only costs the next run the same lookup
+    types = frozenset(_sagemaker_model().shape_for("TrainingInstanceType").enum)
+    _write_cache("sagemaker-training-instance-types", sorted(types))
     return types
 
 
@@ -167,30 +209,18 @@ def sagemaker_tag_shapes() -> dict[str, dict]:
     """{"TagKey": {...}, "TagValue": {...}} with the "pattern", "min" and "max" botocore's
     sagemaker service model gives a tag's key and value; cached in ORCHESTRATOR_HOME per
     botocore version, like `training_instance_types`."""
-    import botocore
-
-    cache_file = home() / "cache" / f"sagemaker-tag-shapes-{botocore.__version__}.json"
-    try:
-        cached = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cached = None
+    cached = _read_cache("sagemaker-tag-shapes")
     if isinstance(cached, dict) and all(isinstance(cached.get(n), dict) and isinstance(cached[n].get("pattern"), str)
                                         for n in ("TagKey", "TagValue")):
         return cached
-    import botocore.session
-
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    model = _sagemaker_model()
     shapes = {name: {key: model.shape_for(name).metadata.get(key) for key in ("pattern", "min", "max")}
               for name in ("TagKey", "TagValue")}
-    try:
-        write_atomic(cache_file, json.dumps(shapes))
-    except OSError:
-        pass
+    _write_cache("sagemaker-tag-shapes", shapes)
     return shapes
 
 
-@dataclass(frozen=True)
-class EnvironmentLimits:
+class EnvironmentLimits(NamedTuple):
     """What CreateTrainingJob's Environment accepts (botocore's TrainingEnvironmentMap)."""
 
     max_variables: int
@@ -203,24 +233,16 @@ class EnvironmentLimits:
 def environment_limits() -> EnvironmentLimits:
     """The Environment map's limits from botocore's sagemaker service model (cached in
     ORCHESTRATOR_HOME per botocore version, as `training_instance_types` is)."""
-    import botocore
-
-    cache_file = home() / "cache" / f"sagemaker-training-environment-limits-{botocore.__version__}.json"
+    cached = _read_cache("sagemaker-training-environment-limits")
     try:
-        return EnvironmentLimits(**json.loads(cache_file.read_text()))
-    except (OSError, ValueError, TypeError):
+        return EnvironmentLimits(**cached)
+    except TypeError:
         pass  # missing or damaged: read botocore again
-    import botocore.session
-
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    shape = model.shape_for("TrainingEnvironmentMap")
+    shape = _sagemaker_model().shape_for("TrainingEnvironmentMap")
     limits = EnvironmentLimits(max_variables=int(shape.metadata["max"]), max_name=int(shape.key.metadata["max"]),
                                max_value=int(shape.value.metadata["max"]),
                                name_pattern=str(shape.key.metadata["pattern"]))
-    try:
-        write_atomic(cache_file, json.dumps(limits.__dict__))
-    except OSError:
-        pass
+    _write_cache("sagemaker-training-environment-limits", limits._asdict())
     return limits
 
 
@@ -384,3 +406,111 @@ def price(type_: str, region: str) -> Price | None:
         if row["type"] == type_ and row["region"] == "us-east-1":
             return _price(row, region=region, source=f"{row['source']}; us-east-1 price used for {region}")
     return None
+
+
+# --- what the facts mean for one spec -------------------------------------------------------
+
+# The Neuron compiler's default persistent cache; launch.py pulls the cache tarball here.
+NEURON_CACHE_DIR = "/var/tmp/neuron-compile-cache"
+LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
+MODEL_TYPE_FLAG = re.compile(r"(?:^|\s)--model[-_]type(?:=|\s+)(\S+)")
+# What the Neuron samples and the SDK's reference request give the compiler for transformer
+# models (its default is `generic`); every model the orchestrator trains is a ViT.
+TRANSFORMER_FLAG = "--model-type=transformer"
+# Local jobs never reach AWS; the request still names an image, which the local backend ignores.
+LOCAL_IMAGE = "local"
+
+
+def type_family(instance_type: str) -> str:
+    """`ml.trn1n.32xlarge` -> `trn1n` (the catalog's family groups trn1n with trn1)."""
+    parts = instance_type.split(".")
+    return parts[1] if len(parts) == 3 else ""
+
+
+class Target(NamedTuple):
+    """Where and how one job spec runs, derived once from the spec and the catalog (`resolve`),
+    and passed down: the doctor, the cost estimate and the request read it, none derives it
+    again. `environment` must not be changed (a copy goes into the request)."""
+
+    instance_type: str
+    family: str  # `type_family`: trn1, trn1n, trn2...; "" for a name not of the form ml.X.Y
+    facts: Instance | None  # None for a type the catalog does not know
+    lnc: int  # instance.lnc, else the type's default (1 when the catalog does not know it)
+    logical_cores: int  # NeuronCores per host at that LNC (0 when unknown)
+    workers_per_node: int  # training.workers_per_node, else one per logical core (SageMaker) or 1
+    trainium: bool  # a Trainium instance (the catalog's accelerator)
+    efa: bool  # multi-node SageMaker on a type with EFA: the orchestrator adds EFA_ENV
+    environment: dict[str, str]  # the container's environment as the request sends it
+    image_uri: str | None  # image.uri, the catalog image, "local"; None: no image for image.neuron_sdk
+    price: Price | None  # SageMaker: the type's hourly price in the region; None if unknown or local
+
+
+def resolve(spec: JobSpec) -> Target:
+    """The `Target` of `spec` (pure but for the price, read from the catalog's price files).
+
+    - LNC: instance.lnc, else the instance's default. Workers per host: the spec's, else one
+      per logical NeuronCore on SageMaker (at least 1), else 1 (local, or a type without facts).
+    - EFA: a multi-node SageMaker job on an instance with EFA (trn1.32xlarge, trn1n, trn2). The
+      SageMaker training toolkit sets the EFA variables itself only inside its own torchrun
+      distribution; launch.py (the container's entrypoint) runs torchrun itself, so every EFA
+      instance needs them from us.
+    - Image: none is resolved for a local spec ("local"); an unknown image.neuron_sdk leaves
+      `image_uri` None (the doctor's N010 says so; `catalog.image` raises the error).
+    """
+    facts = instance(spec.instance.type)
+    lnc = spec.instance.lnc if spec.instance.lnc is not None else (facts.lnc_default if facts else 1)
+    cloud = spec.backend == "sagemaker"
+    logical = facts.logical_cores(lnc) if facts else 0
+    if spec.training.workers_per_node is not None:
+        workers = spec.training.workers_per_node
+    else:
+        workers = max(1, logical) if cloud and facts is not None else 1
+    trainium = facts is not None and facts.accelerator.startswith("Trainium")
+    efa = cloud and spec.instance.count > 1 and facts is not None and facts.efa_gbps > 0
+    family = type_family(spec.instance.type)
+    if not cloud:
+        image_uri: str | None = LOCAL_IMAGE
+    elif spec.image.uri:
+        image_uri = spec.image.uri
+    else:
+        found = images().get(spec.image.neuron_sdk or default_sdk())
+        image_uri = found.uri(spec.region) if found else None
+    return Target(
+        instance_type=spec.instance.type, family=family, facts=facts, lnc=lnc, logical_cores=logical,
+        workers_per_node=workers, trainium=trainium, efa=efa,
+        environment=_environment(spec, family, lnc, neuron=cloud and trainium and spec.training.runtime == "xla",
+                                 efa=efa),
+        image_uri=image_uri, price=price(spec.instance.type, spec.region) if cloud else None,
+    )
+
+
+def _environment(spec: JobSpec, family: str, lnc: int, *, neuron: bool, efa: bool) -> dict[str, str]:
+    """The container's environment as the request sends it: spec.environment plus what the
+    Neuron stack needs (the doctor's N023 checks exactly this).
+
+    - xla on a Trainium instance (SageMaker; `neuron`): NEURON_CC_FLAGS gains
+      `--model-type=transformer` unless the user's flags choose a model type, `--cache_dir`
+      (where launch.py pulls the compile cache) and, on trn2, `--lnc=<lnc>` to match the
+      runtime's NEURON_LOGICAL_NC_CONFIG, which is set too. Flags the user gave are kept first.
+      The compile cache key holds these flags (all but `--cache_dir`), so it follows them.
+    - multi-node on an EFA instance (`efa`): the EFA variables (`contract.EFA_ENV`); a user
+      value wins (N019 warns about it).
+    """
+    env = dict(spec.environment)
+    if neuron:
+        flags = env.get("NEURON_CC_FLAGS", "").split()
+        if not MODEL_TYPE_FLAG.search(" " + " ".join(flags)):
+            flags.append(TRANSFORMER_FLAG)
+        if spec.compile_cache.mode == "tarball" and not any(f.startswith("--cache_dir") for f in flags):
+            flags.append(f"--cache_dir={NEURON_CACHE_DIR}")
+        if family == "trn2":
+            if not LNC_FLAG.search(" " + " ".join(flags)):
+                flags.append(f"--lnc={lnc}")
+            env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(lnc))
+        env["NEURON_CC_FLAGS"] = " ".join(flags)
+    if efa:
+        from entrypoints.contract import EFA_ENV  # only then: the contract is not on validate's path
+
+        for key, value in EFA_ENV.items():
+            env.setdefault(key, value)
+    return dict(sorted(env.items()))

@@ -19,14 +19,15 @@ a budget can then not be shown to hold, and budget checks refuse rather than pas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog
-from orchestrator.spec import JobSpec
+
+if TYPE_CHECKING:
+    from orchestrator.spec import JobSpec
 
 
-@dataclass(frozen=True)
-class Rate:
+class Rate(NamedTuple):
     """The hourly price estimates use for one instance: SageMaker's own, or an unverified
     price times the assumed markup."""
 
@@ -58,8 +59,7 @@ def rate(price: catalog.Price) -> Rate:
     return Rate(price.usd_per_hour * factor, price, factor)
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(NamedTuple):
     """An upper bound on what one job costs.
 
     `hours_max` is the wall-clock bound (max_run_minutes / 60); `usd_max` multiplies it by the
@@ -119,15 +119,16 @@ class Estimate:
         }
 
 
-def estimate(spec: JobSpec) -> Estimate:
-    """The upper-bound cost of `spec` (see the module docstring)."""
+def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
+    """The upper-bound cost of `spec` (see the module docstring), at the price of its resolved
+    `target` when given (`catalog.resolve`; else the catalog is asked for it)."""
     hours = spec.max_run_minutes / 60
     count = spec.instance.count
     spot = spec.instance.spot
     if spec.backend == "local":
         return Estimate(usd_max=0.0, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
                         spot=spot, note="local backend: no cloud cost")
-    price = catalog.price(spec.instance.type, spec.region)
+    price = target.price if target is not None else catalog.price(spec.instance.type, spec.region)
     if price is None:
         return Estimate(usd_max=math.inf, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
                         spot=spot, note=f"no price known for {spec.instance.type} in {spec.region}; "

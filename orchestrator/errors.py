@@ -6,13 +6,12 @@ follows the house style: 2 for bad input, 1 for a backend or job failure.
 
 from __future__ import annotations
 
-import html
 import re
-from dataclasses import dataclass
+from functools import cache
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """One located problem in an input file.
 
     `path` is the dotted field path ("training.batch_size"), empty for the document itself.
@@ -104,10 +103,16 @@ class JobFailed(OrchestratorError):
 
 # How much of a service's own text (error message, response body) goes into one of our errors.
 MAX_SERVICE_MESSAGE = 300
-_HTML = re.compile(r"<\s*(!doctype|html|head|body|title|h1|p|div|pre)\b", re.IGNORECASE)
-_HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
-_HTML_NOISE = re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
-_HTML_TAG = re.compile(r"<[^>]*>")
+
+
+@cache
+def _html_patterns() -> tuple[re.Pattern, re.Pattern, re.Pattern, re.Pattern]:
+    """(an HTML page, its title, script/style/head, any tag): compiled on first use, since
+    most commands never meet an HTML error page."""
+    return (re.compile(r"<\s*(!doctype|html|head|body|title|h1|p|div|pre)\b", re.IGNORECASE),
+            re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL),
+            re.compile(r"<(script|style|head)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL),
+            re.compile(r"<[^>]*>"))
 
 
 def service_message(text, limit: int = MAX_SERVICE_MESSAGE) -> str:
@@ -115,10 +120,13 @@ def service_message(text, limit: int = MAX_SERVICE_MESSAGE) -> str:
     HTML page becomes its title and visible text, whitespace runs become one space, and more
     than `limit` characters end in "..."."""
     text = "" if text is None else str(text)
-    if _HTML.search(text):
-        title = _HTML_TITLE.search(text)
-        body = _HTML_TAG.sub(" ", _HTML_NOISE.sub(" ", _HTML_TITLE.sub(" ", text)))
-        heading = _HTML_TAG.sub(" ", title.group(1)).strip() if title else ""
+    page, title_of, noise, tag = _html_patterns()
+    if page.search(text):
+        import html
+
+        title = title_of.search(text)
+        body = tag.sub(" ", noise.sub(" ", title_of.sub(" ", text)))
+        heading = tag.sub(" ", title.group(1)).strip() if title else ""
         text = html.unescape(f"{heading}: {body}" if heading else body)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."

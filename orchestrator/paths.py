@@ -1,13 +1,15 @@
-"""Where the orchestrator keeps its local state (ledger, local store, caches)."""
+"""Where the orchestrator keeps its local state (ledger, local store, caches), and reading and
+writing files there safely. Files are written through `entrypoints.atomic`, the one
+atomic-write helper of both sides; what is not a regular file is named as it names it."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
-import threading
 from pathlib import Path
 
+from entrypoints.atomic import NotRegularFile, kind_of, not_a_file
 from orchestrator.errors import InputError
 
 
@@ -85,38 +87,14 @@ def write_hint(exc: BaseException, instead: str) -> str:
     return instead[:1].upper() + instead[1:] if instead else "check the path"
 
 
-class NotRegularFile(OSError):
-    """`write_atomic` refused to replace something that is not a regular file."""
-
-
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def not_a_file(path: str | os.PathLike) -> str | None:
-    """What `path` is when a file written there would replace something that is not a regular
-    file ("a FIFO (named pipe)", "a character device", "a folder"...), following symlinks as a
-    write does; None for a regular file, a link to one, or nothing yet."""
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError:
-        return None  # unreadable or too long: the write itself says why
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
-
-
 def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     """At most `limit` + 1 bytes of `path`, which must be a regular file (or a link to one):
     NotRegularFile (an OSError) for a FIFO, device, socket or folder, which is never read (a
     FIFO would block for ever, /dev/zero never ends). Other OSErrors propagate."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    kind = kind_of(os.fstat(fd).st_mode)
+    if kind is not None:
         os.close(fd)
-        kind = next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
         raise NotRegularFile(errno.EINVAL, f"is {kind}, not a regular file", str(path))
     with os.fdopen(fd, "rb") as handle:
         return handle.read(limit + 1)
@@ -134,62 +112,3 @@ def check_write_target(path: str | os.PathLike, option: str) -> None:
         raise InputError(f"{option} {path}: is {kind}, not a regular file; nothing was written to it",
                          hint=f"give {option} a new or regular file, e.g. {option} results.png" if option == "--plot"
                          else f"give {option} a new or regular file")
-
-
-def write_atomic(path: Path, text: str | bytes) -> Path:
-    """Write `text` (str, or bytes as they are) to `path` so readers see the old file or the
-    new one, never a part: a temp file in the same folder, fsync'd, then renamed over.
-
-    The file gets the mode a plain `open(path, "w")` would give it: an existing file keeps
-    its mode, a new one gets 0o666 less the umask (mkstemp alone would make it 0600). A
-    symlink is written through, as open() would: its target gets the new content (and keeps
-    its mode), the link stays a link. Something that is not a regular file (a device, FIFO,
-    socket or folder) is never replaced: NotRegularFile, an OSError. Returns `path` as given.
-    OSError propagates."""
-    import tempfile
-
-    # The rename must land on the file the link names, not replace the link with a file.
-    target = Path(os.path.realpath(path))
-    kind = not_a_file(target)
-    if kind is not None:
-        raise NotRegularFile(errno.EEXIST, f"is {kind}, not a regular file", str(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~current_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        kind = not_a_file(target)  # made meanwhile: still never replaced
-        if kind is not None:
-            raise NotRegularFile(errno.EEXIST, f"is {kind}, not a regular file", str(path))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-_UMASK_LOCK = threading.Lock()
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where the OS lets us (Linux's
-    /proc/self/status); elsewhere set and restored under a lock, so two of our threads never
-    see the temporary value."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask

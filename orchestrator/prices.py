@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from entrypoints import atomic
 from orchestrator import catalog
 from orchestrator.errors import BackendError, InputError, service_message
-from orchestrator.paths import home, write_atomic
+from orchestrator.paths import home
 from orchestrator.spec import REGION_PATTERN
 
 SERVICE_CODE = "AmazonSageMaker"
@@ -228,7 +229,7 @@ def write(refresh: Refresh, path: Path | None = None) -> Path:
         "prices": rows,
     }
     try:
-        write_atomic(path, json.dumps(doc, indent=1) + "\n")
+        atomic.write_text(path, json.dumps(doc, indent=1) + "\n")
     except OSError as exc:
         from orchestrator.paths import write_hint
 

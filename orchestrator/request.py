@@ -8,8 +8,14 @@ Contract:
 - `build(...)` is pure: the request dict, exactly what `plan` shows and what the sagemaker
   backend sends (the local backend lays out its container tree from the same dict). Field
   names are SageMaker's; this is the one place snake_case becomes PascalCase.
-- `prepare(spec)` runs all of it plus the doctor and the cost estimate. It is deterministic:
-  the same spec gives the same request and the same archive bytes.
+- `prepare(spec or diagnosis)` runs all of it on the doctor's diagnosis (`doctor.diagnose`:
+  the resolved target, the cost estimate and the findings, each computed once; given one, it
+  is not computed again). It is deterministic: the same spec gives the same request and the
+  same archive bytes.
+
+The flow is one way: spec -> doctor (target, cost, findings) -> request -> backend; what the
+catalog derives about the spec (workers, LNC, environment, image) is read from the one
+`catalog.Target`, never derived here again.
 """
 
 from __future__ import annotations
@@ -24,14 +30,12 @@ from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.paths import home
 from orchestrator.spec import JobSpec, spec_hash
 
-NEURON_CACHE_DIR = doctor.NEURON_CACHE_DIR
 CONTAINER_LOG_LEVEL = 20
 TRAIN_CHANNEL = "train"
 CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
-# Local jobs never reach AWS; the request still needs a well-formed RoleArn and image, so the
-# local backend receives these placeholders (never sent anywhere).
+# Local jobs never reach AWS; the request still needs a well-formed RoleArn (and an image:
+# `catalog.LOCAL_IMAGE`), so the local backend receives placeholders (never sent anywhere).
 LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
-LOCAL_IMAGE = "local"
 
 
 def output_uri(spec: JobSpec) -> str:
@@ -54,32 +58,19 @@ def results_uri(output: str, name: str) -> str:
     return f"{output}/results/{name}/results.json"
 
 
-def workers_per_node(spec: JobSpec) -> int:
-    """training.workers_per_node, else one per logical NeuronCore (SageMaker) or 1 (local)."""
-    if spec.training.workers_per_node is not None:
-        return spec.training.workers_per_node
-    facts = catalog.instance(spec.instance.type)
-    if spec.backend == "sagemaker" and facts is not None:
-        return max(1, facts.logical_cores(doctor.effective_lnc(spec)))
-    return 1
-
-
-def environment(spec: JobSpec) -> dict[str, str]:
-    """The container's environment as the request sends it (`doctor.job_environment`)."""
-    return doctor.job_environment(spec)
-
-
-def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None) -> dict:
-    """The job file (`job.json`, schema `contract.JOB_FILE_SCHEMA`) with every default resolved."""
+def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
+                 target: catalog.Target | None = None) -> dict:
+    """The job file (`job.json`, schema `contract.JOB_FILE_SCHEMA`) with every default resolved,
+    from the spec's `target` (`catalog.resolve(spec)` when not given)."""
+    target = target or catalog.resolve(spec)
     digest = spec_hash(spec)
-    facts = catalog.instance(spec.instance.type)
-    lnc = doctor.effective_lnc(spec)
+    facts = target.facts
     instance = {
         "type": spec.instance.type,
-        "family": facts.family if facts else doctor.type_family(spec.instance.type),
+        "family": facts.family if facts else target.family,
         "neuron_cores": facts.neuron_cores if facts else 0,
-        "logical_cores": facts.logical_cores(lnc) if facts else 0,
-        "lnc": lnc,
+        "logical_cores": target.logical_cores,
+        "lnc": target.lnc,
         "vcpus": facts.vcpus if facts else 0,
     }
     tags = dict(spec.tags)
@@ -92,22 +83,21 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None) -
         "spec_hash": digest,
         "spec": spec.model_dump(mode="json"),
         "instance": instance,
-        "workers_per_node": workers_per_node(spec),
+        "workers_per_node": target.workers_per_node,
         "compile_cache": {"uri": compile_cache_uri(spec), "mode": spec.compile_cache.mode,
                           "push_interval_s": spec.compile_cache.push_interval_s},
         "results_uri": results_uri(output_uri(spec), job_name),
-        "environment": environment(spec),
+        "environment": dict(target.environment),
         "tags": dict(sorted(tags.items())),
     }
 
 
-def training_image(spec: JobSpec) -> str:
-    """image.uri, the catalog image for image.neuron_sdk (InputError if unknown), or "local"."""
-    if spec.backend == "local":
-        return LOCAL_IMAGE
-    if spec.image.uri:
-        return spec.image.uri
-    return catalog.image(spec.image.neuron_sdk).uri(spec.region)
+def training_image(spec: JobSpec, target: catalog.Target) -> str:
+    """The target's image: image.uri, the catalog image for image.neuron_sdk, or "local";
+    InputError (from the catalog) for a Neuron SDK version it has no image for."""
+    if target.image_uri is None:
+        catalog.image(spec.image.neuron_sdk)  # raises, naming the versions it knows
+    return target.image_uri
 
 
 def metric_definitions() -> list[dict]:
@@ -151,13 +141,15 @@ def _output_prefix(spec: JobSpec, job: dict, name: str) -> str:
     return job["results_uri"].removesuffix(results_uri("", name))
 
 
-def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict) -> dict:
-    """The exact CreateTrainingJob request (pure; see the module docstring).
+def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: catalog.Target | None = None) -> dict:
+    """The exact CreateTrainingJob request (pure; see the module docstring), from the spec's
+    `target` (`catalog.resolve(spec)` when not given).
 
     Raises only for what cannot be expressed at all, which the doctor reports first with its
     location: an unknown image version (InputError) and spot without a max wait (SpecError at
     instance.max_wait_minutes, for callers that build without the doctor).
     """
+    target = target or catalog.resolve(spec)
     out = _output_prefix(spec, job, job_name)
     inst = spec.instance
     stopping = {"MaxRuntimeInSeconds": spec.max_run_minutes * 60}
@@ -176,7 +168,7 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict) -> dict:
     request: dict = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": {
-            "TrainingImage": training_image(spec),
+            "TrainingImage": training_image(spec, target),
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
             # launch.py as the container's first process, so SageMaker's stop signal reaches it
@@ -227,6 +219,7 @@ class Prepared:
     request: dict
     estimate: cost.Estimate
     findings: list[doctor.Finding]
+    target: catalog.Target
 
 
 def source_uri(output: str, archive_sha: str) -> str:
@@ -234,26 +227,29 @@ def source_uri(output: str, archive_sha: str) -> str:
     return f"{output}/source/{archive_sha[:16]}/{sourcedir.ARCHIVE_NAME}"
 
 
-def prepare(spec: JobSpec, *, job_name: str | None = None, extra_tags: dict | None = None) -> Prepared:
-    """Doctor, estimate, job file, archive and request for `spec` (deterministic).
+def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
+            extra_tags: dict | None = None) -> Prepared:
+    """Job file, archive and request for a spec, on its diagnosis (deterministic).
 
-    Findings are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too
-    broken to build a request for raises, and then with the doctor's located errors.
+    `source` is the spec, or the doctor's diagnosis of it (`doctor.diagnose`): the target, the
+    cost estimate and the findings are then taken as they are, not computed again. Findings
+    are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too broken to
+    build a request for raises, and then with the doctor's located errors.
     """
-    findings = doctor.check(spec)
-    estimate = cost.estimate(spec)
+    diagnosis = source if isinstance(source, doctor.Diagnosis) else doctor.diagnose(source)
+    spec, target = diagnosis.spec, diagnosis.target
     name = names.job_name(spec) if job_name is None else job_name
     names.check_job_name(name)
-    job = resolved_job(spec, name, extra_tags)
+    job = resolved_job(spec, name, extra_tags, target)
     archive = sourcedir.build_archive(job)
     digest = sourcedir.archive_sha256(archive)
     src = source_uri(_output_prefix(spec, job, name), digest)
     try:
-        request = build(spec, job_name=name, source_uri=src, job=job)
+        request = build(spec, job_name=name, source_uri=src, job=job, target=target)
     except InputError:
-        doctor.raise_for(spec, findings)
+        doctor.raise_for(spec, diagnosis.findings)
         raise
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
-                    archive_sha256=digest, source_uri=src, request=request, estimate=estimate,
-                    findings=findings)
+                    archive_sha256=digest, source_uri=src, request=request, estimate=diagnosis.estimate,
+                    findings=diagnosis.findings, target=target)
 

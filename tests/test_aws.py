@@ -143,16 +143,29 @@ def test_an_endpoint_that_answers_5xx_keeps_botocores_retries(monkeypatch):
     assert len(seen) == 4
 
 
-def test_every_client_of_the_orchestrator_has_timeouts(monkeypatch, orch_home):
+def test_every_client_of_the_orchestrator_has_timeouts(monkeypatch, orch_home, moto_server):
     from orchestrator import backends, cache, infra, prices, results
 
     monkeypatch.setenv(aws.READ_TIMEOUT_VARIABLE, "7")
+    # The cache commands build their S3 client inside: caught where every client is built.
+    made = []
+    real_client = aws.client
+
+    def recording(*args, **kwargs):
+        made.append(real_client(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(aws, "client", recording)
+    real_client("s3", "us-east-1").create_bucket(Bucket="timeouts-bucket")
+    cache.list_keys("s3://timeouts-bucket/compile-cache")
+    cache_clients = list(made)
+    assert [c.meta.service_model.service_name for c in cache_clients] == ["s3"]
     built = [
         *vars(backends.create("sagemaker", region="us-east-1")).values(),
         infra.make_client("cloudformation", None),
         prices.client(),
-        cache.default_s3_client(),
-        aws.client("s3", "us-east-1", config=results.client_config(4)),
+        *cache_clients,
+        real_client("s3", "us-east-1", config=results.client_config(4)),
     ]
     clients = [c for c in built if hasattr(c, "meta") and hasattr(c.meta, "config")]
     assert len(clients) == 7

@@ -8,6 +8,7 @@ import botocore
 import botocore.session
 import pytest
 
+from entrypoints import contract
 from orchestrator import catalog
 from orchestrator.errors import InputError
 
@@ -182,3 +183,106 @@ def test_a_prices_override_or_type_cache_that_is_a_fifo_is_never_opened(orch_hom
     os.mkfifo(cache)
     catalog.training_instance_types.cache_clear()  # read the cache file again
     assert "ml.trn1.2xlarge" in catalog.training_instance_types()  # from botocore instead
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name, read", [("sagemaker-tag-shapes", lambda: catalog.sagemaker_tag_shapes()["TagKey"]),
+                                        ("sagemaker-training-environment-limits",
+                                         lambda: catalog.environment_limits().max_variables)])
+def test_every_botocore_cache_that_is_a_fifo_is_never_opened(orch_home, name, read):
+    import os
+
+    cache = orch_home / "cache" / f"{name}-{botocore.__version__}.json"
+    cache.parent.mkdir(exist_ok=True)
+    os.mkfifo(cache)  # reading it would block for ever
+    catalog.sagemaker_tag_shapes.cache_clear()
+    catalog.environment_limits.cache_clear()
+    assert read()  # from botocore instead
+
+
+def test_botocore_service_model_is_loaded_once_however_many_caches_miss(orch_home, monkeypatch):
+    # A first run (an empty ORCHESTRATOR_HOME) misses all three caches; the model costs a few
+    # hundred milliseconds to load, so it is loaded once for all of them.
+    calls = []
+    real = botocore.session.Session.get_service_model
+    monkeypatch.setattr(botocore.session.Session, "get_service_model",
+                        lambda self, *args, **kwargs: calls.append(args) or real(self, *args, **kwargs))
+    for cached in (catalog._sagemaker_model, catalog.training_instance_types, catalog.sagemaker_tag_shapes,
+                   catalog.environment_limits):
+        cached.cache_clear()
+    assert "ml.trn1.2xlarge" in catalog.training_instance_types()
+    assert catalog.sagemaker_tag_shapes()["TagKey"]["max"] == 128
+    assert catalog.environment_limits().max_variables > 0
+    assert calls == [("sagemaker",)]
+    assert len(list((orch_home / "cache").glob("sagemaker-*.json"))) == 3
+
+
+REQ_BASE = """\
+name: req-test
+region: us-east-1
+role_arn: arn:aws:iam::123456789012:role/orchestrator-training
+instance: {type: ml.trn1.2xlarge}
+image: {neuron_sdk: "2.30.0"}
+compile_cache: {uri: s3://orchestrator-example-bucket/cc}
+output: {uri: s3://orchestrator-example-bucket/jobs}
+max_run_minutes: 60
+tags: {team: vision}
+"""
+
+
+def _spec(**overrides):
+    from orchestrator import spec
+
+    loaded = spec.loads(REQ_BASE, "job.yaml")
+    return spec.with_overrides(loaded, overrides) if overrides else loaded
+
+
+def _environment(s) -> dict[str, str]:
+    return catalog.resolve(s).environment
+
+
+# --- the job's environment (catalog.resolve), as the request sends it -------------------
+
+
+def test_trn2_sets_runtime_and_compiler_lnc_together():
+    env = _environment(_spec(**{"instance.type": "ml.trn2.48xlarge"}))
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
+    assert env["NEURON_CC_FLAGS"].split() == ["--model-type=transformer", f"--cache_dir={catalog.NEURON_CACHE_DIR}",
+                                              "--lnc=2"]
+    env = _environment(_spec(**{"instance.type": "ml.trn2.48xlarge", "instance.lnc": 1}))
+    assert env["NEURON_LOGICAL_NC_CONFIG"] == "1" and "--lnc=1" in env["NEURON_CC_FLAGS"]
+
+
+def test_trn1_gets_the_transformer_model_type_and_the_cache_dir():
+    # --model-type=transformer as the Neuron samples and the SDK's reference request set it for
+    # transformer models (the compiler's default is generic): every model here is a ViT.
+    env = _environment(_spec())
+    assert env == {"NEURON_CC_FLAGS": f"--model-type=transformer --cache_dir={catalog.NEURON_CACHE_DIR}"}
+    env = _environment(_spec(**{"compile_cache.mode": "off", "compile_cache.uri": None}))
+    assert env == {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    # Not for the compiler-less paths: native runtime, local jobs.
+    assert "NEURON_CC_FLAGS" not in _environment(_spec(**{"training.runtime": "native"}))
+
+
+@pytest.mark.parametrize("flags", ["--model-type=generic", "-O1 --model_type generic"])
+def test_a_model_type_in_the_spec_wins(flags):
+    s = _spec(environment={"NEURON_CC_FLAGS": flags})
+    sent = _environment(s)["NEURON_CC_FLAGS"]
+    assert sent.startswith(flags) and "transformer" not in sent
+
+
+def test_user_flags_are_kept_first():
+    s = _spec(**{"instance.type": "ml.trn2.48xlarge"}, environment={"NEURON_CC_FLAGS": "-O1"})
+    assert _environment(s)["NEURON_CC_FLAGS"].split()[:2] == ["-O1", "--model-type=transformer"]
+
+
+def test_efa_variables_for_multi_node_jobs_on_efa_instances_only():
+    two_trn1n = _spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2})
+    env = _environment(two_trn1n)
+    for key, value in contract.EFA_ENV.items():
+        assert env[key] == value
+    for itype in ("ml.trn2.48xlarge", "ml.trn1.32xlarge"):
+        assert set(contract.EFA_ENV) <= set(_environment(_spec(**{"instance.type": itype,
+                                                                         "instance.count": 2})))
+    for quiet in ({"instance.type": "ml.trn1n.32xlarge"}, {"instance.type": "ml.trn1.32xlarge"}):
+        assert not set(contract.EFA_ENV) & set(_environment(_spec(**quiet)))

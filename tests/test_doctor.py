@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import botocore.session
 import pytest
@@ -10,6 +12,7 @@ from cli_harness import run_cli as _cli
 
 from entrypoints.contract import EFA_ENV
 from orchestrator import catalog, doctor, spec
+from orchestrator.doctor import environment as environment_rules
 from orchestrator.errors import SpecError
 
 GOOD = """\
@@ -346,11 +349,11 @@ def test_the_tag_pattern_comes_from_botocore_and_is_understood(orch_home):
     model = botocore.session.get_session().get_service_model("sagemaker")
     shapes = catalog.sagemaker_tag_shapes()
     assert shapes["TagKey"]["pattern"] == model.shape_for("TagKey").metadata["pattern"]
-    allowed = doctor.pattern_characters(shapes["TagValue"]["pattern"])
+    allowed = environment_rules.pattern_characters(shapes["TagValue"]["pattern"])
     assert [allowed(c) for c in "aé9 _.:/=+-@"] == [True] * 12
     assert [allowed(c) for c in ",#$%&*!?\""] == [False] * 9
     with pytest.raises(ValueError):
-        doctor.pattern_characters("^[a-z]+(-[a-z]+)*$")
+        environment_rules.pattern_characters("^[a-z]+(-[a-z]+)*$")
 
 
 def test_sagemaker_environment_limits():
@@ -370,7 +373,7 @@ def test_environment_limits_count_the_variables_as_sent():
     # The request adds NEURON_CC_FLAGS on trn1 (xla): 99 of the user's fit, 100 do not.
     limit = catalog.environment_limits().max_variables
     fits = {f"VAR_{i}": "1" for i in range(limit - 1)}
-    assert len(doctor.job_environment(_spec(environment=fits))) == limit
+    assert len(catalog.resolve(_spec(environment=fits)).environment) == limit
     assert "N023-environment-limits" not in _rules(_spec(environment=fits))
     over = {**fits, "ONE_MORE": "1"}
     f = _fires(_spec(environment=over), "N023-environment-limits")
@@ -543,7 +546,7 @@ def test_a_hybrid_vit_with_the_linear_patch_embed_is_an_error():
 
 
 def test_more_local_processes_than_cpus_warns(monkeypatch):
-    monkeypatch.setattr(doctor.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
     f = _fires(_spec(LOCAL, **{"instance.count": 2, "training.workers_per_node": 3}), "N027-local-oversubscribed",
                "warning")
     assert "6 local training processes" in f.message and "4 CPUs" in f.message and f.path == "instance.count"
@@ -555,7 +558,7 @@ def test_more_local_processes_than_cpus_warns(monkeypatch):
 # --- N031: a local job's environment must fit a new process on this machine --------------------
 
 
-@pytest.mark.skipif(not doctor.sys.platform.startswith("linux"), reason="MAX_ARG_STRLEN is Linux's")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MAX_ARG_STRLEN is Linux's")
 def test_validate_refuses_a_local_environment_value_no_process_can_take(tmp_path, monkeypatch, capsys):
     # QA: a 600 KB environment value passed `validate`, then failed at submit as
     # "InternalServerError ... Argument list too long" with no field named.
@@ -563,7 +566,7 @@ def test_validate_refuses_a_local_environment_value_no_process_can_take(tmp_path
     path.write_text(LOCAL + f"environment:\n  BIG: {'x' * 600_000}\n  SMALL: ok\n")
     code, out, err = _cli(monkeypatch, capsys, "validate", str(path))
     assert code == 2 and out == "" and "Traceback" not in err
-    one, _ = doctor.exec_limits()
+    one, _ = environment_rules.exec_limits()
     assert err.startswith(f"error: {path}:4:8: environment.BIG: environment BIG: 600005 bytes; one environment variable "
                           f"of a process on this machine holds at most {one} bytes (Linux MAX_ARG_STRLEN)")
     assert "[N031-local-environment-size]" in err and "hint: shorten it" in err
@@ -573,8 +576,8 @@ def test_validate_refuses_a_local_environment_value_no_process_can_take(tmp_path
 
 
 def test_a_local_environment_too_large_with_the_callers_own_is_refused_at_environment(monkeypatch):
-    monkeypatch.setattr(doctor, "exec_limits", lambda: (None, 200_000))
-    monkeypatch.setattr(doctor.os, "environ", {"PATH": "/bin", "HUGE": "y" * 100_000})
+    monkeypatch.setattr(environment_rules, "exec_limits", lambda: (None, 200_000))
+    monkeypatch.setattr(os, "environ", {"PATH": "/bin", "HUGE": "y" * 100_000})
     f = _fires(_spec(LOCAL, environment={f"V{i}": "x" * 1000 for i in range(40)}), "N031-local-environment-size")
     assert f.path == "environment" and "this process's own environment (100" in f.message
     assert "N031-local-environment-size" not in _rules(_spec(LOCAL, environment={"V": "x" * 1000}))

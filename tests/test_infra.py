@@ -1,4 +1,4 @@
-"""orchestrator/infra.py and `orchestrator infra ...`: deploy infra/stack.yaml into moto's
+"""orchestrator/infra/ and `orchestrator infra ...`: deploy infra/stack.yaml into moto's
 CloudFormation, read its outputs, write the `infra:` file, and submit a job that uses them.
 
 moto's CloudFormation neither rolls back nor emits resource events, so the rollback report,
@@ -22,7 +22,8 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from orchestrator import infra, paths, spec
+from entrypoints import atomic
+from orchestrator import infra, spec
 from orchestrator.errors import BackendError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,7 +288,7 @@ def test_deploy_write_outputs_and_submit_a_job_against_the_same_moto_server(
     }
     assert [p.name for p in configs.iterdir()] == ["infra.yaml"]
     # A config file for the user to read and commit: the mode open() gives, not mkstemp's 0600.
-    assert infra_file.stat().st_mode & 0o777 == 0o666 & ~paths.current_umask()
+    assert infra_file.stat().st_mode & 0o777 == 0o666 & ~atomic.current_umask()
 
     job_file = configs / "job.yaml"
     job_file.write_text(
@@ -859,7 +860,7 @@ def test_outputs_file_replaces_atomically_and_leaves_no_temp_file(tmp_path, monk
         def fail(src, dst):
             raise OSError(28, "No space left on device")
 
-        patched.setattr(paths.os, "replace", fail)
+        patched.setattr(os, "replace", fail)
         with pytest.raises(InputError, match="No space left on device") as info:
             infra.write_outputs_file(sample_outputs(), target)
         assert "--write configs/infra.yaml" in info.value.hint

@@ -72,76 +72,6 @@ def test_cli_with_home_a_file_exits_2_without_a_traceback(tmp_path, monkeypatch,
     assert target.read_text() == ""
 
 
-# --- write_atomic: the mode a plain open() gives ---------------------------------------------
-
-@pytest.fixture
-def umask():
-    """Set the process umask for one test and restore it after."""
-    import os
-
-    saved = os.umask(0o022)
-    os.umask(saved)
-    yield lambda mask: os.umask(mask)
-    os.umask(saved)
-
-
-@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
-def test_write_atomic_gives_a_new_file_the_mode_open_would(tmp_path, umask, mask, mode):
-    umask(mask)
-    target = paths.write_atomic(tmp_path / "new.yaml", "a: 1\n")
-    assert target.stat().st_mode & 0o777 == mode
-    assert target.read_text() == "a: 1\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["new.yaml"]  # no temp file left
-
-
-def test_write_atomic_keeps_an_existing_files_mode(tmp_path, umask):
-    umask(0o022)
-    target = tmp_path / "kept.json"
-    target.write_bytes(b"old")
-    target.chmod(0o640)
-    paths.write_atomic(target, b"new")
-    assert target.stat().st_mode & 0o777 == 0o640 and target.read_bytes() == b"new"
-
-
-def test_write_atomic_writes_through_a_symlink_as_open_would(tmp_path, umask):
-    umask(0o022)
-    elsewhere = tmp_path / "shared" / "infra.yaml"
-    elsewhere.parent.mkdir()
-    elsewhere.write_text("old: 1\n")
-    elsewhere.chmod(0o640)
-    link = tmp_path / "sl" / "infra.yaml"
-    link.parent.mkdir()
-    link.symlink_to(Path("..") / "shared" / "infra.yaml")  # relative, as `ln -s` users make them
-    assert paths.write_atomic(link, "new: 2\n") == link
-    assert link.is_symlink() and link.resolve() == elsewhere.resolve()
-    assert elsewhere.read_text() == "new: 2\n" and elsewhere.stat().st_mode & 0o777 == 0o640
-    assert sorted(p.name for p in elsewhere.parent.iterdir()) == ["infra.yaml"]  # no temp file left
-    assert sorted(p.name for p in link.parent.iterdir()) == ["infra.yaml"]
-    # A link whose target does not exist yet: open() would create the target, so do we.
-    dangling = tmp_path / "sl" / "new.yaml"
-    dangling.symlink_to(elsewhere.parent / "new.yaml")
-    paths.write_atomic(dangling, b"x")
-    assert dangling.is_symlink() and (elsewhere.parent / "new.yaml").read_bytes() == b"x"
-    assert (elsewhere.parent / "new.yaml").stat().st_mode & 0o777 == 0o644
-
-
-def test_current_umask_without_proc_reads_and_restores_it(umask, monkeypatch):
-    import builtins
-    import os
-
-    real_open = builtins.open
-
-    def no_proc(file, *args, **kwargs):
-        if str(file).startswith("/proc/"):
-            raise FileNotFoundError(2, "No such file or directory", str(file))
-        return real_open(file, *args, **kwargs)
-
-    umask(0o027)
-    monkeypatch.setattr(builtins, "open", no_proc)
-    assert paths.current_umask() == 0o027
-    assert os.umask(0o027) == 0o027  # unchanged by the read
-
-
 # --- write targets that are not regular files are never replaced ---------------------------
 
 
@@ -166,17 +96,6 @@ def _special_targets(tmp_path) -> dict:
         os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         found["char-device"] = (tmp_path / "null", lambda p: stat.S_ISCHR(os.lstat(p).st_mode))
     return found
-
-
-def test_write_atomic_never_replaces_what_is_not_a_regular_file(tmp_path):
-    import os
-
-    for name, (target, intact) in _special_targets(tmp_path).items():
-        with pytest.raises(paths.NotRegularFile) as info:
-            paths.write_atomic(target, "data")
-        assert isinstance(info.value, OSError) and "not a regular file" in info.value.strerror, name
-        assert intact(target), name
-    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]  # no temp file left
 
 
 @pytest.mark.timeout(60)

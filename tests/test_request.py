@@ -194,34 +194,7 @@ def test_extra_tags_are_added():
     assert job["tags"]["orchestrator:sweep"] == "instances"
 
 
-# --- environment -------------------------------------------------------------------
-
-
-def test_trn2_sets_runtime_and_compiler_lnc_together():
-    env = request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge"}))
-    assert env["NEURON_LOGICAL_NC_CONFIG"] == "2"
-    assert env["NEURON_CC_FLAGS"].split() == ["--model-type=transformer", f"--cache_dir={request.NEURON_CACHE_DIR}",
-                                              "--lnc=2"]
-    env = request.environment(_spec(**{"instance.type": "ml.trn2.48xlarge", "instance.lnc": 1}))
-    assert env["NEURON_LOGICAL_NC_CONFIG"] == "1" and "--lnc=1" in env["NEURON_CC_FLAGS"]
-
-
-def test_trn1_gets_the_transformer_model_type_and_the_cache_dir():
-    # --model-type=transformer as the Neuron samples and the SDK's reference request set it for
-    # transformer models (the compiler's default is generic): every model here is a ViT.
-    env = request.environment(_spec())
-    assert env == {"NEURON_CC_FLAGS": f"--model-type=transformer --cache_dir={request.NEURON_CACHE_DIR}"}
-    env = request.environment(_spec(**{"compile_cache.mode": "off", "compile_cache.uri": None}))
-    assert env == {"NEURON_CC_FLAGS": "--model-type=transformer"}
-    # Not for the compiler-less paths: native runtime, local jobs.
-    assert "NEURON_CC_FLAGS" not in request.environment(_spec(**{"training.runtime": "native"}))
-
-
-@pytest.mark.parametrize("flags", ["--model-type=generic", "-O1 --model_type generic"])
-def test_a_model_type_in_the_spec_wins(flags):
-    s = _spec(environment={"NEURON_CC_FLAGS": flags})
-    sent = request.environment(s)["NEURON_CC_FLAGS"]
-    assert sent.startswith(flags) and "transformer" not in sent
+# --- the job's environment, as sent -------------------------------------------------
 
 
 def test_the_compile_cache_key_follows_the_flags_as_sent():
@@ -234,23 +207,6 @@ def test_the_compile_cache_key_follows_the_flags_as_sent():
     default, generic = key(_spec()), key(_spec(environment={"NEURON_CC_FLAGS": "--model-type=generic"}))
     assert default.flags == "--model-type=transformer" and generic.flags == "--model-type=generic"
     assert default.digest() != generic.digest()
-
-
-def test_user_flags_are_kept_first():
-    s = _spec(**{"instance.type": "ml.trn2.48xlarge"}, environment={"NEURON_CC_FLAGS": "-O1"})
-    assert request.environment(s)["NEURON_CC_FLAGS"].split()[:2] == ["-O1", "--model-type=transformer"]
-
-
-def test_efa_variables_for_multi_node_jobs_on_efa_instances_only():
-    two_trn1n = _spec(**{"instance.type": "ml.trn1n.32xlarge", "instance.count": 2})
-    env = request.environment(two_trn1n)
-    for key, value in contract.EFA_ENV.items():
-        assert env[key] == value
-    for itype in ("ml.trn2.48xlarge", "ml.trn1.32xlarge"):
-        assert set(contract.EFA_ENV) <= set(request.environment(_spec(**{"instance.type": itype,
-                                                                         "instance.count": 2})))
-    for quiet in ({"instance.type": "ml.trn1n.32xlarge"}, {"instance.type": "ml.trn1.32xlarge"}):
-        assert not set(contract.EFA_ENV) & set(request.environment(_spec(**quiet)))
 
 
 # --- the request -------------------------------------------------------------------
@@ -275,7 +231,7 @@ def test_request_shape():
     assert req["ResourceConfig"] == {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100}
     assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600}
     assert req["EnableManagedSpotTraining"] is False
-    assert req["Environment"] == request.environment(s)
+    assert req["Environment"] == catalog.resolve(s).environment
     # The code travels as the `code` channel; synthetic data needs no other.
     assert [c["ChannelName"] for c in req["InputDataConfig"]] == ["code"]
     for absent in ("CheckpointConfig", "RetryStrategy"):
@@ -631,3 +587,64 @@ def test_validate_doctor_plan_never_import_heavy_modules(tmp_path):
                               timeout=120)
         report = json.loads(done.stderr.strip().splitlines()[-1])
         assert report == {"code": 0, "heavy": []}, (args, done.stderr)
+
+
+# --- one way, once: spec -> doctor -> request -> backend ----------------------------------------
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How often the catalog resolves a spec, the cost is estimated and the budget checked."""
+    from orchestrator import cost
+    from orchestrator.doctor import budget
+
+    calls = {"resolve": 0, "estimate": 0, "budget": 0}
+
+    def counting(module, name, key):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[key] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    counting(catalog, "resolve", "resolve")
+    counting(cost, "estimate", "estimate")
+    counting(budget, "check_budget", "budget")
+    return calls
+
+
+def test_prepare_resolves_estimates_and_checks_the_budget_once(counted):
+    from orchestrator import doctor
+
+    prepared = request.prepare(_spec())
+    assert counted == {"resolve": 1, "estimate": 1, "budget": 1}
+    assert prepared.target == catalog.resolve(_spec()) and prepared.estimate.known
+    # Given the doctor's diagnosis, prepare derives none of it again.
+    diagnosis = doctor.diagnose(_spec())
+    counted.update(resolve=0, estimate=0, budget=0)
+    again = request.prepare(diagnosis)
+    assert counted == {"resolve": 0, "estimate": 0, "budget": 0}
+    assert again.request == prepared.request and again.findings == prepared.findings
+
+
+@pytest.mark.parametrize("args", [(), ("--rerun",)])
+def test_submit_checks_the_budget_once(moto_server, counted, monkeypatch, capsys, args):
+    import boto3
+
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="orchestrator-example-bucket")
+    config = ROOT / "configs" / "vit-trn1-2xlarge.yaml"
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(config), *args)
+    assert code == 0, err
+    assert counted == {"resolve": 1, "estimate": 1, "budget": 1}
+    assert "cost: at most" in err and out.strip().startswith("vit-trn1-2xlarge-")
+
+
+def test_submit_refuses_a_spec_over_budget_after_one_check(moto_server, counted, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "pricey.yaml"
+    path.write_text((ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text().replace("max_cost_usd: 40",
+                                                                                     "max_cost_usd: 0.5"))
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(path), "--rerun")
+    assert code == 2 and out == "" and err.count("N016-budget-exceeded") == 1
+    assert counted == {"resolve": 1, "estimate": 1, "budget": 1}

@@ -863,7 +863,7 @@ def test_cli_results_local_default_table_csv_json_and_plot(prices, tmp_path):
     assert result.exit_code == 0, result.output
     assert "c-1" in result.stdout and "c-3" in result.stdout and "unreadable" in result.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from orchestrator.paths import current_umask
+    from entrypoints.atomic import current_umask
 
     assert out.stat().st_mode & 0o777 == 0o666 & ~current_umask()  # as open() makes it, not 0600
 

@@ -105,7 +105,9 @@ def test_catchup_all_is_bounded(tmp_path):
 
 
 def test_a_very_long_absence_is_scanned_boundedly(tmp_path, monkeypatch):
-    monkeypatch.setattr(schedules, "MAX_SCAN", 50)
+    from orchestrator.schedule import cron
+
+    monkeypatch.setattr(cron, "MAX_SCAN", 50)
     schedule = load(tmp_path).schedule.model_copy(update={"cron": "* * * * *"})
     found = schedules.due(schedule, utc(2026, 3, 1), utc(2026, 1, 1))
     assert found.truncated and found.submit == [utc(2026, 3, 1)] and len(found.skipped) == 49

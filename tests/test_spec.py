@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import string
 import subprocess
 import sys
@@ -328,8 +329,6 @@ def test_pattern_errors_say_what_is_expected_in_words():
 
 @pytest.mark.timeout(30)
 def test_only_regular_files_are_read(tmp_path):
-    import os
-
     def message(path) -> str:
         with pytest.raises(SpecError) as info:
             spec.load(path)
@@ -356,7 +355,7 @@ def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
     path = tmp_path / "job.yaml"
     path.write_text(LOCAL)
     reads = []
-    real_fdopen = spec.os.fdopen
+    real_fdopen = os.fdopen
 
     class Endless:
         def __init__(self, handle):
@@ -376,7 +375,7 @@ def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
             assert size > 0, "an unbounded read"
             return b"#" * size
 
-    monkeypatch.setattr(spec.os, "fdopen", lambda fd, mode: Endless(real_fdopen(fd, mode)))
+    monkeypatch.setattr(os, "fdopen", lambda fd, mode: Endless(real_fdopen(fd, mode)))
     with pytest.raises(SpecError) as info:
         spec.load(path)
     assert "larger than" in info.value.message and reads == [spec.MAX_SPEC_BYTES + 1]
@@ -384,8 +383,6 @@ def test_read_is_bounded_even_if_the_file_grows(tmp_path, monkeypatch):
 
 @pytest.mark.timeout(30)
 def test_infra_file_problems_are_accurate(tmp_path):
-    import os
-
     def infra_problem(ref: str):
         (tmp_path / "job.yaml").write_text(f"name: x\ninfra: {ref}\n")
         with pytest.raises(SpecError) as info:
@@ -505,6 +502,32 @@ def test_a_sweep_spec_is_named_as_such(tmp_path):
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2 and f"sweep plan {path}" in run.stderr and f"sweep run {path}" in run.stderr
         assert "unknown field" not in run.stderr and "did you mean" not in run.stderr
+
+
+def test_job_and_sweep_specs_are_told_apart_by_the_sweep_models_fields():
+    from orchestrator.spec import loading
+
+    assert loading.SWEEP_FIELDS == set(spec.SweepSpec.model_fields)
+
+
+def test_validating_a_job_spec_builds_only_the_job_models(tmp_path):
+    # `validate` (the spec, then the doctor's rules) starts fast by building what it needs: no
+    # sweep model, no cron rules, no error translation for a spec without errors, and no
+    # botocore once the catalog's cache of its service model is written (the first run).
+    probe = ("import json, sys; from orchestrator import doctor, spec; loaded = spec.load(sys.argv[1]); "
+             "doctor.raise_for(loaded, doctor.check(loaded)); "
+             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('orchestrator', 'botocore')))))")
+    argv = [sys.executable, "-c", probe, str(ROOT / "configs" / "vit-trn1-2xlarge.yaml")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ORCHESTRATOR_HOME": str(tmp_path)}
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    loaded = set(json.loads(run.stdout))
+    assert {"orchestrator.spec.models", "orchestrator.doctor"} <= loaded
+    assert not loaded & {"orchestrator.spec.sweep_spec", "orchestrator.spec.problems", "orchestrator.schedule",
+                         "orchestrator.schedule.cron", "botocore", "botocore.session"}, sorted(loaded)
+    assert "botocore" in json.loads(first.stdout)  # the first run reads it: the probe does see imports
 
 
 def test_a_job_spec_given_as_a_sweep_says_how_to_check_and_run_it(tmp_path):

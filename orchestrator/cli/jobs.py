@@ -177,22 +177,19 @@ def submit(
     from orchestrator.errors import InputError
 
     loaded = spec.load(path)
+    diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
     backend = None
     if rerun:
         # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
-        doctor_rules.raise_for(loaded, doctor_rules.check(loaded))
+        diagnosis.raise_for_errors()
         backend = backends.create(loaded.backend, region=loaded.region)
-    prepared = request.prepare(loaded, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
+    prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
     if dry_run:
         print_plan(loaded, prepared, as_json=False)
         return
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
-    budget = loaded.budget.max_cost_usd
-    if budget is not None and prepared.estimate.usd_max > budget:
-        raise InputError(f"{path}: estimated cost above budget.max_cost_usd {budget:g}: "
-                         f"{prepared.estimate.describe()}", hint="raise budget.max_cost_usd or max_run_minutes")
     err(prepared.estimate.describe())
     backend = backend or backends.create(loaded.backend, region=loaded.region)
     result = backend.submit(prepared)

@@ -1,0 +1,154 @@
+"""Doctor rules about the instance type and the hosts: whether SageMaker trains on the type
+(N001, N002), hosts (N003, EFA: N018, N019), workers and LNC (N004, N005, N015), managed spot
+(N012, N013) and the volume (N030)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING
+
+from orchestrator import catalog
+from orchestrator.doctor.finding import Finding
+
+if TYPE_CHECKING:
+    from orchestrator.spec import JobSpec
+
+NEURON_TYPES_HINT = "ml.trn1.2xlarge, ml.trn1.32xlarge, ml.trn1n.32xlarge, ml.trn2.48xlarge"
+
+
+def accepted(spec: JobSpec, target: catalog.Target) -> list[Finding]:
+    """N001, N002, N003: a type SageMaker training accepts, that the catalog knows, on as many
+    hosts as it can run."""
+    out = []
+    itype = spec.instance.type
+    trainable = catalog.training_instance_types()
+    if itype not in trainable:
+        if target.family == "inf2":
+            out.append(Finding(
+                "N001-instance-not-trainable", "error",
+                f"{itype} is not a SageMaker training instance type: inf2 is offered for hosting and "
+                "batch transform only. ml.trn1.2xlarge has the same NeuronCore-v2 and trains",
+                "set instance.type: ml.trn1.2xlarge", "instance.type"))
+        else:
+            neuron = sorted(t for t in trainable if catalog.type_family(t).startswith("trn"))
+            close = difflib.get_close_matches(itype, sorted(trainable), n=1, cutoff=0.8)
+            hint = f"did you mean {close[0]}? " if close else ""
+            out.append(Finding(
+                "N001-instance-not-trainable", "error",
+                f"{itype} is not an instance type SageMaker training accepts (botocore's TrainingInstanceType)",
+                f"{hint}Trainium types: {', '.join(neuron)}", "instance.type"))
+    elif target.facts is None:
+        out.append(Finding(
+            "N002-instance-facts-unknown", "warning",
+            f"the catalog has no facts for {itype}: NeuronCores, vCPUs and price are unknown, so "
+            "workers per host and data workers are not checked",
+            f"use a Trainium type ({NEURON_TYPES_HINT}) or set training.workers_per_node yourself", "instance.type"))
+    facts = target.facts
+    if facts is not None and spec.instance.count > 1 and not facts.multi_node:
+        out.append(Finding(
+            "N003-multi-node-unsupported", "error",
+            f"{itype} cannot run multi-node (no EFA); count is {spec.instance.count}",
+            "use count: 1, or ml.trn1.32xlarge / ml.trn1n.32xlarge for several nodes", "instance.count"))
+    return out
+
+
+def workers(spec: JobSpec, target: catalog.Target) -> list[Finding]:
+    """N004, N015: one worker per logical NeuronCore, and DataLoader workers the vCPUs can feed.
+    For a type the catalog knows and SageMaker trains on."""
+    facts = target.facts
+    if facts is None or spec.instance.type not in catalog.training_instance_types():
+        return []
+    out = []
+    lnc = target.lnc
+    cores = target.logical_cores
+    given = spec.training.workers_per_node
+    if given is not None and given != cores:
+        out.append(Finding(
+            "N004-workers-per-node", "error",
+            f"workers_per_node is {given} but {facts.type} has {cores} logical NeuronCores at LNC={lnc}; "
+            "the Neuron runtime runs one worker per logical core",
+            f"remove training.workers_per_node (default: {cores}) or set it to {cores}",
+            "training.workers_per_node"))
+    per_host = given or cores
+    wanted = spec.data.num_workers * per_host
+    if cores and wanted > facts.vcpus:
+        most = facts.vcpus // per_host
+        out.append(Finding(
+            "N015-data-workers-vcpus", "warning",
+            f"{spec.data.num_workers} DataLoader workers x {per_host} workers per host = {wanted} processes "
+            f"on {facts.vcpus} vCPUs: data loading will contend with the training processes",
+            f"set data.num_workers to at most {most}", "data.num_workers"))
+    return out
+
+
+def lnc(spec: JobSpec, target: catalog.Target) -> list[Finding]:
+    """N005: an LNC the instance supports (LNC=2 fails to compile on trn1)."""
+    facts = target.facts
+    if facts is None or spec.instance.lnc is None or spec.instance.lnc in facts.lnc_allowed:
+        return []
+    why = " (the compiler fails with NCC_EARG001)" if facts.family == "trn1" else ""
+    allowed = ", ".join(str(x) for x in facts.lnc_allowed)
+    return [Finding(
+        "N005-lnc-unsupported", "error",
+        f"LNC={spec.instance.lnc} is not supported on {facts.type}{why}",
+        f"set instance.lnc to {allowed} or remove it", "instance.lnc")]
+
+
+def efa(spec: JobSpec, target: catalog.Target) -> list[Finding]:
+    """N018, N019: the EFA variables the orchestrator adds on multi-node EFA instances."""
+    if not target.efa:
+        return []
+    from entrypoints.contract import EFA_ENV
+
+    out = [Finding(
+        "N018-efa-env-added", "info",
+        f"multi-node {spec.instance.type}: the orchestrator adds "
+        f"{', '.join(f'{k}={v}' for k, v in EFA_ENV.items())} (launch.py runs torchrun itself, outside the "
+        "training toolkit's own EFA set-up)",
+        "nothing to do", "instance.count")]
+    for key, value in EFA_ENV.items():
+        if key in spec.environment and spec.environment[key] != value:
+            out.append(Finding(
+                "N019-efa-env-overridden", "warning",
+                f"environment sets {key}={spec.environment[key]}; multi-node {spec.instance.type} needs "
+                f"{key}={value} for EFA, and your value wins",
+                f"remove {key} from environment", f"environment.{key}"))
+    return out
+
+
+def spot(spec: JobSpec) -> list[Finding]:
+    """N012, N013: managed spot needs a max wait that covers the run; a max wait needs spot."""
+    inst = spec.instance
+    if inst.spot and inst.max_wait_minutes is None:
+        return [Finding(
+            "N012-spot-max-wait", "error",
+            "managed spot training needs max_wait_minutes (how long to wait for capacity plus run)",
+            f"set instance.max_wait_minutes to at least max_run_minutes ({spec.max_run_minutes})",
+            "instance.max_wait_minutes")]
+    if inst.spot and inst.max_wait_minutes < spec.max_run_minutes:
+        return [Finding(
+            "N012-spot-max-wait", "error",
+            f"max_wait_minutes ({inst.max_wait_minutes}) is below max_run_minutes ({spec.max_run_minutes}); "
+            "SageMaker requires the wait to cover the run",
+            f"set instance.max_wait_minutes to at least {spec.max_run_minutes}", "instance.max_wait_minutes")]
+    if not inst.spot and inst.max_wait_minutes is not None:
+        return [Finding(
+            "N013-max-wait-without-spot", "warning",
+            "max_wait_minutes is ignored without spot: true",
+            "set instance.spot: true, or remove max_wait_minutes", "instance.max_wait_minutes")]
+    return []
+
+
+def volume(spec: JobSpec, target: catalog.Target) -> list[Finding]:
+    """N030: instance.volume_gb set on a type with NVMe instance storage, where it is ignored."""
+    # botocore's ResourceConfig.VolumeSizeInGB: on types with NVMe instance storage SageMaker
+    # provisions no EBS volume and uses the instance storage. Only when the spec asks for another
+    # size than the default: the request carries a value either way (the field is required).
+    default = type(spec.instance).model_fields["volume_gb"].default
+    if target.facts is None or not target.facts.instance_storage or spec.instance.volume_gb == default:
+        return []
+    return [Finding(
+        "N030-volume-ignored", "info",
+        f"instance.volume_gb ({spec.instance.volume_gb}) is ignored on {spec.instance.type}: SageMaker uses the "
+        "instance's NVMe storage instead of an EBS volume",
+        "remove instance.volume_gb", "instance.volume_gb")]

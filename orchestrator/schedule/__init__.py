@@ -1,0 +1,57 @@
+"""Cron schedules for sweeps, kept from a laptop (`schedule run`) or from system cron (`schedule tick`).
+
+Modules: `cron` (whether an expression is usable, and when it fires: a leaf the spec loader
+uses), `scheduler` (due ticks, the catchup policy, submitting and following tick sweeps),
+`crontab` (the lines that run `schedule tick` from system cron).
+
+Contract:
+- The spec's `schedule.cron` (five fields or an @alias, read in `schedule.timezone`) names
+  the ticks. A tick at time T runs the sweep as a sweep of its own, id
+  `<sweep>-<8 hex>-<YYYYMMDDHHMM>` (T in UTC, minute resolution), so its job names depend
+  only on the sweep's content and T. A tick is therefore submitted at most once: a restart
+  finds the tick's rows in the ledger, and a second machine's CreateTrainingJob for the same
+  name is answered ResourceInUse, which the backend reconciles instead of retrying under a
+  new name.
+- Bookkeeping lives in the ledger's kv table under `schedule:<sweep>-<8 hex>`: the last tick
+  handled, when the schedule was first evaluated, and the tick sweeps not yet finished. It
+  is written after a tick's sweep is saved, so a crash in between re-plans the same tick
+  (same ids, nothing twice).
+- A schedule does not owe ticks from before it existed. Its first evaluation ever records
+  that moment (`since`) and owes only the tick due then: the most recent tick within
+  ON_TIME_SECONDS (cron starts `schedule tick` a little after the minute), whatever
+  `catchup` says; earlier ticks are neither submitted nor reported as skipped. Later
+  evaluations look at the ticks after the last one handled (or, if none was ever due, after
+  `since`).
+- Missed ticks (the machine slept or was off): `catchup: latest` submits the most recent
+  one, `all` each of them (at most `max_catchup`, the most recent), `none` only a tick
+  evaluated within ON_TIME_SECONDS of its time; the others are reported as skipped.
+- `evaluate()` is one pass (what `schedule tick` runs): submit due ticks, then advance every
+  unfinished tick sweep by one runner step. `run()` repeats it, sleeping in slices of at
+  most a minute so that a laptop waking from sleep notices missed ticks at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Public name -> the submodule that defines it. Imported on first use: the spec loader needs
+# `cron` alone, and `scheduler` imports the sweep runner.
+_EXPORTS = {
+    "MAX_SCAN": "cron", "ALIASES": "cron", "cron_problem": "cron", "timezone_problem": "cron",
+    "require_schedule": "cron", "next_fires": "cron", "ticks_between": "cron",
+    "ON_TIME_SECONDS": "scheduler", "MAX_SLEEP_SECONDS": "scheduler", "KEEP_HISTORY": "scheduler",
+    "Due": "scheduler", "due": "scheduler", "TickReport": "scheduler", "schedule_key": "scheduler",
+    "Scheduler": "scheduler",
+    "AWS_SETTINGS": "crontab", "package_root": "crontab", "aws_settings": "crontab", "crontab_line": "crontab",
+    "cron_command": "crontab", "ensure_log_dir": "crontab",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

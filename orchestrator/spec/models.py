@@ -1,0 +1,386 @@
+"""Job specs: the strict, frozen pydantic models of a job, and its identity (`spec_hash`).
+
+Contract: the models do no I/O and read no clock; every field is documented once, in its
+`Field(description=...)` (`python -m orchestrator schema` prints them). Numbers are strict: a
+boolean, NaN or infinity is not one. Cross-field problems are all reported in one error, each
+at its own field (`cross_fields`; `orchestrator.spec.problems` locates them). Models build
+their validators on first use (`defer_build`): a command validates only the models it needs.
+"""
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from orchestrator.spec.source import SourceMap, split_path
+
+# SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
+MAX_NAME = 54
+NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
+# S3's bucket naming rule, as entrypoints/storage.py checks it. A file URI names an absolute
+# path, file:///PATH (`file://relative/x` would read `relative` as a host name; the job's data
+# reader takes what follows file:// as the path, so file://localhost/PATH is refused too).
+S3_BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
+FILE_URI = r"file:///.+"
+URI_PATTERN = rf"^(s3://{S3_BUCKET}(/.*)?|{FILE_URI})$"
+ROLE_PATTERN = r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
+# Two letters, one or more words, a number: us-east-1, us-gov-west-1, cn-north-1, eu-isoe-west-1.
+# The CLI's --region and `prices refresh` check with this one pattern too.
+REGION_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d+$"
+INSTANCE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
+ARCH_PATTERN = r"^vit_[a-z0-9_]+$"
+SDK_PATTERN = r"^\d+\.\d+\.\d+$"
+# SageMaker's S3DataSource takes a whole bucket (s3://bucket) or a prefix in it.
+DATA_PATTERN = rf"^(synthetic|s3://{S3_BUCKET}(/.*)?|{FILE_URI})$"
+
+
+def cross_field(field_path: str | tuple[str, ...], message: str) -> PydanticCustomError:
+    """A cross-field error that the loader locates at `field_path` below the model (dotted,
+    or a tuple where a part may hold dots: a tag or variable name)."""
+    return PydanticCustomError("cross_field", "{message}", {"field": field_path, "message": message})
+
+
+def cross_fields(found: list[tuple[str | tuple[str, ...], str]]) -> PydanticCustomError:
+    """Several cross-field errors (field path, message) as one: a model validator can raise
+    only one error, and the user should get every problem in one round. `problems_from`
+    turns each into its own located problem."""
+    if len(found) == 1:
+        return cross_field(*found[0])
+    return PydanticCustomError("cross_field", "{message}", {
+        "field": found[0][0], "message": "; ".join(message for _, message in found), "all": tuple(found)})
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic reads True as 1 for int and float fields; in YAML `batch_size: yes` is a mistake.
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_number", "expected a number, got a boolean")
+    return value
+
+
+def valid_bucket(name: str) -> bool:
+    """An S3 bucket name as entrypoints/storage.py accepts it: S3_BUCKET, and no '..'."""
+    return re.fullmatch(S3_BUCKET, name) is not None and ".." not in name
+
+
+def _bucket_checked(value: str | None) -> str | None:
+    """A URI field's value, refused when its S3 bucket has '..' (which S3_BUCKET, a pattern
+    pydantic checks without look-ahead, lets through)."""
+    if isinstance(value, str) and value.startswith("s3://"):
+        bucket = value[len("s3://"):].partition("/")[0]
+        if ".." in bucket:
+            raise PydanticCustomError("uri_bucket", "{message}",
+                                      {"message": f"{value!r} is not valid: {uri_reason(value)}"})
+    return value
+
+
+# The number types of every spec field: a boolean is refused (NaN and infinity are refused by
+# the models' allow_inf_nan=False).
+Int = Annotated[int, BeforeValidator(_not_bool)]
+# A URI field's text (its pattern is on the field): also refused when its S3 bucket has '..'.
+UriText = Annotated[str, AfterValidator(_bucket_checked)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+
+# What a sagemaker spec needs; said by JobSpec's cross-field check and, for fields left out
+# altogether, by `problems.sagemaker_fields_absent`.
+NEEDS_ROLE = "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)"
+NEEDS_OUTPUT = "the sagemaker backend needs an s3:// output.uri"
+NEEDS_CACHE = "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off"
+
+
+class StrictModel(BaseModel):
+    """The base of every spec model: unknown keys refused, frozen, defaults validated, no NaN
+    or infinity. The validator is built when a model first validates, not at import."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
+                              defer_build=True)
+
+
+class InstanceSpec(StrictModel):
+    type: str = Field(
+        "ml.trn1.2xlarge",
+        pattern=INSTANCE_PATTERN,
+        description="SageMaker training instance type, e.g. ml.trn1.2xlarge, ml.trn1.32xlarge, "
+        "ml.trn1n.32xlarge, ml.trn2.48xlarge.",
+    )
+    count: Int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
+    spot: bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
+    max_wait_minutes: Int | None = Field(
+        None,
+        ge=1,
+        le=40320,
+        description="Managed spot: the longest the job may wait plus run, in minutes; "
+        "at least max_run_minutes.",
+    )
+    volume_gb: Int = Field(
+        100,
+        ge=1,
+        le=16384,
+        description="EBS volume per instance, GB. Ignored on instance types with NVMe instance "
+        "storage (trn1, trn1n, trn2): SageMaker uses the instance storage instead.",
+    )
+    lnc: Annotated[Literal[1, 2], BeforeValidator(_not_bool)] | None = Field(
+        None,
+        description="Logical NeuronCore config: 2 groups two physical cores (trn2 default), "
+        "1 exposes each core. trn1 supports only 1.",
+    )
+
+
+class ImageSpec(StrictModel):
+    neuron_sdk: str | None = Field(
+        None,
+        pattern=SDK_PATTERN,
+        description="Neuron SDK version of the PyTorch Neuron training image, resolved from the "
+        "catalog (default: the catalog's latest training image).",
+    )
+    uri: str | None = Field(None, min_length=1, description="Pin an exact image URI instead.")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "ImageSpec":
+        if self.neuron_sdk is not None and self.uri is not None:
+            raise cross_field("uri", "give either neuron_sdk or uri, not both")
+        return self
+
+
+class ModelSpec(StrictModel):
+    arch: str = Field(
+        "vit_base_patch16_224",
+        pattern=ARCH_PATTERN,
+        description="timm ViT architecture name.",
+    )
+    @field_validator("arch", mode="before")
+    @classmethod
+    def _no_pretrained_tag(cls, value: Any) -> Any:
+        # timm names pretrained weights "<arch>.<tag>"; the job builds the architecture with
+        # random weights, so the tag has no use here, and the pattern alone would not say why.
+        if isinstance(value, str) and "." in value and re.fullmatch(ARCH_PATTERN, value.split(".", 1)[0]):
+            arch, tag = value.split(".", 1)
+            raise PydanticCustomError(
+                "arch_tag", "{value!r} names pretrained weights ({tag}); training starts from random "
+                "weights, so write the architecture alone: {arch}", {"value": value, "tag": tag, "arch": arch})
+        return value
+
+    patch_embed: Literal["linear", "conv"] = Field(
+        "linear",
+        description="linear: a conv-free patch embedding (reshape + matmul), the same function "
+        "as timm's conv one; conv: timm's Conv2d.",
+    )
+    image_size: Int = Field(224, ge=8, le=1024, description="Input image side, pixels.")
+    num_classes: Int = Field(1000, ge=1, le=100000, description="Classifier outputs.")
+    patch_size: Int | None = Field(
+        None, ge=1, le=64, description="Override the arch's patch size (default: from the arch name)."
+    )
+    depth: Int | None = Field(None, ge=1, le=64, description="Override the number of blocks.")
+    embed_dim: Int | None = Field(None, ge=8, le=8192, description="Override the embedding width.")
+    num_heads: Int | None = Field(None, ge=1, le=128, description="Override the attention heads.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "ModelSpec":
+        if self.embed_dim is not None and self.num_heads is not None and self.embed_dim % self.num_heads:
+            raise cross_field("num_heads", f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}")
+        return self
+
+
+class OptimizerSpec(StrictModel):
+    name: Literal["adam", "adamw", "sgd"] = Field("adamw", description="Optimizer.")
+    lr: Float = Field(1e-4, gt=0, le=10, description="Learning rate.")
+    weight_decay: Float = Field(0.0, ge=0, le=1, description="Weight decay.")
+    momentum: Float = Field(0.9, ge=0, lt=1, description="SGD momentum (sgd only).")
+
+
+class TrainingSpec(StrictModel):
+    runtime: Literal["xla", "native"] = Field(
+        "xla",
+        description="xla: torch-xla, the Neuron path; native: eager PyTorch (CPU/CUDA, DDP), "
+        "optionally torch.compile.",
+    )
+    compile: bool = Field(False, description="native only: wrap the model in torch.compile.")
+    steps: Int = Field(500, ge=1, le=10_000_000, description="Optimizer steps per worker.")
+    warmup_steps: Int = Field(10, ge=0, description="First steps excluded from step-time statistics.")
+    batch_size: Int = Field(32, ge=1, le=65536, description="Samples per worker per step.")
+    precision: Literal["bf16", "fp32", "fp16"] = Field(
+        "bf16", description="bf16 (autocast), fp32; fp16 is refused on Neuron by the doctor."
+    )
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer.")
+    seed: Int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
+    checkpoint_every: Int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
+    log_every: Int = Field(10, ge=1, description="Log a metrics line every N steps.")
+    workers_per_node: Int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Worker processes per host (default: the instance's logical NeuronCores; "
+        "locally: 1).",
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "TrainingSpec":
+        found = []
+        if self.compile and self.runtime != "native":
+            found.append(("compile", "compile: true needs runtime: native (xla always compiles)"))
+        if self.warmup_steps >= self.steps:
+            found.append(("warmup_steps", f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})"))
+        if found:
+            raise cross_fields(found)
+        return self
+
+
+class DataSpec(StrictModel):
+    source: UriText = Field(
+        "synthetic",
+        pattern=DATA_PATTERN,
+        description="synthetic, or an s3:// (or file://) prefix holding an ImageFolder tree.",
+    )
+    num_workers: Int = Field(4, ge=0, le=64, description="DataLoader workers per training worker.")
+
+
+class CompileCacheSpec(StrictModel):
+    uri: UriText | None = Field(
+        None,
+        pattern=URI_PATTERN,
+        description="Where compile caches live (s3:// or file://); local jobs default to the "
+        "local store.",
+    )
+    mode: Literal["tarball", "off"] = Field(
+        "tarball", description="tarball: pull before training, push while it runs and at the end; off."
+    )
+    push_interval_s: Int = Field(
+        60,
+        ge=1,
+        le=3600,
+        description="While training runs, how often the job looks for newly compiled cache entries and "
+        "pushes them (the first push follows the warmup steps, the last one the end of training): a "
+        "stopped or killed job loses at most this much compiling.",
+    )
+
+
+class OutputSpec(StrictModel):
+    uri: UriText | None = Field(
+        None,
+        pattern=URI_PATTERN,
+        description="Job outputs and results prefix (s3:// or file://); local jobs default to "
+        "the local store.",
+    )
+
+
+class BudgetSpec(StrictModel):
+    max_cost_usd: Float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
+
+
+class JobSpec(StrictModel):
+    name: str = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_NAME,
+        pattern=NAME_PATTERN,
+        description=f"Job name prefix: letters, digits and single dashes, at most {MAX_NAME} characters.",
+    )
+    backend: Literal["sagemaker", "local"] = Field("sagemaker", description="sagemaker or local.")
+    region: str = Field("us-east-1", pattern=REGION_PATTERN, description="AWS region.")
+    role_arn: str | None = Field(
+        None,
+        max_length=2048,
+        pattern=ROLE_PATTERN,
+        description="SageMaker execution role (sagemaker backend).",
+    )
+    infra: str | None = Field(
+        None,
+        description="Path (relative to this spec) of an outputs file from `python -m orchestrator infra "
+        "outputs --write`; fills role_arn and the URIs the spec leaves out.",
+    )
+    instance: InstanceSpec = Field(default_factory=InstanceSpec, description="Compute.")
+    image: ImageSpec = Field(default_factory=ImageSpec, description="Training image.")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The ViT.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The loop.")
+    data: DataSpec = Field(default_factory=DataSpec, description="Input data.")
+    compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec, description="Compile cache.")
+    output: OutputSpec = Field(default_factory=OutputSpec, description="Outputs.")
+    max_run_minutes: Int = Field(120, ge=1, le=40320, description="Stopping condition, minutes.")
+    max_retry_attempts: Int = Field(
+        0, ge=0, le=30, description="SageMaker RetryStrategy: retries on internal errors; 0 = off."
+    )
+    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guard.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags on the job (at most 40).")
+    environment: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment variables for the training container."
+    )
+
+    _source: SourceMap | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "JobSpec":
+        # Every problem is collected, so that one round of `validate` shows them all.
+        found: list[tuple[str, str]] = []
+        if self.backend == "sagemaker":
+            if self.role_arn is None:
+                found.append(("role_arn", NEEDS_ROLE))
+            if self.output.uri is None or not self.output.uri.startswith("s3://"):
+                found.append(("output.uri", NEEDS_OUTPUT))
+            if self.compile_cache.mode == "tarball" and (
+                self.compile_cache.uri is None or not self.compile_cache.uri.startswith("s3://")
+            ):
+                found.append(("compile_cache.uri", NEEDS_CACHE))
+            if self.data.source.startswith("file://"):
+                found.append(("data.source", "a sagemaker job cannot read file:// data; use s3://"))
+        if len(self.tags) > 40:
+            found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
+        for key, value in self.tags.items():
+            if key.lower().startswith(("aws:", "orchestrator:")) or not 1 <= len(key) <= 128 or len(value) > 256:
+                found.append((("tags", key), f"tag {key!r}: keys are 1-128 characters, values at most 256, "
+                              "and the prefixes aws: and orchestrator: are reserved"))
+        for key in self.environment:
+            if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+                found.append((("environment", key), f"{key!r} is not a valid environment variable name"))
+        if found:
+            raise cross_fields(found)
+        return self
+
+    def locate(self, dotted: str) -> tuple[str, int, int]:
+        """(file, line, column) of a dotted field path in the YAML it came from, or of its
+        nearest present ancestor; ("", 0, 0) for a spec not loaded from YAML."""
+        if self._source is None:
+            return ("", 0, 0)
+        return self._source.where(split_path(dotted))
+
+
+def uri_reason(value: Any) -> str | None:
+    """What is wrong with an s3:// or file:// URI that fails its pattern, and a valid example;
+    None for anything else (the pattern's words say what is expected then)."""
+    if not isinstance(value, str):
+        return None
+    if value.startswith("s3://"):
+        bucket, slash, key = value[len("s3://"):].partition("/")
+        if valid_bucket(bucket):
+            return None
+        # Upper case, underscores and doubled dots are the usual slips; suggest the name without them.
+        guess = re.sub(r"\.{2,}", ".", re.sub(r"[^a-z0-9.\-]", "-", bucket.lower())).strip(".-")
+        example = f"s3://{guess if valid_bucket(guess) else 'my-bucket'}{slash}{key or ''}"
+        what = f"{bucket!r} is not a valid S3 bucket name" if bucket else "no bucket name after s3://"
+        return (f"{what}; a bucket name has 3-63 lowercase letters, digits, dots (never two in a row) and "
+                f"dashes, starting and ending with a letter or digit: write s3://BUCKET/PREFIX, e.g. {example}")
+    if value.startswith("file://"):
+        rest = value[len("file://"):]
+        host, _, path = rest.partition("/")
+        if host:
+            # One rule for every host name: the job reads what follows file:// as the path.
+            return (f"a file URI needs an absolute path and no host: file://{rest} reads {host!r} as a host "
+                    "name, and relative paths are not allowed; write file:///ABSOLUTE/PATH, e.g. "
+                    f"file:///{rest.strip('/')} if you meant /{rest.strip('/')}")
+    return None
+
+
+def spec_hash(spec: BaseModel) -> str:
+    """sha256 hex of the spec's canonical JSON (sorted keys, no whitespace): the identity of a job."""
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
