@@ -1,4 +1,4 @@
-"""The errors the orchestrator raises. Only `cli.py` prints them.
+"""The errors the orchestrator raises. Only the CLI (`orchestrator/cli/`) prints them.
 
 Every error carries what went wrong, where (when known) and how to fix it. `exit_code`
 follows the house style: 2 for bad input, 1 for a backend or job failure.
