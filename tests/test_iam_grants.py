@@ -692,7 +692,7 @@ def test_requests_the_laptop_and_the_job_really_send_are_granted(moto_server, or
     storage.S3Store(BUCKET, "jobs/results", s3).put_bytes(f"{prepared.job_name}/results.json", b"{}")
     recorded_job = list(job.sent)
     laptop.sent[:] = [r for r in laptop.sent if r not in recorded_job]
-    results.collect(f"s3://{BUCKET}/jobs", s3=s3, sagemaker=sm, workers=1, sleep=lambda s: None)
+    results.collect(f"s3://{BUCKET}/jobs", s3=s3, backend_for=lambda name, region: backend, workers=1)
     cache.list_keys(f"s3://{BUCKET}/compile-cache", s3_client=s3)
     cache.show(f"s3://{BUCKET}/compile-cache", key.digest(), s3_client=s3)
     cache.prune(f"s3://{BUCKET}/compile-cache", key=key.digest(), grace_s=0, s3_client=s3)

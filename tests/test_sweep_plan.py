@@ -119,3 +119,19 @@ def test_shipped_sweep_configs_plan_within_budget(orch_home):
     instances = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
     assert {t.trial.spec.instance.type for t in instances.trials} == {"ml.trn1.2xlarge", "ml.trn1.32xlarge"}
     assert all(t.chain[1:] == ("ml.trn1n.32xlarge",) for t in instances.trials)
+
+
+def test_the_plan_derives_each_trial_and_each_failover_variant_once(tmp_path, orch_home, monkeypatch):
+    """One way, once (issue 11): a trial's target and cost are derived by its prepare, each
+    failover variant's by one diagnosis; nothing is derived twice."""
+    from orchestrator import catalog, cost
+
+    counted = {"resolve": 0, "estimate": 0}
+    for module, name in ((catalog, "resolve"), (cost, "estimate")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: (
+            counted.__setitem__(_name, counted[_name] + 1), _real(*a, **k))[1])
+    text = "sweep: demo\nbase: base.yaml\nfailover: {instance.type: [ml.trn1n.32xlarge]}\n"
+    planned = sweeps.plan(load(tmp_path, text))
+    assert len(planned.trials) == 1
+    assert counted == {"resolve": 2, "estimate": 2}  # the trial's own type, then its one failover type

@@ -174,7 +174,6 @@ def submit(
     from orchestrator import backends, request, spec
     from orchestrator import doctor as doctor_rules
     from orchestrator.cli.specs import print_plan
-    from orchestrator.errors import InputError
 
     loaded = spec.load(path)
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once

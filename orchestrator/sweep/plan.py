@@ -137,9 +137,10 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
         chain = failover_chain(sweep, trial.spec)
         chain_usd = [] if bad else [prepared.estimate.usd_max]  # a refused trial is not planned
         for fallback in chain[1:]:
-            variant = with_overrides(trial.spec, {"instance.type": fallback})
-            chain_usd.append(cost.estimate(variant).usd_max)
-            for finding in doctor.errors(doctor.check(variant)):
+            # One diagnosis per variant: its target, cost and findings are derived once.
+            variant = doctor.diagnose(with_overrides(trial.spec, {"instance.type": fallback}))
+            chain_usd.append(variant.estimate.usd_max)
+            for finding in doctor.errors(variant.findings):
                 file, line, col = sweep.locate("failover", "instance.type", str(
                     sweep.failover["instance.type"].index(fallback)))
                 bad.append(Problem(file, line, col, finding.path,
