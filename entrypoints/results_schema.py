@@ -187,6 +187,11 @@ class Results:
     time_to_first_step_s: float | None = optional(
         "from the rank's start to the end of its first step: compilation (or the cache hit) shows here")
     compile_s: float | None = optional("time the rank spent compiling, as it measured it")
+    flops_per_sample: float | None = optional(
+        "model FLOPs of one training sample, forward and backward, counted once on this host by PyTorch's "
+        "FlopCounterMode on the meta device (matrix products, convolutions, attention; `entrypoints/flops.py`): "
+        "with `samples_per_s` and the instance's peak, the MFU `results` shows; null when not counted (the run "
+        "ended before its last step, or counting failed: the log says why)")
     compiler_cache: dict[str, Count] = optional(
         "native runtime with `compile: true`: the reporting rank's lookups in PyTorch's own caches, "
         "`fxgraph_hit|miss|bypass` (inductor's compiled graphs) and `aotautograd_hit|miss|bypass` (the traced "

@@ -59,7 +59,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from entrypoints import atomic, contract, data, runtime, vit
+from entrypoints import atomic, contract, data, flops, runtime, vit
 
 STOP_AT_STEP_ENV = "ORCHESTRATOR_TEST_STOP_AT_STEP"
 CHECKPOINT_PREFIX = "ckpt-"
@@ -102,6 +102,7 @@ class RankStats:
     ddp_split_graphs: bool | None = None
     final_loss: float | None = None
     samples_per_s: float | None = None
+    flops_per_sample: float | None = None  # the first rank of each host counts it (entrypoints.flops)
     versions: dict[str, str | None] = field(default_factory=dict)
     error: str | None = None
 
@@ -377,6 +378,11 @@ class Trainer:
         stats.graphs_compiled = self.runtime.compiled_graphs()
         stats.compiler_cache = self.runtime.compiler_cache()
         stats.ddp_split_graphs = self.runtime.ddp_split_graphs
+        if self.dist.is_node_main:
+            try:
+                stats.flops_per_sample = flops.training_flops_per_sample(self.spec["model"])
+            except Exception as exc:  # noqa: BLE001 - MFU goes missing; training is what counts
+                self.log(f"WARNING could not count the model's FLOPs: {type(exc).__name__}: {exc}")
         if self.dist.is_main:
             summary = {"step_time_p50_s": median, "samples_per_s": stats.samples_per_s,
                        "time_to_first_step_s": stats.time_to_first_step_s, "compile_s": stats.compile_s}

@@ -132,6 +132,7 @@ stats = {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LO
          "steps_done": 0, "start_step": 0, "resumed_from": None,
          "step_times_s": [0.1, 0.3, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
          "time_to_first_step_s": 2.5 + rank, "compile_s": 2.0, "final_loss": 1.25, "samples_per_s": 10.0,
+         "flops_per_sample": 1.5e6,
          "runtime": "native", "precision": "fp32", "batch_size": 4, "versions": {"torch": "fake-9.9"},
          "compiler_cache": {"fxgraph_hit": 3, "fxgraph_miss": 1, "aotautograd_hit": 2}, "ddp_split_graphs": False,
          "seen_cache": seen, "cache_dir": cache,

@@ -646,6 +646,7 @@ def test_cli_submit_wait_status_logs_with_real_training(orch_home, tmp_path):
     results = results_of(prepared)
     assert results["status"] == "completed" and results["steps_done"] == 3
     assert results["step_time_s"]["n"] == 2 and results["final_loss"] is not None
+    assert results["flops_per_sample"] > 0
     out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{job}/output"
     assert "model.pt" in store_tar_names(f"{out}/model.tar.gz")
     assert "results.json" in store_tar_names(f"{out}/output.tar.gz")

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT_KEYS = {
     "schema", "job_name", "spec_hash", "status", "failure_reason", "backend", "region", "instance", "world_size",
     "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
-    "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "compiler_cache",
+    "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "flops_per_sample", "compiler_cache",
     "ddp_split_graphs", "cache", "container", "final_loss",
     "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings",
 }
@@ -225,6 +225,7 @@ def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
     assert results["compiler_cache"] == {"fxgraph_hit": 3, "fxgraph_miss": 1, "aotautograd_hit": 2}
     assert results["ddp_split_graphs"] is False
     assert results["final_loss"] == 1.25
+    assert results["flops_per_sample"] == 1.5e6  # the host's first rank counted it
     assert results["versions"]["torch"] == "fake-9.9"
     assert set(results["versions"]) == {"python", "torch", "torch_xla", "timm", "neuronx_cc"}
     assert results["tags"]["team"] == "vision" and results["tags"]["orchestrator:job"] == job["job_name"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from entrypoints import contract, data, runtime, train
+from entrypoints import contract, data, flops, runtime, train
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS_FIELDS = {"rank", "world_size", "local_rank", "steps_done", "start_step", "resumed_from", "step_times_s",
@@ -97,6 +97,8 @@ def test_native_single_process_trains_and_reports(tmp_path):
     assert (stats["runtime"], stats["precision"], stats["batch_size"]) == ("native", "fp32", 4)
     assert set(stats["versions"]) == {"python", "torch", "torch_xla", "timm", "neuronx_cc"}
     assert stats["versions"]["torch"] == torch.__version__
+    # The host's first rank counted the model's FLOPs per training sample (entrypoints.flops).
+    assert stats["flops_per_sample"] == flops.training_flops_per_sample(tiny_spec()["model"]) > 0
     # Every metric the request's MetricDefinitions name is in the log, as SageMaker parses it.
     for name, (tag, key) in contract.METRIC_NAMES.items():
         assert metric_values(proc.stdout, tag, key), f"{name} not found in the log"

@@ -30,6 +30,8 @@ COLUMNS = (
     ("USD/M samples", "cost_per_million_samples", ".4f"),
     ("samples/USD", "samples_per_dollar", ",.0f"),
     ("rel.", "relative", ".2f"),
+    ("MFU", "mfu", ".1%"),
+    ("TFLOP/USD", "tflop_per_dollar", ",.0f"),
     ("compile s", "compile_s", ".1f"),
     ("cache hit", "cache_hit_ratio", ".0%"),
     ("status", "status", "s"),
@@ -37,7 +39,8 @@ COLUMNS = (
 
 
 # Columns computed from the price: marked "~" when the price is unverified (cost.rate).
-_PRICED = frozenset({"price_per_hour", "cost_per_million_samples", "samples_per_dollar", "relative"})
+_PRICED = frozenset({"price_per_hour", "cost_per_million_samples", "samples_per_dollar", "relative",
+                     "tflop_per_dollar"})
 
 
 def _cell(row: Row, attr: str, fmt: str) -> str:
@@ -65,7 +68,7 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
         style = None if row.ok else "red"
         table.add_row(*(Text(_cell(row, attr, fmt)) for _, attr, fmt in COLUMNS), style=style)
     buffer = io.StringIO()
-    # 16 columns squeezed into a narrow terminal become unreadable: by default the table takes
+    # 18 columns squeezed into a narrow terminal become unreadable: by default the table takes
     # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
     console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
                       color_system="auto" if color else None)
@@ -76,6 +79,8 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     sources = sorted({r.price_source for r in collection.rows if r.price_source})
     for source in sources:
         console.print(f"price: {source}", markup=False, highlight=False)
+    for source in sorted({r.peak_source for r in collection.rows if r.peak_source}):
+        console.print(f"MFU peak: {source}", markup=False, highlight=False)
     if any(r.price_verified is False for r in collection.rows):
         console.print(f"~ estimated: an EC2 price times an assumed SageMaker markup, not SageMaker's own price "
                       f"({cost.UNVERIFIED})", markup=False, highlight=False)

@@ -13,6 +13,10 @@ Contract:
   from an unverified price has `price_verified` False. Jobs of a backend that is not `cloud`
   (local) have no price (their rows say so) and take part in no ranking.
 - `relative` is the row's samples per dollar over the best completed row's (best = 1.0).
+- `mfu` (model FLOPs utilization) is the results' `flops_per_sample` x samples/s over the
+  peak of every chip of the job's instances at its precision (`peak_flops`); `tflop_per_dollar`
+  is the model TFLOPs a dollar bought (samples per dollar x TFLOP per sample), which compares
+  rows of different models and image sizes. Unknown parts leave them None.
   Rows are sorted best first; rows without a ranking follow (`rank`).
 - A row belongs to a sweep (an id, a sweep name or a schedule's untimed id) by its results'
   `orchestrator:sweep` tag when there is one; results our launcher tagged `orchestrator:job`
@@ -26,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from entrypoints.results_schema import Results
-from orchestrator import backends, catalog, cost, names
+from orchestrator import backends, catalog, cost, names, peak_flops
 from orchestrator.backends import JobStatus
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import Status, is_terminal
@@ -71,6 +75,10 @@ class Row:
     cost_per_million_samples: float | None = None
     samples_per_dollar: float | None = None
     relative: float | None = None
+    flops_per_sample: float | None = None
+    mfu: float | None = None
+    peak_source: str | None = None  # where the peak FLOPs of `mfu` come from
+    tflop_per_dollar: float | None = None
     compile_s: float | None = None
     cache_hit_ratio: float | None = None
     steps_done: int | None = None
@@ -169,7 +177,8 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
                      f"x{inst.count}{batch}); compare it as a configuration of its own")
 
     read = {"step_time_s.p50": results.step_time_s.p50 if results.step_time_s else None,
-            "samples_per_s": results.samples_per_s, "compile_s": results.compile_s}
+            "samples_per_s": results.samples_per_s, "compile_s": results.compile_s,
+            "flops_per_sample": results.flops_per_sample}
     odd = [name for name, value in read.items() if value is not None and not math.isfinite(value)]
     if odd:
         notes.append(f"non-finite value in {', '.join(odd)}")
@@ -178,6 +187,10 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
     if price_per_hour is not None and sps is not None and sps > 0 and price_per_hour > 0:
         samples_per_dollar = sps * 3600.0 / price_per_hour
         cost_per_million = 1e6 / samples_per_dollar
+    flops = _finite(results.flops_per_sample)
+    mfu = peak_flops.mfu(flops, sps, inst.type, inst.count, results.precision)
+    top = peak_flops.peak(inst.type, results.precision) if mfu is not None else None
+    tflop_per_dollar = samples_per_dollar * flops / 1e12 if samples_per_dollar and flops else None
     cost_usd = None
     if hourly is not None and billable is not None:
         cost_usd = billable / 3600.0 * hourly.usd_per_hour * inst.count
@@ -200,6 +213,9 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         spot=spot,
         spot_savings=spot_savings, billable_s=billable, training_s=training, cost_usd=cost_usd,
         cost_per_million_samples=cost_per_million, samples_per_dollar=samples_per_dollar,
+        flops_per_sample=flops, mfu=mfu, tflop_per_dollar=tflop_per_dollar,
+        peak_source=f"{top.instance_type} {top.precision}: {top.per_chip / 1e12:g} TFLOPS per chip, {top.source}, "
+                    f"{top.as_of}" if top else None,
         compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
         note="; ".join(notes) or None, uri=uri,
     )
