@@ -222,6 +222,15 @@ METRIC_NAMES = {
     "summary:time_to_first_step_s": (SUMMARY_TAG, "time_to_first_step_s"),
     "summary:compile_s": (SUMMARY_TAG, "compile_s"),
 }
+# launch.py prints one UTILIZATION_TAG line at each heartbeat and at the end when
+# neuron-monitor runs beside training (entrypoints.utilization): the means so far.
+UTILIZATION_TAG = "orchestrator-utilization"
+LAUNCH_METRIC_NAMES = {
+    "utilization:neuroncore_pct": (UTILIZATION_TAG, "neuroncore_util_pct"),
+    "utilization:host_vcpu_pct": (UTILIZATION_TAG, "host_vcpu_pct"),
+    "utilization:device_memory_gib": (UTILIZATION_TAG, "device_memory_gib"),
+    "utilization:host_memory_gib": (UTILIZATION_TAG, "host_memory_gib"),
+}
 NUMBER_REGEX = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 VALUE_END = ";"
 # A metric line stays far below PIPE_BUF (4096 bytes, the size of an atomic pipe write).

@@ -29,7 +29,9 @@ whoever started it. Contract, in order:
    after the warmup steps, then every `compile_cache.push_interval_s` seconds when there are
    new ones, and rewrite results.json (status "running", the step figures so far) every
    `HEARTBEAT_S` seconds (or push interval, if shorter). A SIGKILL at any moment loses at most
-   one interval of compiling and of progress.
+   one interval of compiling and of progress. Beside torchrun, `neuron-monitor` when it is on
+   PATH (`entrypoints.utilization`): each heartbeat also prints the utilization metric line,
+   and results.json carries the figures so far (or why there are none).
 6. Whether training succeeded or not: push what is still new, build `results.json`
    (`entrypoints.report`; schema `entrypoints.results_schema`, docs/RESULTS.md) from the rank
    stats, write it to
@@ -68,7 +70,16 @@ CODE_DIR = next((d for d in (_HERE, _HERE.parent) if (d / "entrypoints" / "__ini
 if str(CODE_DIR) not in sys.path[:1]:
     sys.path.insert(0, str(CODE_DIR))
 
-from entrypoints import compile_cache, container, contract, environment, failure, heartbeat, report  # noqa: E402
+from entrypoints import (  # noqa: E402
+    compile_cache,
+    container,
+    contract,
+    environment,
+    failure,
+    heartbeat,
+    report,
+    utilization,
+)
 from entrypoints.torchrun import StopSignals, run_torchrun, torchrun_command  # noqa: E402
 
 TRAIN_MODULE = "entrypoints.train"
@@ -160,13 +171,22 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     pusher = heartbeat.CachePusher(cache_uri, key, cache_dir, cache, _log) if key is not None else None
     returncode: int | None = None
     tail: list[str] = []
+    monitor = utilization.Monitor()
+    results.utilization = monitor.summary
+
+    def beat() -> None:
+        results.running()
+        _metric_line(monitor)
+
     if stop.signum is None and launch_error is None:
         if setup is not None:
             env.update(setup.env)
+        monitor.start(env)
+        _log(f"utilization: {monitor.reason or 'neuron-monitor runs beside training'}")
         command = torchrun_command(job, ctr, env, job_file, stats_dir, train_module)
         _log("starting: " + " ".join(command[1:]))
         beats = heartbeat.Heartbeat(warmed=lambda: report.warmed(stats_dir, int(training.get("warmup_steps") or 0)),
-                                    pusher=pusher, on_beat=results.running, push_interval_s=push_interval,
+                                    pusher=pusher, on_beat=beat, push_interval_s=push_interval,
                                     beat_s=beat_s, log=_log)
         # As PID 1 (or a subreaper), orphaned workers' children are ours to reap.
         reaper = container.Reaper(lambda: {stop.child.pid} if stop.child is not None else set()) if setup else None
@@ -182,6 +202,8 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
             if reaper is not None:
                 reaper.stop()
         _log(f"torchrun exited with code {returncode}")
+    monitor.stop()
+    _metric_line(monitor)
 
     if pusher is not None:
         _push_at_the_end(pusher, cache)
@@ -205,6 +227,13 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         return 1
     _log("completed")
     return 0
+
+
+def _metric_line(monitor: utilization.Monitor) -> None:
+    """The utilization means so far as a metric line, when neuron-monitor reported any."""
+    line = monitor.metric_line()
+    if line is not None:
+        contract.write_line(line)
 
 
 def _pull(cache_uri: str, key: compile_cache.CacheKey, cache_dir: Path, cache: dict) -> None:

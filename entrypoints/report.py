@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from entrypoints import atomic, contract, results_schema, storage
+from entrypoints import atomic, contract, results_schema, storage, utilization
 
 
 def _now_iso(epoch: float) -> str:
@@ -82,6 +82,10 @@ def _versions(rank_versions: dict | None) -> dict:
     return found
 
 
+def _unmeasured() -> dict:
+    return utilization.absent("not monitored")
+
+
 def _step_stats(times: list[float]) -> results_schema.StepTime | None:
     if not times:
         return None
@@ -98,7 +102,8 @@ def _step_stats(times: list[float]) -> results_schema.StepTime | None:
 
 def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, status: str,
                   reason: str | None, cache: dict, started: float, ended: float | None,
-                  warnings: list[str], now: float | None = None, setup: dict | None = None) -> dict:
+                  warnings: list[str], now: float | None = None, setup: dict | None = None,
+                  utilization: dict | None = None) -> dict:
     """The `orchestrator.results/v1` document (`entrypoints.results_schema`) for this host.
 
     Step times come from global rank 0 when this host has it, else this host's lowest rank
@@ -152,6 +157,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         cache=results_schema.from_values(results_schema.CacheStats, cache),
         container=results_schema.from_values(results_schema.Container, setup or given_setup()),
         final_loss=lead.get("final_loss"),
+        utilization=results_schema.from_values(results_schema.Utilization, utilization or _unmeasured()),
         versions=results_schema.from_values(results_schema.Versions, _versions(lead.get("versions"))),
         started_at=_now_iso(started),
         ended_at=_now_iso(ended) if ended is not None else None,
@@ -186,12 +192,14 @@ class Report:
         self.log = log
         self.local = ctr.output_data_dir / results_schema.RESULTS_FILE
         self.publish_failed = False
+        # results.json's `utilization` at each write (launch.py sets the monitor's `summary`).
+        self.utilization: Callable[[], dict] | None = None
 
     def document(self, stats: dict[int, dict], *, status: str, reason: str | None, warnings: list[str],
                  ended: float | None) -> bytes:
         results = build_results(self.job, self.ctr, stats, status=status, reason=reason, cache=self.cache,
                                 started=self.started, ended=ended, warnings=warnings, now=time.time(),
-                                setup=self.setup)
+                                setup=self.setup, utilization=self.utilization() if self.utilization else None)
         return atomic.json_text(results).encode()
 
     def running(self) -> None:

@@ -141,6 +141,31 @@ class Container:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Utilization:
+    """`utilization`: this host over the job, from `neuron-monitor` run beside training
+    (`entrypoints/utilization.py`): the mean and the peak of its once-a-second reports. Without
+    neuron-monitor (a local run, a CPU host) every figure is null and `reason` says why."""
+
+    source: Literal["neuron-monitor"] | None = optional("what measured it; null when nothing did")
+    reason: str | None = optional("why nothing was measured; null when `source` is set")
+    samples: Count = optional("reports read")
+    bad_lines: Count = optional("output lines that were not a JSON report (skipped)")
+    neuroncores_in_use: Count | None = optional("the most NeuronCores a report showed in use")
+    neuroncore_util_pct_mean: float | None = optional(
+        "NeuronCore utilization in percent (`neuroncore_counters`), averaged over the cores in use")
+    neuroncore_util_pct_peak: float | None = optional("the highest of a report's averages")
+    device_memory_bytes_mean: float | None = optional(
+        "Neuron device memory the training processes used (`memory_used`, summed over them)")
+    device_memory_bytes_peak: float | None = optional("the most of it a report showed")
+    host_vcpu_pct_mean: float | None = optional(
+        "host vCPUs busy in percent, all vCPUs (`vcpu_usage.average_usage`: 100 - idle - io_wait)")
+    host_vcpu_pct_peak: float | None = optional("the highest of it a report showed")
+    host_memory_bytes_mean: float | None = optional("host memory in use (`memory_info.memory_used_bytes`)")
+    host_memory_bytes_peak: float | None = optional("the most of it a report showed")
+    host_memory_total_bytes: float | None = optional("the host's memory (`memory_info.memory_total_bytes`)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Versions:
     """`versions`: the software as the reporting rank saw it (null when not installed)."""
 
@@ -206,6 +231,8 @@ class Results:
     cache: CacheStats = optional("see `cache` below")
     container: Container = optional("see `container` below")
     final_loss: float | None = optional("loss of the last step")
+    utilization: Utilization | None = optional(
+        "see `utilization` below; null in documents of writers before it")
     versions: Versions = optional("see `versions` below")
     started_at: str = optional("UTC, `YYYY-MM-DDTHH:MM:SSZ`: the launcher's start on this host")
     ended_at: str | None = optional("UTC: the launcher's end on this host; null while `running`")
@@ -240,7 +267,7 @@ def as_document(record: Results) -> dict[str, Any]:
 SECTIONS: tuple[tuple[str, type], ...] = (
     ("## Fields", Results), ("### `instance`", Instance), ("### `model`", Model),
     ("### `step_time_s`", StepTime), ("### `cache`", CacheStats), ("### `container`", Container),
-    ("### `versions`", Versions),
+    ("### `utilization`", Utilization), ("### `versions`", Versions),
 )
 _NAMES = {str: "string", int: "int", float: "float", bool: "bool", type(None): "null"}
 

@@ -101,9 +101,10 @@ def training_image(spec: JobSpec, target: catalog.Target) -> str:
 
 
 def metric_definitions() -> list[dict]:
-    """SageMaker metric definitions whose regexes match `contract.metric_line` output."""
+    """SageMaker metric definitions whose regexes match `contract.metric_line` output: the
+    ranks' (`METRIC_NAMES`) and the launcher's utilization lines (`LAUNCH_METRIC_NAMES`)."""
     return [{"Name": name, "Regex": contract.metric_regex(tag, key)}
-            for name, (tag, key) in contract.METRIC_NAMES.items()]
+            for name, (tag, key) in {**contract.METRIC_NAMES, **contract.LAUNCH_METRIC_NAMES}.items()]
 
 
 def hyperparameters(spec: JobSpec, job_name: str) -> dict[str, str]:

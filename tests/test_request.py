@@ -386,20 +386,23 @@ def test_local_request_has_the_same_shape_with_placeholders(orch_home):
 ])
 def test_metric_regexes_match_the_entrypoint_lines(values):
     definitions = request.metric_definitions()
-    assert [d["Name"] for d in definitions] == list(contract.METRIC_NAMES)
+    names = {**contract.METRIC_NAMES, **contract.LAUNCH_METRIC_NAMES}
+    assert [d["Name"] for d in definitions] == list(names)
     summary = {"step_time_p50_s": 0.25, "samples_per_s": 256.0, "time_to_first_step_s": 31.5, "compile_s": 29.0}
+    used = {"neuroncore_util_pct": 71.5, "host_vcpu_pct": 12.25, "device_memory_gib": 20.5, "host_memory_gib": 64.0}
     lines = {
         contract.METRICS_TAG: "[1,0]<stdout>: " + contract.metric_line(contract.METRICS_TAG, step=40, **values),
         contract.SUMMARY_TAG: contract.metric_line(contract.SUMMARY_TAG, steps=500, **summary),
+        contract.UTILIZATION_TAG: contract.metric_line(contract.UTILIZATION_TAG, **used),
     }
+    figures = {contract.METRICS_TAG: values, contract.SUMMARY_TAG: summary, contract.UTILIZATION_TAG: used}
     for d in definitions:
-        tag, key = contract.METRIC_NAMES[d["Name"]]
-        expected = summary[key] if tag == contract.SUMMARY_TAG else values[key]
+        tag, key = names[d["Name"]]
         match = re.search(d["Regex"], lines[tag])
         assert match, (d, lines[tag])
-        assert float(match.group(1)) == pytest.approx(float(expected), rel=1e-5)
-        other = contract.SUMMARY_TAG if tag == contract.METRICS_TAG else contract.METRICS_TAG
-        assert re.search(d["Regex"], lines[other]) is None
+        assert float(match.group(1)) == pytest.approx(float(figures[tag][key]), rel=1e-5)
+        for other in set(lines) - {tag}:
+            assert re.search(d["Regex"], lines[other]) is None
 
 
 def test_a_metric_line_cut_in_two_gives_no_value_rather_than_a_wrong_one():
@@ -446,7 +449,7 @@ def test_metric_lines_survive_the_toolkits_chunked_reading(capsys):
              for key in ("loss", "step_time_s", "samples_per_s")}
     found = 0
     for d in request.metric_definitions():
-        tag, key = contract.METRIC_NAMES[d["Name"]]
+        tag, key = {**contract.METRIC_NAMES, **contract.LAUNCH_METRIC_NAMES}[d["Name"]]
         if tag != contract.METRICS_TAG:
             continue
         for value in re.findall(d["Regex"], out, flags=re.MULTILINE):

@@ -32,6 +32,8 @@ COLUMNS = (
     ("rel.", "relative", ".2f"),
     ("MFU", "mfu", ".1%"),
     ("TFLOP/USD", "tflop_per_dollar", ",.0f"),
+    ("NC util", "neuroncore_util", ".0f"),
+    ("vCPU", "host_vcpu", ".0f"),
     ("compile s", "compile_s", ".1f"),
     ("cache hit", "cache_hit_ratio", ".0%"),
     ("status", "status", "s"),
@@ -48,6 +50,8 @@ def _cell(row: Row, attr: str, fmt: str) -> str:
     if value is None:
         return row.backend if attr == "price_per_hour" and not row.cloud else "-"
     text = format(value, fmt) if fmt != "s" else str(value)
+    if attr == "host_vcpu" and row.input_bound:
+        return f"{text} input-bound"
     if attr == "instance" and row.failover_from:
         return f"{text} (failover from {row.failover_from})"
     return f"~{text}" if attr in _PRICED and row.price_verified is False else text
@@ -68,7 +72,7 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
         style = None if row.ok else "red"
         table.add_row(*(Text(_cell(row, attr, fmt)) for _, attr, fmt in COLUMNS), style=style)
     buffer = io.StringIO()
-    # 18 columns squeezed into a narrow terminal become unreadable: by default the table takes
+    # 20 columns squeezed into a narrow terminal become unreadable: by default the table takes
     # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
     console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
                       color_system="auto" if color else None)

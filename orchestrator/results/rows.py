@@ -17,6 +17,10 @@ Contract:
   peak of every chip of the job's instances at its precision (`peak_flops`); `tflop_per_dollar`
   is the model TFLOPs a dollar bought (samples per dollar x TFLOP per sample), which compares
   rows of different models and image sizes. Unknown parts leave them None.
+- `neuroncore_util` and `host_vcpu` are the results' mean utilization (percent, from
+  neuron-monitor); a completed row whose NeuronCores averaged under `IDLE_CORES_PCT` while its
+  vCPUs averaged at least `SATURATED_VCPU_PCT` is `input_bound`, with a note: the chips waited
+  on the input pipeline (more data-loader workers, or lighter decoding).
   Rows are sorted best first; rows without a ranking follow (`rank`).
 - A row belongs to a sweep (an id, a sweep name or a schedule's untimed id) by its results'
   `orchestrator:sweep` tag when there is one; results our launcher tagged `orchestrator:job`
@@ -38,6 +42,9 @@ from orchestrator.names import TAG_ATTEMPT, TAG_JOB, TAG_SWEEP, TAG_TRIAL
 
 # Statuses of rows that carry no results from a job.
 MISSING, UNREADABLE, ERROR = "missing", "unreadable", "error"
+# Input-bound: NeuronCores mostly idle while the host's vCPUs are nearly all busy.
+IDLE_CORES_PCT = 50.0
+SATURATED_VCPU_PCT = 85.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,9 @@ class Row:
     mfu: float | None = None
     peak_source: str | None = None  # where the peak FLOPs of `mfu` come from
     tflop_per_dollar: float | None = None
+    neuroncore_util: float | None = None  # percent, mean over the job (neuron-monitor)
+    host_vcpu: float | None = None  # percent, mean over the job
+    input_bound: bool | None = None  # None: not measured
     compile_s: float | None = None
     cache_hit_ratio: float | None = None
     steps_done: int | None = None
@@ -191,6 +201,15 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
     mfu = peak_flops.mfu(flops, sps, inst.type, inst.count, results.precision)
     top = peak_flops.peak(inst.type, results.precision) if mfu is not None else None
     tflop_per_dollar = samples_per_dollar * flops / 1e12 if samples_per_dollar and flops else None
+    used = results.utilization
+    core_util = _finite(used.neuroncore_util_pct_mean) if used else None
+    vcpu = _finite(used.host_vcpu_pct_mean) if used else None
+    input_bound = None
+    if core_util is not None and vcpu is not None:
+        input_bound = core_util < IDLE_CORES_PCT and vcpu >= SATURATED_VCPU_PCT
+        if input_bound and status == Status.COMPLETED:
+            notes.append(f"input-bound: NeuronCores {core_util:.0f}% busy while vCPUs {vcpu:.0f}% busy; "
+                         "add data.num_workers or lighten the input pipeline")
     cost_usd = None
     if hourly is not None and billable is not None:
         cost_usd = billable / 3600.0 * hourly.usd_per_hour * inst.count
@@ -216,6 +235,7 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         flops_per_sample=flops, mfu=mfu, tflop_per_dollar=tflop_per_dollar,
         peak_source=f"{top.instance_type} {top.precision}: {top.per_chip / 1e12:g} TFLOPS per chip, {top.source}, "
                     f"{top.as_of}" if top else None,
+        neuroncore_util=core_util, host_vcpu=vcpu, input_bound=input_bound,
         compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
         note="; ".join(notes) or None, uri=uri,
     )
