@@ -200,6 +200,16 @@ def load_job(path: Path) -> dict:
     return job
 
 
+# --- The precompile pass (`training.precompile`, entrypoints/precompile.py) ----------------
+# launch.py runs `neuron_parallel_compile <the torchrun command>` with PRECOMPILE_STEPS_ENV set:
+# train.py then runs that many steps from step 0 (the Neuron docs suggest 10-15 for graph
+# extraction), reads and writes no checkpoint and saves no model (the tool's graph-extraction
+# mode executes nothing: outputs are invalid).
+PRECOMPILE_PROGRAM = "neuron_parallel_compile"
+PRECOMPILE_STEPS_ENV = "ORCHESTRATOR_PRECOMPILE_STEPS"
+PRECOMPILE_STEPS = 10
+
+
 # --- Log lines the request's MetricDefinitions parse -------------------------------------
 # train.py prints one METRICS_TAG line every `log_every` steps on rank 0 and one SUMMARY_TAG
 # line at the end; request.py turns METRIC_NAMES into SageMaker MetricDefinitions regexes.

@@ -19,7 +19,10 @@ whoever started it. Contract, in order:
    empty, so a warm start can only come from the pulled cache. Native ranks
    also get `TORCHINDUCTOR_COMPILE_THREADS` = CPUs // workers (`entrypoints.environment`).
 3. Pull the compile cache (mode tarball) and finish before any rank starts.
-4. Run `torchrun` (`entrypoints.torchrun`: nproc = workers per node; nnodes and node rank
+4. With `training.precompile` (runtime xla, where `neuron_parallel_compile` is on PATH:
+   `entrypoints.precompile`), first a short graph-extraction pass of the same torchrun command
+   under it, its compiled entries pushed at once; its time goes to results.json's `precompile`.
+   Then run `torchrun` (`entrypoints.torchrun`: nproc = workers per node; nnodes and node rank
    from SM_HOSTS and SM_CURRENT_HOST; master address from the contract, port
    `contract.MASTER_PORT` unless ORCHESTRATOR_MASTER_PORT is set), streaming its output line by
    line. Each rank writes
@@ -77,6 +80,7 @@ from entrypoints import (  # noqa: E402
     environment,
     failure,
     heartbeat,
+    precompile,
     report,
     utilization,
 )
@@ -181,10 +185,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     if stop.signum is None and launch_error is None:
         if setup is not None:
             env.update(setup.env)
-        monitor.start(env)
-        _log(f"utilization: {monitor.reason or 'neuron-monitor runs beside training'}")
         command = torchrun_command(job, ctr, env, job_file, stats_dir, train_module)
-        _log("starting: " + " ".join(command[1:]))
         beats = heartbeat.Heartbeat(warmed=lambda: report.warmed(stats_dir, int(training.get("warmup_steps") or 0)),
                                     pusher=pusher, on_beat=beat, push_interval_s=push_interval,
                                     beat_s=beat_s, log=_log)
@@ -194,7 +195,16 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         if reaper is not None:
             reaper.start()
         try:
-            returncode, tail = run_torchrun(command, env, CODE_DIR, stop)
+            results.precompile = precompile.run(job, ctr, env, job_file, ctr.output_data_dir / "precompile-ranks",
+                                                train_module, CODE_DIR, stop, _log)
+            if results.precompile["ran"] and pusher is not None:
+                _push(pusher, cache, "after the precompile pass")
+            if stop.signum is None:
+                # After the pass: its graph extraction (idle cores, busy vCPUs) is not training.
+                monitor.start(env)
+                _log(f"utilization: {monitor.reason or 'neuron-monitor runs beside training'}")
+                _log("starting: " + " ".join(command[1:]))
+                returncode, tail = run_torchrun(command, env, CODE_DIR, stop)
         except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
             launch_error = f"could not run torchrun: {type(exc).__name__}: {exc}"
         finally:
@@ -250,13 +260,18 @@ def _pull(cache_uri: str, key: compile_cache.CacheKey, cache_dir: Path, cache: d
 
 def _push_at_the_end(pusher: heartbeat.CachePusher, cache: dict) -> None:
     """Step 6's push of what is still new, whatever happened (never raises)."""
+    _push(pusher, cache, "at the end")
+    _log(f"compile cache: {cache['new_entries']} new entries pushed in all ({cache['pushes']} pushes, "
+         f"{cache['push_bytes']} bytes, {cache['push_s']:.2f}s)")
+
+
+def _push(pusher: heartbeat.CachePusher, cache: dict, why: str) -> None:
+    """Push what is new now (never raises: a failed push loses the cache, not the job)."""
     try:
-        pusher.push("at the end")
+        pusher.push(why)
     except Exception as exc:  # noqa: BLE001 - a failed push loses the cache, not the job
         cache["warnings"].append(f"cache push failed: {type(exc).__name__}: {exc}")
         _log(f"WARNING compile cache: {cache['warnings'][-1]}")
-    _log(f"compile cache: {cache['new_entries']} new entries pushed in all ({cache['pushes']} pushes, "
-         f"{cache['push_bytes']} bytes, {cache['push_s']:.2f}s)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from entrypoints import atomic, contract, results_schema, storage, utilization
+from entrypoints import atomic, contract, precompile, results_schema, storage, utilization
 
 
 def _now_iso(epoch: float) -> str:
@@ -103,7 +103,7 @@ def _step_stats(times: list[float]) -> results_schema.StepTime | None:
 def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, status: str,
                   reason: str | None, cache: dict, started: float, ended: float | None,
                   warnings: list[str], now: float | None = None, setup: dict | None = None,
-                  utilization: dict | None = None) -> dict:
+                  utilization: dict | None = None, precompiled: dict | None = None) -> dict:
     """The `orchestrator.results/v1` document (`entrypoints.results_schema`) for this host.
 
     Step times come from global rank 0 when this host has it, else this host's lowest rank
@@ -158,6 +158,9 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         container=results_schema.from_values(results_schema.Container, setup or given_setup()),
         final_loss=lead.get("final_loss"),
         utilization=results_schema.from_values(results_schema.Utilization, utilization or _unmeasured()),
+        precompile=results_schema.from_values(
+            results_schema.Precompile,
+            precompiled or precompile.section(bool(training.get("precompile")), reason="has not run (yet)")),
         versions=results_schema.from_values(results_schema.Versions, _versions(lead.get("versions"))),
         started_at=_now_iso(started),
         ended_at=_now_iso(ended) if ended is not None else None,
@@ -194,12 +197,15 @@ class Report:
         self.publish_failed = False
         # results.json's `utilization` at each write (launch.py sets the monitor's `summary`).
         self.utilization: Callable[[], dict] | None = None
+        # results.json's `precompile` once the pass has run or was skipped (launch.py sets it).
+        self.precompile: dict | None = None
 
     def document(self, stats: dict[int, dict], *, status: str, reason: str | None, warnings: list[str],
                  ended: float | None) -> bytes:
         results = build_results(self.job, self.ctr, stats, status=status, reason=reason, cache=self.cache,
                                 started=self.started, ended=ended, warnings=warnings, now=time.time(),
-                                setup=self.setup, utilization=self.utilization() if self.utilization else None)
+                                setup=self.setup, utilization=self.utilization() if self.utilization else None,
+                                precompiled=self.precompile)
         return atomic.json_text(results).encode()
 
     def running(self) -> None:

@@ -141,6 +141,23 @@ class Container:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Precompile:
+    """`precompile`: the graph-extraction pass under `neuron_parallel_compile` before training
+    (`training.precompile`, `entrypoints/precompile.py`), apart from training's own times."""
+
+    requested: bool = optional("`training.precompile` of the spec")
+    ran: bool = optional("whether the pass ran (it applies to runtime xla where the tool is on PATH)")
+    reason: str | None = optional(
+        "why it did not run or did not finish cleanly (not requested, runtime native, the tool absent, its "
+        "exit code and last line); null after a clean pass")
+    seconds: float | None = optional(
+        "wall time of the pass: graph extraction and parallel compilation; not in `compile_s` or "
+        "`time_to_first_step_s`, which are the real run's")
+    steps: Count | None = optional("steps the pass ran")
+    exit_code: int | None = optional("the tool's exit status")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Utilization:
     """`utilization`: this host over the job, from `neuron-monitor` run beside training
     (`entrypoints/utilization.py`): the mean and the peak of its once-a-second reports. Without
@@ -233,6 +250,7 @@ class Results:
     final_loss: float | None = optional("loss of the last step")
     utilization: Utilization | None = optional(
         "see `utilization` below; null in documents of writers before it")
+    precompile: Precompile | None = optional("see `precompile` below; null in documents of writers before it")
     versions: Versions = optional("see `versions` below")
     started_at: str = optional("UTC, `YYYY-MM-DDTHH:MM:SSZ`: the launcher's start on this host")
     ended_at: str | None = optional("UTC: the launcher's end on this host; null while `running`")
@@ -267,7 +285,7 @@ def as_document(record: Results) -> dict[str, Any]:
 SECTIONS: tuple[tuple[str, type], ...] = (
     ("## Fields", Results), ("### `instance`", Instance), ("### `model`", Model),
     ("### `step_time_s`", StepTime), ("### `cache`", CacheStats), ("### `container`", Container),
-    ("### `utilization`", Utilization), ("### `versions`", Versions),
+    ("### `utilization`", Utilization), ("### `precompile`", Precompile), ("### `versions`", Versions),
 )
 _NAMES = {str: "string", int: "int", float: "float", bool: "bool", type(None): "null"}
 

@@ -33,6 +33,9 @@ Contract:
   each host of a multi-node job can resume from its own checkpoint dir; a checkpoint holds
   that rank's RNG state, restored exactly on the rank that wrote it (other ranks reseed from
   seed, rank and step: the model has no dropout by default, and data follows the step).
+- `contract.PRECOMPILE_STEPS_ENV=<n>` (launch.py's precompile pass under neuron_parallel_compile):
+  run min(n, steps) steps from step 0 with no checkpoint read or written, no model saved and no
+  progress reports (the tool's graph-extraction mode executes nothing real).
 - `ORCHESTRATOR_TEST_STOP_AT_STEP=<n>` kills the process with SIGKILL right after step n
   (and its checkpoint): the spot-interruption drill the resume tests use.
 """
@@ -429,14 +432,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = contract.load_job(args.job)
         training = job["spec"]["training"]
+        # The precompile pass (contract.PRECOMPILE_STEPS_ENV): a few steps from the start, no
+        # checkpoint read or written, no model saved, no heartbeat.
+        precompile = int(os.environ.get(contract.PRECOMPILE_STEPS_ENV) or 0)
+        if precompile:
+            steps = min(int(training["steps"]), precompile)
+            training.update(steps=steps, warmup_steps=min(int(training.get("warmup_steps", 0)), steps - 1),
+                            checkpoint_every=0)
         stats.runtime, stats.precision = training["runtime"], training["precision"]
         stats.batch_size = int(training["batch_size"])
         sm = contract.Contract.from_env()
         beat_s = float(os.environ.get(contract.PROGRESS_REPORT_ENV, "0") or 0)
-        trainer = Trainer(job, dist, channels=dict(sm.channels), checkpoint_dir=sm.checkpoint_dir,
-                          beat=lambda s: write_stats(s, args.stats_dir, durable=False), beat_s=beat_s)
+        trainer = Trainer(job, dist, channels=dict(sm.channels),
+                          checkpoint_dir=None if precompile else sm.checkpoint_dir,
+                          beat=lambda s: write_stats(s, args.stats_dir, durable=False), beat_s=0 if precompile else beat_s)
         trainer.run(stats, process_start)
-        trainer.save_model(sm.model_dir)
+        if not precompile:
+            trainer.save_model(sm.model_dir)
     except BaseException as exc:
         stats.error = f"{type(exc).__name__}: {exc}"
         write_stats(stats, args.stats_dir)

@@ -138,6 +138,8 @@ def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
         notes = ["upper bound: max_run_minutes at SageMaker's on-demand price"]
     else:
         notes = [f"upper bound only if SageMaker charges at most {hourly.markup:g} x this EC2 price; {UNVERIFIED}"]
+    if spec.training.precompile:
+        notes.append("the precompile pass runs within the job, so within max_run_minutes")
     if spot:
         notes.append("managed spot usually bills less")
     return Estimate(usd_max=hours * count * hourly.usd_per_hour, hours_max=hours, usd_per_hour=hourly.usd_per_hour,

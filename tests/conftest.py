@@ -115,7 +115,9 @@ into the compile cache dir at start), FAKE_TRAIN_SLEEP (seconds, after that, the
 Like train.py, the host's first rank reports progress when ORCHESTRATOR_PROGRESS_REPORT_S is set:
 once "warm" (steps_done FAKE_TRAIN_BEAT_STEPS, default 3, after the first entry), then
 FAKE_TRAIN_LATER_ENTRY (another entry) is written FAKE_TRAIN_LATER_AFTER seconds later.
-FAKE_TRAIN_IGNORE_SIGTERM makes the rank deaf to torchrun's stop.
+FAKE_TRAIN_IGNORE_SIGTERM makes the rank deaf to torchrun's stop. In neuron_parallel_compile's
+graph-extraction mode (NEURON_EXTRACT_GRAPHS_ONLY=1) rank 0 writes FAKE_TRAIN_EXTRACT_GRAPH
+(a `neuronxcc-<v>/MODULE_<n>` folder) with the extracted graph, model.hlo.pb, and nothing else.
 """
 import argparse, json, os, pathlib, sys, time
 
@@ -140,12 +142,21 @@ stats = {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LO
                  "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "SM_CURRENT_HOST", "SM_HOSTS", "SM_NUM_CPUS",
                  "SM_CHANNELS", "SAGEMAKER_BASE_DIR", "MASTER_ADDR",
                  "MASTER_PORT", "GROUP_RANK", "SM_CHANNEL_TRAIN", "PJRT_DEVICE",
-                 "TORCHINDUCTOR_COMPILE_THREADS")},
+                 "TORCHINDUCTOR_COMPILE_THREADS", "ORCHESTRATOR_PRECOMPILE_STEPS", "NEURON_EXTRACT_GRAPHS_ONLY",
+                 "ORCHESTRATOR_PROGRESS_REPORT_S")},
          "inductor_env": {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_"))}}
 if os.environ.get("FAKE_TRAIN_IGNORE_SIGTERM"):
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print(f"fake-train rank {rank}/{world} started", flush=True)
+extract = os.environ.get("FAKE_TRAIN_EXTRACT_GRAPH")
+if os.environ.get("NEURON_EXTRACT_GRAPHS_ONLY") == "1":
+    if extract and cache and rank == 0:
+        (pathlib.Path(cache) / extract).mkdir(parents=True, exist_ok=True)
+        (pathlib.Path(cache) / extract / "model.hlo.pb").write_bytes(b"hlo-" + extract.encode())
+    pathlib.Path(args.stats_dir).mkdir(parents=True, exist_ok=True)
+    (pathlib.Path(args.stats_dir) / f"rank-{rank}.json").write_text(json.dumps(stats))
+    sys.exit(0)
 entry = os.environ.get("FAKE_TRAIN_NEW_ENTRY")
 if entry and cache and rank == 0:
     target = pathlib.Path(cache) / entry

@@ -65,12 +65,12 @@ class Host:
         path = self.root / contract.FAILURE_FILE
         return path.read_text() if path.exists() else None
 
-    def cache_key(self):
+    def cache_key(self, runtime: str = "native"):
         """The key the launcher computes for this host (same environment, same job)."""
         ctr = contract.Contract.from_env(self.env)
         env = environment.runtime_environment(self.job, ctr, self.env)
         world = ctr.num_nodes * self.job["workers_per_node"]
-        return compile_cache.key_for("native", environment.cache_target("native", self.job, env), world, env)
+        return compile_cache.key_for(runtime, environment.cache_target(runtime, self.job, env), world, env)
 
 
 

@@ -28,7 +28,7 @@ RESULT_KEYS = {
     "schema", "job_name", "spec_hash", "status", "failure_reason", "backend", "region", "instance", "world_size",
     "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
     "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "flops_per_sample", "compiler_cache",
-    "ddp_split_graphs", "cache", "container", "final_loss", "utilization",
+    "ddp_split_graphs", "cache", "container", "final_loss", "utilization", "precompile",
     "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings",
 }
 SCHEMA_READER = TypeAdapter(results_schema.Results)

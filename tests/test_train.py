@@ -110,6 +110,20 @@ def test_native_single_process_trains_and_reports(tmp_path):
     assert not job.checkpoints.exists()
 
 
+def test_the_precompile_pass_runs_a_few_steps_from_the_start_and_leaves_nothing_behind(tmp_path):
+    """Under neuron_parallel_compile (contract.PRECOMPILE_STEPS_ENV) a rank runs that many steps
+    from step 0, even beside a checkpoint, writes no checkpoint and saves no model."""
+    job = Job(tmp_path, tiny_spec(checkpoint_every=1))
+    job.checkpoints.mkdir(parents=True)
+    (job.checkpoints / "ckpt-4.pt").write_bytes(b"a checkpoint the pass must not read")
+    proc = job.run(extra_env={contract.PRECOMPILE_STEPS_ENV: "3", contract.PROGRESS_REPORT_ENV: "0.01"})
+    assert proc.returncode == 0, proc.stderr
+    stats = job.rank_stats()
+    assert (stats["steps_done"], stats["start_step"], stats["resumed_from"]) == (3, 0, None)
+    assert sorted(p.name for p in job.checkpoints.iterdir()) == ["ckpt-4.pt"]
+    assert not (job.model / "model.pt").exists()
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     # Resuming at step 6 (not a multiple of the synthetic pool size) proves the batch of a step

@@ -11,7 +11,8 @@ field it is about (which `raise_for` turns into file:line:column). Errors stop `
 
 The rules live in modules by topic: `instance` (type, hosts, workers, LNC, spot, volume),
 `image` (image, region, runtime), `environment` (the container environment and tags),
-`model` (architecture, patches, precision, the training loop), `budget` (cost).
+`model` (architecture, patches, precision, the training loop), `budget` (cost), `precompile`
+(the neuron_parallel_compile pass).
 
 The rules (ids are stable; tests and docs refer to them):
 
@@ -59,6 +60,10 @@ The rules (ids are stable; tests and docs refer to them):
 - N031-local-environment-size: a local job's `environment` too large for a process on this
   machine to receive (one variable above Linux's MAX_ARG_STRLEN, or all of them with this
   process's own environment above ARG_MAX): the job would fail to start ("Argument list too long").
+- N060-precompile-native: training.precompile with runtime native (no XLA graphs: the pass is
+  skipped; a warning).
+- N061-precompile-local: training.precompile on the local backend, which has no
+  neuron_parallel_compile unless this machine has the Neuron tools (the pass is skipped; info).
 
 The local backend runs on this machine: the AWS-only rules (instance acceptance, images,
 region, price and budget, EFA, SageMaker limits) are skipped there; the spot rules (N012,
@@ -72,7 +77,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog, cost
-from orchestrator.doctor import budget, environment, image, instance, model
+from orchestrator.doctor import budget, environment, image, instance, model, precompile
 from orchestrator.doctor.finding import ORDER, Finding, Severity
 from orchestrator.errors import Problem, SpecError
 
@@ -134,6 +139,7 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) ->
     findings += model.precision(spec, target)
     findings += model.model(spec)
     findings += model.training(spec)
+    findings += precompile.precompile(spec)
     if spec.backend == "local":
         findings += environment.local_environment(spec)
     return sorted(findings, key=lambda f: ORDER[f.severity])

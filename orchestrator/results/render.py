@@ -35,6 +35,7 @@ COLUMNS = (
     ("NC util", "neuroncore_util", ".0f"),
     ("vCPU", "host_vcpu", ".0f"),
     ("compile s", "compile_s", ".1f"),
+    ("precompile s", "precompile_s", ".1f"),
     ("cache hit", "cache_hit_ratio", ".0%"),
     ("status", "status", "s"),
 )
@@ -72,7 +73,7 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
         style = None if row.ok else "red"
         table.add_row(*(Text(_cell(row, attr, fmt)) for _, attr, fmt in COLUMNS), style=style)
     buffer = io.StringIO()
-    # 20 columns squeezed into a narrow terminal become unreadable: by default the table takes
+    # 21 columns squeezed into a narrow terminal become unreadable: by default the table takes
     # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
     console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
                       color_system="auto" if color else None)

@@ -90,6 +90,7 @@ class Row:
     host_vcpu: float | None = None  # percent, mean over the job
     input_bound: bool | None = None  # None: not measured
     compile_s: float | None = None
+    precompile_s: float | None = None  # the neuron_parallel_compile pass, apart from compile_s
     cache_hit_ratio: float | None = None
     steps_done: int | None = None
     note: str | None = None
@@ -236,7 +237,8 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         peak_source=f"{top.instance_type} {top.precision}: {top.per_chip / 1e12:g} TFLOPS per chip, {top.source}, "
                     f"{top.as_of}" if top else None,
         neuroncore_util=core_util, host_vcpu=vcpu, input_bound=input_bound,
-        compile_s=_finite(results.compile_s), cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
+        compile_s=_finite(results.compile_s),
+        precompile_s=_finite(results.precompile.seconds) if results.precompile else None, cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
         note="; ".join(notes) or None, uri=uri,
     )
 

@@ -216,6 +216,13 @@ class TrainingSpec(StrictModel):
     seed: Int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
     checkpoint_every: Int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
     log_every: Int = Field(10, ge=1, description="Log a metrics line every N steps.")
+    precompile: bool = Field(
+        False,
+        description="runtime xla on Neuron: before training, a short graph-extraction pass (the same torchrun "
+        "command, a few steps) under neuron_parallel_compile compiles every graph in parallel on all vCPUs and "
+        "pushes them to the compile cache at once. Skipped, with the reason in results.json, where the tool is "
+        "absent (the local backend) or runtime is native.",
+    )
     workers_per_node: Int | None = Field(
         None,
         ge=1,
