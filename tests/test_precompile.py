@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from launch_harness import Host, make_job
 
 from entrypoints import compile_cache, contract
-from orchestrator import doctor, spec
+from orchestrator import doctor, request, spec
 
 STANDIN = Path(__file__).parent / "standins" / "neuron_parallel_compile"
 GRAPH = "neuronxcc-2.99.0+abc/MODULE_123+def"
@@ -139,3 +140,50 @@ def test_the_doctor_says_where_precompile_does_not_apply_and_the_bound_covers_it
     rules, _ = _rules("local", "xla")
     assert rules["N061-precompile-local"].severity == "info"
     assert "neuron_parallel_compile" in rules["N061-precompile-local"].message
+
+
+LOCAL = """
+name: standins
+backend: local
+instance: {type: ml.trn1.2xlarge}
+model: {arch: vit_tiny_patch16_224, image_size: 32, patch_size: 8, depth: 1, embed_dim: 32, num_heads: 2,
+        num_classes: 10}
+training: {runtime: xla, steps: 12, warmup_steps: 2, batch_size: 4, precision: fp32, workers_per_node: 1,
+           precompile: true}
+data: {source: synthetic, num_workers: 0}
+compile_cache: {mode: tarball}
+"""
+
+
+def test_a_local_job_with_the_stand_ins_shows_precompile_utilization_and_mfu_in_the_table(
+        orch_home, tmp_path, fake_train, tool_path, monkeypatch):
+    """The issue's end to end: the local backend's job, with both Neuron tools stood in on PATH."""
+    from orchestrator import results as res
+    from orchestrator.backends.local import LocalBackend
+
+    shutil.copy(Path(__file__).parent / "standins" / "neuron-monitor", Path(tool_path.split(os.pathsep)[0]))
+    monkeypatch.setenv("PATH", tool_path)
+    monkeypatch.setenv("FAKE_TRAIN_EXTRACT_GRAPH", GRAPH)
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "1")
+    monkeypatch.setenv("STANDIN_MONITOR_PERIOD_S", "0.05")
+    monkeypatch.setenv("STANDIN_MONITOR_REPORTS", json.dumps([{"util": [81.0, 79.0], "device": 2**30, "idle": 70.0,
+                                                                "mem": 2**32}]))
+    path = tmp_path / "standins.yaml"
+    path.write_text(LOCAL)
+    loaded = spec.load(path)
+    assert [f.rule for f in doctor.check(loaded) if f.rule.startswith("N06")] == ["N061-precompile-local"]
+    prepared = request.prepare(loaded)
+    backend = LocalBackend()
+    backend.submit(prepared)
+    deadline = time.monotonic() + 120
+    while not backend.status(prepared.job_name).terminal:
+        assert time.monotonic() < deadline, "\n".join(backend.logs(prepared.job_name))
+        time.sleep(0.3)
+    assert backend.status(prepared.job_name).status == "completed", "\n".join(backend.logs(prepared.job_name))
+    (row,) = res.collect(res.local_store_uri(), workers=1).rows
+    assert row.precompile_s is not None and row.neuroncore_util == 80.0 and row.host_vcpu == 30.0
+    assert row.input_bound is False
+    # The fake rank's 1.5 MFLOPs a sample x its samples/s over trn1.2xlarge's 47.5 FP32 TFLOPS.
+    assert row.mfu == pytest.approx(1.5e6 * row.samples_per_s / 47.5e12)
+    table = res.render_table(res.Collection(prefix="p", rows=[row]))
+    assert "precompile s" in table and "NC util" in table and "MFU" in table
