@@ -98,6 +98,7 @@ def test_mfu_is_blank_without_flops_a_known_instance_or_a_precision():
         row = build_row("j", _results(**values), "u", None, None)
         assert row.mfu is None and row.peak_source is None, values
         assert row.tflop_per_dollar is None
-    # A local job has no price, so no TFLOP per dollar, but its MFU stands.
+    # A local job ran on this machine's CPUs, not on the instance it names: no MFU, no price.
     local = build_row("j", _results(backend="local"), "u", None, None)
-    assert local.mfu is not None and local.tflop_per_dollar is None
+    assert local.mfu is None and local.peak_source is None and local.tflop_per_dollar is None
+    assert local.flops_per_sample == pytest.approx(BASE_BY_HAND, rel=0.01)

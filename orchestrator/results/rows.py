@@ -16,7 +16,8 @@ Contract:
 - `mfu` (model FLOPs utilization) is the results' `flops_per_sample` x samples/s over the
   peak of every chip of the job's instances at its precision (`peak_flops`); `tflop_per_dollar`
   is the model TFLOPs a dollar bought (samples per dollar x TFLOP per sample), which compares
-  rows of different models and image sizes. Unknown parts leave them None.
+  rows of different models and image sizes. Unknown parts leave them None, and so does a job
+  of a backend that is not `cloud` (local: it did not run on the instance it names).
 - `neuroncore_util` and `host_vcpu` are the results' mean utilization (percent, from
   neuron-monitor); a completed row whose NeuronCores averaged under `IDLE_CORES_PCT` while its
   vCPUs averaged at least `SATURATED_VCPU_PCT` is `input_bound`, with a note: the chips waited
@@ -199,7 +200,8 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         samples_per_dollar = sps * 3600.0 / price_per_hour
         cost_per_million = 1e6 / samples_per_dollar
     flops = _finite(results.flops_per_sample)
-    mfu = peak_flops.mfu(flops, sps, inst.type, inst.count, results.precision)
+    # A job of this machine (the local backend) ran on its CPUs, not on the instance it emulates.
+    mfu = peak_flops.mfu(flops, sps, inst.type, inst.count, results.precision) if is_cloud(results.backend) else None
     top = peak_flops.peak(inst.type, results.precision) if mfu is not None else None
     tflop_per_dollar = samples_per_dollar * flops / 1e12 if samples_per_dollar and flops else None
     used = results.utilization
