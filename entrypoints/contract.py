@@ -19,7 +19,8 @@ are size-limited, so the spec does not travel as a hyperparameter). Its shape, v
                         "mode": "tarball" | "off", "push_interval_s": 60},
       "results_uri": "s3://bucket/jobs/results/<job_name>/results.json" | "file:///..." | null,
       "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
-      "tags": {"team": "vision", "orchestrator:spec-hash": "..."}
+      "tags": {"team": "vision", "orchestrator:spec-hash": "..."},
+      "varied": {"training.optimizer.lr": 0.001}   # a sweep trial only: the sweep's values
     }
 """
 

@@ -135,6 +135,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
             neuron_cores=instance.get("neuron_cores"),
             logical_cores=instance.get("logical_cores"),
             workers_per_node=workers,
+            cpus=ctr.num_cpus,
         ),
         world_size=world_size,
         runtime=lead.get("runtime") or training.get("runtime"),
@@ -168,6 +169,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         duration_s=round(beat - started, 3),
         tags=dict(job.get("tags") or {}),
         warnings=list(warnings),
+        varied=dict(job.get("varied") or {}),
     )
     return results_schema.as_document(record)
 

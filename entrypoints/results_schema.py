@@ -76,6 +76,9 @@ class Instance:
     neuron_cores: Count | None = optional("NeuronCores per host (the catalog's); null when unknown")
     logical_cores: Count | None = optional("logical NeuronCores per host at the job's LNC; null when unknown")
     workers_per_node: Positive = optional("ranks per host")
+    cpus: Count | None = optional(
+        "CPUs of each host as the container reported them (`SM_NUM_CPUS`): on the local backend, this "
+        "machine's")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,6 +266,9 @@ class Results:
     warnings: list[str] = optional(
         "anything the job survived: compile cache warnings (prefixed `compile cache:`), missing rank stats",
         empty=list)
+    varied: dict[str, Any] = optional(
+        "a sweep trial's values of the fields its sweep varies (dotted spec path -> value, as the sweep "
+        "file gave them: `{\"training.optimizer.lr\": 0.001}`); empty for a job outside a sweep", empty=dict)
 
 
 def from_values(cls: type[T], values: Mapping[str, Any]) -> T:

@@ -59,9 +59,11 @@ def results_uri(output: str, name: str) -> str:
 
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
-                 target: catalog.Target | None = None) -> dict:
+                 target: catalog.Target | None = None, varied: dict | None = None) -> dict:
     """The job file (`job.json`, schema `contract.JOB_FILE_SCHEMA`) with every default resolved,
-    from the spec's `target` (`catalog.resolve(spec)` when not given)."""
+    from the spec's `target` (`catalog.resolve(spec)` when not given). `varied` (a sweep
+    trial's values, dotted path -> value) travels as the file's "varied" object, so the
+    job's results.json names them; a job outside a sweep has no such key."""
     target = target or catalog.resolve(spec)
     digest = spec_hash(spec)
     facts = target.facts
@@ -77,7 +79,7 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
     tags[TAG_SPEC_HASH] = digest
     tags[TAG_JOB] = job_name
     tags.update(extra_tags or {})
-    return {
+    job = {
         "schema": contract.JOB_FILE_SCHEMA,
         "job_name": job_name,
         "spec_hash": digest,
@@ -90,6 +92,9 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         "environment": dict(target.environment),
         "tags": dict(sorted(tags.items())),
     }
+    if varied:
+        job["varied"] = dict(varied)
+    return job
 
 
 def training_image(spec: JobSpec, target: catalog.Target) -> str:
@@ -229,11 +234,12 @@ def source_uri(output: str, archive_sha: str) -> str:
 
 
 def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
-            extra_tags: dict | None = None) -> Prepared:
+            extra_tags: dict | None = None, varied: dict | None = None) -> Prepared:
     """Job file, archive and request for a spec, on its diagnosis (deterministic).
 
     `source` is the spec, or the doctor's diagnosis of it (`doctor.diagnose`): the target, the
-    cost estimate and the findings are then taken as they are, not computed again. Findings
+    cost estimate and the findings are then taken as they are, not computed again. `varied`:
+    a sweep trial's values (`resolved_job`). Findings
     are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too broken to
     build a request for raises, and then with the doctor's located errors.
     """
@@ -241,7 +247,7 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     spec, target = diagnosis.spec, diagnosis.target
     name = names.job_name(spec) if job_name is None else job_name
     names.check_job_name(name)
-    job = resolved_job(spec, name, extra_tags, target)
+    job = resolved_job(spec, name, extra_tags, target, varied)
     archive = sourcedir.build_archive(job)
     digest = sourcedir.archive_sha256(archive)
     src = source_uri(_output_prefix(spec, job, name), digest)

@@ -813,7 +813,8 @@ def sample_collection() -> res.Collection:
 def test_csv_shape():
     text = res.render_csv(sample_collection())
     records = list(csv.DictReader(io.StringIO(text)))
-    assert list(records[0]) == [f.name for f in dataclasses.fields(res.Row)]
+    # Every Row field but `varied`, whose dotted paths are columns of their own (none here).
+    assert list(records[0]) == [f.name for f in dataclasses.fields(res.Row) if f.name != "varied"]
     assert [r["job"] for r in records] == ["fast", "slow", "local-1", "broken"]
     assert records[0]["relative"] == "1.0" and float(records[1]["relative"]) == pytest.approx(0.8)
     assert records[3]["samples_per_s"] == "" and records[3]["status"] == "unreadable"
@@ -821,7 +822,7 @@ def test_csv_shape():
 
 def test_json_shape():
     doc = json.loads(res.render_json(sample_collection()))
-    assert doc["prefix"] == PREFIX and set(doc) == {"prefix", "rows"}
+    assert doc["prefix"] == PREFIX and set(doc) == {"prefix", "varied", "rows"} and doc["varied"] == []
     assert [r["job"] for r in doc["rows"]] == ["fast", "slow", "local-1", "broken"]
     assert doc["rows"][1]["relative"] == pytest.approx(0.8)
     assert doc["rows"][2]["price_per_hour"] is None and doc["rows"][3]["note"].startswith("not valid JSON")
@@ -992,10 +993,11 @@ def test_reads_what_the_entrypoint_writes(prices):
                                                                             "precision": "fp32", "steps": 20}},
            "instance": {"type": "ml.trn1.2xlarge", "neuron_cores": 2, "logical_cores": 2},
            "workers_per_node": 1, "compile_cache": {"uri": None, "mode": "off"},
-           "tags": {"orchestrator:sweep": "sw", "orchestrator:trial": "t1"}}
-    ctr = contract.Contract.from_env({"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"})
+           "tags": {"orchestrator:sweep": "sw", "orchestrator:trial": "t1"}, "varied": {"training.optimizer.lr": 0.001}}
+    ctr = contract.Contract.from_env({"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1", "SM_NUM_CPUS": "6"})
     stats = {0: {"world_size": 1, "batch_size": 8, "step_times_s": [0.1, 0.1, 0.2, 0.1], "steps_done": 20,
-                 "runtime": "native", "precision": "fp32", "compile_s": 4.0, "time_to_first_step_s": 5.0}}
+                 "runtime": "native", "precision": "fp32", "compile_s": 4.0, "time_to_first_step_s": 5.0,
+                 "final_loss": 2.25}}
     cache = {"mode": "tarball", "uri": "file:///c", "key": "k", "hit_entries": 3, "new_entries": 1, "pull_bytes": 0,
              "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
     doc = report.build_results(job, ctr, stats, status="completed", reason=None, cache=cache, started=0.0,
@@ -1005,14 +1007,17 @@ def test_reads_what_the_entrypoint_writes(prices):
     assert (row.job, row.status, row.backend, row.sweep, row.trial) == ("ep-1", "completed", "local", "sw", "t1")
     assert row.global_batch == 8 and row.samples_per_s == pytest.approx(8 / 0.125)
     assert row.step_time_p50_s == pytest.approx(0.1) and row.compile_s == 4.0 and row.cache_hit_ratio == 0.75
-    assert row.cores == 2 and row.price_per_hour is None
+    # A local job ran on this machine's CPUs: neither the spec's instance type nor its NeuronCores.
+    assert row.instance == "local CPU x6" and row.cores is None and row.price_per_hour is None
+    assert row.varied == {"training.optimizer.lr": 0.001} and row.final_loss == 2.25
 
 
 def test_cli_results_table_shows_bracketed_values_verbatim(prices, tmp_path, monkeypatch, capsys):
     """Values in the table are data, never rich markup: "[/x]" would be a MarkupError, "[bold]" would vanish."""
     store = tmp_path / "brackets"
-    write_local(store, "br-1", results_doc("br-1", backend="local", type_="ml.[/x]"))
-    write_local(store, "br-2", results_doc("br-2", backend="local", type_="ml.[bold]y"))
+    # A local row names no instance type: the bracketed values travel as varied values.
+    write_local(store, "br-1", {**results_doc("br-1", backend="local"), "varied": {"tags.x": "ml.[/x]"}})
+    write_local(store, "br-2", {**results_doc("br-2", backend="local"), "varied": {"tags.x": "ml.[bold]y"}})
     prefix = (store / "store" / "jobs").as_uri()
     code, out, err = run_cli(monkeypatch, capsys, "results", "--prefix", prefix)
     assert code == 0, err

@@ -39,14 +39,29 @@ def test_local_sweep_runs_to_completion_and_results_tabulate_it(tmp_path, orch_h
     assert status.returncode == 0, status.stderr
     assert {t["state"] for t in json.loads(status.stdout)["trials"]} == {"completed"}
     plot = tmp_path / "out.png"
+    page = tmp_path / "report.html"
     results = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--sweep", sweep_id, "--plot",
-                              str(plot), "--format", "json"], capture_output=True, text=True, timeout=300,
-                             cwd=ROOT, env=env)
+                              str(plot), "--html", str(page), "--format", "json"], capture_output=True, text=True,
+                             timeout=300, cwd=ROOT, env=env)
     assert results.returncode == 0, results.stderr
-    rows = json.loads(results.stdout)
-    rows = rows["rows"] if isinstance(rows, dict) else rows
+    doc = json.loads(results.stdout)
+    rows = doc["rows"]
     assert len(rows) == 4
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # At a glance: what the sweep varied and the final loss, on this machine's CPUs.
+    assert doc["varied"] == ["training.batch_size", "training.optimizer.lr"]
+    assert sorted((r["varied"]["training.batch_size"], r["varied"]["training.optimizer.lr"]) for r in rows) == \
+        [(4, 1.0e-4), (4, 1.0e-3), (8, 1.0e-4), (8, 1.0e-3)]
+    assert all(isinstance(r["final_loss"], float) for r in rows)
+    assert all(r["instance"].startswith("local CPU") and r["cores"] is None for r in rows)
+    text = page.read_text()
+    assert "<th class=\"varied\">training.optimizer.lr</th>" in text and "<th>final loss</th>" in text
+    assert text.count("data:image/png;base64,") == 2
+    table = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--sweep", sweep_id, "--sort",
+                            "final_loss"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert table.returncode == 0, table.stderr
+    assert "training.optimizer.lr" in table.stdout and "final loss" in table.stdout
+    assert "ml.trn1.2xlarge" not in table.stdout
 
 
 def test_cli_detach_on_a_finished_sweep_reports_in_the_foreground_and_status_takes_the_name(

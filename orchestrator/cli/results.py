@@ -39,6 +39,23 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
     return local, region
 
 
+def _write(path: Path, option: str, data: bytes, example: str) -> None:
+    """Write one output file atomically (a failed write leaves no truncated file behind)."""
+    from entrypoints.atomic import write_bytes
+    from orchestrator.errors import InputError
+    from orchestrator.paths import write_hint
+
+    try:
+        write_bytes(path, data)
+    except OSError as exc:
+        what = "plot" if option == "--plot" else "page"
+        raise InputError(f"{option} {path}: cannot write: {exc.strerror or exc}",
+                         hint=f"the results above are complete; for the {what}, " + write_hint(
+                             exc, f"run again with {option} a file in a folder you can write, e.g. {option} "
+                                  f"{example}")) from None
+    err(f"wrote {path} ({len(data)} bytes)")
+
+
 @app.command()
 def results(
     sweep: str | None = typer.Option(None, "--sweep", help="Only this sweep's jobs: a sweep id or a sweep name "
@@ -50,6 +67,12 @@ def results(
     spec_path: Path | None = typer.Option(None, "--spec", help="A job spec whose output.uri and region to use."),
     fmt: str = typer.Option("table", "--format", help="table, csv or json."),
     plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
+    html: Path | None = typer.Option(None, "--html", help="Also write one self-contained HTML page (the table "
+                                     "and the plots inlined; opens offline) for sharing."),
+    sort: str = typer.Option("samples_per_dollar", "--sort", help="Order rows by this column: a header, a row "
+                             "field (final_loss, samples_per_s...) or a varied field's dotted path; "
+                             "optionally :asc or :desc (default: more is better first for throughput and "
+                             "samples per dollar, less first for the rest)."),
     region: str | None = typer.Option(None, "--region", callback=check_region, help="Region of the S3 "
                                       "prefix, of jobs whose results name none, and where a sweep's SageMaker jobs "
                                       f"are listed (--spec: the spec's; default: {REGION_DEFAULTS})."),
@@ -70,10 +93,11 @@ def results(
     if fmt not in renderers:
         raise InputError(f"--format {fmt!r}: use table, csv or json",
                          hint="table (the default) is for reading; --format csv or --format json for other tools")
-    if plot is not None:
-        from orchestrator.paths import check_write_target
+    from orchestrator.paths import check_write_target
 
-        check_write_target(plot, "--plot")  # before reading anything: a device or FIFO is never replaced
+    for target, option in ((plot, "--plot"), (html, "--html")):
+        if target is not None:
+            check_write_target(target, option)  # before reading anything: a device or FIFO is never replaced
     where, region = _results_prefix(prefix, spec_path, region)
     stderr = Console(stderr=True)
     with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -85,23 +109,17 @@ def results(
         what = f" for sweep {sweep}" if sweep else ""
         raise InputError(f"no results{what} under {where}",
                          hint="check --sweep / --prefix (results live at <output.uri>/results/<job>/results.json)")
+    from dataclasses import replace
+
+    collection = replace(collection, rows=res.sort_rows(collection.rows, sort))
     if fmt == "table":
         out(res.render_table(collection, color=sys.stdout.isatty()).rstrip("\n"))
     else:
         out(renderers[fmt](collection).rstrip("\n"))
     if plot is not None:
-        data = res.render_plot(collection)
-        from entrypoints.atomic import write_bytes
-        from orchestrator.paths import write_hint
-
-        try:
-            write_bytes(plot, data)  # a failed write leaves no truncated PNG behind
-        except OSError as exc:
-            raise InputError(f"--plot {plot}: cannot write: {exc.strerror or exc}",
-                             hint="the results above are complete; for the plot, " + write_hint(
-                                 exc, "run again with --plot a file in a folder you can write, e.g. --plot "
-                                      "results.png")) from None
-        err(f"wrote {plot} ({len(data)} bytes)")
+        _write(plot, "--plot", res.render_plot(collection), "results.png")
+    if html is not None:
+        _write(html, "--html", res.render_html(collection, sort=sort).encode("utf-8"), "report.html")
     if collection.errors:
         err(f"error: {len(collection.errors)} job(s) could not be read; their rows say why")
         raise typer.Exit(code=1)

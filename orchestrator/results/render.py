@@ -1,7 +1,9 @@
 """Rendering results: a rich table, CSV, JSON and a PNG plot of a `Collection`.
 
 Each renderer returns a string (or PNG bytes) and never prints; the CLI does. Cell values
-are data, never rich markup.
+are data, never rich markup. The table shows `columns.table_columns` (the fields a sweep
+varied and the final loss among them); CSV and JSON carry every Row field and name the varied
+fields as columns too. Rows keep the collection's order (`columns.sort_rows` sorts them).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import asdict, fields
 
 from orchestrator import cost
 from orchestrator.errors import InputError
+from orchestrator.results import columns
 from orchestrator.results.rows import Collection, Row
 
 COLUMNS = (
@@ -47,6 +50,9 @@ _PRICED = frozenset({"price_per_hour", "cost_per_million_samples", "samples_per_
 
 
 def _cell(row: Row, attr: str, fmt: str) -> str:
+    if attr.startswith("varied:"):
+        value = row.varied.get(attr.removeprefix("varied:"))
+        return "-" if value is None else columns.shown_value(value)
     value = getattr(row, attr)
     if value is None:
         return row.backend if attr == "price_per_hour" and not row.cloud else "-"
@@ -67,11 +73,12 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
 
     # Values are data, never rich markup (an instance type or prefix with "[/x]" in it): Text.
     table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left")
-    for header, _, fmt in COLUMNS:
-        table.add_column(header, justify="left" if fmt == "s" else "right", overflow="fold")
+    shown = columns.table_columns(collection.rows)
+    for column in shown:
+        table.add_column(column.header, justify="left" if column.fmt == "s" else "right", overflow="fold")
     for row in collection.rows:
         style = None if row.ok else "red"
-        table.add_row(*(Text(_cell(row, attr, fmt)) for _, attr, fmt in COLUMNS), style=style)
+        table.add_row(*(Text(cell(row, column)) for column in shown), style=style)
     buffer = io.StringIO()
     # 21 columns squeezed into a narrow terminal become unreadable: by default the table takes
     # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
@@ -92,28 +99,43 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
+def cell(row: Row, column: columns.Column) -> str:
+    """The text of one table cell."""
+    return _cell(row, column.key, column.fmt)
+
+
 def _record(row: Row) -> dict:
     return asdict(row)
 
 
 def render_csv(collection: Collection) -> str:
-    """CSV with a header of Row field names; unknown values are empty cells."""
+    """CSV with a header of Row field names, the varied fields (`varied`) as one column per
+    dotted path right after `job`; unknown values are empty cells."""
     buffer = io.StringIO()
-    names = [f.name for f in fields(Row)]
+    varied = columns.varied_paths(collection.rows)
+    names = [f.name for f in fields(Row) if f.name != "varied"]
+    names[1:1] = varied
     writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
     writer.writeheader()
     for row in collection.rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in _record(row).items()})
+        record = _record(row)
+        values = record.pop("varied")
+        record.update({path: values.get(path) for path in varied})
+        writer.writerow({k: ("" if v is None else v) for k, v in record.items()})
     return buffer.getvalue()
 
 
 def render_json(collection: Collection) -> str:
-    """{"prefix", "rows": [Row fields...]}; unknown values are null."""
-    return json.dumps({"prefix": collection.prefix, "rows": [_record(r) for r in collection.rows]}, indent=2)
+    """{"prefix", "varied": [dotted paths], "rows": [Row fields...]}; unknown values are null;
+    each row's `varied` holds its values of those paths."""
+    return json.dumps({"prefix": collection.prefix, "varied": columns.varied_paths(collection.rows),
+                       "rows": [_record(r) for r in collection.rows]}, indent=2)
 
 
 def _label(row: Row) -> str:
-    parts = [f"{row.instance} x{row.count}" if row.instance else "?"]
+    parts = [", ".join(f"{path.rsplit('.', 1)[-1]}={columns.shown_value(v)}" for path, v in row.varied.items())]
+    parts = [p for p in parts if p]
+    parts.append(f"{row.instance} x{row.count}" if row.instance else "?")
     if row.failover_from:
         parts.append(f"(failover from {row.failover_from})")
     if row.global_batch is not None:

@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from entrypoints.results_schema import Results
 from orchestrator import backends, catalog, cost, names, peak_flops
@@ -46,6 +47,8 @@ MISSING, UNREADABLE, ERROR = "missing", "unreadable", "error"
 # Input-bound: NeuronCores mostly idle while the host's vCPUs are nearly all busy.
 IDLE_CORES_PCT = 50.0
 SATURATED_VCPU_PCT = 85.0
+# What a local (not `cloud`) job's row names in place of an AWS instance type.
+LOCAL_INSTANCE = "local CPU"
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class Row:
     precompile_s: float | None = None  # the neuron_parallel_compile pass, apart from compile_s
     cache_hit_ratio: float | None = None
     steps_done: int | None = None
+    final_loss: float | None = None
+    varied: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
     uri: str | None = None
 
@@ -223,11 +228,12 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         total = cache.hit_entries + cache.new_entries
         hit_ratio = cache.hit_entries / total if total else None
 
+    cloud = is_cloud(results.backend)
     return Row(
         job=job, status=status, backend=results.backend, region=results.region,
         sweep=results.tags.get(TAG_SWEEP), trial=results.tags.get(TAG_TRIAL),
-        instance=inst.type, count=inst.count,
-        cores=None if inst.neuron_cores is None else inst.neuron_cores * inst.count,
+        instance=inst.type if cloud else local_instance(inst.cpus), count=inst.count,
+        cores=None if inst.neuron_cores is None or not cloud else inst.neuron_cores * inst.count,
         runtime=results.runtime, precision=results.precision, global_batch=results.global_batch,
         step_time_p50_s=_finite(results.step_time_s.p50) if results.step_time_s else None,
         samples_per_s=sps, price_per_hour=price_per_hour, price_source=price_source, price_verified=verified,
@@ -241,8 +247,14 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         neuroncore_util=core_util, host_vcpu=vcpu, input_bound=input_bound,
         compile_s=_finite(results.compile_s),
         precompile_s=_finite(results.precompile.seconds) if results.precompile else None, cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
+        final_loss=_finite(results.final_loss), varied=dict(results.varied),
         note="; ".join(notes) or None, uri=uri,
     )
+
+
+def local_instance(cpus: int | None) -> str:
+    """What a local job's row says it ran on: this machine's CPUs (how many, when known)."""
+    return f"{LOCAL_INSTANCE} x{cpus}" if cpus else LOCAL_INSTANCE
 
 
 def rank(rows: Iterable[Row]) -> list[Row]:

@@ -122,7 +122,8 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
         label = f"trial {trial.index} {trial.trial_id} ({describe_overrides(trial.overrides)})"
         bad: list[Problem] = []
         try:
-            prepared = request.prepare(trial.spec, job_name=name, extra_tags=ident.tags(trial.trial_id))
+            prepared = request.prepare(trial.spec, job_name=name, extra_tags=ident.tags(trial.trial_id),
+                                       varied=trial.overrides)
         except SpecError as exc:
             bad += [problem_at(sweep, where, p.path, f"{label}: {p.message}") for p in exc.problems]
         except InputError as exc:

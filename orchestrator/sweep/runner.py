@@ -143,7 +143,8 @@ class Runner(History):
         tags = self.ident.tags(trial.trial_id)
         if entry.attempt > 0:
             tags[TAG_ATTEMPT] = attempt_tag(self.attempt_info(trial, entry), trial.chain[0])
-        prepared = request.prepare(self.attempt_spec(trial, entry), job_name=entry.job_name, extra_tags=tags)
+        prepared = request.prepare(self.attempt_spec(trial, entry), job_name=entry.job_name, extra_tags=tags,
+                                   varied=trial.overrides)
         self._prepared[entry.job_name] = prepared
         return prepared
 
