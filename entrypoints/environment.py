@@ -60,6 +60,16 @@ def cache_directory(runtime: str, env: dict[str, str]) -> tuple[Path, bool]:
     return Path(tempfile.mkdtemp(prefix="orchestrator-compile-cache-")), True
 
 
+def without_cache_dir(runtime: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` without the compile cache directory the job's settings name (xla: NEURON_CC_FLAGS'
+    `--cache_dir`), so that `with_cache_dir` can point the compiler elsewhere."""
+    env = dict(env)
+    if runtime == "xla" and "NEURON_CC_FLAGS" in env:
+        flags = re.sub(r"(?:^|\s)--cache_dir(?:=|\s+)\S+", "", env["NEURON_CC_FLAGS"])
+        env["NEURON_CC_FLAGS"] = " ".join(flags.split())
+    return env
+
+
 def cache_target(runtime: str, job: dict, env: dict[str, str]) -> str:
     """What compiled code runs on, for the cache key: the Neuron family (trn1, trn2) for xla;
     for native, `cuda` on GPU hosts, else `cpu-<machine>` (inductor's CPU code is per ISA)."""

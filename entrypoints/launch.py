@@ -16,7 +16,12 @@ whoever started it. Contract, in order:
    `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to FACTS.md's
    /var/tmp/neuron-compile-cache; `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
    temporary one (`TRITON_CACHE_DIR` below it for native). In a fresh container either is
-   empty, so a warm start can only come from the pulled cache. Native ranks
+   empty, so a warm start can only come from the pulled cache. On a SageMaker warm pool
+   (`entrypoints.warm_pool`: its persistent cache directory exists) the compile cache lives
+   there instead, one folder per key, unless the user named another directory, and pip's
+   cache too (`PIP_CACHE_DIR`, set before the requirements are installed): a job on a reused
+   instance starts with the entries earlier jobs left, pulls only what is missing, and never
+   deletes the folder. Native ranks
    also get `TORCHINDUCTOR_COMPILE_THREADS` = CPUs // workers (`entrypoints.environment`).
 3. Pull the compile cache (mode tarball) and finish before any rank starts.
 4. With `training.precompile` (runtime xla, where `neuron_parallel_compile` is on PATH:
@@ -83,6 +88,7 @@ from entrypoints import (  # noqa: E402
     precompile,
     report,
     utilization,
+    warm_pool,
 )
 from entrypoints.torchrun import StopSignals, run_torchrun, torchrun_command  # noqa: E402
 
@@ -119,6 +125,11 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     # As the container's entrypoint, the SM_* variables are ours to set before anything reads them.
     setup = container.adopt_sm_environment(_log) if args.container else None
     ctr = contract.Contract.from_env()
+    # A warm pool's persistent cache: pip's cache lives there (the user's PIP_CACHE_DIR wins),
+    # before the requirements are installed; the compile cache below.
+    persistent = warm_pool.persistent_root(os.environ, Path(os.environ.get(contract.BASE_DIR_ENV) or contract.OPT_ML))
+    if persistent is not None:
+        os.environ.setdefault("PIP_CACHE_DIR", str(warm_pool.pip_cache_dir(persistent)))
     warnings: list[str] = []
     job_file = find_job_file(args.job)
     job = contract.load_job(job_file)
@@ -161,6 +172,16 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
             cache["key"] = key.digest()
         except Exception as exc:  # noqa: BLE001 - without a key the job runs cold, not never
             cache["warnings"].append(f"no cache key, running cold: {type(exc).__name__}: {exc}")
+    if persistent is not None and (cache_dir_is_ours or warm_pool.replaceable_cache_dir(cache_dir)):
+        if cache_dir_is_ours:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        cache_dir, cache_dir_is_ours = warm_pool.compile_cache_dir(persistent, cache["key"], runtime), False
+        env = environment.without_cache_dir(runtime, env)
+        cache["persistent_dir"] = str(cache_dir)
+        if key is not None:
+            cache["local_entries"] = len(compile_cache.complete_entries(cache_dir, key.kind))
+        _log(f"warm pool: persistent cache {persistent}: compile cache with {cache['local_entries']} entries "
+             f"on disk, pip cache {os.environ.get('PIP_CACHE_DIR')}")
     env = environment.with_cache_dir(runtime, env, cache_dir)
     env = environment.with_compile_threads(runtime, env, ctr.num_cpus, int(job["workers_per_node"]))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CODE_DIR), env.get("PYTHONPATH", "")) if p)

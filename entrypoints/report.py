@@ -49,7 +49,8 @@ def cache_section(mode: str, uri: str | None) -> dict:
     """results.json's `cache` before any pull or push; the pull and `heartbeat.CachePusher`
     add their figures to it."""
     return {"mode": mode, "uri": uri, "key": None, "hit_entries": 0, "new_entries": 0, "pull_bytes": 0,
-            "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
+            "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": [], "persistent_dir": None,
+            "local_entries": 0}
 
 
 def given_setup() -> dict:

@@ -124,6 +124,12 @@ class CacheStats:
     warnings: list[str] = optional(
         "what went wrong with the cache: a corrupted, truncated or hostile archive (rejected: the job "
         "runs cold), a failed push", empty=list)
+    persistent_dir: str | None = optional(
+        "the folder of a SageMaker warm pool's persistent cache (`SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY`) "
+        "the compile cache lived in, kept for the next job on the same instances; null without a warm pool")
+    local_entries: Count = optional(
+        "complete entries of the key already on disk before the pull (left in the persistent cache by an "
+        "earlier job on a reused warm-pool instance): never downloaded again")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -143,7 +143,7 @@ stats = {"rank": rank, "world_size": world, "local_rank": int(os.environ.get("LO
                  "SM_CHANNELS", "SAGEMAKER_BASE_DIR", "MASTER_ADDR",
                  "MASTER_PORT", "GROUP_RANK", "SM_CHANNEL_TRAIN", "PJRT_DEVICE",
                  "TORCHINDUCTOR_COMPILE_THREADS", "ORCHESTRATOR_PRECOMPILE_STEPS", "NEURON_EXTRACT_GRAPHS_ONLY",
-                 "ORCHESTRATOR_PROGRESS_REPORT_S")},
+                 "ORCHESTRATOR_PROGRESS_REPORT_S", "PIP_CACHE_DIR")},
          "inductor_env": {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "TORCHDYNAMO_"))}}
 if os.environ.get("FAKE_TRAIN_IGNORE_SIGTERM"):
     import signal

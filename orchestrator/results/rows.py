@@ -225,8 +225,10 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
     hit_ratio = None
     cache = results.cache
     if cache is not None and cache.hit_entries is not None and cache.new_entries is not None:
-        total = cache.hit_entries + cache.new_entries
-        hit_ratio = cache.hit_entries / total if total else None
+        # Entries a warm pool's persistent cache already held are hits that needed no download.
+        found = cache.hit_entries + (cache.local_entries or 0)
+        total = found + cache.new_entries
+        hit_ratio = found / total if total else None
 
     cloud = is_cloud(results.backend)
     return Row(
