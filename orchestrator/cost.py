@@ -1,9 +1,11 @@
 """Cost estimates for a job spec, from the catalog's prices.
 
 Contract: `estimate(spec)` is pure (no clock, no network) and returns an upper bound, never a
-guess at the real bill: `max_run_minutes` x instance count x the on-demand hourly price. A
-job stops at `max_run_minutes`, so it cannot bill more instance time than that (spot only
-makes it cheaper; waiting for spot capacity is not billed). The price's source and date
+guess at the real bill: (`max_run_minutes` + `instance.keep_alive_minutes`) x instance count
+x the on-demand hourly price. A job stops at `max_run_minutes`, so it cannot bill more
+instance time than that, plus the warm pool SageMaker keeps after it (spot only makes it
+cheaper; waiting for spot capacity is not billed). A sweep counts one keep-alive per chain
+of trials sharing a pool, not per trial (`warm_pool.chained_keep_alive_usd`). The price's source and date
 travel with every estimate so the user can see how much to trust it.
 
 Unverified prices: a price that is not SageMaker's own (the shipped EC2 prices, lower than
@@ -76,6 +78,14 @@ class Estimate(NamedTuple):
     spot: bool
     note: str
     markup: float = 1.0
+    keep_alive_hours: float = 0.0  # a warm pool kept after the job (instance.keep_alive_minutes)
+
+    @property
+    def keep_alive_usd(self) -> float:
+        """What the keep-alive after the job bills at most (included in `usd_max`)."""
+        if not self.keep_alive_hours or self.usd_per_hour is None:
+            return 0.0
+        return self.keep_alive_hours * self.instance_count * self.usd_per_hour
 
     @property
     def verified(self) -> bool:
@@ -97,7 +107,9 @@ class Estimate(NamedTuple):
             return f"cost: 0 USD ({self.note})"
         if not self.known:
             return f"cost: unknown ({self.note})"
-        return (f"cost: at most {self.usd_max:.2f} USD = {self.hours_max:g} h x {self.instance_count} "
+        hours = (f"({self.hours_max:g} h + {self.keep_alive_hours:g} h warm pool)" if self.keep_alive_hours
+                 else f"{self.hours_max:g} h")
+        return (f"cost: at most {self.usd_max:.2f} USD = {hours} x {self.instance_count} "
                 f"x {self.price.type} at {rate(self.price).describe()}; {self.note}")
 
     def to_json(self) -> dict:
@@ -105,6 +117,7 @@ class Estimate(NamedTuple):
         return {
             "usd_max": self.usd_max if self.known else None,
             "hours_max": self.hours_max,
+            "keep_alive_hours": self.keep_alive_hours,
             "usd_per_hour": self.usd_per_hour,
             "verified": self.verified,
             "markup": self.markup,
@@ -142,8 +155,12 @@ def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
         notes.append("the precompile pass runs within the job, so within max_run_minutes")
     if spot:
         notes.append("managed spot usually bills less")
-    return Estimate(usd_max=hours * count * hourly.usd_per_hour, hours_max=hours, usd_per_hour=hourly.usd_per_hour,
-                    price=price, instance_count=count, spot=spot, note="; ".join(notes), markup=hourly.markup)
+    keep = spec.instance.keep_alive_minutes / 60
+    if keep:
+        notes.append("the warm pool kept after the job is billed too")
+    return Estimate(usd_max=(hours + keep) * count * hourly.usd_per_hour, hours_max=hours,
+                    usd_per_hour=hourly.usd_per_hour, price=price, instance_count=count, spot=spot,
+                    note="; ".join(notes), markup=hourly.markup, keep_alive_hours=keep)
 
 
 def worst_case(costs: list[float], max_retries: int) -> float:

@@ -206,6 +206,9 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
         })
     if inst.spot or spec.training.checkpoint_every > 0:
         request["CheckpointConfig"] = {"S3Uri": f"{out}/checkpoints/{job_name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
+    if inst.keep_alive_minutes > 0:
+        # A managed warm pool (botocore: ResourceConfig.KeepAlivePeriodInSeconds).
+        request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = inst.keep_alive_minutes * 60
     if spec.max_retry_attempts > 0:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
     return request

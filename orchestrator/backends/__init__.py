@@ -47,6 +47,11 @@ class JobStatus:
     ended: float | None = None
     output_uri: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # A SageMaker managed warm pool kept after the job (DescribeTrainingJob's WarmPoolStatus):
+    # InUse, Available, Reused or Terminated; the seconds it was kept (billed); the job reusing it.
+    warm_pool: str | None = None
+    warm_pool_retained_s: int | None = None
+    warm_pool_reused_by: str | None = None
 
     @property
     def terminal(self) -> bool:

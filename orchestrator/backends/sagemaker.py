@@ -367,6 +367,7 @@ class SageMakerBackend:
         instance_type = resources.get("InstanceType") or (groups[0].get("InstanceType") if groups else None)
         count = resources.get("InstanceCount") or sum(g.get("InstanceCount", 0) for g in groups) or None
         output = d.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+        pool = d.get("WarmPoolStatus") or {}
         if not output and d.get("OutputDataConfig", {}).get("S3OutputPath"):
             output = f"{d['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{name}/output/model.tar.gz"
         status = JobStatus(
@@ -375,6 +376,8 @@ class SageMakerBackend:
             instance_type=instance_type, instance_count=count, spot=bool(d.get("EnableManagedSpotTraining")),
             created=_epoch(d.get("CreationTime")), started=_epoch(d.get("TrainingStartTime")),
             ended=_epoch(d.get("TrainingEndTime")), output_uri=output, tags=tags,
+            warm_pool=pool.get("Status"), warm_pool_retained_s=pool.get("ResourceRetainedBillableTimeInSeconds"),
+            warm_pool_reused_by=pool.get("ReusedByJob"),
         )
         return status
 

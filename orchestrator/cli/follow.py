@@ -19,6 +19,10 @@ def status_lines(st) -> list[str]:
         lines.append(f"billable  {st.billable_seconds} s{savings}")
     if st.instance_type:
         lines.append(f"instance  {st.instance_type} x{st.instance_count or 1}{' spot' if st.spot else ''}")
+    if st.warm_pool:
+        kept = f", kept {st.warm_pool_retained_s} s (billed)" if st.warm_pool_retained_s is not None else ""
+        reused = f", reused by {st.warm_pool_reused_by}" if st.warm_pool_reused_by else ""
+        lines.append(f"warm pool {st.warm_pool}{kept}{reused}")
     if st.output_uri:
         lines.append(f"output    {st.output_uri}")
     return lines

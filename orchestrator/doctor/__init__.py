@@ -12,7 +12,7 @@ field it is about (which `raise_for` turns into file:line:column). Errors stop `
 The rules live in modules by topic: `instance` (type, hosts, workers, LNC, spot, volume),
 `image` (image, region, runtime), `environment` (the container environment and tags),
 `model` (architecture, patches, precision, the training loop), `budget` (cost), `precompile`
-(the neuron_parallel_compile pass).
+(the neuron_parallel_compile pass), `warm_pool` (keep-alive).
 
 The rules (ids are stable; tests and docs refer to them):
 
@@ -60,6 +60,10 @@ The rules (ids are stable; tests and docs refer to them):
 - N031-local-environment-size: a local job's `environment` too large for a process on this
   machine to receive (one variable above Linux's MAX_ARG_STRLEN, or all of them with this
   process's own environment above ARG_MAX): the job would fail to start ("Argument list too long").
+- N050-keep-alive-too-long: instance.keep_alive_minutes above 60 (SageMaker's warm pool maximum).
+- N051-warm-pool-quota: a warm pool counts against its own service quota (info).
+- N052-keep-alive-local: keep_alive_minutes on the local backend is ignored (info).
+- N053-warm-pool-spot: a warm pool with managed spot training, which SageMaker does not support.
 - N060-precompile-native: training.precompile with runtime native (no XLA graphs: the pass is
   skipped; a warning).
 - N061-precompile-local: training.precompile on the local backend, which has no
@@ -77,7 +81,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog, cost
-from orchestrator.doctor import budget, environment, image, instance, model, precompile
+from orchestrator.doctor import budget, environment, image, instance, model, precompile, warm_pool
 from orchestrator.doctor.finding import ORDER, Finding, Severity
 from orchestrator.errors import Problem, SpecError
 
@@ -140,6 +144,7 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) ->
     findings += model.model(spec)
     findings += model.training(spec)
     findings += precompile.precompile(spec)
+    findings += warm_pool.check(spec)
     if spec.backend == "local":
         findings += environment.local_environment(spec)
     return sorted(findings, key=lambda f: ORDER[f.severity])

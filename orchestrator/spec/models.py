@@ -135,6 +135,13 @@ class InstanceSpec(StrictModel):
         description="Logical NeuronCore config: 2 groups two physical cores (trn2 default), "
         "1 exposes each core. trn1 supports only 1.",
     )
+    keep_alive_minutes: Int = Field(
+        0,
+        ge=0,
+        description="SageMaker managed warm pool: keep the instances this many minutes (at most 60) after "
+        "the job, for the next matching job (same type, count, volume, role, network) to start at once and "
+        "find its compile cache on disk. Billed while kept; 0 = off. Ignored by the local backend.",
+    )
 
 
 class ImageSpec(StrictModel):

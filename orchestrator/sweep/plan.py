@@ -4,8 +4,10 @@ Contract:
 - `plan(sweep)` doctor-checks every trial and every failover variant of it, and prepares
   each trial's first job (the exact request and its cost bound). Any doctor error refuses the
   whole sweep (SpecError listing the failing trials) before anything is submitted.
+- Trials that can share a SageMaker warm pool (`warm_pool.pool_key`) are ordered next to each
+  other (`warm_pool.grouped`), so the runner, which submits in plan order, chains them.
 - `check_budget(plan)` refuses a plan above `budget.max_total_cost_usd` (SpecError at that
-  line). `Plan.worst_usd` is the total if every trial failed over along its whole chain and
+  line); the total counts a warm pool's keep-alive once per chain (`Plan.total_usd`). `Plan.worst_usd` is the total if every trial failed over along its whole chain and
   used every retry (`cost.worst_case`).
 """
 
@@ -15,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator import cost, doctor, request
+from orchestrator import cost, doctor, request, warm_pool
 from orchestrator.errors import InputError, Problem, SpecError
 from orchestrator.names import Identity
 from orchestrator.spec import JobSpec, SweepSpec, with_overrides
@@ -67,7 +69,13 @@ class Plan:
 
     @property
     def total_usd(self) -> float:
-        return sum(t.usd_max for t in self.trials)
+        """Every trial's bound, with the warm-pool keep-alive counted once per chain of trials
+        that share a pool (`warm_pool.chained_keep_alive_usd`), not once per trial."""
+        runs = sum(t.usd_max - t.prepared.estimate.keep_alive_usd for t in self.trials)
+        kept = warm_pool.chained_keep_alive_usd(
+            ((warm_pool.pool_key(t.prepared.request), t.prepared.estimate.keep_alive_usd) for t in self.trials),
+            self.sweep.concurrency)
+        return runs + kept
 
     @property
     def worst_usd(self) -> float:
@@ -154,6 +162,8 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
         planned.append(PlannedTrial(trial, name, prepared, chain, tuple(chain_usd), sweep.max_retries))
     raise_problems(problems, failing, "trial(s) fail the doctor's checks; nothing was submitted",
                     "fix the base spec or the sweep's values")
+    # Trials that can share a warm pool run one after another, so each reuses the last's pool.
+    planned = warm_pool.grouped(planned, lambda t: warm_pool.pool_key(t.prepared.request))
     return Plan(sweep, ident, planned, duplicates, warnings)
 
 
