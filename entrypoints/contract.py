@@ -49,6 +49,8 @@ INPUT_DATA = "input/data"
 MODEL_DIR = "model"
 OUTPUT_DIR = "output"
 OUTPUT_DATA_DIR = "output/data"
+# TensorBoardOutputConfig.LocalPath's default (botocore's documentation): rank 0 writes here.
+TENSORBOARD_DIR = "output/tensorboard"
 FAILURE_FILE = "output/failure"
 CHECKPOINT_DIR = "checkpoints"
 CODE_DIR = "code"

@@ -169,7 +169,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         heartbeat_at=_now_iso(beat),
         duration_s=round(beat - started, 3),
         tags=dict(job.get("tags") or {}),
-        warnings=list(warnings),
+        warnings=list(warnings) + [w for w in lead.get("warnings") or [] if w not in warnings],
         varied=dict(job.get("varied") or {}),
     )
     return results_schema.as_document(record)

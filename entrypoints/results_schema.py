@@ -270,7 +270,8 @@ class Results:
         "`orchestrator:sweep`, `orchestrator:trial`, and on a trial's resubmission `orchestrator:attempt`: "
         "`retry`, `resumed` or `failover:<the instance type it failed over from>`)", empty=dict)
     warnings: list[str] = optional(
-        "anything the job survived: compile cache warnings (prefixed `compile cache:`), missing rank stats",
+        "anything the job survived: compile cache warnings (prefixed `compile cache:`), missing rank stats, "
+        "TensorBoard scalars not written (no tensorboard package in the image)",
         empty=list)
     varied: dict[str, Any] = optional(
         "a sweep trial's values of the fields its sweep varies (dotted spec path -> value, as the sweep "

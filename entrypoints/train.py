@@ -11,7 +11,10 @@ Contract:
   steps of this process are left out of the statistics.
 - Rank 0 prints `contract.metric_line(METRICS_TAG, step, loss, step_time_s, samples_per_s)`
   every `log_every` steps and one `SUMMARY_TAG` line at the end (samples/s are global:
-  batch x world size / step time), each in one write, flushed (`contract.write_line`).
+  batch x world size / step time), each in one write, flushed (`contract.write_line`), and
+  writes the same figures and the learning rate as TensorBoard scalars (`entrypoints.scalars`)
+  into `<SM_OUTPUT_DIR>/tensorboard` (when SM_OUTPUT_DIR is set); without the tensorboard
+  package, a warning instead.
 - Checkpoints (`checkpoint_every` > 0): the first rank of each host writes
   `ckpt-<step>.pt` (model, optimizer, step, RNG and loss-scaler state) into the checkpoint
   dir atomically (temporary file in a hidden sibling folder, fsync, rename in: SageMaker
@@ -63,6 +66,7 @@ import torch
 from torch import nn
 
 from entrypoints import atomic, contract, data, flops, runtime, vit
+from entrypoints.scalars import Scalars
 
 STOP_AT_STEP_ENV = "ORCHESTRATOR_TEST_STOP_AT_STEP"
 CHECKPOINT_PREFIX = "ckpt-"
@@ -108,6 +112,7 @@ class RankStats:
     flops_per_sample: float | None = None  # the first rank of each host counts it (entrypoints.flops)
     versions: dict[str, str | None] = field(default_factory=dict)
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)  # what the rank survived (no TensorBoard...)
 
 
 def versions() -> dict[str, str | None]:
@@ -207,7 +212,8 @@ class Trainer:
 
     def __init__(self, job: dict, dist: runtime.Dist, channels: dict[str, Path] | None = None,
                  checkpoint_dir: Path | None = None, log: Callable[[str], None] | None = None,
-                 beat: Callable[[RankStats], None] | None = None, beat_s: float = 0.0) -> None:
+                 beat: Callable[[RankStats], None] | None = None, beat_s: float = 0.0,
+                 scalars: Scalars | None = None) -> None:
         self.job = job
         self.spec = spec = job["spec"]
         self.training = training = spec["training"]
@@ -240,6 +246,8 @@ class Trainer:
         self.beat = beat if beat is not None and beat_s > 0 and dist.is_node_main else None
         self.beat_s = beat_s
         self.next_beat = math.inf
+        # TensorBoard scalars, rank 0 only, at the log lines' cadence (reading the loss syncs).
+        self.scalars = scalars if dist.is_main else None
 
     # --- checkpoints ---------------------------------------------------------------------
 
@@ -350,8 +358,12 @@ class Trainer:
             if stats.steps_done > self.warmup:
                 times.append(elapsed)
             if self.dist.is_main and (done % self.log_every == 0 or done == self.steps):
-                self.log(contract.metric_line(contract.METRICS_TAG, step=done, loss=float(loss.item()),
+                value = float(loss.item())
+                self.log(contract.metric_line(contract.METRICS_TAG, step=done, loss=value,
                                               step_time_s=elapsed, samples_per_s=global_batch / elapsed))
+                if self.scalars is not None:
+                    self.scalars.add(done, loss=value, step_time_s=elapsed, samples_per_s=global_batch / elapsed,
+                                     lr=self.optimizer.param_groups[0]["lr"])
             if self.checkpoint_every and (done % self.checkpoint_every == 0 or done == self.steps):
                 self.save_checkpoint(done)
             if self.beat is not None and (stats.steps_done == warmed or time.monotonic() >= self.next_beat):
@@ -402,6 +414,8 @@ class Trainer:
         return path
 
     def close(self) -> None:
+        if self.scalars is not None:
+            self.scalars.close()
         self.runtime.shutdown()
 
 
@@ -443,9 +457,15 @@ def main(argv: list[str] | None = None) -> int:
         stats.batch_size = int(training["batch_size"])
         sm = contract.Contract.from_env()
         beat_s = float(os.environ.get(contract.PROGRESS_REPORT_ENV, "0") or 0)
+        # SM_OUTPUT_DIR/tensorboard: contract.TENSORBOARD_DIR, the request's LocalPath. Only in
+        # a container (the toolkit or launch.py set SM_OUTPUT_DIR), never /opt/ml of a laptop,
+        # and not in the precompile pass (its steps are not the job's).
+        scalars = (Scalars.open(sm.output_dir / "tensorboard", contract.write_line)
+                   if dist.is_main and os.environ.get("SM_OUTPUT_DIR") and not precompile else None)
         trainer = Trainer(job, dist, channels=dict(sm.channels),
                           checkpoint_dir=None if precompile else sm.checkpoint_dir,
-                          beat=lambda s: write_stats(s, args.stats_dir, durable=False), beat_s=0 if precompile else beat_s)
+                          beat=lambda s: write_stats(s, args.stats_dir, durable=False), beat_s=0 if precompile else beat_s,
+                          scalars=scalars)
         trainer.run(stats, process_start)
         if not precompile:
             trainer.save_model(sm.model_dir)
@@ -456,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if trainer is not None:
             trainer.close()
+            if trainer.scalars is not None and trainer.scalars.warning:
+                stats.warnings.append(trainer.scalars.warning)
     write_stats(stats, args.stats_dir)
     return 0
 

@@ -33,6 +33,8 @@ from orchestrator.spec import JobSpec, spec_hash
 CONTAINER_LOG_LEVEL = 20
 TRAIN_CHANNEL = "train"
 CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
+TENSORBOARD_LOCAL_PATH = f"{contract.OPT_ML}/{contract.TENSORBOARD_DIR}"
+TENSORBOARD_DIR = "tensorboard"
 # Local jobs never reach AWS; the request still needs a well-formed RoleArn (and an image:
 # `catalog.LOCAL_IMAGE`), so the local backend receives placeholders (never sent anywhere).
 LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
@@ -56,6 +58,11 @@ def compile_cache_uri(spec: JobSpec) -> str | None:
 
 def results_uri(output: str, name: str) -> str:
     return f"{output}/results/{name}/results.json"
+
+
+def tensorboard_uri(output: str, name: str) -> str:
+    """Where a job's TensorBoard event files go: `<output>/tensorboard/<job>`."""
+    return f"{output}/{TENSORBOARD_DIR}/{name}"
 
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
@@ -206,6 +213,9 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
         })
     if inst.spot or spec.training.checkpoint_every > 0:
         request["CheckpointConfig"] = {"S3Uri": f"{out}/checkpoints/{job_name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
+    # Rank 0's TensorBoard scalars (entrypoints.scalars), which SageMaker uploads while the job runs.
+    request["TensorBoardOutputConfig"] = {"LocalPath": TENSORBOARD_LOCAL_PATH,
+                                          "S3OutputPath": tensorboard_uri(out, job_name)}
     if inst.keep_alive_minutes > 0:
         # A managed warm pool (botocore: ResourceConfig.KeepAlivePeriodInSeconds).
         request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = inst.keep_alive_minutes * 60

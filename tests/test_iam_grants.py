@@ -386,6 +386,7 @@ max_run_minutes: 30
         cache_manifest=f"{cache}/{key}/{cc.MANIFEST}", cache_archive=f"{cache}/{key}/archives/ab12.tar.gz",
         cache_root=f"{cache}/", repository_arn=f"arn:aws:ecr:{region}:{account}:repository/{repository.split(':')[0]}",
         results_prefix=prepared.job["results_uri"].rsplit("/", 2)[0] + "/",
+        extra={"tensorboard": f"{req['TensorBoardOutputConfig']['S3OutputPath']}/"},
     )
 
 
@@ -395,7 +396,9 @@ def operator_s3(at: Layout) -> dict[str, list[Need]]:
         "HeadObject": s3_needs("operator", "read", at.source, "submit: is the source archive there")
                       + s3_needs("operator", "read", at.cache_archive, "cache show/prune: an archive's size"),
         "GetObject": s3_needs("operator", "read", at.results, "results: results.json")
-                     + s3_needs("operator", "read", at.cache_manifest, "cache ls/show/prune: a manifest"),
+                     + s3_needs("operator", "read", at.cache_manifest, "cache ls/show/prune: a manifest")
+                     + s3_needs("operator", "read", at.extra["tensorboard"] + "events.out.tfevents.1",
+                                "tensorboard: a job's event file"),
         "PutObject": s3_needs("operator", "write", at.source, "submit: the source archive")
                      + s3_needs("operator", "write", at.cache_manifest, "cache push from a laptop"),
         "CreateMultipartUpload": s3_needs("operator", "write", at.cache_archive, "a large archive"),
@@ -403,7 +406,8 @@ def operator_s3(at: Layout) -> dict[str, list[Need]]:
         "CompleteMultipartUpload": s3_needs("operator", "write", at.cache_archive, "a large archive"),
         "AbortMultipartUpload": s3_needs("operator", "abort", at.cache_archive, "a failed large upload"),
         "ListObjectsV2": s3_needs("operator", "list", at.results_prefix, "results: the jobs with results")
-                         + s3_needs("operator", "list", at.cache_root, "cache ls/prune"),
+                         + s3_needs("operator", "list", at.cache_root, "cache ls/prune")
+                         + s3_needs("operator", "list", at.extra["tensorboard"], "tensorboard: a job's event files"),
         "DeleteObject": s3_needs("operator", "delete", at.cache_archive, "cache prune")
                         + s3_needs("operator", "delete", at.cache_manifest, "cache prune --key"),
     }
@@ -448,6 +452,9 @@ def sagemaker_as_role(at: Layout) -> list[Need]:
     needs += s3_needs("role", "list", at.checkpoints, "checkpoint sync: what is there")
     needs += s3_needs("role", "read", at.checkpoint, "checkpoint sync: a restart reads them back")
     needs += s3_needs("role", "write", at.checkpoint, "checkpoint sync: each new checkpoint")
+    # TensorBoardOutputConfig: SageMaker uploads rank 0's event files while the job runs.
+    needs += s3_needs("role", "write", at.extra["tensorboard"] + "events.out.tfevents.1",
+                      "TensorBoard upload of the event files")
     return needs
 
 

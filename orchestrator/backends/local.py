@@ -29,7 +29,9 @@ supervisor, like SageMaker:
   `stop_grace_s` later (SageMaker's 120 s; `STOP_GRACE_ENV` shortens it, e.g. in tests). A
   program that is not the first process learns of a stop only if that process passes it on;
 - uploads algo-1's `model/` as `model.tar.gz` and `output/data/` as `output.tar.gz` to
-  `<S3OutputPath>/<job>/output/`, also after a failure or a stop;
+  `<S3OutputPath>/<job>/output/`, also after a failure or a stop, and the files of the
+  TensorBoardOutputConfig's LocalPath to its S3OutputPath (SageMaker uploads those while the
+  job runs; here they arrive when it ends);
 - keeps `jobs/<job>/status.json` (written atomically: state, secondary, failure_reason from
   the hosts' failure files, created/started/ended, pids, the stop signals sent and when) and
   the ledger row up to date.

@@ -184,6 +184,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "stop_grace_s": grace,
         "channels": channels_of(request),
         "output_prefix": output_prefix(request, prepared.job_name),
+        "tensorboard": tensorboard_of(request),
         "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
         "ledger": str(ledger),
         "python": python,
@@ -197,6 +198,18 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "instance_type": resources["InstanceType"], "instance_count": resources["InstanceCount"],
         "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
     })
+
+
+def tensorboard_of(request: dict) -> dict | None:
+    """{"local": the LocalPath relative to the /opt/ml root, "uri": S3OutputPath} of the
+    request's TensorBoardOutputConfig; None without one (or a LocalPath outside /opt/ml)."""
+    config = request.get("TensorBoardOutputConfig")
+    if not config:
+        return None
+    local = config.get("LocalPath") or f"{contract.OPT_ML}/{contract.TENSORBOARD_DIR}"
+    if not local.startswith(contract.OPT_ML + "/"):
+        return None
+    return {"local": local[len(contract.OPT_ML) + 1:], "uri": config["S3OutputPath"].rstrip("/")}
 
 
 def pack_dir(source: Path, target: Path) -> None:

@@ -316,6 +316,15 @@ class Supervisor:
                 pack_dir(root / source, target)
                 store.put_file(name, target)
         self.note(f"Uploaded model.tar.gz and output.tar.gz to {self.plan['output_prefix']}/")
+        board = self.plan.get("tensorboard")
+        events = root / board["local"] if board else None
+        if events is not None and events.is_dir():
+            # SageMaker uploads TensorBoardOutputConfig.LocalPath while the job runs; here, at its end.
+            tensorboard = storage.open_store(board["uri"])
+            files = [path for path in sorted(events.rglob("*")) if path.is_file() and not path.is_symlink()]
+            for path in files:
+                tensorboard.put_file(path.relative_to(events).as_posix(), path)
+            self.note(f"Uploaded {len(files)} TensorBoard file(s) to {board['uri']}/")
 
 
 def main(argv: list[str] | None = None) -> int:

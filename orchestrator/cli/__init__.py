@@ -24,7 +24,7 @@ from orchestrator.cli.output import reflow_help, reflowed
 COMMANDS = {
     "schema": "specs", "validate": "specs", "doctor": "specs", "plan": "specs", "smoke": "specs",
     "submit": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs",
-    "results": "results", "infra": "infra", "prices": "prices", "sweep": "sweep", "schedule": "schedule",
+    "results": "results", "tensorboard": "tensorboard", "infra": "infra", "prices": "prices", "sweep": "sweep", "schedule": "schedule",
     "cache": "cache",
 }
 
