@@ -529,11 +529,13 @@ def test_submit_rerun_makes_a_new_job_of_the_same_spec(aws, prepared, monkeypatc
     assert [call["TrainingJobName"] for call in aws] == [
         prepared.job_name, f"vit-trn1-2xlarge-{hash8}-r1", f"vit-trn1-2xlarge-{hash8}-r2"]
     # The rerun is the same request under another name (its job file, hence its source archive
-    # in the code channel, names the job too).
+    # in the code channel, names the job too, and so does its TensorBoard output folder).
     def same_part(call: dict) -> dict:
         rest = {k: v for k, v in call.items() if k not in ("TrainingJobName", "HyperParameters", "Tags")}
         rest["InputDataConfig"] = [c for c in rest["InputDataConfig"] if c["ChannelName"] != "code"]
-        return rest
+        board = rest.pop("TensorBoardOutputConfig")
+        assert board["S3OutputPath"] == f"s3://orchestrator-example-bucket/jobs/tensorboard/{call['TrainingJobName']}"
+        return {**rest, "TensorBoardLocalPath": board["LocalPath"]}
 
     assert same_part(aws[1]) == same_part(aws[0])
     codes = [next(c for c in call["InputDataConfig"] if c["ChannelName"] == "code") for call in aws]

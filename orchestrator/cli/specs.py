@@ -56,21 +56,33 @@ def doctor(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
 def plan(
     path: Path = typer.Argument(..., help="Job spec YAML."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: request, estimate, findings."),
+    read_stores: bool = typer.Option(False, "--forecast", help="Also read an s3:// output and compile cache "
+                                     "for the forecast (the local store is always read)."),
 ) -> None:
-    """Show the exact CreateTrainingJob request that submit sends, and its cost bound."""
+    """Show the exact CreateTrainingJob request that submit sends, its cost bound, and a
+    forecast: what the compile cache holds for the job's key, and the duration and cost of an
+    earlier completed run of the same spec."""
     from orchestrator import request, spec
 
     loaded = spec.load(path)
-    print_plan(loaded, request.prepare(loaded), as_json)
+    print_plan(loaded, request.prepare(loaded), as_json, read_stores)
 
 
-def print_plan(loaded, prepared, as_json: bool) -> None:
-    """What `plan` prints for a prepared request; exit 2 (raised) on doctor errors."""
+def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> None:
+    """What `plan` prints for a prepared request, its forecast included (`forecast`: the
+    local store always, s3:// stores when `read_stores`); exit 2 (raised) on doctor errors."""
     from orchestrator import doctor as doctor_rules
+    from orchestrator import forecast
 
     doctor_rules.raise_for(loaded, prepared.findings)
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
+    predicted = None
+    if forecast.readable(loaded, read_stores):
+        s3 = forecast.s3_client_for(loaded) if read_stores else None
+        predicted = forecast.forecast(loaded, prepared.estimate, forecast.History.read(loaded, s3), s3)
+    elif not as_json:
+        err("forecast: not read (s3:// stores are read with --forecast)")
     if as_json:
         out(json.dumps({
             "request": prepared.request,
@@ -78,11 +90,14 @@ def print_plan(loaded, prepared, as_json: bool) -> None:
             "findings": [f.to_json(loaded) for f in prepared.findings],
             "source_uri": prepared.source_uri,
             "archive_sha256": prepared.archive_sha256,
+            **({"forecast": predicted.to_json()} if predicted is not None else {}),
         }, indent=2))
         return
     out(json.dumps(prepared.request, indent=2))
     out(f"source archive: {prepared.source_uri} ({len(prepared.archive)} bytes, sha256 {prepared.archive_sha256})")
     out(prepared.estimate.describe())
+    for line in predicted.lines() if predicted is not None else []:
+        out(line)
 
 
 @app.command()

@@ -72,23 +72,62 @@ def plan_summary(planned) -> list[str]:
 def sweep_plan(
     path: Path = typer.Argument(..., help="Sweep spec YAML."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    read_stores: bool = typer.Option(False, "--forecast", help="Also read an s3:// output and compile cache "
+                                     "for the forecast (the local store is always read)."),
 ) -> None:
-    """Expand and check every trial; print each with its cost bound, and the total.
+    """Expand and check every trial; print each with its cost bound, and the total; and a
+    forecast from earlier completed runs of the same trials and the compile cache.
 
     Exit 2 when a trial does not validate or fails the doctor, or when the total is above
     budget.max_total_cost_usd. Submits nothing.
     """
-    from orchestrator import spec
+    from orchestrator import forecast, spec
     from orchestrator import sweep as sweeps
 
     planned = sweeps.plan(spec.load_sweep(path))
+    base = planned.sweep.base_spec
+    predicted = {}
+    if planned.trials and forecast.readable(base, read_stores):
+        s3 = forecast.s3_client_for(base) if read_stores else None
+        history = forecast.History.read(base, s3)
+        predicted = {t.job_name: forecast.forecast(t.trial.spec, t.prepared.estimate, history, s3)
+                     for t in planned.trials}
     if as_json:
-        out(json.dumps(planned.to_json(), indent=2))
+        doc = planned.to_json()
+        for trial in doc["trials"]:
+            if trial["job_name"] in predicted:
+                trial["forecast"] = predicted[trial["job_name"]].to_json()
+        out(json.dumps(doc, indent=2))
     else:
         out(plan_table(planned))
-        for line in plan_summary(planned):
+        for line in plan_summary(planned) + forecast_lines(predicted, read_stores):
             out(line)
     sweeps.check_budget(planned)
+
+
+def forecast_lines(predicted: dict, read_stores: bool) -> list[str]:
+    """The plan's forecast: trials with an earlier completed run, their duration and cost,
+    and which compile cache keys hold entries."""
+    if not predicted:
+        return ["forecast: not read (s3:// stores are read with --forecast)"]
+    ran = {name: f for name, f in predicted.items() if f.previous is not None}
+    lines = []
+    if ran:
+        seconds = sum(f.duration_s or 0 for f in ran.values())
+        priced = [f.usd for f in ran.values() if f.usd is not None]
+        usd = f", ~{sum(priced):.2f} USD" if priced and len(priced) == len(ran) else ""
+        lines.append(f"forecast: {len(ran)} of {len(predicted)} trials ran before with the same spec: ~{seconds:.0f} s "
+                     f"of launcher time{usd} for those")
+    else:
+        lines.append(f"forecast: none of the {len(predicted)} trials has a completed run yet")
+    caches = {f.cache.key: f.cache for f in predicted.values() if f.cache is not None}
+    for state in caches.values():
+        lines.append(state.describe())
+    if not caches:
+        lines.append("compile cache: no entries for these trials' keys yet (the first runs compile)")
+    notes = sorted({f.note for f in predicted.values() if f.note})
+    lines += [f"forecast note: {note}" for note in notes]
+    return lines
 
 
 class SweepDisplay:

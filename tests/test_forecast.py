@@ -1,0 +1,67 @@
+"""Plan forecasts: what the compile cache holds for a job's key, and duration and cost from an
+earlier completed run of the same spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_harness import run_cli
+from launch_harness import SPEC, Host, make_job
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plan_forecasts_from_an_earlier_run_and_the_cache_manifest(orch_home, tmp_path, fake_train, monkeypatch,
+                                                                    capsys):
+    spec_text = SPEC.format(name="fc", workers=1, mode="tarball", itype="ml.trn1.2xlarge", count=1, push=60)
+    path = tmp_path / "job.yaml"
+    path.write_text(spec_text)
+    code, out, err = run_cli(monkeypatch, capsys, "plan", str(path))
+    assert code == 0, err
+    assert "forecast: no completed run of this spec yet" in out
+    assert "compile cache: no entries for this job's key yet" in out
+
+    job = make_job(name="fc", workers=1)
+    host = Host(tmp_path / "ran", job)
+    done = host.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/entry-one")
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = host.results
+    code, out, err = run_cli(monkeypatch, capsys, "plan", str(path))
+    assert code == 0, err
+    assert f"forecast: ~{ran['duration_s']:.0f} s, from the completed run {job['job_name']} of the same spec" in out
+    assert "compile cache: 1 entries" in out and f"the key of its previous run {ran['cache']['key']}" in out
+    code, out, _ = run_cli(monkeypatch, capsys, "plan", str(path), "--json")
+    predicted = json.loads(out)["forecast"]
+    assert predicted["previous_job"] == job["job_name"] and predicted["duration_s"] == ran["duration_s"]
+    assert predicted["usd"] is None  # a local job costs nothing
+    assert predicted["cache"]["entries"] == 1 and predicted["cache"]["from_previous_run"] is True
+
+    # Another spec (more steps) with the same runtime and world size: no run of its own yet, but
+    # the cache's matching key already holds entries for it.
+    path.write_text(spec_text.replace("steps: 12", "steps: 13"))
+    code, out, err = run_cli(monkeypatch, capsys, "plan", str(path))
+    assert code == 0, err
+    assert "forecast: no completed run of this spec yet" in out
+    assert f"under a matching key {ran['cache']['key']}" in out
+
+
+def test_plan_reads_no_s3_store_unless_asked(orch_home, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise AssertionError("plan must not call AWS without --forecast")
+
+    monkeypatch.setattr("orchestrator.aws.client", refuse)
+    code, out, err = run_cli(monkeypatch, capsys, "plan", str(ROOT / "configs" / "vit-trn1-2xlarge.yaml"))
+    assert code == 0, err
+    assert "forecast: not read (s3:// stores are read with --forecast)" in err
+
+
+def test_sweep_plan_forecasts_its_trials(orch_home, tmp_path, monkeypatch, capsys):
+    from sweep_fakes import LOCAL_BASE, write
+
+    path = write(tmp_path, "sweep: fc\nbase: base.yaml\ngrid:\n  training.batch_size: [4, 8]\n", LOCAL_BASE)
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path))
+    assert code == 0, err
+    assert "forecast: none of the 2 trials has a completed run yet" in out
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path), "--json")
+    assert all(t["forecast"]["previous_job"] is None for t in json.loads(out)["trials"])
