@@ -999,7 +999,8 @@ def test_reads_what_the_entrypoint_writes(prices):
                  "runtime": "native", "precision": "fp32", "compile_s": 4.0, "time_to_first_step_s": 5.0,
                  "final_loss": 2.25}}
     cache = {"mode": "tarball", "uri": "file:///c", "key": "k", "hit_entries": 3, "new_entries": 1, "pull_bytes": 0,
-             "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": []}
+             "pull_s": 0.0, "push_bytes": 0, "push_s": 0.0, "pushes": 0, "warnings": [], "persistent_dir": None,
+             "local_entries": 0}
     doc = report.build_results(job, ctr, stats, status="completed", reason=None, cache=cache, started=0.0,
                                ended=10.0, warnings=[])
     write_local(prices, "ep-1", (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
