@@ -46,6 +46,8 @@ class Instance(NamedTuple):
     as_of: str
     # NVMe instance storage, which SageMaker uses instead of an EBS volume: VolumeSizeInGB is ignored.
     instance_storage: bool = False
+    # An EC2 type (no ml. prefix) that the batch backend runs through AWS Batch.
+    batch: bool = False
 
     def logical_cores(self, lnc: int | None = None) -> int:
         """Worker processes per host: one per logical NeuronCore at the given LNC."""
@@ -76,8 +78,9 @@ class Price(NamedTuple):
 
     @property
     def verified(self) -> bool:
-        """Whether this is SageMaker's own price (from `prices refresh`), not an EC2 price."""
-        return self.kind.startswith("sagemaker")
+        """Whether this is the price the job bills: SageMaker's own (from `prices refresh`) for an
+        ml.* type, or the EC2 price of an EC2 type (batch: AWS Batch adds no charge of its own)."""
+        return self.kind.startswith("sagemaker") or (self.kind.startswith("ec2") and not self.type.startswith("ml."))
 
     def describe(self) -> str:
         return f"{self.usd_per_hour:.4f} USD/h ({self.source}, {self.as_of})"
@@ -132,12 +135,23 @@ def instances() -> dict[str, Instance]:
             source=data["source"],
             as_of=data["as_of"],
             instance_storage=bool(row.get("instance_storage", False)),
+            batch=bool(row.get("batch", False)),
         )
     return out
 
 
 def instance(type_: str) -> Instance | None:
     return instances().get(type_)
+
+
+def batch_instance_types() -> tuple[str, ...]:
+    """The EC2 types the batch backend runs (Inferentia2), smallest first."""
+    return tuple(t for t, facts in sorted(instances().items(), key=lambda item: item[1].vcpus) if facts.batch)
+
+
+def batch_source() -> str:
+    """Where the catalog's facts of the Batch (EC2) types come from."""
+    return _load("instances.json")["batch_source"]
 
 
 # What the caches below hold is botocore's, so they are kept per botocore version: a new
@@ -422,9 +436,12 @@ LOCAL_IMAGE = "local"
 
 
 def type_family(instance_type: str) -> str:
-    """`ml.trn1n.32xlarge` -> `trn1n` (the catalog's family groups trn1n with trn1)."""
+    """`ml.trn1n.32xlarge` -> `trn1n` (the catalog's family groups trn1n with trn1); the EC2
+    type `inf2.xlarge` -> `inf2`."""
     parts = instance_type.split(".")
-    return parts[1] if len(parts) == 3 else ""
+    if len(parts) == 2 and parts[0] != "ml":
+        return parts[0]
+    return parts[1] if len(parts) == 3 and parts[0] == "ml" else ""
 
 
 class Target(NamedTuple):
@@ -433,7 +450,7 @@ class Target(NamedTuple):
     again. `environment` must not be changed (a copy goes into the request)."""
 
     instance_type: str
-    family: str  # `type_family`: trn1, trn1n, trn2...; "" for a name not of the form ml.X.Y
+    family: str  # `type_family`: trn1, trn1n, trn2, inf2...; "" for a name not of the form [ml.]X.Y
     facts: Instance | None  # None for a type the catalog does not know
     lnc: int  # instance.lnc, else the type's default (1 when the catalog does not know it)
     logical_cores: int  # NeuronCores per host at that LNC (0 when unknown)
@@ -442,7 +459,8 @@ class Target(NamedTuple):
     efa: bool  # multi-node SageMaker on a type with EFA: the orchestrator adds EFA_ENV
     environment: dict[str, str]  # the container's environment as the request sends it
     image_uri: str | None  # image.uri, the catalog image, "local"; None: no image for image.neuron_sdk
-    price: Price | None  # SageMaker: the type's hourly price in the region; None if unknown or local
+    price: Price | None  # SageMaker, Batch: the type's hourly price in the region; None if unknown or local
+    neuron: bool = False  # the xla runtime on NeuronCores (Trainium or Inferentia2) in the cloud
 
 
 def resolve(spec: JobSpec) -> Target:
@@ -459,13 +477,14 @@ def resolve(spec: JobSpec) -> Target:
     """
     facts = instance(spec.instance.type)
     lnc = spec.instance.lnc if spec.instance.lnc is not None else (facts.lnc_default if facts else 1)
-    cloud = spec.backend == "sagemaker"
+    cloud = spec.backend in ("sagemaker", "batch")
     logical = facts.logical_cores(lnc) if facts else 0
     if spec.training.workers_per_node is not None:
         workers = spec.training.workers_per_node
     else:
         workers = max(1, logical) if cloud and facts is not None else 1
     trainium = facts is not None and facts.accelerator.startswith("Trainium")
+    neuron = cloud and facts is not None and facts.neuron_cores > 0 and spec.training.runtime == "xla"
     efa = cloud and spec.instance.count > 1 and facts is not None and facts.efa_gbps > 0
     family = type_family(spec.instance.type)
     if not cloud:
@@ -478,9 +497,8 @@ def resolve(spec: JobSpec) -> Target:
     return Target(
         instance_type=spec.instance.type, family=family, facts=facts, lnc=lnc, logical_cores=logical,
         workers_per_node=workers, trainium=trainium, efa=efa,
-        environment=_environment(spec, family, lnc, neuron=cloud and trainium and spec.training.runtime == "xla",
-                                 efa=efa),
-        image_uri=image_uri, price=price(spec.instance.type, spec.region) if cloud else None,
+        environment=_environment(spec, family, lnc, neuron=neuron, efa=efa),
+        image_uri=image_uri, price=price(spec.instance.type, spec.region) if cloud else None, neuron=neuron,
     )
 
 
@@ -488,7 +506,7 @@ def _environment(spec: JobSpec, family: str, lnc: int, *, neuron: bool, efa: boo
     """The container's environment as the request sends it: spec.environment plus what the
     Neuron stack needs (the doctor's N023 checks exactly this).
 
-    - xla on a Trainium instance (SageMaker; `neuron`): NEURON_CC_FLAGS gains
+    - xla on a Trainium or Inferentia2 instance (SageMaker, Batch; `neuron`): NEURON_CC_FLAGS gains
       `--model-type=transformer` unless the user's flags choose a model type, `--cache_dir`
       (where launch.py pulls the compile cache) and, on trn2, `--lnc=<lnc>` to match the
       runtime's NEURON_LOGICAL_NC_CONFIG, which is set too. Flags the user gave are kept first.

@@ -14,6 +14,12 @@ SageMaker's price, `rate(price)` multiplies it by the stated, conservative marku
 (`catalog.sagemaker_markup()`, data/prices.json), and every estimate, budget check and
 results cost built on it says so ("unverified"). `rate` is the one place that policy lives.
 
+Batch (inf2 through AWS Batch): the EC2 price is what the job bills (Batch adds no charge).
+Each attempt is stopped at max_run_minutes (the job's timeout), and up to 1 + max_retry_attempts
+attempts run; each attempt's instance is also billed while it boots, pulls the image and
+idles before the compute environment scales in: BATCH_INSTANCE_MINUTES per attempt, an
+assumption stated in every such estimate.
+
 An instance type without a known price gives `usd_max = math.inf` (and `usd_per_hour = None`):
 a budget can then not be shown to hold, and budget checks refuse rather than pass silently.
 """
@@ -132,6 +138,18 @@ class Estimate(NamedTuple):
         }
 
 
+# Per Batch attempt, minutes an instance is billed outside the job's timeout: booting the ECS
+# Neuron AMI, pulling the multi-GB training image, and idling until the compute environment
+# scales in (Batch scales a MinvCpus 0 environment down after its jobs end). An assumption,
+# set high: nothing here has measured it on real inf2.
+BATCH_INSTANCE_MINUTES = 15
+
+
+def batch_attempts(spec: JobSpec) -> int:
+    """How many times Batch may run the job: the first attempt and its retries."""
+    return 1 + spec.max_retry_attempts
+
+
 def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
     """The upper-bound cost of `spec` (see the module docstring), at the price of its resolved
     `target` when given (`catalog.resolve`; else the catalog is asked for it)."""
@@ -147,6 +165,16 @@ def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
                         spot=spot, note=f"no price known for {spec.instance.type} in {spec.region}; "
                         "run `python -m orchestrator prices refresh`")
     hourly = rate(price)
+    if spec.backend == "batch":
+        attempts = batch_attempts(spec)
+        hours = attempts * (spec.max_run_minutes + BATCH_INSTANCE_MINUTES) / 60
+        notes = [f"upper bound: {attempts} attempt(s) x (max_run_minutes + {BATCH_INSTANCE_MINUTES} min of instance "
+                 "start-up and scale-in, assumed) at the EC2 on-demand price AWS Batch bills"]
+        if spot:
+            notes.append("spot usually bills less")
+        return Estimate(usd_max=hours * count * hourly.usd_per_hour, hours_max=hours,
+                        usd_per_hour=hourly.usd_per_hour, price=price, instance_count=count, spot=spot,
+                        note="; ".join(notes), markup=hourly.markup)
     if hourly.verified:
         notes = ["upper bound: max_run_minutes at SageMaker's on-demand price"]
     else:

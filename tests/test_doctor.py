@@ -67,7 +67,8 @@ def test_inf2_gets_its_own_message_naming_trn1():
     assert "not a SageMaker training instance type" in f.message
     assert "hosting" in f.message and "batch transform" in f.message
     assert "ml.trn1.2xlarge" in f.message and "NeuronCore-v2" in f.message
-    assert f.fix == "set instance.type: ml.trn1.2xlarge" and f.path == "instance.type"
+    assert f.fix == "set instance.type: ml.trn1.2xlarge, or backend: batch with instance.type: inf2.xlarge"
+    assert f.path == "instance.type"
 
 
 def test_unknown_type_suggests_the_nearest_and_lists_trainium():

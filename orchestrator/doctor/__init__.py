@@ -57,6 +57,10 @@ The rules (ids are stable; tests and docs refer to them):
   CreateTrainingJob would refuse after the source upload.
 - N030-volume-ignored: instance.volume_gb set (to other than its default) on a type with NVMe
   instance storage (trn1, trn1n, trn2), where SageMaker ignores it (info).
+- N040-N047: the batch backend (Inferentia2 through AWS Batch), in `batch`: an inf2 type
+  (N040), one instance (N041), spot only with retries (N042), no max wait (N043), no LNC or
+  volume size (N044), at most 10 attempts (N045), native runtime (N046), checkpoints kept on
+  the instance (N047).
 - N031-local-environment-size: a local job's `environment` too large for a process on this
   machine to receive (one variable above Linux's MAX_ARG_STRLEN, or all of them with this
   process's own environment above ARG_MAX): the job would fail to start ("Argument list too long").
@@ -81,7 +85,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog, cost
-from orchestrator.doctor import budget, environment, image, instance, model, precompile, warm_pool
+from orchestrator.doctor import batch, budget, environment, image, instance, model, precompile, warm_pool
 from orchestrator.doctor.finding import ORDER, Finding, Severity
 from orchestrator.errors import Problem, SpecError
 
@@ -135,9 +139,18 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) ->
         findings += image.runtime(spec, target)
         findings += instance.workers(spec, target)
         findings += instance.volume(spec, target)
-    # The request of every backend carries the spot settings (the local one ignores them),
-    # and building it refuses spot without a max wait: say so where the spec is checked.
-    findings += instance.spot(spec)
+    if spec.backend == "batch":
+        rules = batch.check(spec, target)
+        findings += rules
+        findings += image.image_and_region(spec)
+        refused = any(f.rule == "N040-batch-instance-type" for f in rules)
+        findings += [f for f in budget.check_budget(spec, estimate)
+                     if not (refused and f.rule == "N017-price-unknown")]
+        findings += instance.workers(spec, target)
+    else:
+        # The request of every other backend carries the spot settings (the local one ignores
+        # them), and building it refuses spot without a max wait: say so where it is checked.
+        findings += instance.spot(spec)
     findings += instance.lnc(spec, target)
     findings += environment.lnc_env(spec, target)
     findings += model.precision(spec, target)

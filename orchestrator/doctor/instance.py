@@ -27,8 +27,10 @@ def accepted(spec: JobSpec, target: catalog.Target) -> list[Finding]:
             out.append(Finding(
                 "N001-instance-not-trainable", "error",
                 f"{itype} is not a SageMaker training instance type: inf2 is offered for hosting and "
-                "batch transform only. ml.trn1.2xlarge has the same NeuronCore-v2 and trains",
-                "set instance.type: ml.trn1.2xlarge", "instance.type"))
+                "batch transform only. ml.trn1.2xlarge has the same NeuronCore-v2 and trains; inf2 trains "
+                "through AWS Batch",
+                "set instance.type: ml.trn1.2xlarge, or backend: batch with instance.type: inf2.xlarge",
+                "instance.type"))
         else:
             neuron = sorted(t for t in trainable if catalog.type_family(t).startswith("trn"))
             close = difflib.get_close_matches(itype, sorted(trainable), n=1, cutoff=0.8)
@@ -54,9 +56,11 @@ def accepted(spec: JobSpec, target: catalog.Target) -> list[Finding]:
 
 def workers(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     """N004, N015: one worker per logical NeuronCore, and DataLoader workers the vCPUs can feed.
-    For a type the catalog knows and SageMaker trains on."""
+    For a type the catalog knows and the spec's backend runs (SageMaker trains on it, or Batch)."""
     facts = target.facts
-    if facts is None or spec.instance.type not in catalog.training_instance_types():
+    if facts is None:
+        return []
+    if not (facts.batch if spec.backend == "batch" else spec.instance.type in catalog.training_instance_types()):
         return []
     out = []
     lnc = target.lnc

@@ -31,7 +31,8 @@ def precision(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     out = []
     facts = target.facts
     on_neuron = spec.training.runtime == "xla" or (
-        spec.backend == "sagemaker" and facts is not None and facts.accelerator.startswith(("Trainium", "Inferentia")))
+        spec.backend in ("sagemaker", "batch") and facts is not None
+        and facts.accelerator.startswith(("Trainium", "Inferentia")))
     if spec.training.precision == "fp16" and on_neuron:
         out.append(Finding(
             "N007-fp16-on-neuron", "error",

@@ -111,7 +111,14 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> tuple[dict, lis
                                     + (f"; did you mean {close[0]!r}?" if close else "")))
         raise SpecError(problems, hint=f"an infra outputs file holds {', '.join(known)}; {hint}")
     merged = json.loads(json.dumps(data, default=str))
-    for out_key, target in INFRA_FIELDS.items():
+    batch = merged.get("backend") == "batch"
+    fills = dict(INFRA_FIELDS)
+    if batch:
+        # A batch job runs with its job definition's role; the stack names its queues and job
+        # definitions (`batch.stack`).
+        del fills["role_arn"]
+        fills["stack_name"] = ("batch", "stack")
+    for out_key, target in fills.items():
         value = outputs.get(out_key)
         if value is None:
             continue

@@ -39,7 +39,8 @@ ROLE_PATTERN = r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
 # Two letters, one or more words, a number: us-east-1, us-gov-west-1, cn-north-1, eu-isoe-west-1.
 # The CLI's --region and `prices refresh` check with this one pattern too.
 REGION_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d+$"
-INSTANCE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
+# SageMaker's types carry the ml. prefix (ml.trn1.2xlarge); AWS Batch runs EC2 types (inf2.xlarge).
+INSTANCE_PATTERN = r"^(ml\.)?[a-z0-9]+\.[a-z0-9]+$"
 ARCH_PATTERN = r"^vit_[a-z0-9_]+$"
 SDK_PATTERN = r"^\d+\.\d+\.\d+$"
 # SageMaker's S3DataSource takes a whole bucket (s3://bucket) or a prefix in it.
@@ -97,6 +98,9 @@ Float = Annotated[float, BeforeValidator(_not_bool)]
 NEEDS_ROLE = "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)"
 NEEDS_OUTPUT = "the sagemaker backend needs an s3:// output.uri"
 NEEDS_CACHE = "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off"
+# A Batch job runs with its job definition's role (jobRoleArn): SubmitJob cannot override it.
+BATCH_ROLE = ("role_arn is the SageMaker execution role; a batch job runs with its job definition's job role "
+              "(the stack's), which SubmitJob cannot override: remove role_arn")
 
 
 class StrictModel(BaseModel):
@@ -112,7 +116,8 @@ class InstanceSpec(StrictModel):
         "ml.trn1.2xlarge",
         pattern=INSTANCE_PATTERN,
         description="SageMaker training instance type, e.g. ml.trn1.2xlarge, ml.trn1.32xlarge, "
-        "ml.trn1n.32xlarge, ml.trn2.48xlarge.",
+        "ml.trn1n.32xlarge, ml.trn2.48xlarge; with backend: batch an EC2 Inferentia2 type: inf2.xlarge, "
+        "inf2.8xlarge, inf2.24xlarge, inf2.48xlarge.",
     )
     count: Int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
     spot: bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
@@ -288,6 +293,31 @@ class OutputSpec(StrictModel):
     )
 
 
+# A Batch job queue or job definition as SubmitJob takes it: a name (a job definition's may end
+# in :REVISION) or an ARN (botocore's batch model types both as strings).
+BATCH_NAME_PATTERN = r"^(arn:aws[a-z\-]*:batch:[a-z0-9\-]+:[0-9]{12}:(job-queue|job-definition)/)?[A-Za-z0-9][A-Za-z0-9_\-]{0,127}(:[0-9]+)?$"
+
+
+class BatchSpec(StrictModel):
+    stack: str = Field(
+        "orchestrator",
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z][A-Za-z0-9\-]*$",
+        description="The stack (`infra deploy --stack-name`) whose queues and job definitions run the job: "
+        "<stack>-<type with dashes> (e.g. orchestrator-inf2-xlarge) and <stack>-neuron-<chips>chip; "
+        "an `infra:` file fills it in.",
+    )
+    job_queue: str | None = Field(
+        None, pattern=BATCH_NAME_PATTERN, description="A job queue name or ARN instead of the stack's queue for the type."
+    )
+    job_definition: str | None = Field(
+        None,
+        pattern=BATCH_NAME_PATTERN,
+        description="A job definition name[:revision] or ARN instead of the stack's for the type's chip count.",
+    )
+
+
 class BudgetSpec(StrictModel):
     max_cost_usd: Float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
 
@@ -300,7 +330,8 @@ class JobSpec(StrictModel):
         pattern=NAME_PATTERN,
         description=f"Job name prefix: letters, digits and single dashes, at most {MAX_NAME} characters.",
     )
-    backend: Literal["sagemaker", "local"] = Field("sagemaker", description="sagemaker or local.")
+    backend: Literal["sagemaker", "batch", "local"] = Field(
+        "sagemaker", description="sagemaker (Trainium), batch (Inferentia2 through AWS Batch) or local.")
     region: str = Field("us-east-1", pattern=REGION_PATTERN, description="AWS region.")
     role_arn: str | None = Field(
         None,
@@ -314,6 +345,7 @@ class JobSpec(StrictModel):
         "outputs --write`; fills role_arn and the URIs the spec leaves out.",
     )
     instance: InstanceSpec = Field(default_factory=InstanceSpec, description="Compute.")
+    batch: BatchSpec = Field(default_factory=BatchSpec, description="AWS Batch queue and job definition (batch backend).")
     image: ImageSpec = Field(default_factory=ImageSpec, description="Training image.")
     model: ModelSpec = Field(default_factory=ModelSpec, description="The ViT.")
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="The loop.")
@@ -336,17 +368,19 @@ class JobSpec(StrictModel):
     def _coherent(self) -> "JobSpec":
         # Every problem is collected, so that one round of `validate` shows them all.
         found: list[tuple[str, str]] = []
-        if self.backend == "sagemaker":
-            if self.role_arn is None:
+        if self.backend in ("sagemaker", "batch"):
+            if self.backend == "sagemaker" and self.role_arn is None:
                 found.append(("role_arn", NEEDS_ROLE))
+            if self.backend == "batch" and self.role_arn is not None:
+                found.append(("role_arn", BATCH_ROLE))
             if self.output.uri is None or not self.output.uri.startswith("s3://"):
-                found.append(("output.uri", NEEDS_OUTPUT))
+                found.append(("output.uri", NEEDS_OUTPUT.replace("sagemaker", self.backend)))
             if self.compile_cache.mode == "tarball" and (
                 self.compile_cache.uri is None or not self.compile_cache.uri.startswith("s3://")
             ):
-                found.append(("compile_cache.uri", NEEDS_CACHE))
+                found.append(("compile_cache.uri", NEEDS_CACHE.replace("sagemaker", self.backend)))
             if self.data.source.startswith("file://"):
-                found.append(("data.source", "a sagemaker job cannot read file:// data; use s3://"))
+                found.append(("data.source", f"a {self.backend} job cannot read file:// data; use s3://"))
         if len(self.tags) > 40:
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
         for key, value in self.tags.items():

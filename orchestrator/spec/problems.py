@@ -52,7 +52,7 @@ PATTERN_HINTS = {
                  "file:///ABSOLUTE/PATH",
     ROLE_PATTERN: "an IAM role ARN such as arn:aws:iam::123456789012:role/NAME",
     REGION_PATTERN: "an AWS region such as us-east-1",
-    INSTANCE_PATTERN: "a SageMaker instance type such as ml.trn1.2xlarge",
+    INSTANCE_PATTERN: "a SageMaker instance type such as ml.trn1.2xlarge (batch: an EC2 type such as inf2.xlarge)",
     ARCH_PATTERN: "a timm ViT architecture such as vit_base_patch16_224",
     SDK_PATTERN: "a Neuron SDK version such as 2.30.0",
     DATA_PATTERN: "synthetic, s3://BUCKET/PREFIX (bucket: 3-63 lowercase letters, digits, dots, dashes; "
@@ -152,7 +152,8 @@ def sagemaker_fields_absent(data: Mapping) -> list[tuple[tuple[str, ...], str]]:
     """The fields a sagemaker spec needs that `data` leaves out altogether, read from the raw
     data: pydantic runs JobSpec's cross-field checks only when every field is valid, so with
     another problem in the file these would otherwise surface one round later."""
-    if data.get("backend") != "sagemaker":
+    backend = data.get("backend")
+    if backend not in ("sagemaker", "batch"):
         return []
 
     def part(name: str) -> Mapping:
@@ -160,11 +161,11 @@ def sagemaker_fields_absent(data: Mapping) -> list[tuple[tuple[str, ...], str]]:
         return value if isinstance(value, Mapping) else {}
 
     found = []
-    if data.get("role_arn") is None:
+    if backend == "sagemaker" and data.get("role_arn") is None:
         found.append((("role_arn",), NEEDS_ROLE))
     if isinstance(data.get("output", {}), Mapping) and part("output").get("uri") is None:
-        found.append((("output", "uri"), NEEDS_OUTPUT))
+        found.append((("output", "uri"), NEEDS_OUTPUT.replace("sagemaker", backend)))
     cache = data.get("compile_cache", {})
     if isinstance(cache, Mapping) and cache.get("mode", "tarball") == "tarball" and cache.get("uri") is None:
-        found.append((("compile_cache", "uri"), NEEDS_CACHE))
+        found.append((("compile_cache", "uri"), NEEDS_CACHE.replace("sagemaker", backend)))
     return found

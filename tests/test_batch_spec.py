@@ -1,0 +1,183 @@
+"""The batch backend's spec, catalog facts, cost bound and doctor rules (N040-N047): an inf2
+spec through AWS Batch is checked as thoroughly as a SageMaker one, before any AWS call."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from orchestrator import catalog, cost, doctor, spec
+from orchestrator.errors import SpecError
+
+BATCH = """\
+name: inf2-test
+backend: batch
+region: us-east-1
+instance: {type: inf2.xlarge}
+data: {source: synthetic, num_workers: 2}
+compile_cache: {uri: s3://orchestrator-example-bucket/cc}
+output: {uri: s3://orchestrator-example-bucket/jobs}
+max_run_minutes: 60
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolated(orch_home):
+    return orch_home
+
+
+def _spec(**overrides):
+    loaded = spec.loads(BATCH, "job.yaml")
+    return spec.with_overrides(loaded, overrides) if overrides else loaded
+
+
+def _rules(s) -> dict[str, doctor.Finding]:
+    return {f.rule: f for f in doctor.check(s)}
+
+
+def _fires(s, rule: str, severity: str = "error") -> doctor.Finding:
+    found = [f for f in doctor.check(s) if f.rule == rule]
+    assert found, f"{rule} did not fire; got {[f.rule for f in doctor.check(s)]}"
+    assert found[0].severity == severity and found[0].message and found[0].fix and found[0].path
+    return found[0]
+
+
+# --- catalog -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("itype, chips, vcpus", [("inf2.xlarge", 1, 4), ("inf2.8xlarge", 1, 32),
+                                                 ("inf2.24xlarge", 6, 96), ("inf2.48xlarge", 12, 192)])
+def test_inf2_facts_follow_the_neuron_docs(itype, chips, vcpus):
+    # aws-neuron-sdk inf2-arch.rst: 1, 1, 6, 12 Inferentia2 chips, two NeuronCore-v2 each; no EFA.
+    facts = catalog.instance(itype)
+    assert (facts.chips, facts.neuron_cores, facts.vcpus, facts.device_memory_gib) == (chips, 2 * chips, vcpus,
+                                                                                      32 * chips)
+    assert facts.batch and facts.efa_gbps == 0 and not facts.multi_node and facts.family == "inf2"
+    assert "inf2-arch.rst" in catalog.batch_source()
+
+
+def test_batch_types_are_the_four_inf2_sizes_smallest_first():
+    assert catalog.batch_instance_types() == ("inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge")
+    assert catalog.type_family("inf2.24xlarge") == "inf2"
+    assert catalog.type_family("ml.trn1n.32xlarge") == "trn1n"
+
+
+def test_an_ec2_price_is_what_a_batch_job_bills_and_carries_its_source():
+    price = catalog.price("inf2.xlarge", "us-east-1")
+    assert price.usd_per_hour == pytest.approx(0.7582) and "us-east-1" in price.source and price.as_of
+    assert price.verified  # no SageMaker markup: Batch adds no charge to EC2's
+    assert not catalog.price("ml.inf2.xlarge", "us-east-1").verified
+
+
+# --- spec ----------------------------------------------------------------------------------
+
+def test_a_batch_spec_needs_no_role_and_refuses_one():
+    assert _spec().role_arn is None
+    text = BATCH + "role_arn: arn:aws:iam::123456789012:role/x\n"
+    with pytest.raises(SpecError) as err:
+        spec.loads(text, "job.yaml")
+    assert "job definition" in str(err.value) and "role_arn" in str(err.value)
+
+
+def test_a_batch_spec_needs_s3_output_and_cache():
+    with pytest.raises(SpecError) as err:
+        spec.loads("name: x\nbackend: batch\ninstance: {type: inf2.xlarge}\n", "job.yaml")
+    text = str(err.value)
+    assert "the batch backend needs an s3:// output.uri" in text
+    assert "the batch backend needs an s3:// compile_cache.uri" in text
+
+
+def test_infra_fills_the_stack_name_and_not_the_role(tmp_path):
+    (tmp_path / "infra.yaml").write_text(
+        "role_arn: arn:aws:iam::123456789012:role/r\ncompile_cache_uri: s3://stack-bucket/cc\n"
+        "output_uri: s3://stack-bucket/jobs\nbucket: stack-bucket\nstack_name: my-stack\nregion: us-east-1\n")
+    (tmp_path / "job.yaml").write_text("name: x\nbackend: batch\ninstance: {type: inf2.xlarge}\ninfra: infra.yaml\n")
+    loaded = spec.load(tmp_path / "job.yaml")
+    assert loaded.role_arn is None and loaded.batch.stack == "my-stack"
+    assert loaded.output.uri == "s3://stack-bucket/jobs"
+
+
+# --- target and cost -----------------------------------------------------------------------
+
+def test_workers_are_the_neuron_cores_and_the_neuron_flags_are_set():
+    target = doctor.diagnose(_spec(**{"instance.type": "inf2.24xlarge", "data.num_workers": 1})).target
+    assert target.workers_per_node == 12 and target.neuron
+    assert "--model-type=transformer" in target.environment["NEURON_CC_FLAGS"]
+
+
+def test_the_cost_bound_counts_every_attempt_and_the_instance_overhead():
+    est = cost.estimate(_spec(max_retry_attempts=2))
+    hours = 3 * (60 + cost.BATCH_INSTANCE_MINUTES) / 60
+    assert est.hours_max == pytest.approx(hours)
+    assert est.usd_max == pytest.approx(hours * 0.7582) and est.markup == 1.0 and est.verified
+    assert "3 attempt(s)" in est.describe() and "EC2 on-demand" in est.describe()
+
+
+# --- doctor --------------------------------------------------------------------------------
+
+def test_the_reference_batch_spec_is_clean():
+    assert doctor.errors(doctor.check(_spec())) == []
+
+
+def test_n040_a_sagemaker_name_is_told_its_ec2_name():
+    f = _fires(_spec(**{"instance.type": "ml.inf2.xlarge"}), "N040-batch-instance-type")
+    assert f.fix == "set instance.type: inf2.xlarge" and "inf2.48xlarge" in f.message
+    assert "N017-price-unknown" not in _rules(_spec(**{"instance.type": "inf2.96xlarge"}))
+
+
+def test_n040_a_trainium_type_is_sent_to_sagemaker():
+    f = _fires(_spec(**{"instance.type": "trn1.2xlarge"}), "N040-batch-instance-type")
+    assert "backend: sagemaker" in f.fix
+
+
+def test_n041_one_instance():
+    f = _fires(_spec(**{"instance.count": 2}), "N041-batch-single-instance")
+    assert f.path == "instance.count" and "EFA" in f.message
+
+
+def test_n042_spot_needs_retries_and_no_max_wait_is_asked_for():
+    rules = _rules(_spec(**{"instance.spot": True}))
+    assert "N042-batch-spot-retries" in rules and "N012-spot-max-wait" not in rules
+    assert "N042-batch-spot-retries" not in _rules(_spec(**{"instance.spot": True}, max_retry_attempts=2))
+
+
+def test_n043_max_wait_is_sagemakers():
+    _fires(_spec(**{"instance.spot": True, "instance.max_wait_minutes": 120}, max_retry_attempts=1),
+           "N043-batch-max-wait")
+
+
+def test_n044_trn_only_options_are_refused():
+    assert _fires(_spec(**{"instance.lnc": 1}), "N044-batch-trn-option").path == "instance.lnc"
+    found = [f for f in doctor.check(_spec(**{"instance.volume_gb": 200})) if f.rule == "N044-batch-trn-option"]
+    assert found and found[0].path == "instance.volume_gb"
+
+
+def test_n045_at_most_ten_attempts():
+    assert "N045-batch-retry-limit" not in _rules(_spec(max_retry_attempts=9))
+    _fires(_spec(max_retry_attempts=10), "N045-batch-retry-limit")
+
+
+def test_n046_native_leaves_the_cores_idle():
+    _fires(_spec(**{"training.runtime": "native"}), "N046-batch-native-runtime", "warning")
+
+
+def test_n047_checkpoints_stay_on_the_instance():
+    _fires(_spec(**{"training.checkpoint_every": 100}), "N047-batch-checkpoints-local", "warning")
+
+
+def test_n004_workers_per_node_applies_to_batch():
+    f = _fires(_spec(**{"training.workers_per_node": 1}), "N004-workers-per-node")
+    assert "2 logical NeuronCores" in f.message
+
+
+def test_n001_names_the_batch_backend_for_ml_inf2():
+    sage = spec.loads(BATCH.replace("backend: batch", "backend: sagemaker").replace(
+        "inf2.xlarge", "ml.inf2.xlarge") + "role_arn: arn:aws:iam::123456789012:role/r\n", "job.yaml")
+    f = _fires(sage, "N001-instance-not-trainable")
+    assert "backend: batch with instance.type: inf2.xlarge" in f.fix
+
+
+def test_budget_is_checked_against_the_batch_bound():
+    f = _fires(_spec(**{"budget.max_cost_usd": 0.5}), "N016-budget-exceeded")
+    assert f.path == "budget.max_cost_usd"
+    assert math.isfinite(cost.estimate(_spec()).usd_max)
