@@ -8,6 +8,8 @@ Contract:
 - `build(...)` is pure: the request dict, exactly what `plan` shows and what the sagemaker
   backend sends (the local backend lays out its container tree from the same dict). Field
   names are SageMaker's; this is the one place snake_case becomes PascalCase.
+- A batch spec's request is AWS Batch's SubmitJob instead (`orchestrator.batch_request`),
+  from the same job file, archive and hyperparameters.
 - `prepare(spec or diagnosis)` runs all of it on the doctor's diagnosis (`doctor.diagnose`:
   the resolved target, the cost estimate and the findings, each computed once; given one, it
   is not computed again). It is deterministic: the same spec gives the same request and the
@@ -265,7 +267,13 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     digest = sourcedir.archive_sha256(archive)
     src = source_uri(_output_prefix(spec, job, name), digest)
     try:
-        request = build(spec, job_name=name, source_uri=src, job=job, target=target)
+        if spec.backend == "batch":
+            from orchestrator import batch_request
+
+            request = batch_request.build(spec, job_name=name, source_uri=src, job=job,
+                                          hyperparameters=hyperparameters(spec, name), target=target)
+        else:
+            request = build(spec, job_name=name, source_uri=src, job=job, target=target)
     except InputError:
         doctor.raise_for(spec, diagnosis.findings)
         raise

@@ -1,7 +1,7 @@
 """Every example config loads; job configs pass the doctor and match their golden requests.
 
 Golden files (tests/golden/<config>.json) hold the full CreateTrainingJob request of each job
-config. Two fields are normalised before comparing, so the goldens do not depend on where
+config (a batch config's: its SubmitJob request, the archive named by ORCHESTRATOR_CODE_URI). Two fields are normalised before comparing, so the goldens do not depend on where
 ORCHESTRATOR_HOME is or on the entrypoint sources: the archive hash inside the `code` channel's
 S3Uri becomes `<archive-sha256-16>`, and the local store's path becomes `<ORCHESTRATOR_HOME>`. Regenerate after an intended change with:
 
@@ -42,7 +42,19 @@ def _isolated_home(orch_home):
 
 
 def _code_source(req: dict) -> dict:
-    """The code channel's S3DataSource (where the source archive is)."""
+    """The code channel's S3DataSource (where the source archive is), or for a SubmitJob a view
+    of its ORCHESTRATOR_CODE_URI variable whose ["S3Uri"] reads and writes the value."""
+    if "containerOverrides" in req:
+        entry = next(e for e in req["containerOverrides"]["environment"] if e["name"] == "ORCHESTRATOR_CODE_URI")
+
+        class View(dict):
+            def __getitem__(self, key):
+                return entry["value"]
+
+            def __setitem__(self, key, value):
+                entry["value"] = value
+
+        return View()
     channel = next(c for c in req["InputDataConfig"] if c["ChannelName"] == "code")
     return channel["DataSource"]["S3DataSource"]
 
@@ -113,6 +125,17 @@ def test_reference_config_is_the_published_setup():
     assert s.instance.type == "ml.trn1.2xlarge" and s.instance.count == 1
     assert s.role_arn == "arn:aws:iam::123456789012:role/orchestrator-training"
     assert s.output.uri.startswith("s3://orchestrator-example-bucket/")
+
+
+def test_inf2_config_is_the_reference_job_through_batch():
+    ref = spec.load(ROOT / "configs" / "vit-trn1-2xlarge.yaml")
+    inf2 = spec.load(ROOT / "configs" / "vit-inf2-xlarge.yaml")
+    assert (inf2.backend, inf2.instance.type, inf2.role_arn) == ("batch", "inf2.xlarge", None)
+    assert (inf2.model, inf2.training) == (ref.model, ref.training)
+    req = request.prepare(inf2).request
+    assert (req["jobQueue"], req["jobDefinition"]) == ("orchestrator-inf2-xlarge", "orchestrator-neuron-1chip")
+    env = {e["name"]: e["value"] for e in req["containerOverrides"]["environment"]}
+    assert env["SM_NUM_NEURONS"] == "2" and env["SM_CURRENT_INSTANCE_TYPE"] == "inf2.xlarge"
 
 
 def test_multi_node_and_trn2_configs_say_what_they_are_for():

@@ -483,6 +483,9 @@ def test_every_config_builds_a_valid_request(path):
     prepared = request.prepare(s)
     if s.backend == "sagemaker":
         _validate(prepared.request)
+    elif s.backend == "batch":  # AWS Batch's SubmitJob
+        shape = botocore.session.get_session().get_service_model("batch").operation_model("SubmitJob").input_shape
+        assert not ParamValidator().validate(prepared.request, shape).has_errors()
     else:
         assert not ParamValidator().validate(prepared.request, _input_shape()).has_errors()
 

@@ -59,9 +59,9 @@ def plan(
     read_stores: bool = typer.Option(False, "--forecast", help="Also read an s3:// output and compile cache "
                                      "for the forecast (the local store is always read)."),
 ) -> None:
-    """Show the exact CreateTrainingJob request that submit sends, its cost bound, and a
-    forecast: what the compile cache holds for the job's key, and the duration and cost of an
-    earlier completed run of the same spec."""
+    """Show the exact request that submit sends (CreateTrainingJob; SubmitJob for batch), its
+    cost bound, and a forecast: what the compile cache holds for the job's key, and the
+    duration and cost of an earlier completed run of the same spec."""
     from orchestrator import request, spec
 
     loaded = spec.load(path)

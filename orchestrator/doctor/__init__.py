@@ -57,10 +57,10 @@ The rules (ids are stable; tests and docs refer to them):
   CreateTrainingJob would refuse after the source upload.
 - N030-volume-ignored: instance.volume_gb set (to other than its default) on a type with NVMe
   instance storage (trn1, trn1n, trn2), where SageMaker ignores it (info).
-- N040-N047: the batch backend (Inferentia2 through AWS Batch), in `batch`: an inf2 type
+- N040-N049: the batch backend (Inferentia2 through AWS Batch), in `batch`: an inf2 type
   (N040), one instance (N041), spot only with retries (N042), no max wait (N043), no LNC or
   volume size (N044), at most 10 attempts (N045), native runtime (N046), checkpoints kept on
-  the instance (N047).
+  the instance (N047), the job definition's image (N048), no S3 data (N049).
 - N031-local-environment-size: a local job's `environment` too large for a process on this
   machine to receive (one variable above Linux's MAX_ARG_STRLEN, or all of them with this
   process's own environment above ARG_MAX): the job would fail to start ("Argument list too long").

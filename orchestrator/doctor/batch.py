@@ -1,7 +1,8 @@
 """Doctor rules of the batch backend (Inferentia2 through AWS Batch), N040-N049: an inf2 type
 the stack has a queue for (N040), one instance (N041), spot only with retries (N042), no
 SageMaker-only settings (N043, N044), the retry limit of Batch (N045), the Neuron runtime on
-the NeuronCores (N046) and checkpoints that no one copies to S3 (N047).
+the NeuronCores (N046), checkpoints that no one copies to S3 (N047), the job definition's image
+(N048) and data that no one downloads (N049).
 
 Why one instance and one job per instance: Batch places jobs by vCPU and memory only, and a
 job definition's `/dev/neuronN` devices cannot be overridden per job, so the stack keeps one
@@ -26,7 +27,7 @@ MAX_ATTEMPTS = 10
 def check(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     """Every batch rule on `spec` (a spec whose backend is batch)."""
     return [*_instance(spec, target), *_spot(spec), *_sagemaker_only(spec), *_retries(spec), *_runtime(spec, target),
-            *_checkpoints(spec)]
+            *_checkpoints(spec), *_image(spec), *_data(spec)]
 
 
 def _types() -> str:
@@ -127,4 +128,30 @@ def _checkpoints(spec: JobSpec) -> list[Finding]:
             "checkpoints are lost with the instance, and a retried attempt starts from step 0",
             "set training.checkpoint_every: 0, or use the sagemaker backend to resume after interruptions",
             "training.checkpoint_every")]
+    return []
+
+
+def _image(spec: JobSpec) -> list[Finding]:
+    """N048: the image is the job definition's (SubmitJob cannot override it)."""
+    default = catalog.default_sdk()
+    if spec.image.uri is not None or (spec.image.neuron_sdk or default) != default:
+        what = f"image.uri {spec.image.uri}" if spec.image.uri else f"image.neuron_sdk {spec.image.neuron_sdk}"
+        return [Finding(
+            "N048-batch-image-fixed", "error",
+            f"{what}: a batch job runs its job definition's image (the stack's, the catalog's image for Neuron SDK "
+            f"{default}); SubmitJob cannot override the image",
+            "remove image.uri and image.neuron_sdk (or change the job definitions' image in infra/stack.yaml)",
+            "image.uri" if spec.image.uri else "image.neuron_sdk")]
+    return []
+
+
+def _data(spec: JobSpec) -> list[Finding]:
+    """N049: nothing downloads an s3:// data source on Batch (SageMaker's train channel does)."""
+    if spec.data.source != "synthetic":
+        return [Finding(
+            "N049-batch-data-source", "error",
+            f"data.source {spec.data.source}: on AWS Batch no input channel downloads it (SageMaker's does), and "
+            "the batch bootstrap fetches the code only",
+            "use data.source: synthetic on the batch backend, or the sagemaker backend for S3 data",
+            "data.source")]
     return []
