@@ -220,7 +220,7 @@ class Results:
         "`stopped: ...` when the launcher was signalled; `could not write results to ...` when storing this "
         "document failed (the local copy then says `failed`). The failure file (`/opt/ml/output/failure`, "
         "SageMaker's `FailureReason`) holds `<host>: <this text>`, cut to 1,024 characters")
-    backend: Literal["sagemaker", "local"] | None = optional("from the spec")
+    backend: Literal["sagemaker", "batch", "local"] | None = optional("from the spec")
     region: str | None = optional("from the spec")
     instance: Instance = doc("see `instance` below")
     world_size: Positive = optional("ranks in the job (hosts × workers per node)")

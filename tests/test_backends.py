@@ -35,9 +35,9 @@ def test_every_backend_implements_the_whole_protocol(name):
 
 
 def test_an_unknown_backend_is_an_input_error():
-    with pytest.raises(InputError, match="unknown backend 'batch'") as info:
-        backends.create("batch")
-    assert "sagemaker or local" in info.value.hint
+    with pytest.raises(InputError, match="unknown backend 'slurm'") as info:
+        backends.create("slurm")
+    assert "sagemaker or batch or local" in info.value.hint
 
 
 def test_locate_asks_the_ledger_then_this_machine_then_the_default_backend(orch_home, monkeypatch):

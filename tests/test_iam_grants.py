@@ -470,6 +470,7 @@ ADMIN_ONLY = {
 def operator_calls(at: Layout) -> dict[tuple[str, str], list[Need]]:
     """(service, operation) -> what the laptop's call needs. S3 is in operator_s3/role_s3."""
     role = f"arn:aws:iam::{ACCOUNT}:role/x-ExecutionRole-1"
+    batch_arn, job_id = f"arn:aws:batch:{REGION}:{ACCOUNT}", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
     return {
         ("sagemaker", "CreateTrainingJob"): [
             Need("operator", "sagemaker:CreateTrainingJob", job_arn(at.job), why="submit"),
@@ -483,12 +484,27 @@ def operator_calls(at: Layout) -> dict[tuple[str, str], list[Need]]:
         ("sagemaker", "ListTrainingJobs"): [Need("operator", "sagemaker:ListTrainingJobs", "*",
                                                  why="sweeps, --rerun names, results --sweep")],
         ("logs", "DescribeLogStreams"): [Need("operator", "logs:DescribeLogStreams", group_arn(), why="logs")],
-        ("logs", "GetLogEvents"): [Need("operator", "logs:GetLogEvents", stream_arn(at.job), why="logs")],
         ("cloudformation", "DescribeStacks"): [
             Need("operator", "cloudformation:DescribeStacks",
                  f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK}/1a2b3c4d-0000-1111-2222-333344445555",
                  why="infra outputs, infra policy")],
         ("pricing", "GetProducts"): [Need("operator", "pricing:GetProducts", "*", why="prices refresh")],
+        ("batch", "SubmitJob"): [
+            Need("operator", "batch:SubmitJob", f"{batch_arn}:job-queue/{STACK}-inf2-xlarge", why="submit (batch)"),
+            Need("operator", "batch:SubmitJob", f"{batch_arn}:job-definition/{STACK}-neuron-1chip",
+                 why="submit (batch): the latest revision"),
+            Need("operator", "batch:SubmitJob", f"{batch_arn}:job-definition/{STACK}-neuron-1chip:3",
+                 why="submit (batch): a pinned revision"),
+            Need("operator", "batch:TagResource", f"{batch_arn}:job/{job_id}", why="submit with tags (dependent)")],
+        ("batch", "TerminateJob"): [Need("operator", "batch:TerminateJob", f"{batch_arn}:job/{job_id}",
+                                         why="stop (batch)")],
+        **{("batch", read): [Need("operator", f"batch:{read}", "*", why="status, logs, reconcile, queue checks")]
+           for read in ("DescribeJobs", "ListJobs", "DescribeJobQueues", "DescribeComputeEnvironments",
+                        "DescribeJobDefinitions")},
+        ("logs", "GetLogEvents"): [
+            Need("operator", "logs:GetLogEvents", stream_arn(at.job), why="logs"),
+            Need("operator", "logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/orchestrator/{STACK}/batch"
+                 f":log-stream:{STACK}-neuron-1chip/default/{job_id}", why="logs (batch)")],
     }
 
 
@@ -533,6 +549,13 @@ NOT_AWS = {
 }
 
 
+# A method named after operations of two services, called on one of them: (file, method) -> the
+# service whose operation of that name the file does NOT call.
+OTHER_SERVICE = {
+    ("orchestrator/backends/batch.py", "list_jobs"): "sagemaker",  # Batch's ListJobs on the batch client
+}
+
+
 def calls_in_code(services: set[str]) -> dict[tuple[str, str], list[str]]:
     """(service, operation) -> where the code calls it: every method call (or get_paginator
     argument) named after an operation of those services, but those in NOT_AWS."""
@@ -552,12 +575,14 @@ def calls_in_code(services: set[str]) -> dict[tuple[str, str], list[str]]:
             if (str(path.relative_to(ROOT)), method) in NOT_AWS or ("*", method) in NOT_AWS:
                 continue
             for key in by_method.get(method, ()):
+                if OTHER_SERVICE.get((str(path.relative_to(ROOT)), method)) == key[0]:
+                    continue
                 found.setdefault(key, []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return found
 
 
 def test_the_code_builds_clients_only_for_services_the_map_covers():
-    assert client_services() == {"s3", "sagemaker", "logs", "cloudformation", "pricing"}
+    assert client_services() == {"s3", "sagemaker", "logs", "cloudformation", "pricing", "batch"}
 
 
 def test_every_aws_call_in_the_code_is_granted_to_whoever_makes_it(tmp_path):

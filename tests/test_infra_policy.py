@@ -35,18 +35,21 @@ PREFIXES = ("compile-cache/", "jobs/", "data/")
 CHECKPOINT_PATTERNS = ("jobs/checkpoints/*", "jobs/*/checkpoints/*")
 # The only actions allowed on "Resource": "*": their APIs support no resource-level permission.
 STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs",
-                   "pricing:GetProducts"}
+                   "pricing:GetProducts", "batch:DescribeJobs", "batch:ListJobs", "batch:DescribeJobQueues",
+                   "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions"}
 # Actions that exist in IAM only (no API operation of that name in botocore's models).
 IAM_ONLY_ACTIONS = {"s3:ListBucket", "iam:PassRole", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
 SERVICE_MODELS = {"sagemaker": "sagemaker", "s3": "s3", "ecr": "ecr", "logs": "logs", "cloudwatch": "cloudwatch",
                   "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts",
-                  "pricing": "pricing"}
+                  "pricing": "pricing", "batch": "batch"}
 OPERATOR_ACTIONS = {
     "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs",
     "sagemaker:StopTrainingJob", "sagemaker:AddTags", "sagemaker:ListTags", "iam:PassRole",
     "logs:GetLogEvents", "logs:DescribeLogStreams", "logs:FilterLogEvents",
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
     "cloudformation:DescribeStacks", "pricing:GetProducts",
+    "batch:SubmitJob", "batch:TagResource", "batch:TerminateJob", "batch:DescribeJobs", "batch:ListJobs",
+    "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
 }
 ROLE_ACTIONS = {
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
@@ -82,6 +85,8 @@ def identity_policy_problems(doc: dict, where: str, role_arn: str = ROLE_ARN, bu
     """Why a (resolved) identity policy grants more than the tool needs; empty when it does not."""
     problems = []
     log_group = f"arn:aws:logs:{REGION}:{account}:log-group:/aws/sagemaker/TrainingJobs"
+    # The batch backend's jobs log to the stack's own group (read only: GetLogEvents).
+    batch_log_group = f"arn:aws:logs:{REGION}:{account}:log-group:/orchestrator/{STACK}/batch"
     if doc.get("Version") != "2012-10-17":
         problems.append(f"{where}: Version must be '2012-10-17'")
     bucket_arn = f"arn:aws:s3:::{bucket}"
@@ -129,7 +134,8 @@ def identity_policy_problems(doc: dict, where: str, role_arn: str = ROLE_ARN, bu
                 elif "s3:DeleteObject" in actions and not resource.endswith("/compile-cache/*"):
                     problems.append(f"{at}: s3:DeleteObject on {resource}: deletes only under compile-cache/ "
                                     "and checkpoints/")
-            elif resource.startswith("arn:aws:logs:") and resource not in (f"{log_group}:*", f"{log_group}:log-stream:*"):
+            elif resource.startswith("arn:aws:logs:") and resource not in (
+                    f"{log_group}:*", f"{log_group}:log-stream:*", f"{batch_log_group}:log-stream:*"):
                 problems.append(f"{at}: logs resource {resource} outside /aws/sagemaker/TrainingJobs")
             elif resource.startswith("arn:aws:sagemaker:") and not resource.endswith(":training-job/*"):
                 problems.append(f"{at}: SageMaker resource {resource} is not training jobs")

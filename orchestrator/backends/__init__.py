@@ -1,4 +1,4 @@
-"""Backends run jobs: `sagemaker` (boto3) and `local` (this machine), chosen by name.
+"""Backends run jobs: `sagemaker` and `batch` (boto3) and `local` (this machine), chosen by name.
 
 Every backend implements `Backend`, the whole of what the CLI, sweeps, reruns and results
 ask of one; none of them looks at a backend's name or reaches past the protocol. Adding a
@@ -22,6 +22,7 @@ from orchestrator.lifecycle import Status
 # name -> "module:class". The order is the order `locate` asks them whether they hold a job.
 _CLASSES = {
     "sagemaker": "orchestrator.backends.sagemaker:SageMakerBackend",
+    "batch": "orchestrator.backends.batch:BatchBackend",
     "local": "orchestrator.backends.local:LocalBackend",
 }
 # Where a job that neither the ledger nor this machine knows is looked for: a job submitted

@@ -40,6 +40,9 @@ COLUMNS = (
     ("compile s", "compile_s", ".1f"),
     ("precompile s", "precompile_s", ".1f"),
     ("cache hit", "cache_hit_ratio", ".0%"),
+    ("queue s", "queue_s", ".0f"),
+    ("run s", "run_s", ".0f"),
+    ("backend", "backend", "s"),
     ("status", "status", "s"),
 )
 

@@ -82,6 +82,11 @@ class Row:
     spot_savings: float | None = None
     billable_s: int | None = None
     training_s: int | None = None
+    # What the backend says of the job's times (epoch seconds): queued from created to started
+    # (Batch: waiting for an instance), ran from started to ended.
+    started_at: float | None = None
+    queue_s: float | None = None
+    run_s: float | None = None
     cost_usd: float | None = None
     cost_per_million_samples: float | None = None
     samples_per_dollar: float | None = None
@@ -148,7 +153,13 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
     status = Status(results.status)  # the schema's statuses are lifecycle words
     spot = False
     billable = training = None
+    started_at = queue_s = run_s = None
     if described is not None:
+        started_at = described.started
+        if described.created is not None and described.started is not None:
+            queue_s = max(0.0, described.started - described.created)
+        if described.started is not None and described.ended is not None:
+            run_s = max(0.0, described.ended - described.started)
         status = described.status
         spot = described.spot
         billable = described.billable_seconds
@@ -241,7 +252,8 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         samples_per_s=sps, price_per_hour=price_per_hour, price_source=price_source, price_verified=verified,
         failover_from=failover_from,
         spot=spot,
-        spot_savings=spot_savings, billable_s=billable, training_s=training, cost_usd=cost_usd,
+        spot_savings=spot_savings, billable_s=billable, training_s=training, started_at=started_at, queue_s=queue_s,
+        run_s=run_s, cost_usd=cost_usd,
         cost_per_million_samples=cost_per_million, samples_per_dollar=samples_per_dollar,
         flops_per_sample=flops, mfu=mfu, tflop_per_dollar=tflop_per_dollar,
         peak_source=f"{top.instance_type} {top.precision}: {top.per_chip / 1e12:g} TFLOPS per chip, {top.source}, "

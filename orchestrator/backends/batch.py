@@ -1,0 +1,421 @@
+"""The AWS Batch backend (Inferentia2): submit, status, logs and stop of Batch jobs through boto3.
+
+Contract:
+- Clients (batch, s3, logs) come from the constructor; `connect(region)` builds them like the
+  SageMaker backend's (`aws.client`: timeouts, botocore's retries, a checked endpoint).
+- `submit` follows the ledger's intent-first protocol, as SageMaker's does: the row (with the
+  exact SubmitJob request) is written first; then the job queue and its compute environments
+  are checked (missing, INVALID or DISABLED: InputError naming `infra deploy`, exit 2, and the
+  row goes back to planned). Batch job names are not unique, so the queue's jobs of that name
+  are listed: one carrying our spec-hash tag (an earlier submit that died after SubmitJob) is
+  adopted, never submitted a second time. Else the source archive is uploaded when its
+  content-addressed key is absent; then SubmitJob; then the row moves to submitted.
+- A job is found by its name in the queue its ledger row names (ListJobs' JOB_NAME filter,
+  every status), the newest of that name carrying the orchestrator's job tag.
+- `status` maps Batch's states onto ours through one table (`status_of`), with the status
+  reason, the last attempt's exit code and reason; the times are Batch's (created, started,
+  stopped), so results can show queue time and run time apart. Billable seconds are the sum
+  of the attempts' run times (the instance's own boot and scale-in are not in them).
+- `logs` reads the attempts' CloudWatch streams in the job's awslogs group (the job
+  definition's, else Batch's default /aws/batch/job); `stop` is TerminateJob.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ClassVar
+
+from entrypoints.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
+from orchestrator import aws
+from orchestrator.backends import JobStatus, Progress, Submitted, UnknownJob, progress_of, record_status
+from orchestrator.backends.sagemaker_errors import code_of, is_definite_refusal, translate
+from orchestrator.errors import BackendError, InputError, OrchestratorError
+from orchestrator.ledger import Ledger
+from orchestrator.lifecycle import IN_FLIGHT, Status
+from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
+
+DEFAULT_LOG_GROUP = "/aws/batch/job"
+# The reason TerminateJob records (Batch shows it as the job's statusReason).
+STOP_REASON = "stopped by orchestrator stop"
+DEPLOY_HINT = ("deploy the stack's Batch resources with `python -m orchestrator infra deploy --batch`, then "
+               "`infra outputs --write` (or name your own queue in batch.job_queue)")
+# Batch's job states -> ours. SUBMITTED, PENDING and RUNNABLE wait in the queue (for
+# dependencies, then capacity); STARTING pulls the image and starts the container.
+_TABLE = {"SUBMITTED": Status.PENDING, "PENDING": Status.PENDING, "RUNNABLE": Status.PENDING,
+          "STARTING": Status.STARTING, "RUNNING": Status.RUNNING, "SUCCEEDED": Status.COMPLETED}
+_ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+
+
+def status_of(state: str, *, stopped: bool = False) -> Status:
+    """The one table from Batch's job status to ours. `stopped`: TerminateJob (or CancelJob) was
+    called, so a FAILED job was stopped and a running one is stopping."""
+    if state == "FAILED":
+        return Status.STOPPED if stopped else Status.FAILED
+    if state not in _TABLE:
+        raise BackendError(f"AWS Batch reported an unknown job status {state!r}",
+                           hint="the orchestrator may be older than the service; please report it")
+    if stopped and state in ("STARTING", "RUNNING"):
+        return Status.STOPPING
+    return _TABLE[state]
+
+
+def _seconds(ms) -> float | None:
+    return ms / 1000.0 if isinstance(ms, (int, float)) and ms > 0 else None
+
+
+def make_clients(region: str | None, pool: int | None = None) -> dict:
+    """batch, s3 and logs clients for `region` (see `sagemaker.make_clients`)."""
+    session = aws.aws_session(region)
+    if not session.region_name:
+        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
+    config = aws.client_config(pool=pool)
+    return {name + "_client": aws.client(name, session.region_name, config=config, session=session)
+            for name in ("batch", "s3", "logs")}
+
+
+class BatchBackend:
+    """Training jobs on AWS Batch. See the module docstring for the contract."""
+
+    name: ClassVar[str] = "batch"
+    cloud: ClassVar[bool] = True
+    shared: ClassVar[bool] = True
+    wait_interval_s: ClassVar[float] = 30.0
+    sweep_poll_s: ClassVar[float] = 60.0
+
+    def __init__(self, batch_client, s3_client, logs_client, ledger: Ledger | None = None,
+                 sleep: Callable[[float], None] = time.sleep, poll_seconds: float = 5.0):
+        self.batch = batch_client
+        self.s3 = s3_client
+        self.logs_client = logs_client
+        self._ledger = ledger
+        self.sleep = sleep
+        self.poll_seconds = poll_seconds
+        self.region = batch_client.meta.region_name
+
+    @classmethod
+    def create(cls, region: str | None = None, **options) -> BatchBackend:
+        return cls.connect(region, **options)
+
+    @classmethod
+    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, pool: int | None = None,
+                **clients) -> BatchBackend:
+        needed = ("batch_client", "s3_client", "logs_client")
+        if not all(name in clients for name in needed):
+            clients = {**make_clients(region, pool), **clients}
+        return cls(clients["batch_client"], clients["s3_client"], clients["logs_client"], ledger=ledger,
+                   **{k: v for k, v in clients.items() if k not in needed})
+
+    @classmethod
+    def holds(cls, job_name: str) -> bool:
+        return False  # only Batch can tell
+
+    @property
+    def place(self) -> str:
+        return f"AWS Batch in {self.region}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} in {self.region}"
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger()
+        return self._ledger
+
+    @contextmanager
+    def _aws(self, operation: str, *, job_name: str | None = None):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, operation=operation, job_name=job_name, region=self.region) from exc
+
+    # --- submit ---------------------------------------------------------------------------
+
+    def submit(self, prepared) -> Submitted:
+        """Submit the job `prepared` describes, once. See the module docstring."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        name, req = prepared.job_name, prepared.request
+        entry = self.ledger.record_intent(name, backend=self.name, region=self.region,
+                                          spec_hash=prepared.spec_hash, request=req)
+        if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
+            raise InputError(f"the job name {name} is already in the ledger for another spec "
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             hint="change the spec's name so the job name differs")
+        if entry.state not in ("planned", "submitting"):
+            return Submitted(name, created=False)
+        if entry.state == "planned":
+            self.ledger.transition(name, "submitting", expect=("planned",))
+        try:
+            # A queue that is not there or not usable holds no earlier job of ours either.
+            self.check_queue(req["jobQueue"])
+            existing = self._find(name, req["jobQueue"])
+            if existing is not None:
+                return self._adopt(existing, prepared)
+            self._upload(prepared)
+        except OrchestratorError as exc:
+            # SubmitJob was never called: back to planned, and a later submit tries again.
+            self.ledger.transition(name, "planned", detail=exc.message, expect=("submitting",))
+            raise
+        try:
+            response = self.batch.submit_job(**req)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate(exc, operation="SubmitJob", job_name=name, region=self.region)
+            if is_definite_refusal(exc):
+                self.ledger.transition(name, "planned", detail=error.message, expect=("submitting",))
+            raise error from exc
+        self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
+        return Submitted(name, created=True, arn=response.get("jobArn"))
+
+    def _adopt(self, described: dict, prepared) -> Submitted:
+        """Take over the job of this name in the queue if it carries our spec-hash tag."""
+        name = prepared.job_name
+        theirs = (described.get("tags") or {}).get(TAG_SPEC_HASH)
+        if theirs != prepared.spec_hash:
+            self.ledger.transition(name, "planned", detail="name taken by another job", expect=("submitting",))
+            raise BackendError(f"an AWS Batch job named {name} is already in queue {prepared.request['jobQueue']} and "
+                               f"was not submitted from this spec (its {TAG_SPEC_HASH} tag is {theirs!r})",
+                               hint="change the spec's name")
+        self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
+        return Submitted(name, created=False, arn=described.get("jobArn"))
+
+    def _upload(self, prepared) -> None:
+        # The same content-addressed, conditional upload as SageMaker's (it uses only the s3
+        # client and the error translation, which both backends have).
+        from orchestrator.backends.sagemaker import SageMakerBackend
+
+        SageMakerBackend.upload_source(self, prepared)
+
+    def check_queue(self, queue: str) -> None:
+        """InputError (exit 2) naming `infra deploy` unless the queue exists, is ENABLED and
+        VALID, and so is each of its compute environments."""
+        with self._aws("DescribeJobQueues"):
+            found = self.batch.describe_job_queues(jobQueues=[queue]).get("jobQueues", [])
+        if not found:
+            raise InputError(f"no AWS Batch job queue {queue!r} in {self.region}", hint=DEPLOY_HINT)
+        q = found[0]
+        if q.get("status") == "INVALID" or q.get("state") != "ENABLED":
+            raise InputError(f"AWS Batch job queue {queue} is {q.get('state')}, {q.get('status')}: "
+                             f"{q.get('statusReason') or 'no reason given'}", hint=DEPLOY_HINT)
+        arns = [env["computeEnvironment"] for env in q.get("computeEnvironmentOrder", [])]
+        if not arns:
+            raise InputError(f"AWS Batch job queue {queue} has no compute environment", hint=DEPLOY_HINT)
+        with self._aws("DescribeComputeEnvironments"):
+            envs = self.batch.describe_compute_environments(computeEnvironments=arns).get("computeEnvironments", [])
+        known = {e.get("computeEnvironmentArn"): e for e in envs} | {e.get("computeEnvironmentName"): e for e in envs}
+        for arn in arns:
+            env = known.get(arn)
+            if env is None:
+                raise InputError(f"compute environment {arn} of job queue {queue} does not exist", hint=DEPLOY_HINT)
+            if env.get("status") == "INVALID" or env.get("state") != "ENABLED":
+                raise InputError(f"compute environment {env.get('computeEnvironmentName')} of job queue {queue} is "
+                                 f"{env.get('state')}, {env.get('status')}: {env.get('statusReason') or 'no reason given'}",
+                                 hint=DEPLOY_HINT)
+
+    # --- finding a job ----------------------------------------------------------------------
+
+    def _queues_of(self, job_name: str) -> list[str]:
+        """The queue the job's ledger row names; without one (a job submitted from another
+        machine, `results` without a ledger), every queue in the region."""
+        entry = self.ledger.get(job_name)
+        queue = entry.request.get("jobQueue") if entry is not None and entry.backend == self.name else None
+        if queue:
+            return [queue]
+        queues: list[str] = []
+        args: dict = {}
+        while True:
+            with self._aws("DescribeJobQueues", job_name=job_name):
+                page = self.batch.describe_job_queues(**args)
+            queues += [q["jobQueueName"] for q in page.get("jobQueues", [])]
+            if not page.get("nextToken"):
+                return queues
+            args["nextToken"] = page["nextToken"]
+
+    def _find(self, job_name: str, queue: str) -> dict | None:
+        """DescribeJobs of the newest job of this name in `queue` with the orchestrator's job tag."""
+        ids: list[str] = []
+        args: dict = {"jobQueue": queue, "filters": [{"name": "JOB_NAME", "values": [job_name]}]}
+        while True:
+            with self._aws("ListJobs", job_name=job_name):
+                page = self.batch.list_jobs(**args)
+            ids += [j["jobId"] for j in page.get("jobSummaryList", []) if j.get("jobName") == job_name]
+            if not page.get("nextToken"):
+                break
+            args["nextToken"] = page["nextToken"]
+        jobs = []
+        for start in range(0, len(ids), 100):  # DescribeJobs takes 100 ids at most
+            with self._aws("DescribeJobs", job_name=job_name):
+                jobs += self.batch.describe_jobs(jobs=ids[start:start + 100]).get("jobs", [])
+        ours = [j for j in jobs if (j.get("tags") or {}).get(TAG_JOB) == job_name]
+        return max(ours, key=lambda j: j.get("createdAt", 0)) if ours else None
+
+    def _describe(self, job_name: str) -> dict:
+        found = next(filter(None, (self._find(job_name, queue) for queue in self._queues_of(job_name))), None)
+        if found is None:
+            raise UnknownJob(f"no AWS Batch job named {job_name} in {self.region}",
+                             hint="check the job name (as printed by submit) and the region")
+        return found
+
+    def exists(self, job_name: str) -> bool:
+        try:
+            return self._describe(job_name) is not None
+        except UnknownJob:
+            return False
+
+    def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
+        """Names of the jobs, in the queues this ledger's batch jobs use, that contain
+        `containing` (only those not yet ended with `in_flight`)."""
+        queues = sorted({e.request.get("jobQueue") for e in self.ledger.entries(backend=self.name)} - {None})
+        names: list[str] = []
+        for queue in queues:
+            for state in (_ACTIVE if in_flight else (*_ACTIVE, "SUCCEEDED", "FAILED")):
+                args: dict = {"jobQueue": queue, "jobStatus": state}
+                while True:
+                    with self._aws("ListJobs"):
+                        page = self.batch.list_jobs(**args)
+                    names += [j["jobName"] for j in page.get("jobSummaryList", []) if containing in j["jobName"]]
+                    if not page.get("nextToken"):
+                        break
+                    args["nextToken"] = page["nextToken"]
+        return sorted(set(names))
+
+    # --- status -----------------------------------------------------------------------------
+
+    def status(self, job_name: str) -> JobStatus:
+        d = self._describe(job_name)
+        status = self._job_status(d, tags=dict(d.get("tags") or {}))
+        record_status(self.ledger, self.name, status, expect=tuple(IN_FLIGHT))
+        return status
+
+    def describe(self, job_name: str) -> JobStatus | None:
+        try:
+            return self._job_status(self._describe(job_name), tags={})
+        except UnknownJob:
+            return None
+
+    def _job_status(self, d: dict, tags: dict[str, str]) -> JobStatus:
+        stopped = bool(d.get("isTerminated") or d.get("isCancelled")) or d.get("statusReason") == STOP_REASON
+        ours = status_of(d["status"], stopped=stopped)
+        attempts = d.get("attempts") or []
+        last = (attempts[-1].get("container") or {}) if attempts else (d.get("container") or {})
+        reason = None
+        if ours in (Status.FAILED, Status.STOPPED) or (d["status"] == "RUNNABLE" and d.get("statusReason")):
+            parts = [d.get("statusReason"), last.get("reason")]
+            if last.get("exitCode") is not None:
+                parts.append(f"exit code {last['exitCode']}")
+            reason = "; ".join(str(p) for p in parts if p) or None
+        run = sum(max(0.0, (_seconds(a.get("stoppedAt")) or 0) - (_seconds(a.get("startedAt")) or 0))
+                  for a in attempts if _seconds(a.get("startedAt")) and _seconds(a.get("stoppedAt")))
+        # The job's own environment as Batch reports it (the overrides win over the definition's).
+        env = {e["name"]: e["value"] for e in (d.get("container") or {}).get("environment") or []}
+        entry = self.ledger.get(d["jobName"])
+        request = entry.request if entry is not None and entry.backend == self.name else {}
+        queue = request.get("jobQueue") or str(d.get("jobQueue", "")).rsplit("/", 1)[-1]
+        return JobStatus(
+            job_name=d["jobName"], status=ours, secondary=d["status"], failure_reason=reason,
+            billable_seconds=int(run) if attempts else None, training_seconds=int(run) if attempts else None,
+            instance_type=env.get("SM_CURRENT_INSTANCE_TYPE"), instance_count=1,
+            spot=queue.endswith("-spot"),
+            created=_seconds(d.get("createdAt")), started=_seconds(d.get("startedAt")),
+            ended=_seconds(d.get("stoppedAt")), output_uri=results_uri(env) if CODE_URI_ENV in env else None,
+            tags=tags,
+        )
+
+    def progress(self, job_name: str) -> Progress | None:
+        """The job's results.json (the job file's results_uri, recorded in the ledger's request)."""
+        try:
+            entry = self.ledger.get(job_name)
+            env = {e["name"]: e["value"] for e in entry.request["containerOverrides"]["environment"]}
+            uri = results_uri(env)
+            bucket, key = uri[5:].split("/", 1)
+            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read(4 * 2**20)
+        except Exception:  # noqa: BLE001 - progress is an extra: no object yet, no access, ...
+            return None
+        return progress_of(data, uri)
+
+    # --- logs -------------------------------------------------------------------------------
+
+    def _log_group(self, d: dict) -> str:
+        """The job's awslogs group: its container's log configuration (DescribeJobs gives it),
+        else its job definition's, else Batch's default group."""
+        config = (d.get("container") or {}).get("logConfiguration")
+        if config is None and d.get("jobDefinition"):
+            with self._aws("DescribeJobDefinitions", job_name=d.get("jobName")):
+                found = self.batch.describe_job_definitions(jobDefinitions=[d["jobDefinition"]]).get("jobDefinitions")
+            config = ((found or [{}])[0].get("containerProperties") or {}).get("logConfiguration")
+        options = (config or {}).get("options") or {}
+        return options.get("awslogs-group", DEFAULT_LOG_GROUP) if (config or {}).get("logDriver", "awslogs") == \
+            "awslogs" else DEFAULT_LOG_GROUP
+
+    def _streams(self, d: dict) -> tuple[str, list[str]]:
+        container = d.get("container") or {}
+        group = self._log_group(d)
+        streams = [a["container"]["logStreamName"] for a in d.get("attempts") or []
+                   if (a.get("container") or {}).get("logStreamName")]
+        if container.get("logStreamName") and container["logStreamName"] not in streams:
+            streams.append(container["logStreamName"])
+        return group, streams
+
+    def logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """Lines "[attempt N] message" of each attempt's stream in turn; with follow, polls
+        until the job has ended and a last read finds nothing new."""
+        from botocore.exceptions import ClientError
+
+        tokens: dict[str, str | None] = {}
+        terminal = False
+        while True:
+            d = self._describe(job_name)
+            group, streams = self._streams(d)
+            seen = 0
+            for number, stream in enumerate(streams, 1):
+                while True:
+                    args = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+                    if tokens.get(stream):
+                        args["nextToken"] = tokens[stream]
+                    with self._aws("GetLogEvents", job_name=job_name):
+                        try:
+                            page = self.logs_client.get_log_events(**args)
+                        except ClientError as exc:
+                            if code_of(exc) == "ResourceNotFoundException":
+                                break  # the stream appears with the attempt's first line
+                            raise
+                    for event in page.get("events", []):
+                        seen += 1
+                        yield f"[attempt {number}] {event.get('message', '').rstrip()}"
+                    token = page.get("nextForwardToken")
+                    if not token or token == tokens.get(stream):
+                        break
+                    tokens[stream] = token
+            if not follow or (terminal and not seen):
+                return
+            terminal = status_of(d["status"]).is_terminal()
+            self.sleep(self.poll_seconds)
+
+    def has_logs(self, job_name: str) -> bool:
+        return bool(self._streams(self._describe(job_name))[1])
+
+    def no_logs(self, job_name: str) -> str:
+        group, streams = self._streams(self._describe(job_name))
+        return f"{'no log events' if streams else 'no log streams'} for {job_name} in {group}"
+
+    # --- stop -------------------------------------------------------------------------------
+
+    def stop(self, job_name: str) -> None:
+        """TerminateJob: a queued job is cancelled, a running one's container gets SIGTERM."""
+        d = self._describe(job_name)
+        with self._aws("TerminateJob", job_name=job_name):
+            self.batch.terminate_job(jobId=d["jobId"], reason=STOP_REASON)
+
+
+def results_uri(env: dict[str, str]) -> str:
+    """Where the job writes results.json: <output>/results/<job>/results.json, read back from
+    the request's environment (the source archive's prefix is <output>/source/...)."""
+    output = env[CODE_URI_ENV].split("/source/", 1)[0]
+    job = json.loads(json.loads(env[HYPERPARAMETERS_ENV])["sagemaker_job_name"])
+    return f"{output}/results/{job}/results.json"
