@@ -84,8 +84,8 @@ def command() -> list[str]:
 def environment(*, instance_type: str, neuron_cores: int, vcpus: int, hyperparameters: dict[str, str],
                 code_uri: str) -> dict[str, str]:
     """The variables the command and launch.py read: the SM_* variables of one host under
-    /opt/ml (`contract.sm_environment`), the hyperparameters as SageMaker writes them, and
-    where the source archive is."""
+    /opt/ml (`contract.sm_environment`), the hyperparameters as SageMaker writes them, where
+    the source archive is, and the rendezvous address (loopback: one instance)."""
     from pathlib import PurePosixPath
 
     hps = {key: json.loads(value) for key, value in hyperparameters.items() if not key.startswith("sagemaker_")}
@@ -96,6 +96,9 @@ def environment(*, instance_type: str, neuron_cores: int, vcpus: int, hyperparam
                 "current_instance_type": instance_type}
     env["SM_RESOURCE_CONFIG"] = json.dumps(resource)
     env["SM_NETWORK_INTERFACE_NAME"] = "eth0"
+    # One instance: torchrun's rendezvous on loopback. The SageMaker host name algo-1 resolves
+    # on SageMaker's network only; in an ECS task it resolves nowhere and torchrun would hang.
+    env[contract.MASTER_ADDR_ENV] = "127.0.0.1"
     env[HYPERPARAMETERS_ENV] = json.dumps(dict(sorted(hyperparameters.items())))
     env[INPUT_DATA_CONFIG_ENV] = json.dumps({contract.CODE_CHANNEL: {
         "TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}})

@@ -95,6 +95,7 @@ def test_the_environment_carries_the_contract_and_the_archive():
     assert (env["SM_NUM_NEURONS"], env["SM_NUM_CPUS"]) == ("2", "4")
     assert env["SM_MODEL_DIR"] == "/opt/ml/model" and env["SM_CHANNELS"] == '["code"]'
     assert "--model-type=transformer" in env["NEURON_CC_FLAGS"]
+    assert env[contract.MASTER_ADDR_ENV] == "127.0.0.1"  # algo-1 resolves on SageMaker's network only
     assert json.loads(env[bootstrap.HYPERPARAMETERS_ENV])["sagemaker_job_name"] == json.dumps(prepared.job_name)
     for name in contract.SM_VARS:
         if name != "SM_CHECKPOINT_DIR":
