@@ -87,6 +87,13 @@ def test_a_batch_spec_needs_s3_output_and_cache():
     assert "the batch backend needs an s3:// compile_cache.uri" in text
 
 
+def test_batch_settings_on_another_backend_are_refused():
+    text = BATCH.replace("backend: batch", "backend: local") + "batch: {job_queue: my-queue}\n"
+    with pytest.raises(SpecError) as err:
+        spec.loads(text, "job.yaml")
+    assert "batch: is for backend: batch" in str(err.value)
+
+
 def test_infra_fills_the_stack_name_and_not_the_role(tmp_path):
     (tmp_path / "infra.yaml").write_text(
         "role_arn: arn:aws:iam::123456789012:role/r\ncompile_cache_uri: s3://stack-bucket/cc\n"

@@ -381,6 +381,8 @@ class JobSpec(StrictModel):
                 found.append(("compile_cache.uri", NEEDS_CACHE.replace("sagemaker", self.backend)))
             if self.data.source.startswith("file://"):
                 found.append(("data.source", f"a {self.backend} job cannot read file:// data; use s3://"))
+        if self.backend != "batch" and self.batch != BatchSpec():
+            found.append(("batch", f"batch: is for backend: batch; the {self.backend} backend would ignore it"))
         if len(self.tags) > 40:
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
         for key, value in self.tags.items():
