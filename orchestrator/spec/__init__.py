@@ -17,7 +17,8 @@ Contract:
   the optional `infra:` key, which names an outputs file written by `python -m orchestrator
   infra outputs --write`; the loader fills `role_arn`, `compile_cache.uri` and `output.uri`
   from it where the spec leaves them out.
-- `spec_hash(spec)` is the sha256 of the spec's canonical JSON: the identity of a job.
+- `spec_hash(spec)` is the sha256 of the spec's canonical JSON: the identity of a job (a field
+  added in a later version counts only once set away from its default: `models.LATER_FIELDS`).
 - `load_sweep(path)` is the same for a sweep spec, with its base job spec loaded.
 
 Modules: `models` (the job models, `spec_hash`), `sweep_spec` (the sweep models, loading a

@@ -430,7 +430,30 @@ def uri_reason(value: Any) -> str | None:
     return None
 
 
+# Fields added after specs were first hashed. While one holds its default it is left out of the
+# canonical form, so a spec that does not use it keeps its hash across the upgrade: its job
+# name, the ledger's record of it and a sweep's trial ids stay the same (a resumed sweep would
+# otherwise submit every trial again under new names). Every new optional field goes here.
+LATER_FIELDS = ("instance.keep_alive_minutes", "training.precompile", "batch")
+
+
 def spec_hash(spec: BaseModel) -> str:
-    """sha256 hex of the spec's canonical JSON (sorted keys, no whitespace): the identity of a job."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """sha256 hex of the spec's canonical JSON (sorted keys, no whitespace): the identity of a job.
+
+    The canonical JSON is every field, except a field of LATER_FIELDS at its default."""
+    data = spec.model_dump(mode="json")
+    for path in LATER_FIELDS:
+        _omit_at_default(spec, data, path.split("."))
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _omit_at_default(model: BaseModel, data: dict, path: list[str]) -> None:
+    for name in path[:-1]:
+        model, data = getattr(model, name, None), data.get(name)
+        if not isinstance(model, BaseModel) or not isinstance(data, dict):
+            return  # not a field of this model (a sweep spec has none of them)
+    name = path[-1]
+    field = type(model).model_fields.get(name)
+    if field is not None and getattr(model, name) == field.get_default(call_default_factory=True):
+        data.pop(name, None)
