@@ -36,7 +36,7 @@ def translated(exc: Exception) -> BackendError:
 
 
 def connection_error() -> BackendError:
-    return translated(EndpointConnectionError(endpoint_url="https://api.sagemaker.us-east-1.amazonaws.com"))
+    return translated(EndpointConnectionError(endpoint_url="http://127.0.0.1:9/"))
 
 
 def client_error(code: str, status: int) -> BackendError:
@@ -64,7 +64,7 @@ DONE = JobStatus("j", "completed", secondary="Completed")
 def test_an_outage_is_waited_through_with_backoff_and_said():
     clock = Clock()
     seen, outages = [], []
-    timeout = translated(ReadTimeoutError(endpoint_url="https://api.sagemaker.us-east-1.amazonaws.com"))
+    timeout = translated(ReadTimeoutError(endpoint_url="http://127.0.0.1:9/"))
     final = waiting.follow(statuses(RUNNING, connection_error(), client_error("ThrottlingException", 400), timeout,
                                     client_error("InternalFailure", 503), RUNNING, DONE),
                            interval=15, on_status=lambda st, elapsed, why: seen.append((st.status, why)),
