@@ -517,7 +517,8 @@ def _code_files() -> list[Path]:
 
 def client_services() -> set[str]:
     """The services the code builds boto3 clients for: the first argument of every `*client(`
-    call, a literal or a loop variable over a tuple of literals."""
+    call, a literal or a loop variable over a tuple of literals; and the `service` of every
+    cloud backend class (`backends.cloud.make_clients(cls.service, ...)` builds its client)."""
     available = set(botocore.session.get_session().get_available_services())
     found: set[str] = set()
     for path in _code_files():
@@ -529,6 +530,10 @@ def client_services() -> set[str]:
                 loops.setdefault(node.target.id, set()).update(
                     e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
         for node in ast.walk(tree):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                    and node.target.id == "service" and isinstance(node.value, ast.Constant):
+                assert node.value.value in available, f"{path}: no AWS service {node.value.value!r}"
+                found.add(node.value.value)
             if not isinstance(node, ast.Call) or not node.args:
                 continue
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")

@@ -23,17 +23,14 @@ Contract:
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import ClassVar
 
 from entrypoints.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
-from orchestrator import aws
-from orchestrator.backends import JobStatus, Progress, Submitted, UnknownJob, progress_of, record_status
+from orchestrator.backends import JobStatus, Submitted, UnknownJob, record_status
+from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.sagemaker_errors import code_of, is_definite_refusal, translate
 from orchestrator.errors import BackendError, InputError, OrchestratorError
-from orchestrator.ledger import Ledger
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 
@@ -68,74 +65,19 @@ def _seconds(ms) -> float | None:
     return ms / 1000.0 if isinstance(ms, (int, float)) and ms > 0 else None
 
 
-def make_clients(region: str | None, pool: int | None = None) -> dict:
-    """batch, s3 and logs clients for `region` (see `sagemaker.make_clients`)."""
-    session = aws.aws_session(region)
-    if not session.region_name:
-        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
-    config = aws.client_config(pool=pool)
-    return {name + "_client": aws.client(name, session.region_name, config=config, session=session)
-            for name in ("batch", "s3", "logs")}
-
-
-class BatchBackend:
+class BatchBackend(CloudBackend):
     """Training jobs on AWS Batch. See the module docstring for the contract."""
 
     name: ClassVar[str] = "batch"
-    cloud: ClassVar[bool] = True
-    shared: ClassVar[bool] = True
+    service: ClassVar[str] = "batch"
+    service_title: ClassVar[str] = "AWS Batch"
     wait_interval_s: ClassVar[float] = 30.0
     sweep_poll_s: ClassVar[float] = 60.0
 
-    def __init__(self, batch_client, s3_client, logs_client, ledger: Ledger | None = None,
-                 sleep: Callable[[float], None] = time.sleep, poll_seconds: float = 5.0):
-        self.batch = batch_client
-        self.s3 = s3_client
-        self.logs_client = logs_client
-        self._ledger = ledger
-        self.sleep = sleep
-        self.poll_seconds = poll_seconds
-        self.region = batch_client.meta.region_name
-
-    @classmethod
-    def create(cls, region: str | None = None, **options) -> BatchBackend:
-        return cls.connect(region, **options)
-
-    @classmethod
-    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, pool: int | None = None,
-                **clients) -> BatchBackend:
-        needed = ("batch_client", "s3_client", "logs_client")
-        if not all(name in clients for name in needed):
-            clients = {**make_clients(region, pool), **clients}
-        return cls(clients["batch_client"], clients["s3_client"], clients["logs_client"], ledger=ledger,
-                   **{k: v for k, v in clients.items() if k not in needed})
-
-    @classmethod
-    def holds(cls, job_name: str) -> bool:
-        return False  # only Batch can tell
-
     @property
-    def place(self) -> str:
-        return f"AWS Batch in {self.region}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} in {self.region}"
-
-    @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self._ledger = Ledger()
-        return self._ledger
-
-    @contextmanager
-    def _aws(self, operation: str, *, job_name: str | None = None):
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, operation=operation, job_name=job_name, region=self.region) from exc
+    def batch(self):
+        """The AWS Batch client."""
+        return self.client
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -144,33 +86,25 @@ class BatchBackend:
         from botocore.exceptions import BotoCoreError, ClientError
 
         name, req = prepared.job_name, prepared.request
-        entry = self.ledger.record_intent(name, backend=self.name, region=self.region,
-                                          spec_hash=prepared.spec_hash, request=req)
-        if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
-            raise InputError(f"the job name {name} is already in the ledger for another spec "
-                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
-                             hint="change the spec's name so the job name differs")
-        if entry.state not in ("planned", "submitting"):
-            return Submitted(name, created=False)
-        if entry.state == "planned":
-            self.ledger.transition(name, "submitting", expect=("planned",))
+        done = self._begin_submit(prepared)
+        if done is not None:
+            return done
         try:
             # A queue that is not there or not usable holds no earlier job of ours either.
             self.check_queue(req["jobQueue"])
             existing = self._find(name, req["jobQueue"])
             if existing is not None:
                 return self._adopt(existing, prepared)
-            self._upload(prepared)
+            self.upload_source(prepared)
         except OrchestratorError as exc:
-            # SubmitJob was never called: back to planned, and a later submit tries again.
-            self.ledger.transition(name, "planned", detail=exc.message, expect=("submitting",))
+            self._not_submitted(name, exc.message)  # SubmitJob was never called
             raise
         try:
             response = self.batch.submit_job(**req)
         except (ClientError, BotoCoreError) as exc:
             error = translate(exc, operation="SubmitJob", job_name=name, region=self.region)
             if is_definite_refusal(exc):
-                self.ledger.transition(name, "planned", detail=error.message, expect=("submitting",))
+                self._not_submitted(name, error.message)
             raise error from exc
         self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
         return Submitted(name, created=True, arn=response.get("jobArn"))
@@ -180,19 +114,12 @@ class BatchBackend:
         name = prepared.job_name
         theirs = (described.get("tags") or {}).get(TAG_SPEC_HASH)
         if theirs != prepared.spec_hash:
-            self.ledger.transition(name, "planned", detail="name taken by another job", expect=("submitting",))
+            self._not_submitted(name, "name taken by another job")
             raise BackendError(f"an AWS Batch job named {name} is already in queue {prepared.request['jobQueue']} and "
                                f"was not submitted from this spec (its {TAG_SPEC_HASH} tag is {theirs!r})",
                                hint="change the spec's name")
         self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
         return Submitted(name, created=False, arn=described.get("jobArn"))
-
-    def _upload(self, prepared) -> None:
-        # The same content-addressed, conditional upload as SageMaker's (it uses only the s3
-        # client and the error translation, which both backends have).
-        from orchestrator.backends.sagemaker import SageMakerBackend
-
-        SageMakerBackend.upload_source(self, prepared)
 
     def check_queue(self, queue: str) -> None:
         """InputError (exit 2) naming `infra deploy` unless the queue exists, is ENABLED and
@@ -329,17 +256,10 @@ class BatchBackend:
             tags=tags,
         )
 
-    def progress(self, job_name: str) -> Progress | None:
-        """The job's results.json (the job file's results_uri, recorded in the ledger's request)."""
-        try:
-            entry = self.ledger.get(job_name)
-            env = {e["name"]: e["value"] for e in entry.request["containerOverrides"]["environment"]}
-            uri = results_uri(env)
-            bucket, key = uri[5:].split("/", 1)
-            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read(4 * 2**20)
-        except Exception:  # noqa: BLE001 - progress is an extra: no object yet, no access, ...
-            return None
-        return progress_of(data, uri)
+    def _results_uri(self, job_name: str) -> str:
+        """From the job's request in the ledger (its environment names the output prefix)."""
+        entry = self.ledger.get(job_name)
+        return results_uri({e["name"]: e["value"] for e in entry.request["containerOverrides"]["environment"]})
 
     # --- logs -------------------------------------------------------------------------------
 

@@ -25,27 +25,21 @@ Contract:
 
 from __future__ import annotations
 
-import base64
 import heapq
 import re
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from datetime import datetime
 from typing import ClassVar
 
-from orchestrator import aws
-from orchestrator.aws import aws_session
-from orchestrator.backends import JobStatus, Progress, Submitted, progress_of, record_status
+from orchestrator.backends import JobStatus, Submitted, record_status
+from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.sagemaker_errors import (
-    FORBIDDEN,
     code_of,
     is_definite_refusal,
     is_not_found,
     translate,
 )
-from orchestrator.errors import BackendError, InputError, OrchestratorError
-from orchestrator.ledger import Ledger
+from orchestrator.errors import BackendError, OrchestratorError
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_SPEC_HASH
 
@@ -61,29 +55,8 @@ _PRIMARY = {"Completed": Status.COMPLETED, "Failed": Status.FAILED, "Stopping": 
             "Stopped": Status.STOPPED}
 
 
-def make_clients(region: str | None, pool: int | None = None) -> dict:
-    """sagemaker, s3 and logs clients for `region` (`aws.client`: timeouts, retries, a checked
-    endpoint; `pool` connections each, for callers that run threads). The endpoint follows
-    botocore's own settings (AWS_ENDPOINT_URL in tests)."""
-    session = aws_session(region)
-    if not session.region_name:
-        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
-    config = aws.client_config(pool=pool)
-    return {name + "_client": aws.client(name, session.region_name, config=config, session=session)
-            for name in ("sagemaker", "s3", "logs")}
-
-
 def _epoch(value) -> float | None:
     return value.timestamp() if isinstance(value, datetime) else None
-
-
-def _split_s3(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://") or "/" not in uri[5:]:
-        raise InputError(f"not an s3://bucket/key URI: {uri!r}",
-                         hint="the sagemaker backend uploads the source under the spec's output.uri: make that an "
-                              "S3 prefix, e.g. `output: {uri: s3://my-bucket/jobs}`")
-    bucket, key = uri[5:].split("/", 1)
-    return bucket, key
 
 
 def status_of(primary: str, secondary: str | None) -> Status:
@@ -139,68 +112,19 @@ class _Cursor:
             self.token = nxt
 
 
-class SageMakerBackend:
+class SageMakerBackend(CloudBackend):
     """Training jobs on Amazon SageMaker. See the module docstring for the contract."""
 
     name: ClassVar[str] = "sagemaker"
-    cloud: ClassVar[bool] = True
-    shared: ClassVar[bool] = True
+    service: ClassVar[str] = "sagemaker"
+    service_title: ClassVar[str] = "SageMaker"
     wait_interval_s: ClassVar[float] = 15.0
     sweep_poll_s: ClassVar[float] = 30.0
 
-    def __init__(self, sagemaker_client, s3_client, logs_client, ledger: Ledger | None = None,
-                 sleep: Callable[[float], None] = time.sleep, poll_seconds: float = 5.0):
-        self.sm = sagemaker_client
-        self.s3 = s3_client
-        self.logs_client = logs_client
-        self._ledger = ledger
-        self.sleep = sleep
-        self.poll_seconds = poll_seconds
-        self.region = sagemaker_client.meta.region_name
-
-    @classmethod
-    def create(cls, region: str | None = None, **options) -> SageMakerBackend:
-        return cls.connect(region, **options)
-
-    @classmethod
-    def holds(cls, job_name: str) -> bool:
-        return False  # only SageMaker can tell
-
     @property
-    def place(self) -> str:
-        return f"SageMaker in {self.region}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.name} in {self.region}"
-
-    @classmethod
-    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, pool: int | None = None,
-                **clients) -> SageMakerBackend:
-        """A backend on clients built by `make_clients(region, pool)`, except those passed in."""
-        needed = ("sagemaker_client", "s3_client", "logs_client")
-        if not all(name in clients for name in needed):
-            built = make_clients(region, pool)
-            clients = {**built, **clients}
-        return cls(clients["sagemaker_client"], clients["s3_client"], clients["logs_client"], ledger=ledger,
-                   **{k: v for k, v in clients.items() if k not in needed})
-
-    @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self._ledger = Ledger()
-        return self._ledger
-
-    @contextmanager
-    def _aws(self, operation: str, *, job_name: str | None = None, instance_type: str | None = None):
-        """Raise our error (`translate`) for any botocore error raised inside."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            yield
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, operation=operation, job_name=job_name, region=self.region,
-                            instance_type=instance_type) from exc
+    def sm(self):
+        """The SageMaker client."""
+        return self.client
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -209,16 +133,9 @@ class SageMakerBackend:
         from botocore.exceptions import BotoCoreError, ClientError
 
         name = prepared.job_name
-        entry = self.ledger.record_intent(name, backend=self.name, region=self.region,
-                                          spec_hash=prepared.spec_hash, request=prepared.request)
-        if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
-            raise InputError(f"the job name {name} is already in the ledger for another spec "
-                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
-                             hint="change the spec's name so the job name differs")
-        if entry.state not in ("planned", "submitting"):
-            return Submitted(name, created=False)
-        if entry.state == "planned":  # recorded ahead (a sweep), or refused earlier
-            self.ledger.transition(name, "submitting", expect=("planned",))
+        done = self._begin_submit(prepared)
+        if done is not None:
+            return done
         # This call just wrote the intent, or an earlier one died after writing it: only
         # SageMaker knows whether the job was created in between.
         existing = self._describe_or_none(name)
@@ -228,9 +145,9 @@ class SageMakerBackend:
         try:
             self.upload_source(prepared)
         except OrchestratorError as exc:
-            # CreateTrainingJob was never called, so no job exists: back to planned, and a later
-            # submit (after the bucket or credentials are fixed) tries again.
-            self.ledger.transition(name, "planned", detail=exc.message, expect=("submitting",))
+            # CreateTrainingJob was never called, so no job exists: a later submit (after the
+            # bucket or credentials are fixed) tries again.
+            self._not_submitted(name, exc.message)
             raise
         instance_type = prepared.request.get("ResourceConfig", {}).get("InstanceType")
         try:
@@ -243,8 +160,7 @@ class SageMakerBackend:
             error = translate(exc, operation="CreateTrainingJob", job_name=name, region=self.region,
                               instance_type=instance_type)
             if is_definite_refusal(exc):
-                # Refused, so nothing exists: back to planned, and a later submit tries again.
-                self.ledger.transition(name, "planned", detail=error.message, expect=("submitting",))
+                self._not_submitted(name, error.message)  # refused, so nothing exists
             raise error from exc
         self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
         return Submitted(name, created=True, arn=response.get("TrainingJobArn"))
@@ -257,45 +173,13 @@ class SageMakerBackend:
                                                                                      prepared.spec_hash)
         theirs = self._tags(arn, name).get(TAG_SPEC_HASH) if arn else None
         if theirs != ours:
-            self.ledger.transition(name, "planned", detail="name taken by another job", expect=("submitting",))
+            self._not_submitted(name, "name taken by another job")
             raise BackendError(
                 f"a SageMaker training job named {name} already exists in {self.region} and was not "
                 f"created from this spec (its {TAG_SPEC_HASH} tag is {theirs!r})",
                 hint="job names are unique per account and region; change the spec's name")
         self.ledger.transition(name, "submitted", expect=("submitting", "planned"))
         return Submitted(name, created=False, arn=arn)
-
-    def upload_source(self, prepared) -> bool:
-        """Put the source archive at its content-addressed URI unless it is there already;
-        returns whether this call uploaded it. The conditional put makes a concurrent upload
-        of the same bytes harmless."""
-        from botocore.exceptions import ClientError
-
-        bucket, key = _split_s3(prepared.source_uri)
-        with self._aws("HeadObject"):
-            try:
-                self.s3.head_object(Bucket=bucket, Key=key)
-                return False
-            except ClientError as exc:
-                # S3 answers a missing key with 403, not 404, to a caller without s3:ListBucket
-                # on the bucket (HeadObject API reference, "Permissions"): a bucket other than
-                # the stack's may grant only object access. The put below is conditional
-                # (IfNoneMatch), so "maybe absent" is safe: it writes only if the key is not there,
-                # and a caller really denied is told so by the put's own AccessDenied.
-                if not is_not_found(exc) and code_of(exc) not in FORBIDDEN:
-                    raise
-        digest = bytes.fromhex(prepared.archive_sha256)
-        with self._aws("PutObject"):
-            try:
-                self.s3.put_object(Bucket=bucket, Key=key, Body=prepared.archive, IfNoneMatch="*",
-                                   ContentType="application/gzip",
-                                   ChecksumSHA256=base64.b64encode(digest).decode(),
-                                   Metadata={"sha256": prepared.archive_sha256})
-            except ClientError as exc:
-                if code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    return False  # someone uploaded the same content-addressed object meanwhile
-                raise
-        return True
 
     # --- status -----------------------------------------------------------------------------
 
@@ -381,18 +265,10 @@ class SageMakerBackend:
         )
         return status
 
-    def progress(self, job_name: str) -> Progress | None:
-        """The job's results.json at `<S3OutputPath>/results/<job>/results.json` (launch.py's
-        heartbeat while it runs, its final record after); None when absent or unreadable."""
-        try:
-            described = self._describe(job_name)
-            prefix = described["OutputDataConfig"]["S3OutputPath"].rstrip("/")
-            uri = f"{prefix}/results/{job_name}/results.json"
-            bucket, key = _split_s3(uri)
-            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read(4 * 2**20)
-        except Exception:  # noqa: BLE001 - progress is an extra: no object yet, no access, ...
-            return None
-        return progress_of(data, uri)
+    def _results_uri(self, job_name: str) -> str:
+        """`<S3OutputPath>/results/<job>/results.json`, where launch.py writes it."""
+        prefix = self._describe(job_name)["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+        return f"{prefix}/results/{job_name}/results.json"
 
     def _record(self, status: JobStatus) -> None:
         record_status(self.ledger, self.name, status, expect=tuple(IN_FLIGHT))

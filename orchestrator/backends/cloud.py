@@ -1,0 +1,181 @@
+"""What the cloud backends (SageMaker and AWS Batch) share, done once: their boto3 clients, the
+ledger, the error translation around each call, the head of the intent-first submit, the
+content-addressed upload of the source archive, and reading the job's results.json.
+
+Contract for a subclass: it names its service (`service`, the boto3 client name, also the
+constructor's first argument) and where its jobs live (`service_title`), and implements the
+protocol's job methods plus the hook `_results_uri(job_name)` (where the job writes
+results.json; raise anything when it cannot be known). Errors raised inside `with self._aws(...)`
+become our errors (`sagemaker_errors.translate`, which covers any AWS service's codes).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import ClassVar
+
+from orchestrator import aws
+from orchestrator.backends import Progress, Submitted, progress_of
+from orchestrator.backends.sagemaker_errors import FORBIDDEN, code_of, is_not_found, translate
+from orchestrator.errors import InputError
+from orchestrator.ledger import Ledger
+
+
+def make_clients(service: str, region: str | None, pool: int | None = None) -> dict:
+    """`service`, s3 and logs clients for `region`, keyed "<name>_client" (`aws.client`:
+    timeouts, botocore's retries, a checked endpoint; `pool` connections each, for callers that
+    run threads). The endpoint follows botocore's own settings (AWS_ENDPOINT_URL in tests)."""
+    session = aws.aws_session(region)
+    if not session.region_name:
+        raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
+    config = aws.client_config(pool=pool)
+    return {name + "_client": aws.client(name, session.region_name, config=config, session=session)
+            for name in (service, "s3", "logs")}
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    """(bucket, key) of s3://bucket/key; InputError for anything else."""
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise InputError(f"not an s3://bucket/key URI: {uri!r}",
+                         hint="a cloud backend uploads the source under the spec's output.uri: make that an "
+                              "S3 prefix, e.g. `output: {uri: s3://my-bucket/jobs}`")
+    bucket, key = uri[5:].split("/", 1)
+    return bucket, key
+
+
+class CloudBackend:
+    """The common part of a boto3 backend. See the module docstring for the contract."""
+
+    name: ClassVar[str]
+    service: ClassVar[str]
+    service_title: ClassVar[str]
+    cloud: ClassVar[bool] = True
+    shared: ClassVar[bool] = True
+
+    def __init__(self, service_client, s3_client, logs_client, ledger: Ledger | None = None,
+                 sleep: Callable[[float], None] = time.sleep, poll_seconds: float = 5.0):
+        self.client = service_client
+        self.s3 = s3_client
+        self.logs_client = logs_client
+        self._ledger = ledger
+        self.sleep = sleep
+        self.poll_seconds = poll_seconds
+        self.region = service_client.meta.region_name
+
+    @classmethod
+    def create(cls, region: str | None = None, **options):
+        return cls.connect(region, **options)
+
+    @classmethod
+    def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, pool: int | None = None,
+                **clients):
+        """A backend on clients built by `make_clients`, except those passed in; other keyword
+        arguments go to the constructor (sleep, poll_seconds)."""
+        needed = (cls.service + "_client", "s3_client", "logs_client")
+        if not all(name in clients for name in needed):
+            clients = {**make_clients(cls.service, region, pool), **clients}
+        return cls(*(clients[name] for name in needed), ledger=ledger,
+                   **{k: v for k, v in clients.items() if k not in needed})
+
+    @classmethod
+    def holds(cls, job_name: str) -> bool:
+        return False  # only the service can tell
+
+    @property
+    def place(self) -> str:
+        return f"{self.service_title} in {self.region}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} in {self.region}"
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger()
+        return self._ledger
+
+    @contextmanager
+    def _aws(self, operation: str, *, job_name: str | None = None, instance_type: str | None = None):
+        """Raise our error (`translate`) for any botocore error raised inside."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, operation=operation, job_name=job_name, region=self.region,
+                            instance_type=instance_type) from exc
+
+    # --- submit -------------------------------------------------------------------------------
+
+    def _begin_submit(self, prepared) -> Submitted | None:
+        """The ledger's intent, written before anything in AWS changes. Returns the answer when
+        there is nothing to do (the row is submitted or later); else the row is `submitting`
+        and the caller goes on. InputError when the name is the ledger's for another spec."""
+        name = prepared.job_name
+        entry = self.ledger.record_intent(name, backend=self.name, region=self.region,
+                                          spec_hash=prepared.spec_hash, request=prepared.request)
+        if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
+            raise InputError(f"the job name {name} is already in the ledger for another spec "
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             hint="change the spec's name so the job name differs")
+        if entry.state not in ("planned", "submitting"):
+            return Submitted(name, created=False)
+        if entry.state == "planned":  # recorded ahead (a sweep), or refused earlier
+            self.ledger.transition(name, "submitting", expect=("planned",))
+        return None
+
+    def _not_submitted(self, name: str, detail: str) -> None:
+        """The service never created the job: back to planned, so a later submit tries again."""
+        self.ledger.transition(name, "planned", detail=detail, expect=("submitting",))
+
+    def upload_source(self, prepared) -> bool:
+        """Put the source archive at its content-addressed URI unless it is there already;
+        returns whether this call uploaded it. The conditional put makes a concurrent upload
+        of the same bytes harmless."""
+        from botocore.exceptions import ClientError
+
+        bucket, key = split_s3(prepared.source_uri)
+        with self._aws("HeadObject"):
+            try:
+                self.s3.head_object(Bucket=bucket, Key=key)
+                return False
+            except ClientError as exc:
+                # S3 answers a missing key with 403, not 404, to a caller without s3:ListBucket
+                # on the bucket (HeadObject API reference, "Permissions"): a bucket other than
+                # the stack's may grant only object access. The put below is conditional
+                # (IfNoneMatch), so "maybe absent" is safe: it writes only if the key is not there,
+                # and a caller really denied is told so by the put's own AccessDenied.
+                if not is_not_found(exc) and code_of(exc) not in FORBIDDEN:
+                    raise
+        digest = bytes.fromhex(prepared.archive_sha256)
+        with self._aws("PutObject"):
+            try:
+                self.s3.put_object(Bucket=bucket, Key=key, Body=prepared.archive, IfNoneMatch="*",
+                                   ContentType="application/gzip",
+                                   ChecksumSHA256=base64.b64encode(digest).decode(),
+                                   Metadata={"sha256": prepared.archive_sha256})
+            except ClientError as exc:
+                if code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    return False  # someone uploaded the same content-addressed object meanwhile
+                raise
+        return True
+
+    # --- progress -----------------------------------------------------------------------------
+
+    def _results_uri(self, job_name: str) -> str:
+        raise NotImplementedError
+
+    def progress(self, job_name: str) -> Progress | None:
+        """The job's results.json (launch.py's heartbeat while it runs, its final record after);
+        None when absent or unreadable."""
+        try:
+            uri = self._results_uri(job_name)
+            bucket, key = split_s3(uri)
+            data = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read(4 * 2**20)
+        except Exception:  # noqa: BLE001 - progress is an extra: no object yet, no access, ...
+            return None
+        return progress_of(data, uri)
