@@ -398,3 +398,19 @@ def test_the_missing_queue_hint_names_parameters_the_template_has():
     assert named == ["EnableBatch", "BatchSubnets", "BatchSecurityGroupIds"]
     assert set(named) <= set(template()["Parameters"])
     assert "does not create" not in DEPLOY_HINT
+
+
+def test_a_deploy_without_enable_batch_creates_no_batch_resource(moto_server, moto_change_set_outputs, monkeypatch,
+                                                                  capsys):
+    from tests.test_infra import run_cli
+
+    code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--yes", "--region", REGION)
+    assert code == 0, err
+    # (moto's change set lists the conditional resources as Add; CloudFormation leaves them out.)
+    batch = boto3.client("batch", region_name=REGION)
+    assert batch.describe_job_queues()["jobQueues"] == []
+    assert batch.describe_compute_environments()["computeEnvironments"] == []
+    assert batch.describe_job_definitions()["jobDefinitions"] == []
+    assert boto3.client("logs", region_name=REGION).describe_log_groups(logGroupNamePrefix="/orchestrator/")[
+        "logGroups"] == []
+    assert boto3.client("ec2", region_name=REGION).describe_launch_templates()["LaunchTemplates"] == []
