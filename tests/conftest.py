@@ -84,7 +84,8 @@ def moto_server(_moto_server, monkeypatch) -> str:
 
 @pytest.fixture
 def moto_change_set_outputs(monkeypatch):
-    """Make moto's executed CREATE change sets carry the stack's outputs, as CloudFormation does.
+    """Make moto's executed CREATE change sets carry the stack's outputs, and its updates leave
+    resources whose condition is false alone, as CloudFormation does.
 
     moto 5.2.5 builds the stack of a CREATE change set from an empty template and, on execute,
     swaps in the template without rebuilding its outputs, so DescribeStacks shows none. This
@@ -103,6 +104,25 @@ def moto_change_set_outputs(monkeypatch):
         stack.output_map = stack._create_output_map()
 
     monkeypatch.setattr(models.CloudFormationBackend, "execute_change_set", execute_change_set)
+
+    # moto 5.2.5's stack update "modifies" every resource that refers to a parameter whose value
+    # it sees change, even one whose Condition was false and which was never created (the
+    # stack's EnableBatch=false resources): it then fails resolving a GetAtt of another resource
+    # never created. CloudFormation creates such a resource when its condition turns true and
+    # leaves it alone otherwise: moto's "Add" step does exactly that (it checks the condition).
+    from moto.cloudformation import parsing
+
+    build_resource_diff = parsing.ResourceMap.build_resource_diff
+
+    def diff_without_uncreated(self, other_template, parameters=None):
+        actions = build_resource_diff(self, other_template, parameters)
+        uncreated = [name for name in actions["Modify"] if name not in self._parsed_resources
+                     and "Condition" in other_template["Resources"][name]]
+        actions["Modify"] = [name for name in actions["Modify"] if name not in uncreated]
+        actions["Add"] += uncreated
+        return actions
+
+    monkeypatch.setattr(parsing.ResourceMap, "build_resource_diff", diff_without_uncreated)
 
 
 FAKE_TRAIN_SOURCE = '''

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import re
@@ -53,7 +54,14 @@ _ARN_OF_TYPE = {
     "AWS::IAM::Role": "arn:{partition}:iam::{account}:role/{ref}",
     "AWS::KMS::Key": "arn:{partition}:kms:{region}:{account}:key/{ref}",
     "AWS::IAM::ManagedPolicy": "arn:{partition}:iam::{account}:policy/{ref}",
+    "AWS::IAM::InstanceProfile": "arn:{partition}:iam::{account}:instance-profile/{ref}",
+    "AWS::Logs::LogGroup": "arn:{partition}:logs:{region}:{account}:log-group:{ref}:*",
 }
+# Other attributes the template reads with Fn::GetAtt: (resource type, attribute) -> placeholder.
+_OTHER_ATTRIBUTES = {("AWS::EC2::LaunchTemplate", "LatestVersionNumber"): "1"}
+# The principal each role's inline policies belong to: the SageMaker execution role ("role") and
+# the Batch training container's role ("batch-job").
+ROLE_PRINCIPALS = {"ExecutionRole": "role", "BatchJobRole": "batch-job"}
 
 
 def placeholder_context(template: dict) -> dict[str, str]:
@@ -68,9 +76,13 @@ def placeholder_context(template: dict) -> dict[str, str]:
             partition=PARTITION, region=REGION, account=ACCOUNT, ref=ref)
         context[logical_id] = arn if resource["Type"] == "AWS::IAM::ManagedPolicy" else ref
         context[f"{logical_id}.Arn"] = arn
+        for (rtype, attribute), value in _OTHER_ATTRIBUTES.items():
+            if resource["Type"] == rtype:
+                context[f"{logical_id}.{attribute}"] = value
     return context
 
 
+@functools.cache
 def resolved_templates() -> list[tuple[str, dict]]:
     """The template resolved under every combination of its conditions."""
     template = infra.load_template()
@@ -85,12 +97,14 @@ def resolved_templates() -> list[tuple[str, dict]]:
 
 def identity_policies(template: dict) -> list[tuple[str, str, dict]]:
     """(principal, name, document) of every identity policy: the roles' inline policies
-    ("role"), managed policies ("operator" for the operator's)."""
+    (ROLE_PRINCIPALS: "role" for the SageMaker execution role's, "batch-job" for the Batch
+    container's), managed policies ("operator" for the operator's)."""
     found = []
     for logical_id, resource in template["Resources"].items():
         props = resource.get("Properties", {})
         if resource["Type"] == "AWS::IAM::Role":
-            found += [("role", f"{logical_id}/{p['PolicyName']}", p["PolicyDocument"]) for p in props.get("Policies", [])]
+            found += [(ROLE_PRINCIPALS.get(logical_id, logical_id), f"{logical_id}/{p['PolicyName']}", p["PolicyDocument"])
+                      for p in props.get("Policies", [])]
         elif resource["Type"] in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
             principal = "operator" if logical_id == infra.OPERATOR_POLICY_RESOURCE else logical_id
             found.append((principal, logical_id, props["PolicyDocument"]))
@@ -187,7 +201,7 @@ def test_every_granted_action_has_a_recorded_format_and_the_data_names_its_sourc
 @pytest.mark.parametrize("label, template", resolved_templates(), ids=[label for label, _ in resolved_templates()])
 def test_every_statement_of_the_template_names_resources_its_actions_require(label, template):
     policies = identity_policies(template)
-    assert {who for who, _, _ in policies} == {"role", "operator"}
+    assert {who for who, _, _ in policies} == {"role", "batch-job", "operator"}
     for _, name, doc in policies:
         assert format_problems(doc, f"{name} ({label})") == []
 
@@ -626,6 +640,23 @@ def test_every_call_sagemaker_makes_as_the_execution_role_is_granted(tmp_path):
     # Training data is read-only for jobs, and the operator cannot stop jobs through the role.
     assert not allows(role, "s3:PutObject", object_arn(at.data_object))
     assert not allows(role, "sagemaker:CreateTrainingJob", job_arn(at.job))
+
+
+def test_the_batch_job_role_allows_what_the_container_does_and_nothing_of_the_operators(tmp_path):
+    """A Batch job runs the same launch.py (cache pull and push, results.json) as the
+    SageMaker role, and its bootstrap reads the source archive itself (no code channel)."""
+    at = layout(tmp_path)
+    job = document_of("batch-job")
+    needs = [n for uses in role_s3(at).values() for n in uses]
+    needs += s3_needs("batch-job", "read", at.source, "bootstrap: the source archive")
+    refused = [f"{n.action} on {n.resource} ({n.why})" for n in needs if not allows(job, n.action, n.resource)]
+    assert needs and refused == []
+    # Nothing else: no deletes (checkpoints stay on the instance, N047), no data writes, no
+    # image pull or logs (the ECS agent's, with the instance role), no job control.
+    for action, resource in (("s3:DeleteObject", object_arn(at.checkpoint)), ("s3:DeleteObject", object_arn(at.cache_archive)),
+                             ("s3:PutObject", object_arn(at.data_object)), ("ecr:BatchGetImage", at.repository_arn),
+                             ("logs:PutLogEvents", stream_arn(at.job)), ("batch:SubmitJob", "*")):
+        assert not allows(job, action, resource), action
 
 
 def test_checkpoint_deletions_mirrored_by_sagemaker_are_granted(tmp_path):

@@ -162,8 +162,9 @@ def test_parameter_hints_name_the_flag_to_keep():
 
 
 def test_integer_parameters_are_those_the_template_passes_to_integer_properties():
-    assert infra.integer_parameters(infra.load_template()) == {"CompileCacheNoncurrentDays",
-                                                               "AbortIncompleteUploadDays"}
+    assert infra.integer_parameters(infra.load_template()) == {
+        "CompileCacheNoncurrentDays", "AbortIncompleteUploadDays", "BatchCapacityWaitSeconds", "BatchRootVolumeGiB",
+        "BatchLogRetentionDays"}
     template = {
         "Parameters": {"Days": {"Type": "Number"}, "Ratio": {"Type": "Number"}, "Name": {"Type": "String"}},
         "Resources": {"B": {"Type": "AWS::S3::Bucket", "Properties": {

@@ -28,6 +28,7 @@ REGION = "us-east-1"
 STACK = "orchestrator"
 BUCKET = "orchestrator-bucket-abc123"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/orchestrator-ExecutionRole-XYZ"
+BATCH_JOB_ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/orchestrator-BatchJobRole-XYZ"
 KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 PREFIXES = ("compile-cache/", "jobs/", "data/")
 # The one S3 grant narrower than a whole prefix: the role's s3:DeleteObject, for SageMaker's
@@ -66,11 +67,24 @@ def context() -> dict[str, str]:
         "EncryptionKey.Arn": KEY_ARN, "OperatorPolicy": f"arn:aws:iam::{ACCOUNT}:policy/op",
         "ImageRegistryAccount": "763104351884", "BucketName": "",
         "UseKms": "false", "CompileCacheNoncurrentDays": "30", "AbortIncompleteUploadDays": "7",
+        "AWS::URLSuffix": "amazonaws.com",
+        # The Batch resources (EnableBatch=true): parameters and resources as placeholders.
+        **{name: f"<{name}>" for name, declared in infra.load_template()["Parameters"].items()
+           if name.startswith(("EnableBatch", "Batch"))},
+        "BatchJobRole.Arn": BATCH_JOB_ROLE_ARN, "BatchInstanceRole": "<BatchInstanceRole>",
+        "BatchInstanceProfile.Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/<BatchInstanceProfile>",
+        "BatchLaunchTemplate": "lt-0123456789abcdef0", "BatchLaunchTemplate.LatestVersionNumber": "1",
+        "BatchLogGroup": f"/orchestrator/{STACK}/batch",
+        **{name: f"arn:aws:batch:{REGION}:{ACCOUNT}:compute-environment/{name}"
+           for name, resource in infra.load_template()["Resources"].items()
+           if resource["Type"] == "AWS::Batch::ComputeEnvironment"},
     }
 
 
-def resolved_template(use_kms: bool) -> dict:
-    return infra.resolve(infra.load_template(), context(), {"UseKmsKey": use_kms, "HasBucketName": False})
+def resolved_template(use_kms: bool, batch: bool = True) -> dict:
+    return infra.resolve(infra.load_template(), context(), {
+        "UseKmsKey": use_kms, "HasBucketName": False, "BatchEnabled": batch, "HasBatchServiceRole": False,
+        "HasBatchImageId": False, "BatchLogsUseKms": batch and use_kms})
 
 
 def as_list(value) -> list:
@@ -199,7 +213,7 @@ def test_the_walker_flags_each_kind_of_over_grant():
 def test_execution_role_policies_grant_only_what_a_job_does(use_kms):
     template = resolved_template(use_kms)
     policies = role_policies(template)
-    assert [name for name, _ in policies] == ["ExecutionRole/training-job"]
+    assert [name for name, _ in policies] == ["ExecutionRole/training-job", "BatchJobRole/batch-job"]
     for name, doc in policies:
         assert identity_policy_problems(doc, name) == []
     doc = policies[0][1]
@@ -212,6 +226,19 @@ def test_execution_role_policies_grant_only_what_a_job_does(use_kms):
     assert deleted == {f"arn:aws:s3:::{BUCKET}/{p}" for p in CHECKPOINT_PATTERNS}
     ecr = next(st for st in doc["Statement"] if "ecr:BatchGetImage" in as_list(st["Action"]))
     assert ecr["Resource"] == f"arn:aws:ecr:{REGION}:763104351884:repository/pytorch-training-neuronx"
+
+
+@pytest.mark.parametrize("use_kms", [False, True])
+def test_the_batch_job_role_grants_the_containers_s3_calls_and_nothing_else(use_kms):
+    """The training container on Batch runs launch.py as the SageMaker role's jobs do: the
+    same reads and writes, no deletes (checkpoints stay on the instance), no image pull or
+    logs (the ECS agent does those with the instance role)."""
+    doc = dict(role_policies(resolved_template(use_kms)))["BatchJobRole/batch-job"]
+    assert actions_of(doc) == {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
+    written = {r for st in doc["Statement"] if "s3:PutObject" in as_list(st["Action"]) for r in as_list(st["Resource"])}
+    assert written == {f"arn:aws:s3:::{BUCKET}/compile-cache/*", f"arn:aws:s3:::{BUCKET}/jobs/*"}
+    read = {r for st in doc["Statement"] if "s3:GetObject" in as_list(st["Action"]) for r in as_list(st["Resource"])}
+    assert read == {f"arn:aws:s3:::{BUCKET}/{p}*" for p in PREFIXES}
 
 
 def _iam_match(pattern: str, value: str) -> bool:
@@ -387,10 +414,20 @@ def test_key_policy_has_no_wildcard_action_and_lets_only_this_account_use_it_thr
             assert st["Condition"] == {"StringEquals": {"kms:CallerAccount": ACCOUNT,
                                                         "kms:ViaService": f"s3.{REGION}.amazonaws.com"}}
             assert not {"kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:CreateGrant"} & set(st["Action"])
+        elif "Service" in st["Principal"]:
+            # With EnableBatch: CloudWatch Logs of this region, for the Batch log group only.
+            assert st["Principal"] == {"Service": f"logs.{REGION}.amazonaws.com"}
+            assert st["Condition"] == {"ArnEquals": {"kms:EncryptionContext:aws:logs:arn":
+                                                     f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/orchestrator/{STACK}/batch"}}
+            assert not {"kms:PutKeyPolicy", "kms:ScheduleKeyDeletion", "kms:CreateGrant"} & set(st["Action"])
         else:
             assert st["Principal"] == {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}
     # The account can still administer the key (no lock-out).
     assert any("kms:PutKeyPolicy" in st["Action"] for st in policy["Statement"])
+    # The logs statement exists only with EnableBatch (a log group to encrypt).
+    without_batch = resolved_template(True, batch=False)["Resources"]["EncryptionKey"]["Properties"]["KeyPolicy"]
+    assert [st["Sid"] for st in without_batch["Statement"]] == ["AccountAdministersKey", "AccountPrincipalsUseKeyThroughS3"]
+    assert "CloudWatchLogsEncryptsTheBatchLogGroup" in [st["Sid"] for st in policy["Statement"]]
 
 
 def test_bucket_versioning_public_access_block_and_ownership():

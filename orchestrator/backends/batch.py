@@ -37,10 +37,11 @@ from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 # The reason TerminateJob records (Batch shows it as the job's statusReason).
 STOP_REASON = "stopped by orchestrator stop"
-# infra/stack.yaml does not create the Batch resources yet (README "Inferentia2 through AWS Batch").
+# infra/stack.yaml creates them with EnableBatch=true (README "Inferentia2 through AWS Batch").
 DEPLOY_HINT = ("create the queue, its compute environments and the job definition the request names (<stack>-inf2-<size>"
-               "[-spot], <stack>-neuron-<chips>chip) before submitting: `python -m orchestrator infra deploy` does "
-               "not create Batch resources yet; or name your own in batch.job_queue and batch.job_definition")
+               "[-spot], <stack>-neuron-<chips>chip): `python -m orchestrator infra deploy --param EnableBatch=true "
+               "--param BatchSubnets=subnet-... --param BatchSecurityGroupIds=sg-...` makes them in the stack batch.stack "
+               "names; or name your own in batch.job_queue and batch.job_definition")
 # Batch's job states -> ours. SUBMITTED, PENDING and RUNNABLE wait in the queue (for
 # dependencies, then capacity); STARTING pulls the image and starts the container.
 _TABLE = {"SUBMITTED": Status.PENDING, "PENDING": Status.PENDING, "RUNNABLE": Status.PENDING,

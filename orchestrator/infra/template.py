@@ -29,9 +29,10 @@ _STACK_NAME = re.compile(r"[A-Za-z][-A-Za-z0-9]*")
 STACK_NAME_MAX = 128
 # Resource properties that take whole numbers (S3 lifecycle `Days`, `NoncurrentDays`,
 # `DaysAfterInitiation`, `NewerNoncurrentVersions`, IAM `MaxSessionDuration`, KMS
-# `PendingWindowInDays`, ...): a Number parameter the template passes to one must be an integer,
-# which CloudFormation's own Number type does not check (it takes 1.5, and the resource fails).
-_INTEGER_PROPERTY = re.compile(r"Days|Seconds|Duration|Versions|Count")
+# `PendingWindowInDays`, logs `RetentionInDays`, Batch `MaxTimeSeconds`, EBS `VolumeSize`, ...):
+# a Number parameter the template passes to one must be an integer, which CloudFormation's own
+# Number type does not check (it takes 1.5, and the resource fails).
+_INTEGER_PROPERTY = re.compile(r"Days|Seconds|Duration|Versions|Count|Size")
 
 
 # --- the template -----------------------------------------------------------------------
