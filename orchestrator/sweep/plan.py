@@ -82,6 +82,11 @@ class Plan:
         """The total if every trial failed over along its whole chain and used every retry."""
         return sum(t.worst_usd for t in self.trials)
 
+    @property
+    def backends(self) -> list[str]:
+        """The backends the trials run on, in trial order, each once."""
+        return list(dict.fromkeys(t.trial.spec.backend for t in self.trials))
+
     def prepared(self) -> dict[str, request.Prepared]:
         """Job name -> prepared request of each trial's first job (for `Runner(prepared=...)`)."""
         return {t.job_name: t.prepared for t in self.trials}
@@ -91,11 +96,13 @@ class Plan:
         return {
             "sweep_id": self.sweep_id,
             "backend": self.sweep.base_spec.backend,
+            "backends": self.backends,
             "region": self.sweep.base_spec.region,
             "concurrency": self.sweep.concurrency,
             "max_retries": self.sweep.max_retries,
             "trials": [{
                 "index": t.trial.index, "trial_id": t.trial.trial_id, "job_name": t.job_name,
+                "backend": t.trial.spec.backend,
                 "overrides": t.trial.overrides, "instance_type": t.trial.spec.instance.type,
                 "instance_count": t.trial.spec.instance.count, "failover": list(t.chain[1:]),
                 "usd_max": t.prepared.estimate.to_json()["usd_max"], "spec_hash": t.trial.spec_hash,
@@ -119,7 +126,7 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
     """Expand, doctor-check and prepare every trial (see the module docstring)."""
     trials, duplicates = expand(sweep)
     ident = identity(sweep.sweep, trials, tick)
-    where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random else {}
+    where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random or sweep.variants else {}
     planned: list[PlannedTrial] = []
     warnings: dict[str, list[str]] = {}
     problems: list[Problem] = []
