@@ -4,6 +4,7 @@ the failure classification knows AWS Batch's reasons."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 
@@ -258,7 +259,18 @@ def test_sweep_status_shows_each_trial_backend(mixed, monkeypatch):
     doc = json.loads(done.output)
     assert [t["backend"] for t in doc["trials"]] == ["sagemaker", "sagemaker", "batch", "batch"]
     done = invoke("sweep", "status", runner.d.sweep_id)
-    assert "sagemaker, batch" in done.output and "inf2.xlarge" in done.output
+    assert done.exit_code == 0, done.output
+    assert "sagemaker, batch" in done.output
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in done.output.splitlines()
+            if line.count("│") > 8 and ("inf2" in line or "ml.trn1" in line)]
+    assert {(row[4], row[5]) for row in rows if row[4]} == {("sagemaker", "ml.trn1.2xlarge"), ("batch", "inf2.xlarge")}
+    display = cli.SweepDisplay(runner).render(runner.progress())
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(display)
+    live = console.export_text()
+    assert "backend" in live and "│ batch " in live and "│ sagemaker " in live
 
 
 # --- failures -------------------------------------------------------------------------------------
@@ -325,3 +337,34 @@ def test_the_comparison_sweep_plans_both_backends_with_costs():
     assert planned.trials[0].prepared.request["ResourceConfig"]["InstanceType"] == "ml.trn1.2xlarge"
     assert planned.trials[1].prepared.request["jobQueue"] == "orchestrator-inf2-xlarge"
     assert planned.trials[2].prepared.request["jobDefinition"] == "orchestrator-neuron-1chip"
+
+
+def test_in_a_sweep_across_backends_each_trial_fails_over_within_its_backend(tmp_path):
+    text = VARIANTS + "failover: {instance.type: [ml.trn1.32xlarge, inf2.8xlarge]}\n"
+    planned = sweeps.plan(load(tmp_path, text))
+    chains = {t.trial.spec.backend: t.chain for t in planned.trials}
+    assert chains == {"sagemaker": ("ml.trn1.2xlarge", "ml.trn1.32xlarge"), "batch": ("inf2.xlarge", "inf2.8xlarge")}
+    assert all(len(t.chain_usd) == 2 for t in planned.trials)
+    saved = sweeps.Definition.of(planned)
+    assert {t.backend: t.chain for t in saved.trials} == chains
+    # A type no trial's backend runs is refused where it is written.
+    text = VARIANTS + "failover: {instance.type: [ml.p4d.24xlarge]}\n"
+    problems = problems_of(tmp_path, text)
+    assert any(p.path == "failover.instance.type" and "ml.p4d.24xlarge" in p.message
+               and p.line == line_of(text, "failover") for p in problems)
+    # A sweep on one backend keeps refusing a failover type the doctor refuses.
+    from sweep_fakes import SWEEP
+
+    problems = problems_of(tmp_path, SWEEP + "failover: {instance.type: [inf2.xlarge]}\n")
+    assert any("failing over to inf2.xlarge" in p.message for p in problems)
+
+
+def test_the_router_poll_interval_needs_no_backend_made():
+    router = sweeps.Router.create(["sagemaker", "batch"], region="us-east-1", ledger=None)
+    assert router.sweep_poll_s == 30.0 and router._made == {}
+
+
+def test_plan_json_names_each_trial_backend(tmp_path):
+    doc = sweeps.plan(load(tmp_path, VARIANTS)).to_json()
+    assert doc["backends"] == ["sagemaker", "batch"]
+    assert [t["backend"] for t in doc["trials"]] == ["sagemaker", "sagemaker", "batch", "batch"]

@@ -184,12 +184,12 @@ class SweepDisplay:
         if progress.waiting_reason:
             head += f"\nbacking off: {progress.waiting_reason}"
         table = Table(show_edge=False)
-        for column in ("trial", "job", "backend", "instance", "state", "detail"):
+        mixed = len(self.runner.d.backends) > 1
+        for column in ("trial", "job", *(("backend",) if mixed else ()), "instance", "state", "detail"):
             table.add_column(column)
         for view in self.runner.views():
-            table.add_row(*map(plain, (view.trial.trial_id, view.job_name, view.trial.backend, view.instance_type,
-                                        view.state,
-                                        (view.detail or "")[:80])))
+            table.add_row(*map(plain, (view.trial.trial_id, view.job_name, *((view.trial.backend,) if mixed else ()),
+                                        view.instance_type, view.state, (view.detail or "")[:80])))
         events = Text("\n".join(progress.events[-5:]), style="dim")
         return Group(Text(head), table, events)
 
@@ -376,13 +376,17 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     from rich.table import Table
 
     table = Table(title=plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
-    for column in ("#", "trial", "job", "try", "backend", "instance", "state", "overrides", "detail"):
+    # A sweep on one backend names it in the title; one across backends has a column for it.
+    mixed = len(definition.backends) > 1
+    columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
+    for column in columns:
         # Folded, never cut with "…": the table must show what each trial is in any width.
         table.add_column(column, overflow="fold" if column in ("job", "overrides", "detail") else "ellipsis")
     for v in views:
         state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
-            v.trial.index, v.trial.trial_id, v.job_name, v.attempt, v.trial.backend, v.instance_type, state,
+            v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
+            v.instance_type, state,
             ", ".join(f"{k}={sweeps.shown(val)}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
     out(table_text(table, 120))
     done = sum(1 for v in views if v.final)

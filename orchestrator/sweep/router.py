@@ -68,5 +68,9 @@ class Router:
 
     @property
     def sweep_poll_s(self) -> float:
-        """Seconds between a runner's rounds: the shortest of the sweep's backends'."""
-        return min(backend.sweep_poll_s for backend in self.all())
+        """Seconds between a runner's rounds: the shortest of the sweep's backends' (read from
+        the backend's class for one not made yet: nothing is made to answer)."""
+        from orchestrator import backends
+
+        return min(self._made[name].sweep_poll_s if name in self._made else backends.backend_class(name).sweep_poll_s
+                   for name in self.names)
