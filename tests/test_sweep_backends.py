@@ -368,3 +368,26 @@ def test_plan_json_names_each_trial_backend(tmp_path):
     doc = sweeps.plan(load(tmp_path, VARIANTS)).to_json()
     assert doc["backends"] == ["sagemaker", "batch"]
     assert [t["backend"] for t in doc["trials"]] == ["sagemaker", "sagemaker", "batch", "batch"]
+
+
+def test_a_scheduled_sweep_across_backends_submits_each_tick_trial_on_its_backend(tmp_path, orch_home):
+    from datetime import datetime, timezone
+
+    from orchestrator import schedule as schedules
+    from orchestrator.cli import schedule as schedule_cli
+
+    path = write(tmp_path, VARIANTS + 'schedule: {cron: "0 3 * * *"}\n')
+    # What `schedule run|tick` builds: a router of every backend the variants name, none made yet.
+    scheduler = schedule_cli._scheduler(path, None)
+    assert scheduler.backend.names == ("sagemaker", "batch") and scheduler.backend._made == {}
+    assert scheduler.runner_options["poll_seconds"] == 30.0
+    ledger = Ledger()
+    clouds = {"sagemaker": FakeCloud(ledger), "batch": FakeBatch(ledger)}
+    clock = Clock()
+    clock.now = datetime(2026, 1, 5, 3, 0, 30, tzinfo=timezone.utc).timestamp()
+    router = sweeps.Router(["sagemaker", "batch"], given=clouds)
+    report = schedules.Scheduler(spec.load_sweep(path), router, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    [sweep_id] = report.planned
+    assert len(clouds["sagemaker"].jobs) == 2 and len(clouds["batch"].jobs) == 1  # concurrency 3
+    assert {ledger.get(n).backend for n in clouds["batch"].jobs} == {"batch"}
+    assert all(n.startswith(sweep_id) for c in clouds.values() for n in c.jobs)
