@@ -182,3 +182,41 @@ def test_moto_stop_stops_each_job_on_its_backend(tmp_path, orch_home, batch_setu
     assert sorted(report.stopped_jobs) == sorted(names.values()) and not report.errors
     assert [p["jobId"] for p in calls.named("TerminateJob")] == [job.job_id]
     assert {ledger.get(n).state for n in names.values()} == {"stopped"}
+
+
+@pytest.mark.slow  # two `sweep run` processes: about 20 s on 2 shared cores
+def test_moto_cli_sweep_run_across_backends_and_again_from_a_fresh_home(tmp_path, orch_home, batch_setup):
+    """`sweep run` in a new process builds both backends by name (the real clients, on moto):
+    each trial completes on its own backend; `sweep run` of the same file from another
+    ORCHESTRATOR_HOME adopts both jobs and creates none."""
+    import os
+
+    from sweep_fakes import ROOT, cli_run, write
+
+    path = write(tmp_path, MIXED)
+    planned = sweeps.plan(load(tmp_path, MIXED))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
+    done = cli_run("sweep", "run", str(path), "--poll", "0", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"sweep {planned.sweep_id}: 2 completed" in done.stdout
+    rows = {e.job_name: (e.backend, e.state) for e in Ledger(orch_home / "ledger.sqlite3").entries()}
+    assert rows == {t.job_name: (t.trial.spec.backend, "completed") for t in planned.trials}
+    sm = boto3.client("sagemaker", region_name=REGION)
+    batch = boto3.client("batch", region_name=REGION)
+    trained = [j["TrainingJobName"] for j in sm.list_training_jobs()["TrainingJobSummaries"]]
+    queued = [j["jobName"] for j in batch.list_jobs(jobQueue="orchestrator-inf2-xlarge",
+                                                    jobStatus="SUCCEEDED")["jobSummaryList"]]
+    by_backend = {t.trial.spec.backend: t.job_name for t in planned.trials}
+    assert (trained, queued) == ([by_backend["sagemaker"]], [by_backend["batch"]])
+
+    home_b = tmp_path / "home-b"
+    home_b.mkdir()
+    again = cli_run("sweep", "run", str(path), "--poll", "0", env=dict(env, ORCHESTRATOR_HOME=str(home_b)))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"sweep {planned.sweep_id}: 2 completed" in again.stdout
+    assert again.stdout.count("adopted") == 2
+    rows_b = {e.job_name: (e.backend, e.state) for e in Ledger(home_b / "ledger.sqlite3").entries()}
+    assert rows_b == rows
+    assert [j["TrainingJobName"] for j in sm.list_training_jobs()["TrainingJobSummaries"]] == trained
+    assert [j["jobName"] for j in batch.list_jobs(jobQueue="orchestrator-inf2-xlarge",
+                                                  jobStatus="SUCCEEDED")["jobSummaryList"]] == queued
