@@ -391,3 +391,9 @@ def test_a_scheduled_sweep_across_backends_submits_each_tick_trial_on_its_backen
     assert len(clouds["sagemaker"].jobs) == 2 and len(clouds["batch"].jobs) == 1  # concurrency 3
     assert {ledger.get(n).backend for n in clouds["batch"].jobs} == {"batch"}
     assert all(n.startswith(sweep_id) for c in clouds.values() for n in c.jobs)
+
+
+def test_a_sweep_of_variants_alone_is_told_from_a_job_spec():
+    from orchestrator.spec import loading
+
+    assert loading.document_kind({"base": "base.yaml", "variants": [{"instance.type": "ml.trn1.32xlarge"}]}) == "sweep"

@@ -275,7 +275,7 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     """Load a sweep spec from YAML text, and its base job spec from `base_dir / base`."""
     data, smap = read_yaml(text, filename)
     if document_kind(data) == "job":
-        raise SpecError([Problem(filename, 1, 1, "", "this is a job spec; a sweep needs base: and grid:/random:")],
+        raise SpecError([Problem(filename, 1, 1, "", "this is a job spec; a sweep needs base: and grid:/random:/variants:")],
                         hint=f"check it with `python -m orchestrator validate {filename}`, "
                              f"run it with `python -m orchestrator submit {filename}`")
     sweep = validate(SweepSpec, data, smap)
