@@ -143,3 +143,23 @@ def test_multi_node_and_trn2_configs_say_what_they_are_for():
     assert (two.instance.type, two.instance.count) == ("ml.trn1n.32xlarge", 2)
     trn2 = spec.load(ROOT / "configs" / "vit-trn2-48xlarge.yaml")
     assert (trn2.instance.type, trn2.instance.lnc) == ("ml.trn2.48xlarge", 2)
+
+
+@pytest.mark.parametrize("path", SWEEP_CONFIGS, ids=lambda p: p.stem)
+def test_sweep_config_plans_within_its_budget(path):
+    """Every example sweep passes the doctor on every trial, each with a known cost bound."""
+    from orchestrator import sweep as sweeps
+
+    planned = sweeps.plan(spec.load_sweep(path))
+    assert planned.trials
+    assert all(0 <= t.usd_max < float("inf") for t in planned.trials)
+    sweeps.check_budget(planned)
+
+
+def test_the_comparison_sweep_is_trn1_on_sagemaker_against_inf2_on_batch():
+    from orchestrator import sweep as sweeps
+
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-inf2-vs-trn1.yaml"))
+    assert [(t.trial.spec.backend, t.trial.spec.instance.type) for t in planned.trials] == [
+        ("sagemaker", "ml.trn1.2xlarge"), ("batch", "inf2.xlarge"), ("batch", "inf2.8xlarge")]
+    assert planned.backends == ["sagemaker", "batch"]

@@ -66,3 +66,13 @@ def test_every_json_line_in_the_benchmark_figures_parses():
     assert len(lines) >= 10
     for line in lines:
         json.loads(line)
+
+
+def test_the_readme_comparison_sweep_is_the_config():
+    import yaml
+
+    readme = (ROOT / "README.md").read_text()
+    example = next(block for block in code_blocks(readme) if block.startswith("sweep: inf2-vs-trn1\n"))
+    config = yaml.safe_load((ROOT / "configs" / "sweep-inf2-vs-trn1.yaml").read_text())
+    shown = yaml.safe_load(example)
+    assert shown == {key: config[key] for key in shown}

@@ -86,7 +86,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
     key = f"sweep:{runner.d.sweep_id}"
     saved = runner.ledger.get_value(key)
     jobs = {v.job_name: v.state for v in runner.views()}
-    for schema, advice in ((2, "upgrade this orchestrator to the version that saved the sweep"),
+    for schema, advice in ((sweeps.definition.DEFINITION_SCHEMA + 1, "upgrade this orchestrator to the version that saved the sweep"),
                            (None, "use the orchestrator version that saved the sweep")):
         runner.ledger.put_value(key, {**saved, "schema": schema})
         with pytest.raises(InputError) as info:
@@ -100,7 +100,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
     assert again.to_json() == saved
     assert {v.job_name: v.state for v in sweeps.Runner(again, None, runner.ledger).views()} == jobs
     # A scheduled tick's definition is written by the schedule only: no `sweep run` to offer.
-    runner.ledger.put_value(key, {**saved, "schema": 2, "tick": "202601010300"})
+    runner.ledger.put_value(key, {**saved, "schema": sweeps.definition.DEFINITION_SCHEMA + 1, "tick": "202601010300"})
     with pytest.raises(InputError) as info:
         sweeps.load_definition(runner.ledger, runner.d.sweep_id)
     assert info.value.hint == "upgrade this orchestrator to the version that saved the sweep"

@@ -37,6 +37,10 @@ from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 # The reason TerminateJob records (Batch shows it as the job's statusReason).
 STOP_REASON = "stopped by orchestrator stop"
+# How the statusReason of a job the queue's jobStateTimeLimitActions cancelled begins (AWS Batch
+# user guide, "Jobs stuck in RUNNABLE due to capacity": "Canceled by JobStateTimeLimit action due
+# to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"): no one stopped it, it failed to start.
+TIME_LIMIT_CANCEL = "Canceled by JobStateTimeLimit action"
 # infra/stack.yaml creates them with EnableBatch=true (README "Inferentia2 through AWS Batch").
 DEPLOY_HINT = ("create the queue, its compute environments and the job definition the request names (<stack>-inf2-<size>"
                "[-spot], <stack>-neuron-<chips>chip): `python -m orchestrator infra deploy --param EnableBatch=true "
@@ -230,7 +234,8 @@ class BatchBackend(CloudBackend):
             return None
 
     def _job_status(self, d: dict, tags: dict[str, str]) -> JobStatus:
-        stopped = bool(d.get("isTerminated") or d.get("isCancelled")) or d.get("statusReason") == STOP_REASON
+        stopped = (bool(d.get("isTerminated") or d.get("isCancelled")) or d.get("statusReason") == STOP_REASON) \
+            and not str(d.get("statusReason") or "").startswith(TIME_LIMIT_CANCEL)
         ours = status_of(d["status"], stopped=stopped)
         attempts = d.get("attempts") or []
         last = (attempts[-1].get("container") or {}) if attempts else (d.get("container") or {})

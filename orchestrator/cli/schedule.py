@@ -14,13 +14,16 @@ app = typer.Typer(name="schedule", no_args_is_help=True, help="Run a sweep on it
 
 
 def _scheduler(path: Path, poll: float | None):
-    from orchestrator import backends, spec
     from orchestrator import schedule as schedules
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
     loaded = spec.load_sweep(path)
     ledger = Ledger()
-    backend = backends.create(loaded.base_spec.backend, region=loaded.base_spec.region, ledger=ledger)
+    # Every backend the sweep's variants name, each made when a tick's runner first needs it.
+    names = [loaded.base_spec.backend, *[v["backend"] for v in loaded.variants if "backend" in v]]
+    backend = sweeps.Router.create(names, region=loaded.base_spec.region, ledger=ledger)
     return schedules.Scheduler(loaded, backend, ledger,
                                runner_options={"poll_seconds": poll if poll is not None else backend.sweep_poll_s})
 

@@ -30,11 +30,14 @@ def plan_table(planned) -> str:
         # Folded, never cut with "…": the table must show what each trial is in any width.
         table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
                          overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
+    mixed = len(planned.backends) > 1
     for t in planned.trials:
         overrides = ", ".join(f"{k}={sweeps.shown(v)}" for k, v in t.trial.overrides.items()) or "(base)"
+        # A sweep over backends says which each trial runs on, beside its instance.
+        on = f" ({t.trial.spec.backend})" if mixed else ""
         table.add_row(*map(plain, (
             t.trial.index, t.trial.trial_id, t.job_name, overrides,
-            f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}", " ".join(t.chain[1:]) or "-",
+            f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}{on}", " ".join(t.chain[1:]) or "-",
             _usd(t.usd_max), _usd(t.worst_usd))))
     return table_text(table, 100)
 
@@ -58,9 +61,14 @@ def plan_summary(planned) -> list[str]:
         if budget is not None:
             line += f"; a retry or failover that would take the sweep past {budget:g} USD is not submitted"
         lines.append(line)
-    first = planned.trials[0].prepared.estimate if planned.trials else None
-    if first is not None and first.price is not None:
-        lines.append(f"prices: {first.price.source}, {first.price.as_of}; {first.note}")
+    # One line per price list: a sweep over backends prices SageMaker and EC2 (Batch) apart.
+    priced = {}
+    for t in planned.trials:
+        estimate = t.prepared.estimate
+        if estimate.price is not None:
+            priced.setdefault((estimate.price.source, estimate.price.as_of), (t.trial.spec.backend, estimate.note))
+    for (source, as_of), (backend, note) in priced.items():
+        lines.append(f"prices{f' ({backend})' if len(priced) > 1 else ''}: {source}, {as_of}; {note}")
     for index, same in planned.duplicates:
         lines.append(f"note: trial {index} is identical to trial {same}; it runs once")
     for finding, trial_ids in planned.warnings.items():
@@ -176,11 +184,12 @@ class SweepDisplay:
         if progress.waiting_reason:
             head += f"\nbacking off: {progress.waiting_reason}"
         table = Table(show_edge=False)
-        for column in ("trial", "job", "instance", "state", "detail"):
+        mixed = len(self.runner.d.backends) > 1
+        for column in ("trial", "job", *(("backend",) if mixed else ()), "instance", "state", "detail"):
             table.add_column(column)
         for view in self.runner.views():
-            table.add_row(*map(plain, (view.trial.trial_id, view.job_name, view.instance_type, view.state,
-                                        (view.detail or "")[:80])))
+            table.add_row(*map(plain, (view.trial.trial_id, view.job_name, *((view.trial.backend,) if mixed else ()),
+                                        view.instance_type, view.state, (view.detail or "")[:80])))
         events = Text("\n".join(progress.events[-5:]), style="dim")
         return Group(Text(head), table, events)
 
@@ -203,10 +212,11 @@ class SweepDisplay:
 
 
 def sweep_backend(definition, ledger):
-    """The backend a saved sweep runs on (its definition says which, and where)."""
-    from orchestrator import backends
+    """The backends a saved sweep's trials run on (its definition says which, and where), each
+    made when first needed (`sweep.Router`)."""
+    from orchestrator import sweep as sweeps
 
-    return backends.create(definition.backend, region=definition.region, ledger=ledger)
+    return sweeps.Router.create(definition.backends, region=definition.region, ledger=ledger)
 
 
 def drive(definition, ledger, poll: float | None, prepared: dict | None = None, ready_fd: int | None = None) -> None:
@@ -360,19 +370,23 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     if as_json:
         out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
             "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
-            "job_name": v.job_name, "attempt": v.attempt, "state": v.state, "final": v.final,
+            "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.state, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
     from rich.table import Table
 
-    table = Table(title=plain(f"sweep {definition.sweep_id} ({definition.backend}, {definition.region})"))
-    for column in ("#", "trial", "job", "try", "instance", "state", "overrides", "detail"):
+    table = Table(title=plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
+    # A sweep on one backend names it in the title; one across backends has a column for it.
+    mixed = len(definition.backends) > 1
+    columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
+    for column in columns:
         # Folded, never cut with "…": the table must show what each trial is in any width.
         table.add_column(column, overflow="fold" if column in ("job", "overrides", "detail") else "ellipsis")
     for v in views:
         state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
-            v.trial.index, v.trial.trial_id, v.job_name, v.attempt, v.instance_type, state,
+            v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
+            v.instance_type, state,
             ", ".join(f"{k}={sweeps.shown(val)}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
     out(table_text(table, 120))
     done = sum(1 for v in views if v.final)

@@ -89,7 +89,8 @@ def schedule_key(sweep: SweepSpec) -> str:
 class Scheduler:
     """Keeps one sweep's schedule. See the module docstring.
 
-    `backend` serves every tick sweep (one backend and region per sweep); `clock` and
+    `backend` serves every tick sweep (a `sweep.Router` of the backends its trials run on, or
+    one backend; one region per sweep); `clock` and
     `sleep` are injectable so tests drive time; `runner_options` go to each `sweeps.Runner`.
     """
 

@@ -49,17 +49,17 @@ INFRA_OTHER_KEYS = ("region", "bucket", "stack_name")
 
 
 # The top-level keys that tell a job spec from a sweep spec (see `document_kind`).
-SWEEP_KEYS = {"sweep", "grid", "random"}
+SWEEP_KEYS = {"sweep", "grid", "random", "variants"}
 # SweepSpec's fields (a test keeps them equal): a job spec is told from a sweep without building
 # the sweep models.
-SWEEP_FIELDS = frozenset({"sweep", "base", "grid", "random", "concurrency", "failover", "schedule", "budget",
-                          "max_retries"})
+SWEEP_FIELDS = frozenset({"sweep", "base", "grid", "random", "variants", "concurrency", "failover", "schedule",
+                          "budget", "max_retries"})
 
 
 def document_kind(data: Any) -> str | None:
     """"sweep", "job", or None (not clearly either) for a parsed document.
 
-    A sweep has `base:` and any of sweep:, grid:, random:; a job spec has none of those and a
+    A sweep has `base:` and any of sweep:, grid:, random:, variants:; a job spec has none of those and a
     field only job specs have. Validating one as the other gives a screen of unknown fields.
     """
     if not isinstance(data, Mapping):

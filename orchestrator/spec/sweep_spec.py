@@ -1,9 +1,12 @@
 """Sweep specs: the models of a sweep file, and loading one with its base job spec.
 
 A sweep names a base job spec (a path relative to the sweep file) and axes over the base's
-dotted field paths. `load_sweep(path)` returns a frozen `SweepSpec` (with the base spec
+dotted field paths: `grid` (every combination), `random` (seeded draws) and `variants` (a list
+of linked overrides, each one point: fields that only make sense together, such as `backend`
+with `instance.type`; crossed with the grid and the draws). `load_sweep(path)` returns a frozen `SweepSpec` (with the base spec
 loaded) or raises SpecError with located problems: unknown paths (with "did you mean"),
-paths that may not vary, duplicate or overlapping axes, zero trials, a bad cron (checked by
+paths that may not vary, duplicate or overlapping axes, a variant that sets `backend` without
+`instance.type`, zero trials, a bad cron (checked by
 `orchestrator.schedule.cron`). Expanding the axes into trials (and checking each trial's
 values) is `orchestrator.sweep`'s job.
 """
@@ -33,9 +36,12 @@ from orchestrator.spec.models import (
 )
 from orchestrator.spec.source import SourceMap, read_yaml
 
-# Every trial of a sweep runs on one backend in one region: the runner holds one client.
+# Every trial of a sweep runs in one region (the sweep's ledger rows and listings are per
+# region). `backend` varies only in `variants`, each with the instance type that fits it.
 UNSWEEPABLE = {
-    "backend": "all trials of a sweep share one backend",
+    "backend": "an instance type fits one backend: vary backend together with instance.type, as a list of "
+               "variants (variants: [{backend: sagemaker, instance.type: ml.trn1.2xlarge}, {backend: batch, "
+               "instance.type: inf2.xlarge, role_arn: null}])",
     "region": "all trials of a sweep share one region",
     "infra": "infra outputs are applied when the base spec loads, not per trial",
 }
@@ -97,6 +103,11 @@ class SweepSpec(StrictModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict,
                                        description="Dotted field path -> values; every combination is a trial.")
     random: RandomSpec | None = Field(None, description="Seeded random trials (crossed with the grid).")
+    variants: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Linked overrides: each a mapping of dotted field path -> value applied together (one point, "
+        "crossed with the grid and the random draws). The one place `backend` may vary, with instance.type "
+        "in the same variant.")
     concurrency: Int = Field(4, ge=1, le=1000, description="Jobs of this sweep in flight at once, on any machine.")
     failover: dict[Literal["instance.type"], list[str]] = Field(
         default_factory=dict,
@@ -129,8 +140,10 @@ class SweepSpec(StrictModel):
         return (self._source.file, line, col)
 
     def axis_paths(self) -> list[str]:
-        """Every varied dotted path, grid first, in file order."""
-        return list(self.grid) + (sorted(self.random.params) if self.random else [])
+        """Every varied dotted path: the variants' (first seen first), then the grid's in file
+        order, then the random ones."""
+        linked = list(dict.fromkeys(path for variant in self.variants for path in variant))
+        return linked + list(self.grid) + (sorted(self.random.params) if self.random else [])
 
 
 
@@ -147,12 +160,13 @@ def job_field_paths(model: type[BaseModel] = JobSpec, prefix: str = "") -> dict[
     return out
 
 
-def _check_axis_path(dotted: str, where: tuple, smap: SourceMap) -> Problem | None:
+def _check_axis_path(dotted: str, where: tuple, smap: SourceMap, *, linked: bool = False) -> Problem | None:
+    """None when `dotted` may vary (`linked`: inside a variant, where `backend` may), else the problem."""
     leaves = job_field_paths()
     line, col = smap.find(where, prefer_key=True)
     parts = dotted.split(".")
     if dotted in leaves or (len(parts) == 2 and parts[0] in ("tags", "environment") and parts[1]):
-        if parts[0] in UNSWEEPABLE:
+        if parts[0] in UNSWEEPABLE and not (linked and dotted == "backend"):
             return Problem(smap.file, line, col, dotted, f"{dotted} cannot vary in a sweep: {UNSWEEPABLE[parts[0]]}")
         return None
     parent = ".".join(parts[:-1])
@@ -172,12 +186,17 @@ def _check_axis_path(dotted: str, where: tuple, smap: SourceMap) -> Problem | No
 
 def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
     """The checks pydantic cannot locate well: paths, overlaps, trial count, cron."""
-    problems: list[Problem] = []
-    axes: list[tuple[str, tuple]] = [(p, ("grid", p)) for p in sweep.grid]
+    problems: list[Problem] = _variant_problems(sweep, smap)
+    # A variant's paths are one axis: each path once, at its first variant.
+    linked: dict[str, tuple] = {}
+    for i, variant in enumerate(sweep.variants):
+        for path in variant:
+            linked.setdefault(path, ("variants", str(i), path))
+    axes: list[tuple[str, tuple]] = [*linked.items(), *[(p, ("grid", p)) for p in sweep.grid]]
     if sweep.random:
         axes += [(p, ("random", "params", p)) for p in sweep.random.params]
     for dotted, where in axes:
-        found = _check_axis_path(dotted, where, smap)
+        found = _check_axis_path(dotted, where, smap, linked=where[0] == "variants")
         if found:
             problems.append(found)
     for i, (a, where_a) in enumerate(axes):
@@ -195,7 +214,7 @@ def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
     grid_points = 1
     for values in sweep.grid.values():
         grid_points *= max(len(values), 1)
-    total = grid_points * (sweep.random.trials if sweep.random else 1)
+    total = grid_points * (sweep.random.trials if sweep.random else 1) * max(len(sweep.variants), 1)
     if total > MAX_TRIALS:
         line, col = smap.find(("grid",))
         problems.append(Problem(smap.file, line, col, "grid", f"{total} trials; at most {MAX_TRIALS}"))
@@ -210,6 +229,29 @@ def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
                                         f"{value!r} is not an instance type like ml.trn1.32xlarge"))
     if sweep.schedule is not None:
         problems += _schedule_problems(sweep.schedule, smap)
+    return problems
+
+
+def _variant_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
+    """Each variant sets at least one path, no path inside another, and `backend` only with
+    `instance.type` (an instance type fits one backend)."""
+    problems = []
+    for i, variant in enumerate(sweep.variants):
+        line, col = smap.find(("variants", str(i)))
+        if not variant:
+            problems.append(Problem(smap.file, line, col, f"variants.{i}",
+                                    "an empty variant is the base spec; give the fields it sets"))
+        paths = list(variant)
+        for j, a in enumerate(paths):
+            for b in paths[:j]:
+                if a.startswith(b + ".") or b.startswith(a + "."):
+                    aline, acol = smap.find(("variants", str(i), a), prefer_key=True)
+                    problems.append(Problem(smap.file, aline, acol, a, f"{a} overlaps {b} in the same variant"))
+        if "backend" in variant and "instance.type" not in variant:
+            bline, bcol = smap.find(("variants", str(i), "backend"), prefer_key=True)
+            problems.append(Problem(smap.file, bline, bcol, "backend",
+                                    f"variant {i} sets backend without instance.type: an instance type fits one "
+                                    "backend (ml.trn1.* on sagemaker, inf2.* on batch)"))
     return problems
 
 
@@ -233,7 +275,7 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     """Load a sweep spec from YAML text, and its base job spec from `base_dir / base`."""
     data, smap = read_yaml(text, filename)
     if document_kind(data) == "job":
-        raise SpecError([Problem(filename, 1, 1, "", "this is a job spec; a sweep needs base: and grid:/random:")],
+        raise SpecError([Problem(filename, 1, 1, "", "this is a job spec; a sweep needs base: and grid:/random:/variants:")],
                         hint=f"check it with `python -m orchestrator validate {filename}`, "
                              f"run it with `python -m orchestrator submit {filename}`")
     sweep = validate(SweepSpec, data, smap)

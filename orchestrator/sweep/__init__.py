@@ -9,6 +9,7 @@ One module per step of a sweep's life, each with its contract:
 - `failures`: why a job failed and whether it is retried;
 - `runner`: drives the trials to the end (concurrency, backoff, failover, retries, reopen);
 - `stop`: `sweep stop`, cancelling and stopping what runs;
+- `router`: the backends a sweep's trials run on, each made once, when first needed;
 - `process`: the one process per machine that runs a sweep (lock, spawn, SIGTERM).
 
 Names (sweep ids, job names, tags) are `orchestrator.names`'. This package's namespace holds
@@ -51,11 +52,12 @@ from orchestrator.sweep.process import (
     take_over,
     tell,
 )
+from orchestrator.sweep.router import Router
 from orchestrator.sweep.runner import Progress, Runner
 from orchestrator.sweep.stop import StopReport, stop
 
 __all__ = [
-    "Definition", "History", "Plan", "PlannedTrial", "Progress", "Runner", "RunnerBusy", "STOPPED_LEGACY",
+    "Definition", "History", "Plan", "PlannedTrial", "Progress", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY",
     "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "classify", "clear_stop", "completed_elsewhere",
     "expand", "identify", "load_definition", "lock_holder", "log_path", "plan", "record_runner", "reload_policy",
     "request_stop", "resolve_id", "resolve_target", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",

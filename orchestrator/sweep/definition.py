@@ -2,8 +2,10 @@
 
 Contract:
 - `save(plan, ledger)` writes the sweep's definition (its trials as JSON, in the ledger's kv
-  table under `sweep:<id>`) and one `planned` row per trial, so `resume` needs only the
-  sweep id. It writes nothing while another process of this machine holds the sweep's runner
+  table under `sweep:<id>`, each with its backend) and one `planned` row per trial on that
+  trial's backend, so `resume` needs only the sweep id. A sweep whose trials share one backend
+  is saved in schema 1, which earlier versions read; one whose `variants` vary the backend in
+  schema 2, which they refuse (they would run every trial on one backend). It writes nothing while another process of this machine holds the sweep's runner
   lock (RunnerBusy, exit 2): a refused `sweep run` leaves the saved definition (concurrency,
   budget, file) as it was.
 - `reload_policy` takes the run policy (budget, concurrency, max_retries) the sweep's file
@@ -32,7 +34,10 @@ from orchestrator.sweep.expand import identify
 from orchestrator.sweep.plan import Plan
 from orchestrator.sweep.process import RunnerBusy, runner_lock
 
-DEFINITION_SCHEMA = 1
+# The newest schema this version reads and writes; it reads every schema in READABLE_SCHEMAS.
+# 1: one backend for the sweep (top-level "backend"); 2: each trial's "backend" may differ.
+DEFINITION_SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,16 @@ class TrialDef:
     spec: JobSpec
     chain: tuple[str, ...]
 
+    @property
+    def backend(self) -> str:
+        """The backend every job of this trial runs on (its spec's; failover keeps it)."""
+        return self.spec.backend
+
 
 @dataclass(frozen=True)
 class Definition:
-    """What the runner needs, as stored in the ledger's kv table under `sweep:<id>`."""
+    """What the runner needs, as stored in the ledger's kv table under `sweep:<id>`. `backend`
+    is the base spec's; each trial runs on its own (`TrialDef.backend`, `backends`)."""
 
     identity: Identity
     backend: str
@@ -64,20 +75,27 @@ class Definition:
     def sweep_id(self) -> str:
         return self.identity.sweep_id
 
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends the trials run on, in trial order, each once."""
+        return tuple(dict.fromkeys(t.backend for t in self.trials)) or (self.backend,)
+
     def to_json(self) -> dict:
         return {
-            "schema": DEFINITION_SCHEMA, "name": self.identity.name, "digest": self.identity.digest,
+            # Schema 1 when one backend serves every trial: an earlier version resumes it as before.
+            "schema": 1 if len(self.backends) == 1 else DEFINITION_SCHEMA,
+            "name": self.identity.name, "digest": self.identity.digest,
             "tick": self.identity.tick, "backend": self.backend, "region": self.region,
             "concurrency": self.concurrency, "max_retries": self.max_retries, "budget_usd": self.budget_usd,
             "file": self.file,
-            "trials": [{"index": t.index, "trial_id": t.trial_id, "overrides": t.overrides,
+            "trials": [{"index": t.index, "trial_id": t.trial_id, "overrides": t.overrides, "backend": t.backend,
                         "spec": t.spec.model_dump(mode="json"), "chain": list(t.chain)} for t in self.trials],
         }
 
     @classmethod
     def from_json(cls, data: dict) -> Definition:
         schema = data.get("schema")
-        if schema != DEFINITION_SCHEMA:
+        if schema not in READABLE_SCHEMAS:
             newer = isinstance(schema, int) and schema > DEFINITION_SCHEMA
             hint = ("upgrade this orchestrator to the version that saved the sweep" if newer
                     else "use the orchestrator version that saved the sweep")
@@ -87,9 +105,16 @@ class Definition:
                 hint += (f", or save it again in this version's format: `python -m orchestrator sweep run "
                          f"{shlex.quote(str(data['file']))}`")
             raise InputError(f"the ledger holds a sweep definition of schema {schema!r}; "
-                             f"this orchestrator reads {DEFINITION_SCHEMA}", hint=hint)
+                             f"this orchestrator reads {' and '.join(map(str, READABLE_SCHEMAS))}", hint=hint)
         trials = tuple(TrialDef(t["index"], t["trial_id"], t["overrides"], JobSpec.model_validate(t["spec"]),
                                 tuple(t["chain"])) for t in data["trials"])
+        for t, saved in zip(trials, data["trials"], strict=True):
+            # Schema 1 names one backend for the sweep, and every trial's spec has it.
+            recorded = saved.get("backend", data["backend"])
+            if recorded != t.backend:
+                raise InputError(f"the ledger's definition of sweep {data['name']} is damaged: trial {t.trial_id} "
+                                 f"is recorded on {recorded} but its spec says backend {t.backend}",
+                                 hint="save it again with `python -m orchestrator sweep run SWEEP.yaml`")
         return cls(Identity(data["name"], data["digest"], data.get("tick")), data["backend"], data["region"],
                    data["concurrency"], data["max_retries"], data.get("budget_usd"), trials, data.get("file"))
 
@@ -122,7 +147,7 @@ def save(planned: Plan, ledger: Ledger) -> Definition:
         with runner_lock(definition.sweep_id):
             ledger.put_value(key(definition.sweep_id), definition.to_json())
             for t in planned.trials:
-                ledger.record_intent(t.job_name, backend=definition.backend, region=definition.region,
+                ledger.record_intent(t.job_name, backend=t.trial.spec.backend, region=definition.region,
                                      spec_hash=t.prepared.spec_hash, request=t.prepared.request,
                                      state="planned", sweep_id=definition.sweep_id,
                                      trial_id=t.trial.trial_id, attempt=0)

@@ -76,15 +76,19 @@ def sample(random_spec: RandomSpec) -> list[dict[str, Any]]:
 
 
 def points(sweep: SweepSpec) -> Iterator[tuple[dict[str, Any], dict[str, tuple]]]:
-    """(overrides, path -> where in the sweep file each value came from), in trial order."""
+    """(overrides, path -> where in the sweep file each value came from), in trial order:
+    variants outermost, then the grid's combinations, then the random draws."""
     axes = list(sweep.grid.items())
     draws = sample(sweep.random) if sweep.random else [{}]
-    for combo in itertools.product(*[list(enumerate(values)) for _, values in axes]):
-        grid = {path: value for (path, _), (_, value) in zip(axes, combo, strict=True)}
-        where = {path: ("grid", path, str(i)) for (path, _), (i, _) in zip(axes, combo, strict=True)}
-        for draw in draws:
-            rwhere = {path: ("random", "params", path) for path in draw}
-            yield {**grid, **draw}, {**where, **rwhere}
+    variants = list(enumerate(sweep.variants)) or [(None, {})]
+    for number, variant in variants:
+        vwhere = {path: ("variants", str(number), path) for path in variant}
+        for combo in itertools.product(*[list(enumerate(values)) for _, values in axes]):
+            grid = {path: value for (path, _), (_, value) in zip(axes, combo, strict=True)}
+            where = {path: ("grid", path, str(i)) for (path, _), (i, _) in zip(axes, combo, strict=True)}
+            for draw in draws:
+                rwhere = {path: ("random", "params", path) for path in draw}
+                yield {**variant, **grid, **draw}, {**vwhere, **where, **rwhere}
 
 
 def problem_at(sweep: SweepSpec, where: dict[str, tuple], field_path: str, message: str) -> Problem:

@@ -2,7 +2,8 @@
 
 Contract:
 - `classify(detail)` reads a failure from its ledger detail: a failure the runner decided
-  starts with "[kind] "; one the backend reported is classified from its reason text.
+  starts with "[kind] "; one the backend reported is classified from its reason text
+  (SageMaker's FailureReason; AWS Batch's status reason, container reason and exit code).
   capacity, spot, internal and lost are retryable (`RETRYABLE`); user errors (validation,
   access denied, an algorithm error) never are; budget marks a retry the budget refused.
 - `submit_error_kind(exc)` sorts an error of the runner's own calls (`aws.classify` decides
@@ -32,7 +33,41 @@ USER_CODES = frozenset({"ValidationException", "ValidationError", "AccessDenied"
 # Failure kinds. The ledger's `detail` of a failure the runner decided starts with "[kind] ";
 # a failure reported by the backend is classified from its reason text.
 RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
+# AWS Batch's reasons, as its backend reports them ("<statusReason>; <container reason>; exit
+# code N", `backends.batch`), come first: they are more specific than the words below.
+# - A queue or compute environment that cannot run the job (AWS Batch user guide, "Jobs stuck
+#   in a RUNNABLE status": MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE,
+#   MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT, ..._EC2_INSTANCE_CONFIGURATION_UNSUPPORTED,
+#   ..._SERVICE_ROLE_PERMISSIONS, and "ACTION_REQUIRED - CE(s) associated with the job queue
+#   are invalid"), also once the queue's jobStateTimeLimitActions cancelled the job ("Canceled by
+#   JobStateTimeLimit action due to reason: MISCONFIGURATION:..."): the stack must change, a
+#   retry would wait the same way. Checked before capacity, whose word some of them contain.
+# - The instance went away: "Host EC2 (instance i-...) terminated." (a spot reclaim or an
+#   instance failure; the user guide's "Automated job retries" matches it with onStatusReason
+#   "Host EC2*", as our retry strategy does, `batch_request.HOST_TERMINATED`).
+# - No capacity: "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity
+#   requested for instance type ...", and after the time limit "Canceled by JobStateTimeLimit
+#   action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" (user guide, "Jobs stuck in
+#   RUNNABLE due to capacity"): the general capacity words below match both.
+# - The image could not be pulled (the ECS container reason CannotPullContainerError): a
+#   repository or tag that does not exist, or no permission to pull, is the stack's to fix
+#   (user); anything else (a registry timeout, throttling) passes (internal). ECS's errors
+#   starting a task (CannotStartContainerError, CannotInspectContainerError, DockerTimeoutError,
+#   "Task failed to start") are the agent's, retried like an internal error.
+# - Anything else, launch.py's verdict included ("Essential container in task exited; exit
+#   code 1": training or the launcher failed, and says why in the job's log and results.json;
+#   137 or 143: killed for memory or at the attempt timeout), is the user's: a retry would fail
+#   the same way.
+_BATCH_REASON_KINDS = (
+    ("user", re.compile(r"\bMISCONFIGURATION:|\bACTION_REQUIRED\b")),
+    ("spot", re.compile(r"\bHost EC2 \(instance [^)]*\) terminated")),
+    ("user", re.compile(r"CannotPullContainerError\b.*?(not found|manifest unknown|access ?denied|unauthorized|"
+                        r"\b403\b|does not exist|repository .{0,80}not)", re.I | re.S)),
+    ("internal", re.compile(r"CannotPullContainerError|CannotStartContainerError|CannotInspectContainerError|"
+                            r"DockerTimeoutError|Task failed to start")),
+)
 _REASON_KINDS = (
+    *_BATCH_REASON_KINDS,
     ("capacity", re.compile(r"capacity|unable to provision", re.I)),
     ("spot", re.compile(r"spot.{0,40}interrupt|interrupt.{0,40}spot|spotinterruption", re.I)),
     ("internal", re.compile(r"internal ?(server ?)?error|internalfailure|internal failure|"

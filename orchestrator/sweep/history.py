@@ -1,7 +1,8 @@
 """What the ledger holds of one sweep: each trial's attempts, what they cost, what comes next.
 
-`History` reads the ledger only (and asks the backend once for the billed seconds of a job
-that ended unseen); the `Runner` acts on it, `stop` and `sweep status` show it.
+`History` reads the ledger only (and asks the job's backend once for the billed seconds of a
+job that ended unseen); the `Runner` acts on it, `stop` and `sweep status` show it. Each trial
+runs on its own backend (`TrialDef.backend`); a ledger row names its job's (`backend_of`).
 
 - A trial's attempts are its ledger rows, attempt 0 first; each later attempt has a record
   (`attempt:<job>` in the kv table: its instance type, whether it failed over and from what,
@@ -30,6 +31,7 @@ from orchestrator.sweep.failures import (
     budget_refused_reason,
     classify,
 )
+from orchestrator.sweep.router import Router
 
 
 @dataclass(frozen=True)
@@ -46,16 +48,23 @@ class TrialView:
 
 
 class History:
-    """One sweep's trials as the ledger has them (see the module docstring). `backend` may be
-    None: then nothing is asked, and the billed seconds of jobs not yet recorded are unknown."""
+    """One sweep's trials as the ledger has them (see the module docstring). `backend` is a
+    `Router` of the sweep's backends, or one backend for a sweep whose trials share it; None:
+    then nothing is asked, and the billed seconds of jobs not yet recorded are unknown."""
 
-    def __init__(self, definition: Definition, backend: Backend | None, ledger: Ledger):
+    def __init__(self, definition: Definition, backend: Router | Backend | None, ledger: Ledger):
         self.d = definition
         self.ident = definition.identity
-        self.backend = backend
+        self.backends = routed(backend, definition)
         self.ledger = ledger
         self.trials = {t.trial_id: t for t in definition.trials}
         self._billing_unknown: set[str] = set()  # ended jobs whose backend reports no billable seconds
+
+    def backend_of(self, entry: Entry) -> Backend:
+        """The backend of a ledger row's job: the one the row names (each trial's own)."""
+        if self.backends is None:
+            raise OrchestratorError("no backend was given to this sweep's history")
+        return self.backends.get(entry.backend)
 
     def rows(self) -> dict[str, list[Entry]]:
         """Trial id -> its ledger rows, attempt 0 first."""
@@ -142,11 +151,11 @@ class History:
         known = self.ledger.get_value(record)
         if isinstance(known, int):
             return known
-        if not entry.state.is_terminal() or self.backend is None \
+        if not entry.state.is_terminal() or self.backends is None \
                 or entry.job_name in self._billing_unknown:
             return None
         try:
-            status = self.backend.status(entry.job_name)
+            status = self.backend_of(entry).status(entry.job_name)
         except (BackendError, InputError):
             return None
         if not status.terminal or status.billable_seconds is None:
@@ -233,3 +242,12 @@ class History:
             if self.resubmission_refused(trial, latest, spent) is None:
                 return True
         return False
+
+
+def routed(backend: Router | Backend | None, definition: Definition) -> Router | None:
+    """`backend` as a Router of the sweep's backends: one backend object serves a sweep whose
+    trials share one backend, or in a mixed sweep only the trials of its own name."""
+    if backend is None or isinstance(backend, Router):
+        return backend
+    names = definition.backends
+    return Router.of(backend, names if len(names) == 1 else (backend.name,))

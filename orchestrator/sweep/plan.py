@@ -4,6 +4,9 @@ Contract:
 - `plan(sweep)` doctor-checks every trial and every failover variant of it, and prepares
   each trial's first job (the exact request and its cost bound). Any doctor error refuses the
   whole sweep (SpecError listing the failing trials) before anything is submitted.
+- In a sweep whose trials run on several backends, a trial fails over only to the `failover`
+  types its backend runs (a type the doctor refuses for its instance type alone is skipped
+  for that trial); a failover type that no trial's backend runs is refused.
 - Trials that can share a SageMaker warm pool (`warm_pool.pool_key`) are ordered next to each
   other (`warm_pool.grouped`), so the runner, which submits in plan order, chains them.
 - `check_budget(plan)` refuses a plan above `budget.max_total_cost_usd` (SpecError at that
@@ -82,6 +85,11 @@ class Plan:
         """The total if every trial failed over along its whole chain and used every retry."""
         return sum(t.worst_usd for t in self.trials)
 
+    @property
+    def backends(self) -> list[str]:
+        """The backends the trials run on, in trial order, each once."""
+        return list(dict.fromkeys(t.trial.spec.backend for t in self.trials))
+
     def prepared(self) -> dict[str, request.Prepared]:
         """Job name -> prepared request of each trial's first job (for `Runner(prepared=...)`)."""
         return {t.job_name: t.prepared for t in self.trials}
@@ -91,11 +99,13 @@ class Plan:
         return {
             "sweep_id": self.sweep_id,
             "backend": self.sweep.base_spec.backend,
+            "backends": self.backends,
             "region": self.sweep.base_spec.region,
             "concurrency": self.sweep.concurrency,
             "max_retries": self.sweep.max_retries,
             "trials": [{
                 "index": t.trial.index, "trial_id": t.trial.trial_id, "job_name": t.job_name,
+                "backend": t.trial.spec.backend,
                 "overrides": t.trial.overrides, "instance_type": t.trial.spec.instance.type,
                 "instance_count": t.trial.spec.instance.count, "failover": list(t.chain[1:]),
                 "usd_max": t.prepared.estimate.to_json()["usd_max"], "spec_hash": t.trial.spec_hash,
@@ -119,8 +129,11 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
     """Expand, doctor-check and prepare every trial (see the module docstring)."""
     trials, duplicates = expand(sweep)
     ident = identity(sweep.sweep, trials, tick)
-    where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random else {}
+    where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random or sweep.variants else {}
     planned: list[PlannedTrial] = []
+    # Trials on several backends: each fails over only to the failover types its backend runs.
+    mixed = len({t.spec.backend for t in trials}) > 1
+    fits: set[str] = set()
     warnings: dict[str, list[str]] = {}
     problems: list[Problem] = []
     failing = 0
@@ -145,11 +158,18 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
                     warnings.setdefault(f"{finding.rule}: {finding.message}", []).append(trial.trial_id)
         chain = failover_chain(sweep, trial.spec)
         chain_usd = [] if bad else [prepared.estimate.usd_max]  # a refused trial is not planned
+        kept = [chain[0]]
         for fallback in chain[1:]:
             # One diagnosis per variant: its target, cost and findings are derived once.
             variant = doctor.diagnose(with_overrides(trial.spec, {"instance.type": fallback}))
+            refused = doctor.errors(variant.findings)
+            if mixed and refused and all(f.path == "instance.type" for f in refused):
+                # In a sweep across backends, a failover type another backend runs is not this trial's.
+                continue
+            fits.add(fallback)
+            kept.append(fallback)
             chain_usd.append(variant.estimate.usd_max)
-            for finding in doctor.errors(variant.findings):
+            for finding in refused:
                 file, line, col = sweep.locate("failover", "instance.type", str(
                     sweep.failover["instance.type"].index(fallback)))
                 bad.append(Problem(file, line, col, finding.path,
@@ -159,7 +179,14 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
             failing += 1
             problems += bad
             continue
-        planned.append(PlannedTrial(trial, name, prepared, chain, tuple(chain_usd), sweep.max_retries))
+        planned.append(PlannedTrial(trial, name, prepared, tuple(kept), tuple(chain_usd), sweep.max_retries))
+    for i, fallback in enumerate(sweep.failover.get("instance.type", [])):
+        if mixed and fallback not in fits and trials:
+            failing += 1
+            file, line, col = sweep.locate("failover", "instance.type", str(i))
+            problems.append(Problem(file, line, col, "failover.instance.type",
+                                    f"{fallback} is not an instance type of any trial's backend "
+                                    f"({', '.join(sorted({t.spec.backend for t in trials}))}): no trial can fail over to it"))
     raise_problems(problems, failing, "trial(s) fail the doctor's checks; nothing was submitted",
                     "fix the base spec or the sweep's values")
     # Trials that can share a warm pool run one after another, so each reuses the last's pool.

@@ -19,11 +19,16 @@ Contract:
   above its budget is not submitted; it is looked at again on every step, so a budget raised
   in the file (`reload_policy`, which `sweep resume` calls, or `sweep run`'s `save`) lets it
   run.
-- At most `concurrency` jobs are in flight, counting jobs of this sweep that another machine
-  started on a shared backend (its job list, cross-checked by the sweep tag).
+- Each trial runs on its own backend (`TrialDef.backend`; `variants` may vary it), reached
+  through the sweep's `Router` and the `Backend` protocol only: a job is submitted, asked and
+  stopped on the backend its ledger row names.
+- At most `concurrency` jobs of the sweep are in flight, on all its backends together,
+  counting jobs of this sweep that another machine started on a shared backend (each shared
+  backend's job list, cross-checked by the sweep tag). There is no cap per backend.
 - A shared backend is the truth: a runner's first step writes into the ledger every attempt
-  of each trial that the backend has and the ledger lacks (`adopt_remote`), so a sweep run
-  from another machine or a fresh ORCHESTRATOR_HOME goes on from each trial's latest attempt.
+  of each trial that the trial's backend has and the ledger lacks (`adopt_remote`, asking
+  each shared backend of the sweep), so a sweep run from another machine or a fresh
+  ORCHESTRATOR_HOME goes on from each trial's latest attempt.
 - Stop and resume: once the stop flag is cleared again (`sweep resume` does it, and so does a
   plain `sweep run` of the same sweep), every step first reopens what `sweep stop` stopped: a
   trial cancelled before its job was ever created goes back to `planned` under the same name;
@@ -63,6 +68,7 @@ from orchestrator.sweep.failures import (
     submit_error_kind,
 )
 from orchestrator.sweep.history import History
+from orchestrator.sweep.router import Router
 
 # Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
 MAX_TRANSIENT_RETRIES = 8
@@ -92,13 +98,14 @@ class Progress:
 class Runner(History):
     """Drives one sweep to completion. See the module docstring for the protocol.
 
+    `backend` is the sweep's `Router` (or one backend, for a sweep whose trials share it).
     `sleep`, `clock` and `rng` are injectable so tests control time and jitter; `prepared`
     may hand over the plan's prepared first jobs (`Plan.prepared()`). `step()` does
     one non-blocking round (refresh, retry, submit); `run()` loops it until every trial is
     final, the sweep is stopped, or `max_steps` is reached.
     """
 
-    def __init__(self, definition: Definition, backend: Backend, ledger: Ledger, *,
+    def __init__(self, definition: Definition, backend: Router | Backend | None, ledger: Ledger, *,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
                  backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
@@ -182,7 +189,7 @@ class Runner(History):
             if latest.state not in (Status.SUBMITTED, Status.RUNNING):
                 continue
             try:
-                status = self.backend.status(latest.job_name)
+                status = self.backend_of(latest).status(latest.job_name)
             except DamagedStatus as exc:
                 # The job's own record is unreadable: say so and leave the trial as it is (it may
                 # still run); the rest of the sweep goes on.
@@ -222,13 +229,13 @@ class Runner(History):
         its request. The record comes first: a runner killed after it re-plans the same
         attempt the same way."""
         self.ledger.put_value(key(self.d.sweep_id, f"attempt:{name}"), info)
-        stub = Entry(name, self.d.backend, self.d.region, "", Status.PLANNED, {}, self.d.sweep_id,
+        stub = Entry(name, trial.backend, self.d.region, "", Status.PLANNED, {}, self.d.sweep_id,
                      trial.trial_id, attempt, None, 0.0, 0.0)
         return self._prepare(trial, stub)
 
     def _plan_attempt(self, trial: TrialDef, name: str, attempt: int, prepared: request.Prepared) -> None:
         """The attempt's `planned` ledger row: from here on `step` submits it."""
-        self.ledger.record_intent(name, backend=self.d.backend, region=self.d.region,
+        self.ledger.record_intent(name, backend=trial.backend, region=self.d.region,
                                   spec_hash=prepared.spec_hash, request=prepared.request, state=Status.PLANNED,
                                   sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
         self._acted += 1
@@ -282,7 +289,7 @@ class Runner(History):
             return False
         # STOPPED_LEGACY was written in both cases: ask the backend whether the job exists.
         try:
-            self.backend.status(entry.job_name)
+            self.backend_of(entry).status(entry.job_name)
         except UnknownJob:
             return True
         except BackendError as exc:
@@ -352,32 +359,40 @@ class Runner(History):
                         f"spec: {shown}{more}; they run again under {self.d.sweep_id}")
 
     def adopt_remote(self) -> None:
-        """Once per runner, on a shared backend: write into the ledger each trial's attempts
-        that the backend has and this ledger lacks or only planned (the sweep was run from
-        another machine or another ORCHESTRATOR_HOME), with the state the backend reports, so
-        that each trial goes on from its latest attempt instead of from the first. A job whose
-        `orchestrator:sweep` tag names another sweep is left alone. A transient failure to
-        list waits (backoff) and tries again at the next step."""
-        if self._adopted_remote or not self.backend.shared:
+        """Once per runner, for each shared backend of the sweep: write into the ledger each
+        trial's attempts that the trial's backend has and this ledger lacks or only planned
+        (the sweep was run from another machine or another ORCHESTRATOR_HOME), with the state
+        the backend reports, so that each trial goes on from its latest attempt instead of from
+        the first. A job whose `orchestrator:sweep` tag names another sweep, or that is on
+        another backend than its trial's, is left alone. A transient failure to list waits
+        (backoff) and tries again at the next step."""
+        if self._adopted_remote or self.backends is None:
             return
-        where = self.backend.place
-        try:
-            names = self.backend.job_names(self.ident.job_prefix)
-        except BackendError as exc:
-            if submit_error_kind(exc) not in WAIT_KINDS:
-                self._halt(exc)
-            self._backoff(f"listing this sweep's jobs in {where}: {exc.message}", "list", exc)
+        shared = self.backends.shared(self.d.backends)
+        if not shared:
             return
+        listed: dict[str, list[str]] = {}
+        for backend in shared:
+            try:
+                listed[backend.name] = backend.job_names(self.ident.job_prefix)
+            except BackendError as exc:
+                if submit_error_kind(exc) not in WAIT_KINDS:
+                    self._halt(exc)
+                self._backoff(f"listing this sweep's jobs in {backend.place}: {exc.message}", "list", exc)
+                return
         self._streaks.pop("list", None)
         self._adopted_remote = True
         remote: dict[str, dict[int, str]] = {}
-        for name in names:
-            found = self.ident.parse(name)
-            if found and found[0] in self.trials:
-                remote.setdefault(found[0], {})[found[1]] = name
+        for backend_name, names in listed.items():
+            for name in names:
+                found = self.ident.parse(name)
+                if found and found[0] in self.trials and self.trials[found[0]].backend == backend_name:
+                    remote.setdefault(found[0], {})[found[1]] = name
         rows = self.rows()
         for trial_id, attempts in remote.items():
             trial = self.trials[trial_id]
+            backend = self.backends.get(trial.backend)
+            where = backend.place
             known = {e.attempt: e for e in rows.get(trial_id, [])}
             previous_type = trial.chain[0]
             for attempt in sorted(attempts):
@@ -386,7 +401,7 @@ class Runner(History):
                     previous_type = self.attempt_info(trial, entry)["instance_type"]
                     continue
                 try:
-                    status = self.backend.status(name)
+                    status = backend.status(name)
                 except (BackendError, InputError) as exc:
                     self._event(f"{name}: in {where}, not adopted yet ({exc.message})")
                     self._adopted_remote = False  # look again next step
@@ -414,20 +429,21 @@ class Runner(History):
 
     def _elsewhere(self, own: set[str]) -> set[str]:
         """Names of this sweep's jobs in progress that this ledger does not count in flight."""
-        if not self.count_elsewhere:
+        if not self.count_elsewhere or self.backends is None:
             return set()
-        # Only a shared backend has jobs another machine may have started.
-        if not self.backend.shared:
-            return set()
-        names = set(self.backend.job_names(self.ident.job_prefix, in_flight=True))
+        # Only a shared backend has jobs another machine may have started; each is asked.
+        owner: dict[str, Backend] = {}
+        for backend in self.backends.shared(self.d.backends):
+            for name in backend.job_names(self.ident.job_prefix, in_flight=True):
+                owner.setdefault(name, backend)
         known = {e.job_name for e in self.ledger.entries(sweep_id=self.d.sweep_id)}
         out = set()
-        for name in names - own:
+        for name in set(owner) - own:
             if not self.ident.owns(name):
                 continue
             if name not in known and name not in self._foreign:
                 try:
-                    tags = self.backend.status(name).tags
+                    tags = owner[name].status(name).tags
                 except (BackendError, InputError):
                     continue
                 self._foreign[name] = tags.get(TAG_SWEEP) == self.d.sweep_id
@@ -480,7 +496,7 @@ class Runner(History):
         trial = self.trials[entry.trial_id or ""]
         prepared = self._prepare(trial, entry)
         try:
-            result = self.backend.submit(prepared)
+            result = self.backends.get(trial.backend).submit(prepared)
         except OrchestratorError as exc:
             kind = submit_error_kind(exc)
             if kind == "setup":

@@ -30,7 +30,7 @@ def stop(sweep: History) -> StopReport:
     """Stop the sweep: planned trials become stopped (detail STOPPED_BEFORE_SUBMISSION),
     in-flight jobs are asked to stop (STOPPED_IN_FLIGHT); `sweep resume` reopens both. See
     the module docstring for what the caller holds."""
-    ledger, backend = sweep.ledger, sweep.backend
+    ledger = sweep.ledger
     stopped_jobs, cancelled, errors = [], [], []
     for attempts in sweep.rows().values():
         entry = attempts[-1]
@@ -41,6 +41,7 @@ def stop(sweep: History) -> StopReport:
             continue
         if not entry.state.in_flight():
             continue
+        backend = sweep.backend_of(entry)  # each job on its own trial's backend
         try:
             status = backend.status(entry.job_name)
         except UnknownJob:
