@@ -1070,3 +1070,40 @@ def test_a_results_object_that_is_a_fifo_device_or_folder_is_a_row_not_a_hang(pr
     assert rows["fifo-1"]["status"] == "unreadable" and "is a FIFO (named pipe), not a regular file" in rows["fifo-1"]["note"]
     assert "is a character device" in rows["dev-1"]["note"] and "is a folder" in rows["dir-1"]["note"]
     assert rows["ok-1"]["samples_per_s"] == 40.0
+
+
+def test_a_batch_trial_without_results_is_a_row_with_batchs_word_for_it(aws, prices):
+    """A sweep's Batch trial cancelled for capacity before it wrote results.json is listed by
+    the Batch backend (not only by SageMaker, the default) and described by it."""
+    from orchestrator.backends import JobStatus
+    from orchestrator.lifecycle import Status
+
+    s3, sm = aws
+    put_results(s3, "swb-t1", results_doc("swb-t1", sweep="swb"))
+    create_job(sm, "swb-t1")
+    reason = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    asked: list[tuple[str, str]] = []
+
+    class FakeBatch:
+        name, cloud, place = "batch", True, "AWS Batch in us-east-1"
+
+        def job_names(self, containing, *, in_flight=False):
+            asked.append(("job_names", containing))
+            return ["swb-t2", "other-t9"]
+
+        def describe(self, job):
+            asked.append(("describe", job))
+            return JobStatus(job_name=job, status=Status.FAILED, secondary="FAILED", failure_reason=reason,
+                             instance_type="inf2.xlarge", instance_count=1)
+
+    sagemaker = on_client(sm)
+
+    def backend_for(name, region):
+        return FakeBatch() if name == "batch" else sagemaker(name, region)
+
+    rows = by_job(res.collect(PREFIX, sweep="swb", region="us-east-1", backend_for=backend_for, workers=1))
+    assert set(rows) == {"swb-t1", "swb-t2"}
+    row = rows["swb-t2"]
+    assert (row.status, row.backend, row.instance) == ("failed", "batch", "inf2.xlarge")
+    assert reason in row.note and "no results.json" in row.note
+    assert ("describe", "swb-t2") in asked and ("describe", "swb-t1") not in asked

@@ -17,8 +17,8 @@ Contract:
   billable and training seconds, managed spot) in their results' region; nothing else is
   asked of a backend.
 - The `sweep` filter takes a sweep id, a sweep name or a schedule's untimed id (`rows.in_sweep`;
-  listed folders with no readable results, and on S3 the backend's jobs of the sweep with no
-  results yet, are matched by name). A filter that matches nothing is an InputError whose
+  listed folders with no readable results, and on S3 the cloud backends' jobs of the sweep with
+  no results yet, are matched by name). A filter that matches nothing is an InputError whose
   hint lists the sweep ids tagged under the prefix.
 """
 
@@ -96,6 +96,7 @@ class _Collector:
         self._default_region: str | None = None
         self._prices: dict[tuple[str, str], catalog.Price | None] = {}
         self.sweeps_seen: set[str] = set()  # sweep tags read, for the hint of a filter that matches none
+        self.listed_by: dict[str, str] = {}  # job -> the cloud backend that listed it (`_listed_jobs`)
 
     def backend(self, name: str, region: str) -> Backend:
         """The backend `name` in `region`, built once (its clients are shared by the threads)."""
@@ -182,15 +183,16 @@ class _Collector:
         return build_row(job, results, uri, described, self.price(results.instance.type, region), note)
 
     def missing_row(self, job: str, uri: str) -> Row:
-        """The row of a job with no results object: on S3, what the default cloud backend says
-        of it (a job that failed or was stopped before writing one, a capacity error, one still
+        """The row of a job with no results object: on S3, what the cloud backend that listed it
+        (else the default one) says of it (a job that failed or was stopped before writing one, a capacity error, one still
         starting), else (or when it has no such job) "missing"."""
         missing = f"no {RESULTS_FILE} at {uri}"
         if self.store.local:
             return Row(job=job, status=MISSING, note=missing, uri=uri)
         region = self.command_region()
+        owner = self.listed_by.get(job, backends.DEFAULT)
         try:
-            described, _ = self.describe(job, backends.DEFAULT, region)
+            described, _ = self.describe(job, owner, region)
         except Exception as exc:
             return Row(job=job, status=MISSING, note=f"{missing}; asking the job's backend failed: {_reason(exc)}",
                        uri=uri)
@@ -198,7 +200,7 @@ class _Collector:
             return Row(job=job, status=MISSING, note=missing, uri=uri)
         why = described.failure_reason
         note = f"{missing}: the job is {described.status}" + (f": {why}" if why else "")
-        return Row(job=job, status=described.status, backend=backends.DEFAULT, region=region,
+        return Row(job=job, status=described.status, backend=owner, region=region,
                    instance=described.instance_type, count=described.instance_count, spot=described.spot,
                    billable_s=described.billable_seconds, training_s=described.training_seconds, note=note, uri=uri)
 
@@ -314,14 +316,22 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
 
 
 def _listed_jobs(collector: _Collector, sweep: str) -> list[str]:
-    """The default cloud backend's jobs of `sweep` (by name), so that jobs without a results
-    object yet still appear as rows. BackendError when they cannot be listed: without this
-    list, they would vanish unseen."""
-    backend = collector.backend(backends.DEFAULT, collector.command_region())
-    try:
-        listed = backend.job_names(names.listing_needle(sweep))
-    except OrchestratorError as exc:
-        hint = "; ".join(filter(None, (exc.hint, "or pass --region")))
-        raise BackendError(f"cannot list the jobs of sweep {sweep} in {backend.place}: {_reason(exc)}",
-                           hint=hint) from None
-    return [name for name in listed if names.in_sweep(name, sweep)]
+    """Every cloud backend's jobs of `sweep` (by name), so that jobs without a results object
+    yet still appear as rows (a Batch trial cancelled for capacity writes none). BackendError
+    when they cannot be listed: without this list, they would vanish unseen. (Batch lists only
+    the queues its ledger rows name, so it asks AWS nothing for a user who never used it.)"""
+    listed: dict[str, str] = {}
+    for name in (backends.DEFAULT, *(n for n in backends.names() if n != backends.DEFAULT)):
+        if not backends.backend_class(name).cloud:
+            continue
+        backend = collector.backend(name, collector.command_region())
+        try:
+            for job in backend.job_names(names.listing_needle(sweep)):
+                listed.setdefault(job, name)
+        except OrchestratorError as exc:
+            hint = "; ".join(filter(None, (exc.hint, "or pass --region")))
+            raise BackendError(f"cannot list the jobs of sweep {sweep} in {backend.place}: {_reason(exc)}",
+                               hint=hint) from None
+    jobs = [job for job in listed if names.in_sweep(job, sweep)]
+    collector.listed_by.update((job, listed[job]) for job in jobs)
+    return jobs
