@@ -238,6 +238,26 @@ def test_job_names_lists_the_queues_jobs(clients, backend):
     assert backend.exists(prepared.job_name)
 
 
+def test_job_names_also_lists_the_stacks_other_inf2_queues_but_no_other_stacks(clients, backend):
+    """A sweep's failover to inf2.8xlarge, submitted from another machine, is in a queue this
+    ledger never named: it is listed because the queue is the same stack's; another stack's
+    queue is not asked."""
+    env = clients["batch"].describe_job_queues(jobQueues=[QUEUE])["jobQueues"][0]["computeEnvironmentOrder"]
+    for queue in ("orchestrator-inf2-8xlarge", "other-inf2-8xlarge"):
+        clients["batch"].create_job_queue(jobQueueName=queue, state="ENABLED", priority=1, computeEnvironmentOrder=env)
+    backend.submit(_prepared())
+    elsewhere = _prepared(**{"instance.type": "inf2.8xlarge", "name": "batch-be-fo"}).request
+    clients["batch"].submit_job(**{**elsewhere, "jobQueue": "orchestrator-inf2-8xlarge"})
+    clients["batch"].submit_job(**{**elsewhere, "jobName": "batch-be-theirs", "jobQueue": "other-inf2-8xlarge"})
+    calls = Calls(clients["batch"])
+    assert backend.job_names("batch-be") == sorted([_prepared().job_name, elsewhere["jobName"]])
+    assert {p["jobQueue"] for p in calls.named("ListJobs")} == {QUEUE, "orchestrator-inf2-8xlarge"}
+    fresh = BatchBackend(clients["batch"], clients["s3"], clients["logs"],
+                         ledger=Ledger(backend.ledger.path.with_name("empty.sqlite3")))
+    before = len(calls.calls)
+    assert fresh.job_names("batch-be") == [] and len(calls.calls) == before  # no batch rows: no call at all
+
+
 def test_the_bootstrap_environment_names_the_uploaded_archive(clients, backend):
     prepared = _prepared()
     backend.submit(prepared)

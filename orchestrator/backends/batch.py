@@ -50,6 +50,8 @@ DEPLOY_HINT = ("create the queue, its compute environments and the job definitio
 # dependencies, then capacity); STARTING pulls the image and starts the container.
 _TABLE = {"SUBMITTED": Status.PENDING, "PENDING": Status.PENDING, "RUNNABLE": Status.PENDING,
           "STARTING": Status.STARTING, "RUNNING": Status.RUNNING, "SUCCEEDED": Status.COMPLETED}
+# The stack's queues are <stack>-inf2-<size>[-spot] (`batch_request.queue_name`).
+_STACK_QUEUE = "-inf2-"
 _ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
 
@@ -161,6 +163,10 @@ class BatchBackend(CloudBackend):
         queue = entry.request.get("jobQueue") if entry is not None and entry.backend == self.name else None
         if queue:
             return [queue]
+        return self._region_queues(job_name)
+
+    def _region_queues(self, job_name: str | None = None) -> list[str]:
+        """Every job queue's name in the region (DescribeJobQueues, every page)."""
         queues: list[str] = []
         args: dict = {}
         while True:
@@ -203,9 +209,15 @@ class BatchBackend(CloudBackend):
             return False
 
     def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
-        """Names of the jobs, in the queues this ledger's batch jobs use, that contain
-        `containing` (only those not yet ended with `in_flight`)."""
-        queues = sorted({e.request.get("jobQueue") for e in self.ledger.entries(backend=self.name)} - {None})
+        """Names of the jobs, in the queues this ledger's batch jobs use and their stacks' other
+        inf2 queues, that contain `containing` (only those not yet ended with `in_flight`). The
+        stack's other queues hold what another machine submitted there, e.g. a sweep's failover
+        to another size; a ledger without batch rows asks AWS nothing."""
+        known = {e.request.get("jobQueue") for e in self.ledger.entries(backend=self.name)} - {None}
+        stacks = {queue.split(_STACK_QUEUE, 1)[0] + _STACK_QUEUE for queue in known if _STACK_QUEUE in queue}
+        if stacks:
+            known |= {queue for queue in self._region_queues() if queue.startswith(tuple(stacks))}
+        queues = sorted(known)
         names: list[str] = []
         for queue in queues:
             for state in (_ACTIVE if in_flight else (*_ACTIVE, "SUCCEEDED", "FAILED")):
