@@ -21,14 +21,15 @@ import contextlib
 import hashlib
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loopback_aws import start_moto  # noqa: E402
 
 MiB = 2**20
 
@@ -110,30 +111,6 @@ def library_download(client, bucket: str, key: str, dest: Path, *, config) -> No
 
 
 # --- the S3 comparison ------------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).read()
-            return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("moto server exited at start") from None
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("moto server did not start within 60 s")
-
 
 def _sha256(path: Path) -> str:
     with open(path, "rb") as fh:

@@ -1,10 +1,15 @@
 """What every benchmark that talks to moto sets first: fake credentials and no real profile,
 so nothing can reach AWS; each benchmark then points AWS_ENDPOINT_URL at its own moto server
-on 127.0.0.1."""
+on 127.0.0.1 (`start_moto`)."""
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -17,3 +22,30 @@ def use_fake_credentials() -> None:
     """Put the fake credentials in this process's environment (children inherit them)."""
     os.environ.pop("AWS_PROFILE", None)
     os.environ.update(FAKE_AWS)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    """A moto server in a child process on 127.0.0.1 (its own process, so that it does not
+    share the benchmark's GIL), and its URL, once it answers; the caller kills it."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).read()
+            return proc, url
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("moto server exited at start") from None
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("moto server did not start within 60 s")

@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -39,35 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback_aws import use_fake_credentials  # noqa: E402
+from loopback_aws import start_moto, use_fake_credentials  # noqa: E402
 
 BUCKET = "bench-results"
 TYPES = [("ml.trn1.2xlarge", 1, 2), ("ml.trn1.32xlarge", 1, 32), ("ml.trn1.32xlarge", 2, 32),
          ("ml.trn1n.32xlarge", 4, 32)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).read()
-            return proc, url
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("moto server exited at start") from None
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("moto server did not start within 60 s")
 
 
 def results_doc(i: int) -> dict:
