@@ -4,13 +4,13 @@ themselves through moto's in-process models, and assert on what WE sent and reco
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import urllib.request
 
 import boto3
 import pytest
+from aws_calls import Calls
 from botocore.config import Config
 
 from entrypoints import bootstrap
@@ -35,21 +35,6 @@ max_retry_attempts: 1
 tags: {team: vision}
 """
 QUEUE = "orchestrator-inf2-xlarge"
-
-
-class Calls:
-    """Every API call a client makes, with the parameters we passed (before moto sees them)."""
-
-    def __init__(self, *clients):
-        self.calls: list[tuple[str, dict]] = []
-        for client in clients:
-            client.meta.events.register("provide-client-params.*.*", self._record)
-
-    def _record(self, params, model, **_):
-        self.calls.append((model.name, copy.deepcopy(params)))
-
-    def named(self, operation: str) -> list[dict]:
-        return [params for name, params in self.calls if name == operation]
 
 
 def _moto_job(job_id: str):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from aws_calls import Calls
 from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from botocore.stub import Stubber
@@ -30,21 +31,6 @@ NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.timezone.utc)
 
 
 # --- fixtures ------------------------------------------------------------------------------
-
-
-class Calls:
-    """Every API call a client makes, with the parameters we passed (before moto sees them)."""
-
-    def __init__(self, *clients):
-        self.calls: list[tuple[str, dict]] = []
-        for client in clients:
-            client.meta.events.register("provide-client-params.*.*", self._record)
-
-    def _record(self, params, model, **_):
-        self.calls.append((model.name, copy.deepcopy(params)))
-
-    def named(self, operation: str) -> list[dict]:
-        return [params for name, params in self.calls if name == operation]
 
 
 @pytest.fixture

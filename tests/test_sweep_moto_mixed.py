@@ -6,7 +6,6 @@ models, and assert on the requests we sent and the ledger rows we wrote."""
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import urllib.request
@@ -14,6 +13,7 @@ from collections import Counter
 
 import boto3
 import pytest
+from aws_calls import Calls
 from botocore.config import Config
 from sweep_fakes import load, moto_backend, set_moto_status
 
@@ -34,21 +34,6 @@ concurrency: 2
 max_retries: 1
 """
 RECLAIMED = "Host EC2 (instance i-0123456789abcdef0) terminated."
-
-
-class Calls:
-    """The parameters of every call a client makes, as we passed them (before moto sees them)."""
-
-    def __init__(self, *clients):
-        self.calls: list[tuple[str, dict]] = []
-        for client in clients:
-            client.meta.events.register("provide-client-params.*.*", self._record)
-
-    def _record(self, params, model, **_):
-        self.calls.append((model.name, copy.deepcopy(params)))
-
-    def named(self, operation: str) -> list[dict]:
-        return [params for name, params in self.calls if name == operation]
 
 
 @pytest.fixture
