@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -179,6 +180,27 @@ def test_a_failing_local_batch_job_gives_the_failure_file_as_its_reason(orch_hom
     assert stored(prepared.job["results_uri"])["status"] == "failed"
 
 
+def test_an_attempt_that_outlives_its_timeout_is_stopped_as_ecs_stops_it_and_fails(orch_home, tmp_path,
+                                                                                    fake_train, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
+    monkeypatch.setenv(local_layout.STOP_GRACE_ENV, "20")
+    prepared = local_prepared(write_spec(tmp_path, name="lbtime"))
+    LocalBackend()._upload_source(prepared)  # what submit does first
+    job_dir = orch_home / "jobs" / prepared.job_name
+    job_dir.mkdir(parents=True)
+    local_batch.lay_out(prepared, job_dir, ledger=orch_home / "ledger.sqlite3", python=sys.executable, now=time.time())
+    plan = json.loads((job_dir / local_layout.PLAN_FILE).read_text())
+    plan["max_run_s"] = 2  # Batch's least is 60 s: shortened to keep the test fast
+    (job_dir / local_layout.PLAN_FILE).write_text(json.dumps(plan))
+    done = subprocess.run([sys.executable, "-m", local_layout.RUNNER_MODULE, str(job_dir)], timeout=120)
+    assert done.returncode == 0
+    status = LocalBackend().status(prepared.job_name)
+    assert status.status == "failed" and status.failure_reason == f"{local_batch.TIMEOUT_REASON} (1800 s)"
+    record = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
+    assert [s["signal"] for s in record["stop_signals"]] == ["SIGTERM"]  # launch.py ended within the grace
+    assert stored(prepared.job["results_uri"])["status"] == "stopped"  # what launch.py saw: a SIGTERM
+
+
 # --- the CLI ------------------------------------------------------------------------------------
 
 
@@ -201,6 +223,18 @@ def test_bad_input_with_local_exits_2_and_starts_nothing(orch_home, tmp_path, mo
     code, _, err = run_cli(monkeypatch, capsys, "submit", str(sagemaker), "--local")
     assert code == 2 and "backend: local" in err
     assert not (orch_home / "jobs").exists() and not Ledger().entries()
+
+
+def test_submit_local_names_the_local_run_in_what_to_do_next(orch_home, tmp_path, fake_train, monkeypatch, capsys):
+    from cli_harness import run_cli
+
+    path = write_spec(tmp_path, name="lbcli")
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(path), "--local")
+    job = local_prepared(path).job_name
+    assert code == 0 and out.strip() == job and "submitted to local" in err
+    # Never the real submit: following the job again is `submit --local --wait`.
+    assert f"submit {path} --local --wait" in err and "no cloud cost" in err
+    assert terminal(LocalBackend(), job).status == "completed"
 
 
 def test_dry_run_local_shows_the_request_the_local_run_sends(orch_home, tmp_path, monkeypatch, capsys):
@@ -226,6 +260,7 @@ def test_submit_local_trains_a_tiny_vit_through_the_bootstrap_and_results_shows_
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--wait")
     job = local_prepared(path).job_name
     assert code == 0 and out.splitlines()[0] == job, err
+    assert "no cloud cost" in err
     code, out, _ = run_cli(monkeypatch, capsys, "results", "--format", "json")
     row = next(r for r in json.loads(out)["rows"] if r["job"] == job)
     assert (row["status"], row["backend"], row["steps_done"]) == ("completed", "local", 3)

@@ -38,10 +38,12 @@ on this machine (each listed here, nothing else changed):
 Stop as ECS stops a task (TerminateJob, the attempt timeout): SIGTERM to the container's first
 process, SIGKILL to all of it after the stop timeout: `STOP_GRACE_S`, 30 s, ECS's default for
 EC2 container instances (Amazon ECS API Reference, StopTask and ContainerDefinition
-stopTimeout: ECS_CONTAINER_STOP_TIMEOUT, 30 s when unset); `local_layout.STOP_GRACE_ENV`
-shortens it, as for SageMaker-style jobs. The attempt timeout (timeout.attemptDurationSeconds)
-is the job's maximum runtime. Nothing is uploaded when the job ends (Batch uploads nothing:
-launch.py wrote results.json and pushed the compile cache itself).
+stopTimeout: ECS_CONTAINER_STOP_TIMEOUT, 30 s when unset; the AWS Batch user guide's "Job
+timeouts" says the same of a timed-out attempt); `local_layout.STOP_GRACE_ENV` shortens it, as
+for SageMaker-style jobs. An attempt that outlives timeout.attemptDurationSeconds is stopped so
+and ends failed, as Batch terminates it (`TIMEOUT_REASON`), not stopped. Nothing is uploaded
+when the job ends (Batch uploads nothing: launch.py wrote results.json and pushed the compile
+cache itself).
 
 Not emulated: the image and its packages (this Python runs), the job queue and compute
 environment (the job starts at once), retries (retryStrategy: one attempt), the job
@@ -68,6 +70,9 @@ from orchestrator.backends.local_layout import (
 
 # ECS's stop timeout (see the module docstring).
 STOP_GRACE_S = 30.0
+# The status reason of a job whose attempt timed out, as reported of Batch (not checked
+# against a real job here).
+TIMEOUT_REASON = "Job attempt duration exceeded timeout"
 START_SCRIPT_NAME = "start_with_right_hostname.sh"
 # A minimal equivalent of the image's entrypoint script (see the module docstring).
 START_SCRIPT = """\
@@ -142,6 +147,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "output_prefix": None,  # Batch uploads nothing
         "tensorboard": None,
         "max_run_s": request["timeout"]["attemptDurationSeconds"],
+        "overtime_reason": f"{TIMEOUT_REASON} ({request['timeout']['attemptDurationSeconds']} s)",
         "ledger": str(ledger),
         "python": python,
         "pythonpath": os.environ.get("PYTHONPATH", ""),

@@ -262,6 +262,8 @@ class Supervisor:
 
         if self.stop_requested.is_set():
             return "stopped", "Stopped", None
+        if overtime and self.plan.get("overtime_reason"):
+            return "failed", "Failed", self.plan["overtime_reason"]  # a batch job's attempt timeout
         if overtime:
             return "stopped", "MaxRuntimeExceeded", f"MaxRuntimeExceeded: the job ran longer than {max_run} s"
         if not failed_order:

@@ -214,6 +214,8 @@ def submit(
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
+    if local and loaded.backend == "batch":
+        err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
     err(prepared.estimate.describe())
     backend = backend or backends.create(loaded.backend, region=loaded.region)
     result = backend.submit(prepared)
