@@ -249,12 +249,16 @@ def source_uri(output: str, archive_sha: str) -> str:
 
 
 def local_store(job: dict, name: str) -> str:
-    """Point the job file `job` at this machine's store (results.json, the compile cache) and
-    mark it run by the local backend (results.json's backend); the output prefix it uses."""
+    """Make the job file `job` one of this machine's: results.json and the compile cache in its
+    store, run by the local backend (results.json's backend), and one worker for runtime xla
+    (torch-xla on PJRT's CPU device runs one process; the spec's workers, one per NeuronCore,
+    need the NeuronCores). Returns the output prefix it uses."""
     store = f"file://{home()}/store"
     job["results_uri"] = results_uri(f"{store}/jobs", name)
     job["compile_cache"]["uri"] = f"{store}/compile-cache"
     job["backend"] = "local"
+    if job["spec"]["training"]["runtime"] == "xla":
+        job["workers_per_node"] = 1
     return f"{store}/jobs"
 
 

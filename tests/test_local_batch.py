@@ -100,6 +100,23 @@ def test_the_local_run_sends_the_batch_request_beside_the_real_job(orch_home, tm
     assert local.job["backend"] == "local" and "backend" not in real.job
 
 
+def test_a_local_xla_run_trains_one_worker_where_the_instance_runs_one_per_neuroncore(orch_home, tmp_path,
+                                                                                      monkeypatch, capsys):
+    from cli_harness import run_cli
+
+    path = write_spec(tmp_path, runtime="xla")
+    real, local = request.prepare(spec.load(path)), local_prepared(path)
+    assert real.job["workers_per_node"] == real.target.workers_per_node == 2
+    assert local.job["workers_per_node"] == 1  # PJRT's CPU device runs one process
+    assert local_prepared(write_spec(tmp_path, name="nat")).job["workers_per_node"] == 2  # native: the spec's
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--dry-run")
+    assert code == 0
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(path), "--local")
+    assert code == 0 and "the local run trains 1 worker where inf2.xlarge runs 2" in err
+    LocalBackend().stop(local.job_name)
+    terminal(LocalBackend(), local.job_name)
+
+
 def test_the_job_folder_runs_the_command_through_the_start_script_with_opt_ml_moved(orch_home, tmp_path,
                                                                                       monkeypatch):
     monkeypatch.delenv(local_layout.STOP_GRACE_ENV, raising=False)

@@ -28,8 +28,9 @@ on this machine (each listed here, nothing else changed):
   cache the request names (`catalog.NEURON_CACHE_DIR`, under `algo-1/var-tmp/`);
 - this machine's CPUs stand in for the instance: SM_NUM_CPUS is this machine's count,
   SM_NUM_NEURONS 0 (no NeuronCores here), PJRT_DEVICE=CPU for runtime xla; the workers per
-  node stay the spec's (the doctor's N004 holds: a local run of an inf2.xlarge spec runs its
-  2 workers as 2 CPU processes);
+  node stay the spec's for runtime native (the doctor's N004 holds: a local run of an
+  inf2.xlarge spec runs its 2 workers as 2 CPU processes), and are 1 for runtime xla, whose
+  PJRT CPU device runs one process (the job file says so: `request.local_store`);
 - an ECS task has its own network namespace; here the rendezvous port is a free one on
   loopback (ORCHESTRATOR_MASTER_PORT) and GLOO_SOCKET_IFNAME defaults to lo;
 - what Batch sets in every container: AWS_BATCH_JOB_ID (the job name here),

@@ -216,6 +216,9 @@ def submit(
         err(finding_text(loaded, finding))
     if local and loaded.backend == "batch":
         err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
+        if prepared.job["workers_per_node"] != prepared.target.workers_per_node:
+            err(f"note: runtime xla runs one process on this machine's CPU (PJRT): the local run trains 1 worker "
+                f"where {loaded.instance.type} runs {prepared.target.workers_per_node}, one per NeuronCore")
     err(prepared.estimate.describe())
     backend = backend or backends.create(loaded.backend, region=loaded.region)
     result = backend.submit(prepared)
