@@ -20,7 +20,8 @@ are size-limited, so the spec does not travel as a hyperparameter). Its shape, v
       "results_uri": "s3://bucket/jobs/results/<job_name>/results.json" | "file:///..." | null,
       "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
       "tags": {"team": "vision", "orchestrator:spec-hash": "..."},
-      "varied": {"training.optimizer.lr": 0.001}   # a sweep trial only: the sweep's values
+      "varied": {"training.optimizer.lr": 0.001},  # a sweep trial only: the sweep's values
+      "backend": "local"   # only when another backend than the spec's runs it (`submit --local`)
     }
 """
 

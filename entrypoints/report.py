@@ -128,7 +128,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         spec_hash=job["spec_hash"],
         status=status,
         failure_reason=reason,
-        backend=spec.get("backend"),
+        backend=job.get("backend") or spec.get("backend"),
         region=spec.get("region"),
         instance=results_schema.Instance(
             type=instance.get("type") or ctr.instance_type,

@@ -220,7 +220,9 @@ class Results:
         "`stopped: ...` when the launcher was signalled; `could not write results to ...` when storing this "
         "document failed (the local copy then says `failed`). The failure file (`/opt/ml/output/failure`, "
         "SageMaker's `FailureReason`) holds `<host>: <this text>`, cut to 1,024 characters")
-    backend: Literal["sagemaker", "batch", "local"] | None = optional("from the spec")
+    backend: Literal["sagemaker", "batch", "local"] | None = optional(
+        "the backend that ran it: the job file's `backend` (a batch spec run by the local backend, "
+        "`submit --local`), else the spec's")
     region: str | None = optional("from the spec")
     instance: Instance = doc("see `instance` below")
     world_size: Positive = optional("ranks in the job (hosts × workers per node)")

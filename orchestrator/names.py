@@ -108,6 +108,17 @@ def rerun_job_name(spec, n: int) -> str:
     return name
 
 
+def local_job_name(spec) -> str:
+    """`<name>-<8 hex>-local`: a spec run on this machine first (`submit --local`), beside the
+    real job's name, never it. The spec's name is shortened to fit; the hash stays whole."""
+    from orchestrator.spec import spec_hash
+
+    tail = f"-{spec_hash(spec)[:8]}-local"
+    name = f"{spec.name[:MAX_JOB_NAME - len(tail)].rstrip('-')}{tail}"
+    check_job_name(name)
+    return name
+
+
 # --- sweeps --------------------------------------------------------------------------------
 
 

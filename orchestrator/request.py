@@ -248,8 +248,22 @@ def source_uri(output: str, archive_sha: str) -> str:
     return f"{output}/source/{archive_sha[:16]}/{sourcedir.ARCHIVE_NAME}"
 
 
+def local_store(job: dict, name: str) -> str:
+    """Make the job file `job` one of this machine's: results.json and the compile cache in its
+    store, run by the local backend (results.json's backend), and one worker for runtime xla
+    (torch-xla on PJRT's CPU device runs one process; the spec's workers, one per NeuronCore,
+    need the NeuronCores). Returns the output prefix it uses."""
+    store = f"file://{home()}/store"
+    job["results_uri"] = results_uri(f"{store}/jobs", name)
+    job["compile_cache"]["uri"] = f"{store}/compile-cache"
+    job["backend"] = "local"
+    if job["spec"]["training"]["runtime"] == "xla":
+        job["workers_per_node"] = 1
+    return f"{store}/jobs"
+
+
 def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
-            extra_tags: dict | None = None, varied: dict | None = None) -> Prepared:
+            extra_tags: dict | None = None, varied: dict | None = None, local: bool = False) -> Prepared:
     """Job file, archive and request for a spec, on its diagnosis (deterministic).
 
     `source` is the spec, or the doctor's diagnosis of it (`doctor.diagnose`): the target, the
@@ -257,15 +271,22 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     a sweep trial's values (`resolved_job`). Findings
     are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too broken to
     build a request for raises, and then with the doctor's located errors.
+
+    `local` (a batch spec run on this machine, `submit --local`): the same request, for the job
+    `names.local_job_name(spec)`, with the archive, results.json and the compile cache in this
+    machine's store (`local_store`); the local backend runs it.
     """
     diagnosis = source if isinstance(source, doctor.Diagnosis) else doctor.diagnose(source)
     spec, target = diagnosis.spec, diagnosis.target
-    name = names.job_name(spec) if job_name is None else job_name
+    name = job_name
+    if name is None:
+        name = names.local_job_name(spec) if local else names.job_name(spec)
     names.check_job_name(name)
     job = resolved_job(spec, name, extra_tags, target, varied)
+    output = local_store(job, name) if local else _output_prefix(spec, job, name)
     archive = sourcedir.build_archive(job)
     digest = sourcedir.archive_sha256(archive)
-    src = source_uri(_output_prefix(spec, job, name), digest)
+    src = source_uri(output, digest)
     try:
         if spec.backend == "batch":
             from orchestrator import batch_request

@@ -36,6 +36,10 @@ supervisor, like SageMaker:
   the hosts' failure files, created/started/ended, pids, the stop signals sent and when) and
   the ledger row up to date.
 
+A batch spec's SubmitJob request (`submit SPEC --local`, `local_batch`) runs the same way
+as one container whose first process is the image's start script running the request's
+bootstrap command, stopped as ECS stops a task (30 s between SIGTERM and SIGKILL).
+
 `status`, `logs` (with follow) and `stop` read and act on that tree; `progress` reads the
 first host's results.json. Submitting a job name that exists already returns
 `Submitted(created=False)` and runs nothing.
@@ -75,6 +79,7 @@ from orchestrator.backends import (
     Progress,
     Submitted,
     UnknownJob,
+    local_batch,
     progress_of,
     record_status,
 )
@@ -195,7 +200,9 @@ class LocalBackend:
             shutil.rmtree(job_dir, ignore_errors=True)  # debris of a submit that died midway
             job_dir.mkdir()
             try:
-                lay_out(prepared, job_dir, ledger=self.ledger.path, python=self.python, now=self.clock())
+                # A batch spec's SubmitJob request (`submit --local`) runs as an ECS task would.
+                layout = local_batch.lay_out if local_batch.is_batch_request(prepared.request) else lay_out
+                layout(prepared, job_dir, ledger=self.ledger.path, python=self.python, now=self.clock())
                 self._start_supervisor(job_dir)
             except (OSError, subprocess.SubprocessError, BackendError) as exc:
                 shutil.rmtree(job_dir, ignore_errors=True)

@@ -145,14 +145,15 @@ def host_environment(root: Path, request: dict, host: str, hosts: list[str], por
     return env
 
 
-def stop_grace_s() -> float:
-    """SageMaker's 120 s, or `STOP_GRACE_ENV` (a positive number of seconds) when set."""
+def stop_grace_s(default: float = STOP_GRACE_S) -> float:
+    """`default` (SageMaker's 120 s; ECS's 30 s for a batch job), or `STOP_GRACE_ENV` (a
+    positive number of seconds) when set."""
     raw = os.environ.get(STOP_GRACE_ENV, "")
     try:
-        value = float(raw) if raw else STOP_GRACE_S
+        value = float(raw) if raw else default
     except ValueError:
         raise InputError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds", hint=f"unset it (default "
-                         f"{STOP_GRACE_S:g}, SageMaker's) or give e.g. {STOP_GRACE_ENV}=20") from None
+                         f"{default:g}, the platform's) or give e.g. {STOP_GRACE_ENV}=20") from None
     if not value > 0:
         raise InputError(f"{STOP_GRACE_ENV}={raw!r} must be above 0", hint=f"e.g. {STOP_GRACE_ENV}=20")
     return value

@@ -123,7 +123,7 @@ class Supervisor:
             self.stop_requested.set()
         state, secondary, reason = "failed", "Failed", None
         try:
-            if not self.stop_requested.is_set():
+            if not self.stop_requested.is_set() and self.plan["channels"]:
                 self.update(secondary="Downloading")
                 self.note("Downloading the source archive and input data")
                 self.download()
@@ -262,6 +262,8 @@ class Supervisor:
 
         if self.stop_requested.is_set():
             return "stopped", "Stopped", None
+        if overtime and self.plan.get("overtime_reason"):
+            return "failed", "Failed", self.plan["overtime_reason"]  # a batch job's attempt timeout
         if overtime:
             return "stopped", "MaxRuntimeExceeded", f"MaxRuntimeExceeded: the job ran longer than {max_run} s"
         if not failed_order:
@@ -305,9 +307,12 @@ class Supervisor:
         return f"AlgorithmError: {host}: the container entrypoint exited with code {procs[host].returncode}"
 
     def upload(self) -> None:
-        """model.tar.gz and output.tar.gz from the first host, as SageMaker uploads them."""
+        """model.tar.gz and output.tar.gz from the first host, as SageMaker uploads them
+        (nothing for a batch job: its plan has no output prefix)."""
         from entrypoints import storage
 
+        if self.plan["output_prefix"] is None:
+            return  # a batch job (local_batch): Batch uploads nothing, launch.py wrote what it keeps
         root = Path(self.plan["host"][self.plan["hosts"][0]]["root"])
         store = storage.open_store(self.plan["output_prefix"])
         with tempfile.TemporaryDirectory(dir=self.job_dir) as tmp:

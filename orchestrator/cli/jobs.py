@@ -150,6 +150,20 @@ def _rerun_name(loaded, backend, dry_run: bool) -> str:
         return reruns.rerun_name(loaded, names)
 
 
+def _check_local(loaded, path: Path, rerun: bool) -> None:
+    """InputError (exit 2) for a `--local` the spec or the other options cannot take."""
+    from orchestrator.errors import InputError
+
+    if rerun:
+        raise InputError("--local and --rerun together: a local run of a spec is one job, <name>-<hash>-local",
+                         hint="drop --rerun (a local job that ended can be removed with rm -r its folder under "
+                              "ORCHESTRATOR_HOME/jobs, then submitted again)")
+    if loaded.backend == "sagemaker":
+        raise InputError(f"{path}: --local runs a backend: batch spec's request on this machine; this spec's backend "
+                         "is sagemaker",
+                         hint="to try a SageMaker spec here, copy it with backend: local (see configs/local-tiny.yaml)")
+
+
 @app.command()
 def submit(
     path: Path = typer.Argument(..., help="Job spec YAML."),
@@ -162,12 +176,17 @@ def submit(
     rerun: bool = typer.Option(False, "--rerun", help="If this spec was submitted before, submit it again as a "
                                "new job <name>-<hash>-rN (the first N free in the ledger and in SageMaker, which "
                                "knows other machines' jobs; a long name is shortened to fit 63 characters)."),
+    local: bool = typer.Option(False, "--local", help="Run a batch spec on this machine first: its exact SubmitJob "
+                               "request, through the image's start script and the bootstrap, against the local "
+                               "store, as job <name>-<hash>-local (the local backend; no AWS call)."),
 ) -> None:
     """Submit a job: doctor and budget checks, then the spec's backend. Prints the job name.
 
     Submitting the same spec again creates nothing: the job name comes from the spec's hash and
     the ledger (and SageMaker) already know it. `--rerun` makes a new job of the same spec;
-    with `--dry-run` it shows the request under the name the real submit would use.
+    with `--dry-run` it shows the request under the name the real submit would use. `--local`
+    runs a `backend: batch` spec's request on this machine (the doctor's checks are the real
+    submit's), beside the real job, never as it.
     """
     import shlex
 
@@ -178,17 +197,28 @@ def submit(
     loaded = spec.load(path)
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
     backend = None
-    if rerun:
-        # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
-        diagnosis.raise_for_errors()
-        backend = backends.create(loaded.backend, region=loaded.region)
-    prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
+    if local:
+        _check_local(loaded, path, rerun)
+        # A batch spec's request, run by the local backend (a local spec needs no flag).
+        backend = backends.create("local")
+        prepared = request.prepare(diagnosis, local=loaded.backend == "batch")
+    else:
+        if rerun:
+            # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
+            diagnosis.raise_for_errors()
+            backend = backends.create(loaded.backend, region=loaded.region)
+        prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
     if dry_run:
         print_plan(loaded, prepared, as_json=False)
         return
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
+    if local and loaded.backend == "batch":
+        err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
+        if prepared.job["workers_per_node"] != prepared.target.workers_per_node:
+            err(f"note: runtime xla runs one process on this machine's CPU (PJRT): the local run trains 1 worker "
+                f"where {loaded.instance.type} runs {prepared.target.workers_per_node}, one per NeuronCore")
     err(prepared.estimate.describe())
     backend = backend or backends.create(loaded.backend, region=loaded.region)
     result = backend.submit(prepared)
@@ -197,7 +227,7 @@ def submit(
     out(result.job_name)
     # `submit SPEC --wait` finds the same job again by its name; a rerun's name is not the spec's.
     follow_again = (f"python -m orchestrator logs -f {result.job_name}" if rerun else
-                    f"python -m orchestrator submit {shlex.quote(str(path))} --wait")
+                    f"python -m orchestrator submit {shlex.quote(str(path))}{' --local' if local else ''} --wait")
     if wait_:
         wait(backend, result.job_name, interval or backend.wait_interval_s, reattach=follow_again)
     else:
