@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from job_waits import wait_for
 
 from entrypoints import storage
 from orchestrator import names, processes, request, spec
@@ -29,18 +30,6 @@ data: {source: synthetic, num_workers: 0}
 compile_cache: {mode: tarball, push_interval_s: 2}
 max_run_minutes: 30
 """
-
-
-def wait_for(condition, timeout: float, what: str, backend=None, job=None):
-    deadline = time.time() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.time() > deadline:
-            log = "\n".join(list(backend.logs(job))[-60:]) if backend else ""
-            raise AssertionError(f"{what}\n{log}")
-        time.sleep(0.5)
 
 
 def stored(uri: str) -> dict | None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from job_waits import wait_for
 
 from entrypoints import bootstrap, contract, storage
 from orchestrator import catalog, request, spec
@@ -57,18 +58,6 @@ def stored(uri: str) -> dict | None:
     prefix, _, name = uri.rpartition("/")
     data = storage.open_store(prefix).get_bytes(name)
     return json.loads(data) if data else None
-
-
-def wait_for(condition, timeout: float, what: str, backend=None, job=None):
-    deadline = time.time() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.time() > deadline:
-            log = "\n".join(list(backend.logs(job))[-60:]) if backend else ""
-            raise AssertionError(f"{what}\n{log}")
-        time.sleep(0.3)
 
 
 def terminal(backend, job: str, timeout: float = 180.0):
