@@ -428,16 +428,18 @@ def test_live_sweep_display_shows_bracketed_text_verbatim():
 
     from orchestrator.cli.sweep import SweepDisplay
 
-    views = [types.SimpleNamespace(trial=types.SimpleNamespace(trial_id=f"t{i}"), job_name=f"[job]-{i}",
+    views = [types.SimpleNamespace(trial=types.SimpleNamespace(trial_id=f"t{i}", backend="[be]"), job_name=f"[job]-{i}",
                                    instance_type="ml.[/x]", state="failed", detail=detail)
              for i, detail in enumerate(BRACKETED_DETAILS)]
-    display = SweepDisplay(types.SimpleNamespace(views=lambda: views))
+    # Trials on two backends: the backend column is shown, verbatim too.
+    display = SweepDisplay(types.SimpleNamespace(views=lambda: views, d=types.SimpleNamespace(backends=("a", "b"))))
     progress = types.SimpleNamespace(counts={"failed": 3}, sweep_id="[b]s", total=3, in_flight=0, elsewhere=0,
                                      waiting_reason="[capacity] backing off", events=["12:00:00 [user] refused"])
     console = Console(file=io.StringIO(), width=300)
     console.print(display.render(progress))
     shown = console.file.getvalue()
-    for text in [*BRACKETED_DETAILS, "[job]-0", "ml.[/x]", "sweep [b]s", "[capacity] backing off", "[user] refused"]:
+    for text in [*BRACKETED_DETAILS, "[job]-0", "ml.[/x]", "[be]", "sweep [b]s", "[capacity] backing off",
+                 "[user] refused"]:
         assert text in shown
 
 
