@@ -530,6 +530,22 @@ def test_validating_a_job_spec_builds_only_the_job_models(tmp_path):
     assert "botocore" in json.loads(first.stdout)  # the first run reads it: the probe does see imports
 
 
+def test_a_section_left_out_is_its_models_validated_defaults():
+    # JobSpec's sections left out are made by `defaults()` without validation (so that validating a
+    # spec builds no second validator for them): each must be exactly what validation makes of {}.
+    from orchestrator.spec import models
+
+    sections = [models.InstanceSpec, models.BatchSpec, models.ImageSpec, models.ModelSpec, models.OptimizerSpec,
+                models.TrainingSpec, models.DataSpec, models.CompileCacheSpec, models.OutputSpec, models.BudgetSpec]
+    for section in sections:
+        made, validated = section.defaults(), section.model_validate({})
+        assert made == validated and made.model_fields_set == validated.model_fields_set == set(), section
+        assert made.model_dump_json() == validated.model_dump_json(), section
+    loaded = spec.loads("name: x\nbackend: local\n")
+    assert loaded.batch == spec.BatchSpec() and loaded.training.optimizer == spec.OptimizerSpec()
+    assert spec.spec_hash(loaded) == spec.spec_hash(spec.JobSpec.model_validate(loaded.model_dump()))
+
+
 def test_a_job_spec_given_as_a_sweep_says_how_to_check_and_run_it(tmp_path):
     with pytest.raises(SpecError) as info:
         spec.loads_sweep(LOCAL, "job.yaml", base_dir=tmp_path)
