@@ -70,3 +70,28 @@ def test_validate_loads_the_spec_side_only(tmp_path):
                 "orchestrator.cli.jobs", "orchestrator.cli.sweep", "orchestrator.cli.results",
                 "orchestrator.cli.cache", "orchestrator.cli.infra", "orchestrator.cli.schedule"}
     assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)
+
+
+def test_a_command_is_built_alone_from_a_module_of_several(monkeypatch):
+    """typer builds every command of the app it is given: `validate` builds its own command, not
+    `schema`'s, `doctor`'s, `plan`'s and `smoke`'s; a group named after its command is built whole."""
+    import typer
+
+    from orchestrator import cli
+
+    built = []
+    get_group = typer.main.get_group
+
+    def recording(app):
+        built.append(sorted(cli._command_name(info) for info in app.registered_commands))
+        return get_group(app)
+
+    monkeypatch.setattr(typer.main, "get_group", recording)
+    command = cli._load("validate")
+    assert command.name == "validate" and built == [["validate"]]
+    assert [p.name for p in command.params] == ["path"]
+    built.clear()
+    assert cli._load("status").name == "status" and built == [["status"]]
+    built.clear()
+    group = cli._load("sweep")
+    assert group.name == "sweep" and len(built) == 1 and {"run", "plan", "status"} <= set(built[0])

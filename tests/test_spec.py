@@ -530,6 +530,44 @@ def test_validating_a_job_spec_builds_only_the_job_models(tmp_path):
     assert "botocore" in json.loads(first.stdout)  # the first run reads it: the probe does see imports
 
 
+def test_a_section_left_out_is_its_models_validated_defaults():
+    # JobSpec's sections left out are made by `defaults()` without validation (so that validating a
+    # spec builds no second validator for them): each must be exactly what validation makes of {}.
+    from orchestrator.spec import models
+
+    sections = [models.InstanceSpec, models.BatchSpec, models.ImageSpec, models.ModelSpec, models.OptimizerSpec,
+                models.TrainingSpec, models.DataSpec, models.CompileCacheSpec, models.OutputSpec, models.BudgetSpec]
+    for section in sections:
+        made, validated = section.defaults(), section.model_validate({})
+        assert made == validated and made.model_fields_set == validated.model_fields_set == set(), section
+        assert made.model_dump_json() == validated.model_dump_json(), section
+    loaded = spec.loads("name: x\nbackend: local\n")
+    assert loaded.batch == spec.BatchSpec() and loaded.training.optimizer == spec.OptimizerSpec()
+    assert spec.spec_hash(loaded) == spec.spec_hash(spec.JobSpec.model_validate(loaded.model_dump()))
+
+
+def test_validate_builds_one_validator_and_only_its_backends_rules(tmp_path):
+    # `validate` of a SageMaker spec that leaves sections out builds JobSpec's validator only (not one
+    # per section left out), loads no batch rules, and no shlex (a hint about a file not UTF-8 needs it).
+    probe = ("import json, sys; from orchestrator import doctor, spec; from orchestrator.spec import models; "
+             "loaded = spec.load(sys.argv[1]); doctor.raise_for(loaded, doctor.check(loaded)); "
+             "built = sorted(n for n, c in vars(models).items() if isinstance(c, type) and "
+             "issubclass(c, models.StrictModel) and c.__pydantic_complete__); "
+             "print(json.dumps({'built': built, 'modules': sorted(sys.modules)}))")
+    path = tmp_path / "job.yaml"
+    path.write_text("name: sections-left-out\nrole_arn: arn:aws:iam::123456789012:role/r\n"
+                    "compile_cache: {mode: \"off\"}\noutput: {uri: s3://my-bucket/jobs}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ORCHESTRATOR_HOME": str(tmp_path / "home")}
+    for _ in range(2):  # the first run reads botocore (which imports shlex) into the catalog's cache
+        run = subprocess.run([sys.executable, "-c", probe, str(path)], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["built"] == ["JobSpec"]
+    assert "orchestrator.doctor" in report["modules"]
+    assert not {"orchestrator.doctor.batch", "shlex"} & set(report["modules"])
+
+
 def test_a_job_spec_given_as_a_sweep_says_how_to_check_and_run_it(tmp_path):
     with pytest.raises(SpecError) as info:
         spec.loads_sweep(LOCAL, "job.yaml", base_dir=tmp_path)

@@ -30,11 +30,21 @@ COMMANDS = {
 
 
 def _load(name: str):
-    """The click command `name`, from its module (imported now)."""
+    """The click command `name`, from its module (imported now): the module's group when its
+    `app` is named after the command, else that one command, built alone (typer builds every
+    command of the app it is given: `validate` would build `plan`'s and `smoke`'s too)."""
     module = importlib.import_module(f"orchestrator.cli.{COMMANDS[name]}")
     reflow_help(module.app)
-    group = typer.main.get_group(module.app)
-    return group if module.app.info.name == name else group.commands[name]
+    if module.app.info.name == name:
+        return typer.main.get_group(module.app)
+    alone = typer.Typer()
+    alone.registered_commands = [info for info in module.app.registered_commands if _command_name(info) == name]
+    return typer.main.get_group(alone).commands[name]
+
+
+def _command_name(info) -> str:
+    """The name typer gives a registered command: its own, else its function's, dashed."""
+    return info.name or info.callback.__name__.lower().replace("_", "-")
 
 
 class _Commands(dict):

@@ -85,7 +85,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog, cost
-from orchestrator.doctor import batch, budget, environment, image, instance, model, precompile, warm_pool
+from orchestrator.doctor import budget, environment, image, instance, model, precompile, warm_pool
 from orchestrator.doctor.finding import ORDER, Finding, Severity
 from orchestrator.errors import Problem, SpecError
 
@@ -140,6 +140,8 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) ->
         findings += instance.workers(spec, target)
         findings += instance.volume(spec, target)
     if spec.backend == "batch":
+        from orchestrator.doctor import batch  # its rules only: the other backends' checks do not load it
+
         rules = batch.check(spec, target)
         findings += rules
         findings += image.image_and_region(spec)

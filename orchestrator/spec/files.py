@@ -8,7 +8,6 @@ from __future__ import annotations
 import difflib
 import errno
 import os
-import shlex
 import stat
 from pathlib import Path
 
@@ -114,6 +113,8 @@ def read_text(path: Path) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        import shlex  # for this hint only: not on the path of a file that reads
+
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise Unreadable(f"is not UTF-8 text (byte {exc.start}): byte 0x{raw[exc.start]:02x} at line {line}, "

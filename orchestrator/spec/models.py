@@ -13,16 +13,14 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
 
 from orchestrator.spec.source import SourceMap, split_path
 
@@ -86,12 +84,29 @@ def _bucket_checked(value: str | None) -> str | None:
     return value
 
 
+class _Check:
+    """Annotated metadata running `function` (value -> value) before or after the field's own
+    validation: the core schema pydantic's BeforeValidator and AfterValidator build, through
+    pydantic's public hook for custom types. Those inspect the function's signature again at
+    every field that uses them (about 30 here), on each command's first validation."""
+
+    def __init__(self, function, mode: Literal["before", "after"]):
+        self.function = function
+        self.mode = mode
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        if self.mode == "before":
+            return core_schema.no_info_before_validator_function(self.function, handler(source))
+        return core_schema.no_info_after_validator_function(self.function, handler(source))
+
+
+_NOT_BOOL = _Check(_not_bool, "before")
 # The number types of every spec field: a boolean is refused (NaN and infinity are refused by
 # the models' allow_inf_nan=False).
-Int = Annotated[int, BeforeValidator(_not_bool)]
+Int = Annotated[int, _NOT_BOOL]
 # A URI field's text (its pattern is on the field): also refused when its S3 bucket has '..'.
-UriText = Annotated[str, AfterValidator(_bucket_checked)]
-Float = Annotated[float, BeforeValidator(_not_bool)]
+UriText = Annotated[str, _Check(_bucket_checked, "after")]
+Float = Annotated[float, _NOT_BOOL]
 
 # What a sagemaker spec needs; said by JobSpec's cross-field check and, for fields left out
 # altogether, by `problems.sagemaker_fields_absent`.
@@ -109,6 +124,14 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False,
                               defer_build=True)
+
+    @classmethod
+    def defaults(cls):
+        """The model with every field at its default: a section the spec leaves out. Made
+        without validation (`model_construct`), so that a command builds the validator of the
+        model it validates and not, besides, that of each section left out. The defaults are
+        constants; a test holds that each section's equals what validating {} gives."""
+        return cls.model_construct()
 
 
 class InstanceSpec(StrictModel):
@@ -135,7 +158,7 @@ class InstanceSpec(StrictModel):
         description="EBS volume per instance, GB. Ignored on instance types with NVMe instance "
         "storage (trn1, trn1n, trn2): SageMaker uses the instance storage instead.",
     )
-    lnc: Annotated[Literal[1, 2], BeforeValidator(_not_bool)] | None = Field(
+    lnc: Annotated[Literal[1, 2], _NOT_BOOL] | None = Field(
         None,
         description="Logical NeuronCore config: 2 groups two physical cores (trn2 default), "
         "1 exposes each core. trn1 supports only 1.",
@@ -224,7 +247,7 @@ class TrainingSpec(StrictModel):
     precision: Literal["bf16", "fp32", "fp16"] = Field(
         "bf16", description="bf16 (autocast), fp32; fp16 is refused on Neuron by the doctor."
     )
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec, description="Optimizer.")
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec.defaults, description="Optimizer.")
     seed: Int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
     checkpoint_every: Int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
     log_every: Int = Field(10, ge=1, description="Log a metrics line every N steps.")
@@ -344,19 +367,19 @@ class JobSpec(StrictModel):
         description="Path (relative to this spec) of an outputs file from `python -m orchestrator infra "
         "outputs --write`; fills role_arn and the URIs the spec leaves out.",
     )
-    instance: InstanceSpec = Field(default_factory=InstanceSpec, description="Compute.")
-    batch: BatchSpec = Field(default_factory=BatchSpec, description="AWS Batch queue and job definition (batch backend).")
-    image: ImageSpec = Field(default_factory=ImageSpec, description="Training image.")
-    model: ModelSpec = Field(default_factory=ModelSpec, description="The ViT.")
-    training: TrainingSpec = Field(default_factory=TrainingSpec, description="The loop.")
-    data: DataSpec = Field(default_factory=DataSpec, description="Input data.")
-    compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec, description="Compile cache.")
-    output: OutputSpec = Field(default_factory=OutputSpec, description="Outputs.")
+    instance: InstanceSpec = Field(default_factory=InstanceSpec.defaults, description="Compute.")
+    batch: BatchSpec = Field(default_factory=BatchSpec.defaults, description="AWS Batch queue and job definition (batch backend).")
+    image: ImageSpec = Field(default_factory=ImageSpec.defaults, description="Training image.")
+    model: ModelSpec = Field(default_factory=ModelSpec.defaults, description="The ViT.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec.defaults, description="The loop.")
+    data: DataSpec = Field(default_factory=DataSpec.defaults, description="Input data.")
+    compile_cache: CompileCacheSpec = Field(default_factory=CompileCacheSpec.defaults, description="Compile cache.")
+    output: OutputSpec = Field(default_factory=OutputSpec.defaults, description="Outputs.")
     max_run_minutes: Int = Field(120, ge=1, le=40320, description="Stopping condition, minutes.")
     max_retry_attempts: Int = Field(
         0, ge=0, le=30, description="SageMaker RetryStrategy: retries on internal errors; 0 = off."
     )
-    budget: BudgetSpec = Field(default_factory=BudgetSpec, description="Cost guard.")
+    budget: BudgetSpec = Field(default_factory=BudgetSpec.defaults, description="Cost guard.")
     tags: dict[str, str] = Field(default_factory=dict, description="Tags on the job (at most 40).")
     environment: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the training container."
@@ -381,7 +404,7 @@ class JobSpec(StrictModel):
                 found.append(("compile_cache.uri", NEEDS_CACHE.replace("sagemaker", self.backend)))
             if self.data.source.startswith("file://"):
                 found.append(("data.source", f"a {self.backend} job cannot read file:// data; use s3://"))
-        if self.backend != "batch" and self.batch != BatchSpec():
+        if self.backend != "batch" and self.batch != BatchSpec.defaults():
             found.append(("batch", f"batch: is for backend: batch; the {self.backend} backend would ignore it"))
         if len(self.tags) > 40:
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
