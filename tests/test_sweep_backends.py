@@ -359,6 +359,20 @@ def test_in_a_sweep_across_backends_each_trial_fails_over_within_its_backend(tmp
     assert any("failing over to inf2.xlarge" in p.message for p in problems)
 
 
+def test_another_backends_failover_type_is_skipped_even_when_it_also_breaks_the_budget(tmp_path):
+    """QA: the batch trial's budget also refuses ml.trn1n.32xlarge (N016 besides N040); the
+    type is still SageMaker's, not this trial's, so it is skipped, not a refusal."""
+    text = (VARIANTS.replace("instance.type: ml.trn1.2xlarge}", "instance.type: ml.trn1.2xlarge, budget.max_cost_usd: 1000}")
+            .replace("data.num_workers: 1}", "data.num_workers: 1, budget.max_cost_usd: 5}")
+            + "failover: {instance.type: [ml.trn1n.32xlarge, inf2.8xlarge]}\n")
+    planned = sweeps.plan(load(tmp_path, text))
+    chains = {t.trial.spec.backend: t.chain for t in planned.trials}
+    assert chains == {"sagemaker": ("ml.trn1.2xlarge", "ml.trn1n.32xlarge"), "batch": ("inf2.xlarge", "inf2.8xlarge")}
+    # A failover type of the trial's own backend that breaks its budget is still refused.
+    text = text.replace("budget.max_cost_usd: 5}", "budget.max_cost_usd: 2}")
+    assert any("failing over to inf2.8xlarge" in p.message and "N016" in p.message for p in problems_of(tmp_path, text))
+
+
 def test_the_router_poll_interval_needs_no_backend_made():
     router = sweeps.Router.create(["sagemaker", "batch"], region="us-east-1", ledger=None)
     assert router.sweep_poll_s == 30.0 and router._made == {}

@@ -117,6 +117,13 @@ def diagnose(spec: JobSpec) -> Diagnosis:
     return Diagnosis(spec, target, estimate, _findings(spec, target, estimate))
 
 
+# The rules that refuse an instance type because the spec's backend does not run it (SageMaker
+# training; Trainium on SageMaker, as its image needs; AWS Batch's Inferentia2 queues): in a
+# sweep across backends, another backend's type (or no backend's).
+NOT_THE_BACKENDS_TYPE = frozenset({"N001-instance-not-trainable", "N025-neuron-image-off-trainium",
+                                   "N040-batch-instance-type"})
+
+
 def check(spec: JobSpec) -> list[Finding]:
     """All findings for `spec`, errors first (`diagnose(spec).findings`)."""
     return diagnose(spec).findings

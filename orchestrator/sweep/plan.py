@@ -163,8 +163,9 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
             # One diagnosis per variant: its target, cost and findings are derived once.
             variant = doctor.diagnose(with_overrides(trial.spec, {"instance.type": fallback}))
             refused = doctor.errors(variant.findings)
-            if mixed and refused and all(f.path == "instance.type" for f in refused):
-                # In a sweep across backends, a failover type another backend runs is not this trial's.
+            if mixed and any(f.rule in doctor.NOT_THE_BACKENDS_TYPE for f in refused):
+                # In a sweep across backends, a failover type another backend runs is not this
+                # trial's, whatever else (its budget) the doctor says of it.
                 continue
             fits.add(fallback)
             kept.append(fallback)
