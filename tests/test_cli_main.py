@@ -55,7 +55,8 @@ def test_validate_loads_the_spec_side_only(tmp_path):
         "from orchestrator import cli\n"
         "sys.argv = ['orchestrator', 'validate', sys.argv[1]]\n"
         "try:\n    cli.main()\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
-        "mods = sorted(m for m in sys.modules if m.startswith(('orchestrator', 'entrypoints')))\n"
+        "mods = sorted(m for m in sys.modules if m.startswith(('orchestrator', 'entrypoints', 'typer', 'click', "
+        "'rich')))\n"
         "print(json.dumps({'code': code, 'modules': mods}), file=sys.stderr)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(root), ORCHESTRATOR_HOME=str(tmp_path))
@@ -64,8 +65,9 @@ def test_validate_loads_the_spec_side_only(tmp_path):
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, done.stderr
     loaded = set(report["modules"])
-    assert "orchestrator.cli.specs" in loaded
-    unwanted = {"orchestrator.results", "orchestrator.results.read", "entrypoints.results_schema",
+    # The plain `validate PATH` runs without typer (cli.quick): no CLI framework, no command module.
+    assert "orchestrator.cli.quick" in loaded
+    unwanted = {"typer", "click", "rich", "orchestrator.cli.root", "orchestrator.cli.specs","orchestrator.results", "orchestrator.results.read", "entrypoints.results_schema",
                 "entrypoints.storage", "orchestrator.sweep", "orchestrator.backends", "orchestrator.ledger",
                 "orchestrator.cli.jobs", "orchestrator.cli.sweep", "orchestrator.cli.results",
                 "orchestrator.cli.cache", "orchestrator.cli.infra", "orchestrator.cli.schedule"}
@@ -77,7 +79,7 @@ def test_a_command_is_built_alone_from_a_module_of_several(monkeypatch):
     `schema`'s, `doctor`'s, `plan`'s and `smoke`'s; a group named after its command is built whole."""
     import typer
 
-    from orchestrator import cli
+    from orchestrator.cli import root as cli
 
     built = []
     get_group = typer.main.get_group
@@ -95,3 +97,49 @@ def test_a_command_is_built_alone_from_a_module_of_several(monkeypatch):
     built.clear()
     group = cli._load("sweep")
     assert group.name == "sweep" and len(built) == 1 and {"run", "plan", "status"} <= set(built[0])
+
+
+VALIDATE_CASES = {
+    "ok": "name: ok\nrole_arn: arn:aws:iam::123456789012:role/r\ncompile_cache: {mode: \"off\"}\n"
+          "output: {uri: s3://my-bucket/jobs}\n",
+    "warning": "name: warn\nbackend: batch\ninstance: {type: inf2.xlarge}\ntraining: {runtime: native}\n"
+               "compile_cache: {mode: \"off\"}\noutput: {uri: s3://my-bucket/jobs}\n",
+    "unknown-field": "name: x\nbogus: 1\n",
+    "doctor-error": "name: two\nbackend: batch\ninstance: {type: inf2.xlarge, count: 2}\n"
+                    "output: {uri: s3://my-bucket/jobs}\n",
+    "not-yaml": "name: [unclosed\n",
+}
+
+
+@pytest.mark.parametrize("case", [*VALIDATE_CASES, "missing", "folder", "not-utf8"])
+def test_the_plain_validate_path_prints_and_exits_as_typers_does(monkeypatch, capsys, tmp_path, case):
+    """`validate PATH` runs without typer (cli.quick); `validate -- PATH` is the same command
+    parsed by typer. Both print the same lines and exit with the same code, for a good spec, a
+    warning, each kind of bad input and a bad path."""
+    from orchestrator.cli import quick
+
+    path = tmp_path / "job.yaml"
+    if case in VALIDATE_CASES:
+        path.write_text(VALIDATE_CASES[case])
+    elif case == "folder":
+        path.mkdir()
+    elif case == "not-utf8":
+        path.write_bytes(b"name: caf\xe9\n")
+    assert quick.command(["validate", str(path)]) is not None and quick.command(["validate", "--", str(path)]) is None
+    fast = run_cli(monkeypatch, capsys, "validate", str(path))
+    typed = run_cli(monkeypatch, capsys, "validate", "--", str(path))
+    assert fast == typed
+    code, stdout, stderr = fast
+    assert code == (0 if case in ("ok", "warning") else 2)
+    assert (stdout.startswith(f"{path}: ok") if code == 0 else stderr.startswith("error: "))
+    if case == "warning":
+        assert "warning: N046" in stderr
+
+
+def test_only_the_plain_form_takes_the_fast_path():
+    from orchestrator.cli import quick
+
+    assert quick.command(["validate", "job.yaml"]) is not None
+    for argv in (["validate"], ["validate", "--help"], ["validate", "a.yaml", "b.yaml"], ["--debug", "validate", "a"],
+                 ["doctor", "job.yaml"], ["validate", "-x"], []):
+        assert quick.command(argv) is None, argv

@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import inspect
 import re
-
-import typer
+import sys
 
 
 def out(text: str = "") -> None:
-    typer.echo(text)
+    _echo(sys.stdout, text)
 
 
 def err(text: str) -> None:
-    typer.echo(text, err=True)
+    _echo(sys.stderr, text)
+
+
+def _echo(stream, text: str) -> None:
+    # What typer.echo (click.echo) does with text: the line, then a flush; written here so that
+    # printing needs no click, which `validate`'s fast path never imports (`cli.quick`). The
+    # stream is looked up at each call (CliRunner swaps sys.stdout).
+    stream.write(f"{text}\n")
+    stream.flush()
 
 
 def plain(value):
@@ -77,7 +84,7 @@ def reflowed(doc: str) -> str:
     return "\n\n".join(paragraphs)
 
 
-def reflow_help(app: typer.Typer) -> None:
+def reflow_help(app) -> None:
     """Give each of `app`'s commands its docstring, reflowed, as help."""
     for info in app.registered_commands:
         if info.help is None and info.callback is not None and info.callback.__doc__:

@@ -1,5 +1,6 @@
 """Commands on one job spec: schema, validate, doctor, plan, smoke. None calls AWS; validate
-is on the fast path (it imports only the spec and its rules)."""
+is on the fast path (its work, `quick.check_spec`, imports only the spec and its rules, and
+the plain `validate PATH` runs it without typer)."""
 
 from __future__ import annotations
 
@@ -24,16 +25,9 @@ def schema() -> None:
 @app.command()
 def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
     """Check a job spec: fields, types, cross-field and Neuron rules. Exit 2 with locations if wrong."""
-    from orchestrator import doctor as doctor_rules
-    from orchestrator import spec
+    from orchestrator.cli.quick import check_spec
 
-    loaded = spec.load(path)
-    findings = doctor_rules.check(loaded)
-    for finding in findings:
-        if finding.severity != "error":
-            err(finding_text(loaded, finding))
-    doctor_rules.raise_for(loaded, findings)
-    out(f"{path}: ok ({loaded.name}, {loaded.backend}, {loaded.instance.type} x{loaded.instance.count})")
+    check_spec(path)
 
 
 @app.command()
