@@ -317,3 +317,50 @@ def test_the_cli_refuses_a_missing_queue_with_exit_2(clients, tmp_path, monkeypa
     path.write_text(BATCH.replace("instance: {type: inf2.xlarge}", "instance: {type: inf2.48xlarge}"))
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(path))
     assert code == 2 and "orchestrator-inf2-48xlarge" in err and "infra deploy" in err
+
+
+def test_a_missing_job_definition_is_an_input_error_before_anything_is_sent(clients, backend):
+    """QA: SubmitJob's ClientException for a missing job definition read as a backend failure
+    (exit 1); it is bad input naming infra deploy, checked before the upload and SubmitJob."""
+    calls = Calls(clients["batch"], clients["s3"])
+    prepared = _prepared(**{"batch.job_definition": "orchestrator-neuron-9chip"})
+    with pytest.raises(InputError) as info:
+        backend.submit(prepared)
+    assert "no active AWS Batch job definition 'orchestrator-neuron-9chip'" in info.value.message
+    assert "infra deploy" in info.value.hint
+    assert not calls.named("SubmitJob") and not calls.named("PutObject")
+    assert backend.ledger.get(prepared.job_name).state == "planned"
+
+
+def test_status_of_a_job_refused_for_a_missing_queue_says_what_the_ledger_recorded(clients, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """QA: the queue named in the ledger does not exist, so ListJobs failed with a
+    ClientException (exit 1); the queue holds no job, and status says the submit never created it."""
+    from cli_harness import run_cli
+
+    path = tmp_path / "job.yaml"
+    path.write_text(BATCH.replace("instance: {type: inf2.xlarge}", "instance: {type: inf2.48xlarge}"))
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 2
+    name = _prepared(**{"instance.type": "inf2.48xlarge"}).job_name
+    code, out, err = run_cli(monkeypatch, capsys, "status", name)
+    assert code == 2 and "planned (never created: no AWS Batch job queue" in err, err
+    assert BatchBackend(clients["batch"], clients["s3"], clients["logs"], ledger=Ledger()).job_names("batch-be") == []
+
+
+def test_status_from_another_machine_finds_a_batch_job(clients, tmp_path, monkeypatch, capsys):
+    """QA: with a fresh ORCHESTRATOR_HOME, a name the ledger does not know was looked for in
+    SageMaker only; AWS Batch in the same region is asked next."""
+    from cli_harness import run_cli
+
+    path = tmp_path / "job.yaml"
+    path.write_text(BATCH)
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(path))
+    assert code == 0, err
+    name = out.strip().splitlines()[-1]
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(tmp_path / "another-machine"))
+    code, out, err = run_cli(monkeypatch, capsys, "status", name)
+    assert code == 0, err
+    assert name in out and "inf2.xlarge" in out
+    code, out, err = run_cli(monkeypatch, capsys, "status", "batch-be-nope")
+    assert code == 2 and "SageMaker or AWS Batch" in err

@@ -242,14 +242,18 @@ def test_logs_prints_every_host_merged(aws, prepared, monkeypatch, capsys):
 
 
 def _stub_in_progress(stub, job: str) -> None:
-    """A DescribeTrainingJob (and its ListTags) answer for a job that is training."""
+    """The answers for a job that is training and not in the ledger: DescribeTrainingJob for
+    the CLI's question whether SageMaker has it (else AWS Batch is asked), then
+    DescribeTrainingJob and ListTags for the command's status."""
     arn = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{job}"
-    stub.add_response("describe_training_job", {
+    described = {
         "TrainingJobName": job, "TrainingJobArn": arn, "TrainingJobStatus": "InProgress",
         "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
         "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "ModelArtifacts": {"S3ModelArtifacts": ""},
-        "CreationTime": 0}, {"TrainingJobName": job})
+        "CreationTime": 0}
+    stub.add_response("describe_training_job", described, {"TrainingJobName": job})
+    stub.add_response("describe_training_job", described, {"TrainingJobName": job})
     stub.add_response("list_tags", {"Tags": []}, {"ResourceArn": arn})
 
 
@@ -304,7 +308,7 @@ def test_a_mistyped_job_name_with_credentials_says_where_it_looked(aws, no_stop,
                                                                    command):
     hint = where_it_looked(monkeypatch, capsys, command, "no-such-job", orch_home,
                            f"and no SageMaker training job named no-such-job in {REGION}")
-    assert hint.endswith("if it is a SageMaker job in another region, pass --region")
+    assert hint.endswith("if it is a SageMaker or AWS Batch job in another region, pass --region")
 
 
 def where_it_looked(monkeypatch, capsys, command: str, job: str, home, sagemaker: str) -> str:

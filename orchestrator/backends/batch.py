@@ -99,6 +99,7 @@ class BatchBackend(CloudBackend):
         try:
             # A queue that is not there or not usable holds no earlier job of ours either.
             self.check_queue(req["jobQueue"])
+            self.check_job_definition(req["jobDefinition"])
             existing = self._find(name, req["jobQueue"])
             if existing is not None:
                 return self._adopt(existing, prepared)
@@ -154,6 +155,17 @@ class BatchBackend(CloudBackend):
                                  f"{env.get('state')}, {env.get('status')}: {env.get('statusReason') or 'no reason given'}",
                                  hint=DEPLOY_HINT)
 
+    def check_job_definition(self, definition: str) -> None:
+        """InputError (exit 2) naming `infra deploy` unless the job definition (a name, a
+        name:revision or an ARN) has an ACTIVE revision: SubmitJob would refuse it with a
+        ClientException, which reads as a backend failure."""
+        args = ({"jobDefinitions": [definition]} if ":" in definition
+                else {"jobDefinitionName": definition, "status": "ACTIVE"})
+        with self._aws("DescribeJobDefinitions"):
+            found = self.batch.describe_job_definitions(**args).get("jobDefinitions", [])
+        if not any(d.get("status", "ACTIVE") == "ACTIVE" for d in found):
+            raise InputError(f"no active AWS Batch job definition {definition!r} in {self.region}", hint=DEPLOY_HINT)
+
     # --- finding a job ----------------------------------------------------------------------
 
     def _queues_of(self, job_name: str) -> list[str]:
@@ -177,13 +189,30 @@ class BatchBackend(CloudBackend):
                 return queues
             args["nextToken"] = page["nextToken"]
 
+    def _list_jobs(self, args: dict, job_name: str | None = None) -> dict:
+        """One ListJobs page; an empty one when the queue does not exist (a submit refused for
+        a missing queue left its name in the ledger; the stack was deleted): it holds no job.
+        Whether it exists is asked (DescribeJobQueues), not read from the error's wording."""
+        from botocore.exceptions import ClientError
+
+        with self._aws("ListJobs", job_name=job_name):
+            try:
+                return self.batch.list_jobs(**args)
+            except ClientError as exc:
+                if code_of(exc) != "ClientException" or self._queue_exists(args["jobQueue"]):
+                    raise
+        return {}
+
+    def _queue_exists(self, queue: str) -> bool:
+        with self._aws("DescribeJobQueues"):
+            return bool(self.batch.describe_job_queues(jobQueues=[queue]).get("jobQueues"))
+
     def _find(self, job_name: str, queue: str) -> dict | None:
         """DescribeJobs of the newest job of this name in `queue` with the orchestrator's job tag."""
         ids: list[str] = []
         args: dict = {"jobQueue": queue, "filters": [{"name": "JOB_NAME", "values": [job_name]}]}
         while True:
-            with self._aws("ListJobs", job_name=job_name):
-                page = self.batch.list_jobs(**args)
+            page = self._list_jobs(args, job_name)
             ids += [j["jobId"] for j in page.get("jobSummaryList", []) if j.get("jobName") == job_name]
             if not page.get("nextToken"):
                 break
@@ -223,8 +252,7 @@ class BatchBackend(CloudBackend):
             for state in (_ACTIVE if in_flight else (*_ACTIVE, "SUCCEEDED", "FAILED")):
                 args: dict = {"jobQueue": queue, "jobStatus": state}
                 while True:
-                    with self._aws("ListJobs"):
-                        page = self.batch.list_jobs(**args)
+                    page = self._list_jobs(args)
                     names += [j["jobName"] for j in page.get("jobSummaryList", []) if containing in j["jobName"]]
                     if not page.get("nextToken"):
                         break

@@ -40,6 +40,8 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
     ledger = Ledger(read_only=read_only)
     found = backends.locate(job, region=region, ledger=ledger)
     backend, entry = found.backend, found.entry
+    if found.guessed:
+        backend = _cloud_holding(job, backend, ledger)
     if entry is not None and region and region != backend.region:
         err(f"note: --region {region} ignored: the ledger ({ledger.path}) records {job} on {backend.place}")
     jobs = home() / "jobs"
@@ -54,7 +56,8 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
             if not found.guessed:
                 raise
             raise InputError(f"no job {job}: {nowhere}, and {exc.message}",
-                             hint=f"{check}; if it is a SageMaker job in another region, pass --region") from exc
+                             hint=f"{check}; if it is a SageMaker or AWS Batch job in another region, pass --region"
+                             ) from exc
         raise InputError(f"{exc.message}; the ledger records {job} ({entry.backend}, {entry.region}) as "
                          f"{ledger_state(entry)}", hint=_ledger_hint(entry, exc)) from exc
     except BackendError as exc:
@@ -71,6 +74,32 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
             f"no job {job}: {nowhere}, and {backend.place} could not be asked: {exc.message}",
             hint=f"{check}; if it is a SageMaker job, "
                  + (exc.hint or "configure AWS credentials (aws configure, AWS_PROFILE)")) from exc
+
+
+def _cloud_holding(job: str, default, ledger):
+    """For a name neither the ledger nor this machine knows (a job submitted from another
+    machine): the default cloud backend when it has the job, else another cloud backend in the
+    same region that has it (an AWS Batch job), else the default, whose answer the caller
+    reports. A backend that cannot be asked is passed over here (the default is asked again,
+    and its failure reported, by the caller)."""
+    from orchestrator import backends
+    from orchestrator.errors import OrchestratorError
+
+    try:
+        if default.exists(job):
+            return default
+    except OrchestratorError:
+        return default
+    for name in backends.names():
+        if name == default.name or not backends.backend_class(name).cloud:
+            continue
+        try:
+            other = backends.create(name, region=default.region, ledger=ledger)
+            if other.exists(job):
+                return other
+        except OrchestratorError:
+            continue
+    return default
 
 
 def note_read_only(ledger) -> None:
