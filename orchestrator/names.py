@@ -108,12 +108,13 @@ def rerun_job_name(spec, n: int) -> str:
     return name
 
 
-def local_job_name(spec) -> str:
+def local_job_name(spec, rerun: int = 0) -> str:
     """`<name>-<8 hex>-local`: a spec run on this machine first (`submit --local`), beside the
-    real job's name, never it. The spec's name is shortened to fit; the hash stays whole."""
+    real job's name, never it; its rerun `n` (`submit --local --rerun`) is `...-local-r<n>`.
+    The spec's name is shortened to fit; the hash stays whole."""
     from orchestrator.spec import spec_hash
 
-    tail = f"-{spec_hash(spec)[:8]}-local"
+    tail = f"-{spec_hash(spec)[:8]}-local" + (f"-r{rerun}" if rerun else "")
     name = f"{spec.name[:MAX_JOB_NAME - len(tail)].rstrip('-')}{tail}"
     check_job_name(name)
     return name

@@ -17,24 +17,26 @@ from orchestrator import names
 from orchestrator.spec import JobSpec, spec_hash
 
 
-def first_free(spec: JobSpec, taken: Callable[[str], bool]) -> str:
-    """The plain job name of `spec` if not `taken`, else the first free rerun name."""
-    name, n = names.job_name(spec), 0
+def first_free(spec: JobSpec, taken: Callable[[str], bool], *, local: bool = False) -> str:
+    """The plain job name of `spec` if not `taken`, else the first free rerun name; with
+    `local`, of its run on this machine (`names.local_job_name`)."""
+    name, n = (names.local_job_name(spec) if local else names.job_name(spec)), 0
     while taken(name):
         n += 1
-        name = names.rerun_job_name(spec, n)
+        name = names.local_job_name(spec, n) if local else names.rerun_job_name(spec, n)
     return name
 
 
-def rerun_name(spec: JobSpec, ledger_names: set[str], backend=None) -> str:
-    """The name `submit --rerun` uses for `spec`: free in `ledger_names` and, when `backend` is
-    given, in the backend too (see the module docstring). Raises the backend's errors
-    (BackendError when it cannot be asked)."""
+def rerun_name(spec: JobSpec, ledger_names: set[str], backend=None, *, local: bool = False) -> str:
+    """The name `submit --rerun` uses for `spec` (with `local`, `submit --local --rerun`: the
+    local backend's run of a batch spec): free in `ledger_names` and, when `backend` is given,
+    in the backend too (see the module docstring). Raises the backend's errors (BackendError
+    when it cannot be asked)."""
     if backend is None:
-        return first_free(spec, ledger_names.__contains__)
+        return first_free(spec, ledger_names.__contains__, local=local)
     listed = set(backend.job_names(spec_hash(spec)[:8]))
 
     def taken(name: str) -> bool:
         return name in ledger_names or name in listed or backend.exists(name)
 
-    return first_free(spec, taken)
+    return first_free(spec, taken, local=local)

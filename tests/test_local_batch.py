@@ -220,10 +220,8 @@ def test_bad_input_with_local_exits_2_and_starts_nothing(orch_home, tmp_path, mo
     for rule, path in cases.items():
         code, out, err = run_cli(monkeypatch, capsys, "submit", str(path), "--local")
         assert code == 2 and rule in err and out == "", err
-    code, _, err = run_cli(monkeypatch, capsys, "submit", str(write_spec(tmp_path)), "--local", "--rerun")
-    assert code == 2 and "--local and --rerun" in err
     sagemaker = tmp_path / "sm.yaml"
-    sagemaker.write_text((tmp_path / "lb.yaml").read_text().replace("backend: batch", "backend: sagemaker")
+    sagemaker.write_text(write_spec(tmp_path).read_text().replace("backend: batch", "backend: sagemaker")
                          .replace("inf2.xlarge", "ml.trn1.2xlarge")
                          .replace("batch: {stack: orchestrator}", "role_arn: arn:aws:iam::123456789012:role/r"))
     code, _, err = run_cli(monkeypatch, capsys, "submit", str(sagemaker), "--local")
@@ -314,3 +312,22 @@ def test_a_local_batch_job_stopped_mid_training_pushes_its_cache_and_says_stoppe
     assert final["cache"]["pushes"] >= 1 and final["cache"]["new_entries"] == len(entries)
     code, out, _ = run_cli(monkeypatch, capsys, "status", prepared.job_name)
     assert code == 0 and "status    stopped" in out
+
+
+def test_local_rerun_takes_the_next_free_local_name(tmp_path, orch_home, monkeypatch, capsys):
+    """QA: `--local --rerun` was refused, and its hint (remove the job folder) left the ledger
+    row, so the spec could not run here again. A rerun of a local run is `<name>-<hash>-local-r<n>`,
+    free in this machine's ledger and jobs folder; the real job's names are untouched."""
+    from cli_harness import run_cli
+
+    from orchestrator import names
+
+    path = write_spec(tmp_path)
+    loaded = spec.load(path)
+    first = names.local_job_name(loaded)
+    code, out, _ = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--rerun", "--dry-run")
+    assert code == 0 and f'"jobName": "{first}"' in out  # nothing ran here yet: the plain local name
+    Ledger().record_intent(first, backend="local", region="local", spec_hash="0" * 64, request={}, state="completed")
+    code, out, _ = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--rerun", "--dry-run")
+    assert code == 0 and f'"jobName": "{first}-r1"' in out
+    assert names.local_job_name(loaded, 1) == f"{first}-r1" and not names.job_name(loaded).endswith("-local")

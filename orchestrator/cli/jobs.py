@@ -158,7 +158,7 @@ def _progress_line(st, progress) -> str:
     return f"{steps} (results.json: {progress.record})"
 
 
-def _rerun_name(loaded, backend, dry_run: bool) -> str:
+def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
     """The name `--rerun` submits under (`reruns.rerun_name`): free in the ledger (read only
     when there is one, so that a dry run writes nothing) and in the backend, which knows the
     jobs other machines submitted. A dry run that cannot ask the backend says so and uses the
@@ -170,23 +170,19 @@ def _rerun_name(loaded, backend, dry_run: bool) -> str:
 
     names = {e.job_name for e in Ledger().entries()} if (home() / "ledger.sqlite3").exists() else set()
     try:
-        return reruns.rerun_name(loaded, names, backend)
+        return reruns.rerun_name(loaded, names, backend, local=local)
     except BackendError as exc:
         if not dry_run or not backends.could_not_ask(exc):
             raise
         err(f"note: {backend.place} could not be asked which rerun names are taken ({exc.message}); the name "
             "below is free in this machine's ledger only")
-        return reruns.rerun_name(loaded, names)
+        return reruns.rerun_name(loaded, names, local=local)
 
 
-def _check_local(loaded, path: Path, rerun: bool) -> None:
-    """InputError (exit 2) for a `--local` the spec or the other options cannot take."""
+def _check_local(loaded, path: Path) -> None:
+    """InputError (exit 2) for a `--local` the spec cannot take."""
     from orchestrator.errors import InputError
 
-    if rerun:
-        raise InputError("--local and --rerun together: a local run of a spec is one job, <name>-<hash>-local",
-                         hint="drop --rerun (a local job that ended can be removed with rm -r its folder under "
-                              "ORCHESTRATOR_HOME/jobs, then submitted again)")
     if loaded.backend == "sagemaker":
         raise InputError(f"{path}: --local runs a backend: batch spec's request on this machine; this spec's backend "
                          "is sagemaker",
@@ -227,10 +223,12 @@ def submit(
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
     backend = None
     if local:
-        _check_local(loaded, path, rerun)
+        _check_local(loaded, path)
         # A batch spec's request, run by the local backend (a local spec needs no flag).
         backend = backends.create("local")
-        prepared = request.prepare(diagnosis, local=loaded.backend == "batch")
+        run_here = loaded.backend == "batch"
+        name = _rerun_name(loaded, backend, dry_run, local=run_here) if rerun else None
+        prepared = request.prepare(diagnosis, job_name=name, local=run_here)
     else:
         if rerun:
             # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
