@@ -40,8 +40,6 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
     ledger = Ledger(read_only=read_only)
     found = backends.locate(job, region=region, ledger=ledger)
     backend, entry = found.backend, found.entry
-    if found.guessed:
-        backend = _cloud_holding(job, backend, ledger)
     if entry is not None and region and region != backend.region:
         err(f"note: --region {region} ignored: the ledger ({ledger.path}) records {job} on {backend.place}")
     jobs = home() / "jobs"
@@ -49,6 +47,8 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
     check = (f"check the name (`ls {jobs}` lists the local jobs, `python -m orchestrator sweep status` the sweeps, "
              "`python -m orchestrator results` the jobs with results)")
     try:
+        if found.guessed:  # asked here, so that a backend that cannot be asked is reported below, once
+            backend = _cloud_holding(job, backend, ledger)
         yield backend
         note_read_only(ledger)
     except backends.UnknownJob as exc:
@@ -80,15 +80,12 @@ def _cloud_holding(job: str, default, ledger):
     """For a name neither the ledger nor this machine knows (a job submitted from another
     machine): the default cloud backend when it has the job, else another cloud backend in the
     same region that has it (an AWS Batch job), else the default, whose answer the caller
-    reports. A backend that cannot be asked is passed over here (the default is asked again,
-    and its failure reported, by the caller)."""
+    reports. The default's errors propagate (the caller reports a backend it could not ask);
+    another backend that cannot be asked is passed over."""
     from orchestrator import backends
     from orchestrator.errors import OrchestratorError
 
-    try:
-        if default.exists(job):
-            return default
-    except OrchestratorError:
+    if default.exists(job):
         return default
     for name in backends.names():
         if name == default.name or not backends.backend_class(name).cloud:
