@@ -12,7 +12,7 @@ from orchestrator.cli.options import REGION_OPTION
 from orchestrator.cli.output import err, out
 
 app = typer.Typer(name="infra", no_args_is_help=True, help="Deploy and read the AWS set-up: bucket, execution role, "
-                  "operator policy (infra/stack.yaml).")
+                  "operator policy and, with EnableBatch=true, the inf2 AWS Batch queues (infra/stack.yaml).")
 
 STACK_OPTION = typer.Option("orchestrator", "--stack-name", help="CloudFormation stack name.")
 

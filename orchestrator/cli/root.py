@@ -92,7 +92,8 @@ class _LazyGroup(TyperGroup):
 
 
 app = typer.Typer(cls=_LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Train Vision Transformers on AWS Trainium through Amazon SageMaker.")
+                  help="Train Vision Transformers on AWS Neuron hardware: Trainium through Amazon SageMaker, "
+                  "Inferentia2 through AWS Batch.")
 
 
 @app.callback()
