@@ -129,17 +129,19 @@ def check(spec: JobSpec) -> list[Finding]:
     return diagnose(spec).findings
 
 
+def _budget(spec: JobSpec, estimate: cost.Estimate, so_far: list[Finding]) -> list[Finding]:
+    """The budget rules, without N017 (price unknown) for a type the backend does not run: it
+    has no price there, and refreshing prices cannot give it one; N001 or N040 says what to change."""
+    refused = any(f.rule in NOT_THE_BACKENDS_TYPE for f in so_far)
+    return [f for f in budget.check_budget(spec, estimate) if not (refused and f.rule == "N017-price-unknown")]
+
+
 def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) -> list[Finding]:
     findings: list[Finding] = []
     if spec.backend == "sagemaker":
-        accepted = instance.accepted(spec, target)
-        findings += accepted
+        findings += instance.accepted(spec, target)
         findings += image.image_and_region(spec)
-        # A type SageMaker does not train on has no training price, and refreshing prices
-        # cannot give it one: N001 says what to change, N017 would only mislead.
-        refused = any(f.rule == "N001-instance-not-trainable" for f in accepted)
-        findings += [f for f in budget.check_budget(spec, estimate)
-                     if not (refused and f.rule == "N017-price-unknown")]
+        findings += _budget(spec, estimate, findings)
         findings += instance.efa(spec, target)
         findings += environment.sagemaker_limits(spec, target)
         findings += environment.tags(spec)
@@ -149,12 +151,9 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) ->
     if spec.backend == "batch":
         from orchestrator.doctor import batch  # its rules only: the other backends' checks do not load it
 
-        rules = batch.check(spec, target)
-        findings += rules
+        findings += batch.check(spec, target)
         findings += image.image_and_region(spec)
-        refused = any(f.rule == "N040-batch-instance-type" for f in rules)
-        findings += [f for f in budget.check_budget(spec, estimate)
-                     if not (refused and f.rule == "N017-price-unknown")]
+        findings += _budget(spec, estimate, findings)
         findings += instance.workers(spec, target)
     else:
         # The request of every other backend carries the spot settings (the local one ignores
