@@ -7,7 +7,7 @@ STAMP := $(VENV)/.deps-$(DEPS_HASH)
 export PYTHONPATH := $(CURDIR)
 export ORCHESTRATOR_HOME ?= $(HOME)/.orchestrator
 
-.PHONY: venv demo test bench lint
+.PHONY: venv demo test test-slow bench lint
 
 venv: $(STAMP)
 
@@ -27,8 +27,17 @@ demo: $(STAMP)
 	$(PY) -m orchestrator submit configs/local-smoke.yaml --wait --rerun
 	$(PY) -m orchestrator results --format table
 
+# The fast tier: every test but those marked slow, on TEST_WORKERS pytest-xdist processes
+# (they mostly wait on subprocesses, so more workers than cores overlap), each worker with its
+# own ORCHESTRATOR_HOME below the one given (tests/conftest.py).
+TEST_WORKERS ?= 4
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
+
+# The slow tier: real (tiny) training, torch.compile, the wheel, and the full fuzzing profile.
+# One process: these tests are CPU-bound and their waits are sized for a machine of their own.
+test-slow: $(STAMP)
+	HYPOTHESIS_PROFILE=full $(PY) -m pytest -q -m "slow or fuzz"
 
 bench: $(STAMP)
 	$(PY) bench/cli_latency.py

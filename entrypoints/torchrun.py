@@ -1,7 +1,8 @@
 """torchrun for one host: its command line, and running it with SageMaker's stop passed on.
 
 Static rendezvous at the first host: nnodes and node rank from SM_HOSTS and SM_CURRENT_HOST,
-master address from the contract, port `contract.MASTER_PORT` unless MASTER_PORT_ENV is set.
+master address from the contract, port `contract.MASTER_PORT` unless MASTER_PORT_ENV is set;
+`torch.distributed.run` unless TORCHRUN_MODULE_ENV names another module.
 A stop signal (SIGTERM, SIGINT) is forwarded to torchrun, which stops its workers; if torchrun
 still runs after half the grace period (`STOP_GRACE_ENV`, default SageMaker's 120 s), its
 whole tree is killed. Stdlib only.
@@ -21,6 +22,9 @@ from pathlib import Path
 from entrypoints import container, contract
 
 MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
+# The module run as torchrun; tests name a stand-in that starts without importing torch.
+TORCHRUN_MODULE = "torch.distributed.run"
+TORCHRUN_MODULE_ENV = "ORCHESTRATOR_TORCHRUN_MODULE"
 # SageMaker's grace between its SIGTERM and its SIGKILL; the local backend passes its own.
 STOP_GRACE_S = 120.0
 STOP_GRACE_ENV = "ORCHESTRATOR_STOP_GRACE_S"
@@ -31,7 +35,7 @@ def torchrun_command(job: dict, ctr: contract.Contract, env: dict[str, str], job
     """The torchrun command line for this host (static rendezvous at the first host)."""
     port = env.get(MASTER_PORT_ENV) or str(contract.MASTER_PORT)
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", env.get(TORCHRUN_MODULE_ENV) or TORCHRUN_MODULE,
         "--nnodes", str(ctr.num_nodes),
         "--node_rank", str(ctr.node_rank),
         "--nproc_per_node", str(int(job["workers_per_node"])),

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -21,6 +22,24 @@ if str(ROOT) not in sys.path:
 
 # The sweep tests' fixtures (`rig`, `bucket`), shared by their modules.
 pytest_plugins = ["sweep_fakes"]
+
+# Fuzzing (tests marked `fuzz`): 100 examples a test in `make test`, 700 in `make test-slow`
+# (HYPOTHESIS_PROFILE=full). Derandomized either way, so a run is repeatable.
+settings.register_profile("fast", max_examples=100)
+settings.register_profile("full", max_examples=700)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+
+def pytest_configure(config):
+    """Each test process (each pytest-xdist worker too) gets an ORCHESTRATOR_HOME of its own, for
+    the tests that use the home without the `orch_home` fixture: never the developer's."""
+    import shutil
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix=f"orch-home-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
+    os.environ["ORCHESTRATOR_HOME"] = home
+    config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -215,18 +234,27 @@ print(f"fake-train rank {rank} done", flush=True)
 '''
 
 
+STANDINS = ROOT / "tests" / "standins"
+
+
 @pytest.fixture
-def fake_train(tmp_path, monkeypatch) -> str:
+def fake_train(tmp_path, monkeypatch, request) -> str:
     """A fake per-rank module (no torch) that launch.py runs instead of entrypoints.train:
     sets ORCHESTRATOR_TRAIN_MODULE and PYTHONPATH for this test; returns the module name.
-    TMPDIR points into the test's folder, so what a killed launcher leaves stays there."""
+    torchrun is the stand-in `tests/standins/torchrun_standin.py` (no torch import either),
+    unless the test is marked `real_torchrun`. TMPDIR points into the test's folder, so what a
+    killed launcher leaves stays there."""
     folder = tmp_path / "fake-train-module"
     folder.mkdir()
     (tmp_path / "tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (folder / "fake_train.py").write_text(FAKE_TRAIN_SOURCE)
     monkeypatch.setenv("ORCHESTRATOR_TRAIN_MODULE", "fake_train")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), str(ROOT),
+    if request.node.get_closest_marker("real_torchrun") is None:
+        monkeypatch.setenv("ORCHESTRATOR_TORCHRUN_MODULE", "torchrun_standin")
+    else:
+        monkeypatch.delenv("ORCHESTRATOR_TORCHRUN_MODULE", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(folder), str(STANDINS), str(ROOT),
                                                                  os.environ.get("PYTHONPATH", "")) if p))
     return "fake_train"
 

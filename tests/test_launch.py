@@ -276,6 +276,7 @@ def test_hostile_cache_archive_runs_cold_with_a_warning(orch_home, tmp_path, fak
     assert host.rank(0)["seen_cache"] == []
 
 
+@pytest.mark.real_torchrun  # the stop's path through the real torchrun's signal handling
 def test_sigterm_stops_training_and_still_pushes_and_reports(orch_home, tmp_path, fake_train):
     import signal
 
@@ -321,6 +322,7 @@ def test_runs_as_launch_py_from_the_unpacked_source_archive(orch_home, tmp_path,
     assert results["cache"]["key"] is None and results["world_size"] == 1
 
 
+@pytest.mark.real_torchrun  # the reason is read from torchrun's own failure report
 def test_torchrun_failure_without_rank_stats_reports_the_error_line(orch_home, tmp_path, fake_train):
     job = make_job(workers=1, mode="off")
     host = Host(tmp_path, job)

@@ -23,6 +23,9 @@ import pytest
 
 from orchestrator import request, spec
 
+# Builds a wheel and a virtual environment: the slow tier (`make test-slow`).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from: the files `git archive` would give a builder, no more.
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "orchestrator", "entrypoints", "infra")

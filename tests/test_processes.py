@@ -35,6 +35,11 @@ def test_a_live_process_a_zombie_and_none():
 def test_runs_tells_the_recorded_program_from_a_recycled_pid():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "marker-arg"])
     try:
+        # Popen may return before the exec has replaced the forked copy of this process, whose
+        # /proc/PID/cmdline is still pytest's (or empty) until then.
+        deadline = time.monotonic() + 30
+        while "marker-arg" not in (processes.command_line(child.pid) or []) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert processes.runs(child.pid, ["marker-arg"], ["-c"])
         assert not processes.runs(child.pid, ["marker-arg"], ["another-job-dir"])
         assert processes.command_line(child.pid)[-1] == "marker-arg"

@@ -270,21 +270,26 @@ def assert_located_or_valid(text: str) -> None:
         assert isinstance(loaded, spec.JobSpec)
 
 
-FUZZ = settings(max_examples=700, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+# The number of examples is the Hypothesis profile's (tests/conftest.py): a small one for
+# `make test`, 700 each in `make test-slow`.
+FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(st.text(alphabet=YAML_CHARS, max_size=300))
 def test_fuzz_raw_text(text):
     assert_located_or_valid(text)
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(VALUES)
 def test_fuzz_generated_documents(value):
     assert_located_or_valid(yaml.safe_dump(value, allow_unicode=True) if value is not None else "")
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(st.sampled_from([SAGEMAKER, LOCAL]), st.lists(
     st.tuples(st.sampled_from(["delete", "insert", "dup_line", "swap", "value"]),

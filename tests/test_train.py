@@ -13,9 +13,20 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from entrypoints import contract, data, flops, runtime, train
+from entrypoints import contract
+
+# torch and the modules that import it are imported when the first test here runs, not at
+# collection: every test process collects this file, most never run it.
+torch = data = flops = runtime = train = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_modules():
+    global torch, data, flops, runtime, train
+    import torch
+
+    from entrypoints import data, flops, runtime, train
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS_FIELDS = {"rank", "world_size", "local_rank", "steps_done", "start_step", "resumed_from", "step_times_s",

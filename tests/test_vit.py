@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from timm.layers import PatchEmbed
-from torch import nn
 
-from entrypoints import vit
+# torch, timm and the modules that import them are imported when the first test here runs,
+# not at collection: every test process collects this file, most never run it.
+torch = nn = PatchEmbed = vit = None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_modules():
+    global torch, nn, PatchEmbed, vit
+    import torch
+    from timm.layers import PatchEmbed
+    from torch import nn
+
+    from entrypoints import vit
 
 TINY = {"arch": "vit_tiny_patch16_224", "image_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 48,
         "num_heads": 3, "num_classes": 7}
