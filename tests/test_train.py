@@ -70,7 +70,9 @@ class Job:
         self.env = dict(os.environ, PYTHONPATH=str(ROOT), SM_MODEL_DIR=str(self.model),
                         SM_CHECKPOINT_DIR=str(self.checkpoints), SM_OUTPUT_DATA_DIR=str(root / "output"),
                         SM_CHANNELS=json.dumps(sorted(channels or {})))
-        self.env.pop(train.STOP_AT_STEP_ENV, None)
+        from entrypoints.train import STOP_AT_STEP_ENV  # (test_tensorboard uses Job too)
+
+        self.env.pop(STOP_AT_STEP_ENV, None)
         for name, path in (channels or {}).items():
             self.env[contract.channel_env(name)] = str(path)
 
