@@ -22,3 +22,14 @@ def test_torchrun_command_from_the_contract(orch_home, tmp_path):
                             "--stats-dir", str(tmp_path / "ranks")]
     port = torchrun.torchrun_command(job, ctr, {torchrun.MASTER_PORT_ENV: "4242"}, tmp_path, tmp_path, "m")
     assert port[port.index("--master_port") + 1] == "4242"
+
+
+def test_another_torchrun_module_is_named_by_the_environment(orch_home, tmp_path):
+    job = make_job(workers=2)
+    ctr = contract.Contract.from_env(contract.sm_environment(tmp_path, ["algo-1"], "algo-1", "ml.trn1.2xlarge", {}, []))
+    env = {torchrun.TORCHRUN_MODULE_ENV: "torchrun_standin"}
+    command = torchrun.torchrun_command(job, ctr, env, tmp_path / "job.json", tmp_path / "ranks", "m")
+    assert command[:3] == [sys.executable, "-m", "torchrun_standin"]
+    # An empty value is no choice: the real torchrun.
+    command = torchrun.torchrun_command(job, ctr, {torchrun.TORCHRUN_MODULE_ENV: ""}, tmp_path, tmp_path, "m")
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
