@@ -243,6 +243,42 @@ class Prepared:
     target: catalog.Target
 
 
+def object_uris(spec: JobSpec, job_name: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Every S3 location a job of `spec` reads or writes, by the spec field it derives from:
+    {field: [(what, uri), ...]}, for `aws_contract.check_uris`. Without `job_name`, the longest
+    name a job may have (names.MAX_JOB_NAME characters: reruns and sweep trials included), so
+    `validate`, `plan` and a sweep's trials agree on which prefixes are too long."""
+    name = job_name or "n" * names.MAX_JOB_NAME
+    out = output_uri(spec)
+    uris = {"output.uri": [
+        ("results.json", results_uri(out, name)),
+        ("source archive", source_uri(out, "0" * 64)),
+        # SageMaker's model artifact: <S3OutputPath>/<TrainingJobName>/output/model.tar.gz
+        # (CreateTrainingJob API reference, OutputDataConfig.S3OutputPath).
+        ("SageMaker model artifact", f"{out}/{name}/output/model.tar.gz"),
+        ("TensorBoard prefix", f"{tensorboard_uri(out, name)}/"),
+        ("checkpoint prefix", f"{out}/checkpoints/{name}/"),
+    ]}
+    cache = compile_cache_uri(spec)
+    if cache:
+        uris["compile_cache.uri"] = [("compile cache prefix", f"{cache}/")]
+    if spec.data.source != "synthetic":
+        uris["data.source"] = [("data.source", spec.data.source)]
+    return uris
+
+
+def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
+    """SpecError (exit 2) for anything in the request, or in the S3 keys the job derives, that
+    AWS would refuse (`aws_contract`): before any AWS call, each at the spec field it came from."""
+    from orchestrator import aws_contract, provenance
+
+    aws_contract.check_uris(spec, object_uris(spec))
+    service, operation = ("batch", "SubmitJob") if spec.backend == "batch" else ("sagemaker", "CreateTrainingJob")
+    found = aws_contract.violations(service, operation, request)
+    aws_contract.raise_for(spec, found, lambda path: provenance.field(spec, operation, request, path),
+                           what=f"the {operation} request")
+
+
 def source_uri(output: str, archive_sha: str) -> str:
     """Where the archive is stored: content-addressed, so an upload can be skipped when present."""
     return f"{output}/source/{archive_sha[:16]}/{sourcedir.ARCHIVE_NAME}"
@@ -298,6 +334,8 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     except InputError:
         doctor.raise_for(spec, diagnosis.findings)
         raise
+    if not local and spec.backend != "local":
+        check_contract(spec, request, name)
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
                     archive_sha256=digest, source_uri=src, request=request, estimate=diagnosis.estimate,
                     findings=diagnosis.findings, target=target)
