@@ -306,7 +306,8 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     cost estimate and the findings are then taken as they are, not computed again. `varied`:
     a sweep trial's values (`resolved_job`). Findings
     are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too broken to
-    build a request for raises, and then with the doctor's located errors.
+    build a request for raises, and then with the doctor's located errors; and a request AWS
+    would refuse (`check_contract`: SpecError at the fields it came from).
 
     `local` (a batch spec run on this machine, `submit --local`): the same request, for the job
     `names.local_job_name(spec)`, with the archive, results.json and the compile cache in this
@@ -334,7 +335,9 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     except InputError:
         doctor.raise_for(spec, diagnosis.findings)
         raise
-    if not local and spec.backend != "local":
+    # What AWS would refuse, once the doctor has nothing to say: its findings name the cause
+    # better (an instance type SageMaker does not train on is also outside the model's enum).
+    if not local and spec.backend != "local" and not doctor.errors(diagnosis.findings):
         check_contract(spec, request, name)
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
                     archive_sha256=digest, source_uri=src, request=request, estimate=diagnosis.estimate,
