@@ -154,16 +154,17 @@ def unreadable_patterns() -> frozenset[str]:
 
 
 def model_source(service: str, operation: str, shape_name: str) -> str:
-    model = _service_model(service)
-    return (f"botocore {service} {model.api_version} service model, {operation} input, "
-            f"shape {shape_name}")
+    import botocore
+
+    return f"botocore {botocore.__version__} {service} service model, {operation} input, shape {shape_name}"
 
 
-def model_violations(service: str, operation: str, params: Mapping) -> list[Violation]:
+def model_violations(service: str, operation: str, params: Mapping, operation_model=None) -> list[Violation]:
     """What botocore's model of `service`'s `operation` refuses in `params`: lengths, patterns,
     enums, ranges and sizes over the whole request (unknown members are botocore's own
-    validation's business and are skipped here)."""
-    shape = _service_model(service).operation_model(operation).input_shape
+    validation's business and are skipped here). `operation_model`: the one a client holds,
+    when the caller has it (the tests' hook), else read from botocore's model."""
+    shape = (operation_model or _service_model(service).operation_model(operation)).input_shape
     found: list[Violation] = []
     if shape is not None:
         _walk(shape, params, "", service, operation, found)
@@ -221,9 +222,10 @@ def _size(size: int, meta: Mapping, unit: str, bad: Callable[[str], None]) -> No
         bad(f"{size} {unit}; at most {meta['max']} allowed")
 
 
-def violations(service: str, operation: str, params: Mapping) -> list[Violation]:
+def violations(service: str, operation: str, params: Mapping, operation_model=None) -> list[Violation]:
     """Everything AWS would refuse in this request: botocore's model, then the limits table."""
-    return model_violations(service, operation, params) + table_violations(service, operation, params)
+    return (model_violations(service, operation, params, operation_model)
+            + table_violations(service, operation, params))
 
 
 # --- as the user's error --------------------------------------------------------------------

@@ -126,3 +126,21 @@ def test_sweep_plan_refuses_a_trial_aws_would_refuse(orch_home, tmp_path, monkey
     sweep = _spec(tmp_path, "sweep: long\nbase: base.yaml\ngrid: {training.batch_size: [8, 16]}\n", "sweep.yaml")
     code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(sweep))
     assert code == 2 and "output.uri" in err and "1024" in err, (out, err)
+
+
+# --- the tests' hook ------------------------------------------------------------------------
+
+
+def test_the_hook_sees_a_call_aws_would_refuse_that_moto_takes(moto_server, aws_contract_calls):
+    import boto3
+
+    cfn = boto3.client("cloudformation")
+    body = '{"Resources":{"Topic":{"Type":"AWS::SNS::Topic"}},"Metadata":{"Padding":"' + "x" * 51_200 + '"}}'
+    cfn.validate_template(TemplateBody=body)  # moto takes it
+    found = aws_contract_calls()
+    assert len(found) == 1 and found[0].startswith("cloudformation ValidateTemplate: TemplateBody:"), found
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="hook-bucket")
+    s3.put_object(Bucket="hook-bucket", Key="k" * 1025, Body=b"x")  # moto takes this too
+    found = aws_contract_calls()
+    assert len(found) == 1 and "s3 PutObject: Key: 1025 bytes" in found[0], found
