@@ -25,7 +25,8 @@ the command's words are joined by spaces and parsed once more by that bash: the 
 passed shell-quoted, and the command begins with `exec`, so that the eval replaces the image's
 bash (which ignores SIGTERM as PID 1) with ours, which then becomes launch.py. Batch's
 TerminateJob and the attempt timeout stop the container with SIGTERM, then SIGKILL after the
-ECS stop timeout (30 s by default): launch.py receives the SIGTERM.
+ECS stop timeout (30 s by default): launch.py receives the SIGTERM, and learns the 30 s from
+the request's environment (`environment()` sets torchrun.STOP_GRACE_ENV).
 
 Stdlib only; nothing here imports `orchestrator`. The orchestrator builds the request from
 `command()` and `environment()`; the local backend runs the same command.
@@ -40,6 +41,10 @@ from entrypoints import contract
 
 # Variables the command reads (set in SubmitJob's containerOverrides.environment).
 CODE_URI_ENV = "ORCHESTRATOR_CODE_URI"
+# ECS stops a task (TerminateJob, an attempt's timeout) with SIGTERM, then SIGKILL 30 s later
+# unless the agent's ECS_CONTAINER_STOP_TIMEOUT says otherwise; a Batch job definition cannot
+# change it (Amazon ECS API Reference, StopTask; ContainerDefinition stopTimeout).
+ECS_STOP_TIMEOUT_S = 30.0
 HYPERPARAMETERS_ENV = "ORCHESTRATOR_HYPERPARAMETERS"
 INPUT_DATA_CONFIG_ENV = "ORCHESTRATOR_INPUT_DATA_CONFIG"
 CONFIG_VARS = (CODE_URI_ENV, HYPERPARAMETERS_ENV, INPUT_DATA_CONFIG_ENV, "SM_RESOURCE_CONFIG")
@@ -103,4 +108,9 @@ def environment(*, instance_type: str, neuron_cores: int, vcpus: int, hyperparam
     env[INPUT_DATA_CONFIG_ENV] = json.dumps({contract.CODE_CHANNEL: {
         "TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}})
     env[CODE_URI_ENV] = code_uri
+    # The platform's stop timeout, told to launch.py by the request itself (it would assume
+    # SageMaker's 120 s): ECS sends SIGKILL ECS_STOP_TIMEOUT_S after its SIGTERM.
+    from entrypoints.torchrun import STOP_GRACE_ENV
+
+    env[STOP_GRACE_ENV] = f"{ECS_STOP_TIMEOUT_S:g}"
     return env

@@ -25,7 +25,8 @@ MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
 # The module run as torchrun; tests name a stand-in that starts without importing torch.
 TORCHRUN_MODULE = "torch.distributed.run"
 TORCHRUN_MODULE_ENV = "ORCHESTRATOR_TORCHRUN_MODULE"
-# SageMaker's grace between its SIGTERM and its SIGKILL; the local backend passes its own.
+# SageMaker's grace between its SIGTERM and its SIGKILL; a Batch job's request sets ECS's
+# (`bootstrap.environment`), the local SageMaker-style backend passes its own.
 STOP_GRACE_S = 120.0
 STOP_GRACE_ENV = "ORCHESTRATOR_STOP_GRACE_S"
 

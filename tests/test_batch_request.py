@@ -102,6 +102,17 @@ def test_the_environment_carries_the_contract_and_the_archive():
             assert name in env, name
 
 
+def test_the_request_tells_launch_py_ecs_stop_timeout():
+    """ECS sends SIGKILL 30 s after its SIGTERM (StopTask); launch.py would assume SageMaker's
+    120 s and give torchrun 60 s, so the request says 30 and torchrun gets 15."""
+    from entrypoints import torchrun
+
+    env = _env(_prepared().request)
+    assert env[torchrun.STOP_GRACE_ENV] == "30" and torchrun.STOP_GRACE_S == 120.0
+    stop = torchrun.StopSignals(lambda line: None, grace_s=float(env[torchrun.STOP_GRACE_ENV]))
+    assert stop.torchrun_deadline_s == 15.0
+
+
 def test_plan_shows_the_submit_job_request_and_its_cost(tmp_path, monkeypatch, capsys):
     path = tmp_path / "job.yaml"
     path.write_text(BATCH)
