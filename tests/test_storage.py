@@ -287,6 +287,21 @@ def test_s3_client_is_created_lazily_from_the_environment(moto_bucket):
     assert boto3.client("s3").get_object(Bucket=moto_bucket, Key="k")["Body"].read() == b"v"
 
 
+@pytest.mark.parametrize(("variables", "region"), [
+    ({"AWS_REGION": "eu-west-3"}, "eu-west-3"),  # SageMaker's, and what a Batch job's request sets
+    ({"AWS_DEFAULT_REGION": "ap-south-1"}, "ap-south-1"),
+    ({"AWS_REGION": "eu-west-3", "AWS_DEFAULT_REGION": "ap-south-1"}, "eu-west-3"),
+])
+def test_the_s3_client_takes_the_jobs_region(monkeypatch, variables, region):
+    """botocore reads AWS_DEFAULT_REGION only; a client without a region goes to the global
+    endpoint, which an S3 gateway endpoint in the job's VPC does not serve."""
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert open_store("s3://bucket/x").client.meta.region_name == region
+
+
 def test_part_size_below_the_s3_minimum_is_refused():
     with pytest.raises(ValueError, match="minimum"):
         open_store("s3://bucket/x", part_size=MiB)

@@ -57,6 +57,14 @@ def _code(exc) -> str:
     return code or str(status or "")
 
 
+def job_region() -> str | None:
+    """The job's region, for every S3 client in the container: AWS_REGION (which SageMaker
+    sets, and a Batch job's request sets), else AWS_DEFAULT_REGION. botocore itself reads only
+    AWS_DEFAULT_REGION, and a client without a region goes to the global endpoint, which an S3
+    gateway endpoint in the job's VPC does not serve."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def s3_client_config(max_workers: int = DEFAULT_WORKERS):
     """The botocore config of an S3 client for a store: a connection pool for its parallel
     part transfers, standard retries, and connect/read timeouts, so that an endpoint that
@@ -91,7 +99,8 @@ class S3Store(Store):
                     import boto3
                 except ImportError as exc:
                     raise StorageError(f"{self.uri_root}: boto3 is needed for s3:// stores") from exc
-                self._client = boto3.client("s3", config=s3_client_config(self.max_workers))
+                self._client = boto3.client("s3", region_name=job_region(),
+                                            config=s3_client_config(self.max_workers))
             return self._client
 
     def _key(self, key: str) -> str:
