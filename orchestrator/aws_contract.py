@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -129,14 +129,14 @@ def table_violations(service: str, operation: str, params: Mapping) -> list[Viol
 # --- botocore's service model ---------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _service_model(service: str):
     import botocore.session
 
     return botocore.session.get_session().get_service_model(service)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(pattern: str):
     # The `regex` module reads the Unicode classes (\p{L}, ...) the models' tag patterns use.
     import regex

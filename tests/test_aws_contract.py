@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_harness import run_cli
+
 from orchestrator import aws_contract, provenance, request
 from orchestrator.spec import load
 

@@ -107,7 +107,6 @@ def test_the_archive_fetch_takes_the_jobs_region(tmp_path):
     region goes to the global endpoint and fails. The request sets AWS_REGION, and the fetch
     gives it to its client (a stand-in boto3 records what the fetch asked for)."""
     import subprocess
-    import sys
 
     assert _env(_prepared().request)["AWS_REGION"] == "us-east-1"
     fake = tmp_path / "fake"

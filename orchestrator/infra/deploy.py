@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator import aws_contract
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.infra.cloudformation import (
     NO_CHANGES,
@@ -23,8 +24,13 @@ from orchestrator.infra.cloudformation import (
     translate,
 )
 from orchestrator.infra.outputs import StackOutputs, outputs_of, read_outputs
-from orchestrator import aws_contract
-from orchestrator.infra.template import RESTORE_TEMPLATE, TEMPLATE, check_stack_name, load_template, template_body
+from orchestrator.infra.template import (
+    RESTORE_TEMPLATE,
+    TEMPLATE,
+    check_stack_name,
+    load_template,
+    template_body,
+)
 
 # A stack of roles without fixed names needs CAPABILITY_IAM (named ones would need NAMED_IAM).
 CAPABILITIES = ["CAPABILITY_IAM"]
