@@ -28,6 +28,17 @@ from dataclasses import dataclass
 from entrypoints import contract
 from orchestrator import catalog, cost, doctor, names, sourcedir
 from orchestrator.errors import InputError, Problem, SpecError
+
+# Where a job's objects go (its own module, so `validate` checks them without this one's imports).
+from orchestrator.locations import (  # noqa: F401 - callers use them as request.X
+    TENSORBOARD_DIR,
+    compile_cache_uri,
+    object_uris,
+    output_uri,
+    results_uri,
+    source_uri,
+    tensorboard_uri,
+)
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.paths import home
 from orchestrator.spec import JobSpec, spec_hash
@@ -36,35 +47,9 @@ CONTAINER_LOG_LEVEL = 20
 TRAIN_CHANNEL = "train"
 CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
 TENSORBOARD_LOCAL_PATH = f"{contract.OPT_ML}/{contract.TENSORBOARD_DIR}"
-TENSORBOARD_DIR = "tensorboard"
 # Local jobs never reach AWS; the request still needs a well-formed RoleArn (and an image:
 # `catalog.LOCAL_IMAGE`), so the local backend receives placeholders (never sent anywhere).
 LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
-
-
-def output_uri(spec: JobSpec) -> str:
-    """The job's output prefix: output.uri, or the local store for a local spec without one."""
-    if spec.output.uri:
-        return spec.output.uri.rstrip("/")
-    return f"file://{home()}/store/jobs"
-
-
-def compile_cache_uri(spec: JobSpec) -> str | None:
-    """compile_cache.uri, or the local store's cache for a local spec without one."""
-    if spec.compile_cache.uri:
-        return spec.compile_cache.uri.rstrip("/")
-    if spec.backend == "local":
-        return f"file://{home()}/store/compile-cache"
-    return None
-
-
-def results_uri(output: str, name: str) -> str:
-    return f"{output}/results/{name}/results.json"
-
-
-def tensorboard_uri(output: str, name: str) -> str:
-    """Where a job's TensorBoard event files go: `<output>/tensorboard/<job>`."""
-    return f"{output}/{TENSORBOARD_DIR}/{name}"
 
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
@@ -243,30 +228,6 @@ class Prepared:
     target: catalog.Target
 
 
-def object_uris(spec: JobSpec, job_name: str | None = None) -> dict[str, list[tuple[str, str]]]:
-    """Every S3 location a job of `spec` reads or writes, by the spec field it derives from:
-    {field: [(what, uri), ...]}, for `aws_contract.check_uris`. Without `job_name`, the longest
-    name a job may have (names.MAX_JOB_NAME characters: reruns and sweep trials included), so
-    `validate`, `plan` and a sweep's trials agree on which prefixes are too long."""
-    name = job_name or "n" * names.MAX_JOB_NAME
-    out = output_uri(spec)
-    uris = {"output.uri": [
-        ("results.json", results_uri(out, name)),
-        ("source archive", source_uri(out, "0" * 64)),
-        # SageMaker's model artifact: <S3OutputPath>/<TrainingJobName>/output/model.tar.gz
-        # (CreateTrainingJob API reference, OutputDataConfig.S3OutputPath).
-        ("SageMaker model artifact", f"{out}/{name}/output/model.tar.gz"),
-        ("TensorBoard prefix", f"{tensorboard_uri(out, name)}/"),
-        ("checkpoint prefix", f"{out}/checkpoints/{name}/"),
-    ]}
-    cache = compile_cache_uri(spec)
-    if cache:
-        uris["compile_cache.uri"] = [("compile cache prefix", f"{cache}/")]
-    if spec.data.source != "synthetic":
-        uris["data.source"] = [("data.source", spec.data.source)]
-    return uris
-
-
 def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
     """SpecError (exit 2) for anything in the request, or in the S3 keys the job derives, that
     AWS would refuse (`aws_contract`): before any AWS call, each at the spec field it came from."""
@@ -277,11 +238,6 @@ def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
     found = aws_contract.violations(service, operation, request)
     aws_contract.raise_for(spec, found, lambda path: provenance.field(spec, operation, request, path),
                            what=f"the {operation} request")
-
-
-def source_uri(output: str, archive_sha: str) -> str:
-    """Where the archive is stored: content-addressed, so an upload can be skipped when present."""
-    return f"{output}/source/{archive_sha[:16]}/{sourcedir.ARCHIVE_NAME}"
 
 
 def local_store(job: dict, name: str) -> str:

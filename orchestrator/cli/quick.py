@@ -48,7 +48,7 @@ def check_spec(path: Path) -> None:
             err(finding_text(loaded, finding))
     doctor_rules.raise_for(loaded, findings)
     # The S3 keys the job would derive from its prefixes, against S3's limit (no botocore).
-    from orchestrator import aws_contract, request
+    from orchestrator import aws_contract, locations
 
-    aws_contract.check_uris(loaded, request.object_uris(loaded))
+    aws_contract.check_uris(loaded, locations.object_uris(loaded))
     out(f"{path}: ok ({loaded.name}, {loaded.backend}, {loaded.instance.type} x{loaded.instance.count})")
