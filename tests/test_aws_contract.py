@@ -144,3 +144,32 @@ def test_the_hook_sees_a_call_aws_would_refuse_that_moto_takes(moto_server, aws_
     s3.put_object(Bucket="hook-bucket", Key="k" * 1025, Body=b"x")  # moto takes this too
     found = aws_contract_calls()
     assert len(found) == 1 and "s3 PutObject: Key: 1025 bytes" in found[0], found
+
+
+def test_a_test_whose_call_aws_would_refuse_fails(tmp_path):
+    """The hook fails the test that made the call, even when the code under test swallowed the
+    error (here the call goes to a Stubber, which answers it as moto would)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_refused.py").write_text(
+        "import boto3\n"
+        "from botocore.stub import Stubber\n"
+        "def test_long_key():\n"
+        "    s3 = boto3.client('s3', region_name='us-east-1', aws_access_key_id='x', aws_secret_access_key='x')\n"
+        "    with Stubber(s3) as stub:\n"
+        "        stub.add_response('put_object', {})\n"
+        "        s3.put_object(Bucket='b', Key='k' * 1025, Body=b'x')\n"
+        "def test_short_key():\n"
+        "    s3 = boto3.client('s3', region_name='us-east-1', aws_access_key_id='x', aws_secret_access_key='x')\n"
+        "    with Stubber(s3) as stub:\n"
+        "        stub.add_response('put_object', {})\n"
+        "        s3.put_object(Bucket='b', Key='k' * 1024, Body=b'x')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "aws_contract_hook", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", str(tmp_path / "test_refused.py")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed, 1 passed" in done.stdout
+    assert "AWS would refuse calls this test made" in done.stdout and "s3 PutObject: Key: 1025 bytes" in done.stdout
