@@ -1,7 +1,7 @@
 """What AWS accepts of a request, checked on this machine before anything is sent.
 
 Two sources, nothing else:
-- botocore's service model of the operation (`operation_model(...).input_shape`): every
+- botocore's service model of the operation (its input shape and every shape it reaches): every
   string's minimum and maximum length, pattern and enum, every number's range, every list's
   and map's size, walked over the whole request. botocore's own parameter validation checks
   types and minimums only, so a request over a maximum would leave the laptop and be refused.
@@ -129,11 +129,49 @@ def table_violations(service: str, operation: str, params: Mapping) -> list[Viol
 # --- botocore's service model ---------------------------------------------------------------
 
 
-@cache
-def _service_model(service: str):
-    import botocore.session
+# The members of a shape the walk reads; the rest (documentation, locations) is not cached.
+_KEPT = ("type", "min", "max", "pattern", "enum")
 
-    return botocore.session.get_session().get_service_model(service)
+
+def _input_shapes(service: str, operation: str) -> dict:
+    """{"input": the operation's input shape name (None: no input), "shapes": {name: shape}}
+    for every shape reachable from it, constraints only: read from botocore's model once per
+    botocore version and kept in ORCHESTRATOR_HOME (`catalog.botocore_cached`), because
+    importing botocore's session and loading a large model (SageMaker's) would cost `plan`
+    about as much as everything else it does."""
+    from orchestrator import catalog
+
+    return catalog.botocore_cached(f"botocore-input-{service}-{operation}",
+                                   lambda: _reachable(service, operation))
+
+
+def _reachable(service: str, operation: str) -> dict:
+    import botocore.loaders
+
+    model = botocore.loaders.create_loader().load_service_model(service, "service-2")
+    every = model["shapes"]
+    start = (model["operations"][operation].get("input") or {}).get("shape")
+    kept: dict[str, dict] = {}
+    todo = [start] if start else []
+    while todo:
+        name = todo.pop()
+        if name in kept:
+            continue
+        raw = every[name]
+        shape = {key: raw[key] for key in _KEPT if key in raw}
+        refs = {}
+        if raw["type"] == "structure":
+            shape["members"] = {member: ref["shape"] for member, ref in raw.get("members", {}).items()}
+            refs = shape["members"]
+        elif raw["type"] == "list":
+            shape["member"] = raw["member"]["shape"]
+            refs = {"member": shape["member"]}
+        elif raw["type"] == "map":
+            shape["key"], shape["value"] = raw["key"]["shape"], raw["value"]["shape"]
+            refs = {"key": shape["key"], "value": shape["value"]}
+        kept[name] = shape
+        todo += [ref for ref in refs.values() if ref not in kept]
+    return {"input": start, "shapes": kept}
 
 
 @cache
@@ -149,70 +187,70 @@ def _compiled(pattern: str):
 
 
 def unreadable_patterns() -> frozenset[str]:
-    """The model patterns met so far that Python's re cannot read (not checked)."""
+    """The model patterns met so far that the regex module cannot read (not checked)."""
     return frozenset(_UNREADABLE)
 
 
 def model_source(service: str, operation: str, shape_name: str) -> str:
-    import botocore
+    from orchestrator import catalog
 
-    return f"botocore {botocore.__version__} {service} service model, {operation} input, shape {shape_name}"
+    return f"botocore {catalog.botocore_version()} {service} service model, {operation} input, shape {shape_name}"
 
 
-def model_violations(service: str, operation: str, params: Mapping, operation_model=None) -> list[Violation]:
+def model_violations(service: str, operation: str, params: Mapping) -> list[Violation]:
     """What botocore's model of `service`'s `operation` refuses in `params`: lengths, patterns,
     enums, ranges and sizes over the whole request (unknown members are botocore's own
-    validation's business and are skipped here). `operation_model`: the one a client holds,
-    when the caller has it (the tests' hook), else read from botocore's model."""
-    shape = (operation_model or _service_model(service).operation_model(operation)).input_shape
+    validation's business and are skipped here)."""
+    model = _input_shapes(service, operation)
     found: list[Violation] = []
-    if shape is not None:
-        _walk(shape, params, "", service, operation, found)
+    if model["input"]:
+        _walk(model["shapes"], model["input"], params, "", (service, operation), found)
     return found
 
 
-def _walk(shape, value: Any, path: str, service: str, operation: str, found: list[Violation]) -> None:
-    meta = shape.metadata
-    where = path or "(request)"
+def _walk(shapes: Mapping[str, dict], name: str, value: Any, path: str, where: tuple[str, str],
+          found: list[Violation]) -> None:
+    shape = shapes[name]
+    kind = shape["type"]
 
     def bad(problem: str) -> None:
-        found.append(Violation(where, problem, model_source(service, operation, shape.name)))
+        found.append(Violation(path or "(request)", problem, model_source(*where, name)))
 
-    kind = shape.type_name
     if kind == "structure" and isinstance(value, Mapping):
-        for name, member in shape.members.items():
-            if name in value and value[name] is not None:
-                _walk(member, value[name], f"{path}.{name}" if path else name, service, operation, found)
+        for member, ref in shape["members"].items():
+            if member in value and value[member] is not None:
+                _walk(shapes, ref, value[member], f"{path}.{member}" if path else member, where, found)
         return
     if kind == "list" and isinstance(value, list | tuple):
-        _size(len(value), meta, "items", bad)
+        _size(len(value), shape, "items", bad)
         for index, item in enumerate(value):
-            _walk(shape.member, item, f"{path}[{index}]", service, operation, found)
+            _walk(shapes, shape["member"], item, f"{path}[{index}]", where, found)
         return
     if kind == "map" and isinstance(value, Mapping):
-        _size(len(value), meta, "entries", bad)
+        _size(len(value), shape, "entries", bad)
         for key, item in value.items():
-            _walk(shape.key, key, f"{path} key {key!r}", service, operation, found)
-            _walk(shape.value, item, f"{path}.{key}", service, operation, found)
+            _walk(shapes, shape["key"], key, f"{path} key {key!r}", where, found)
+            _walk(shapes, shape["value"], item, f"{path}.{key}", where, found)
         return
     if kind == "string" and isinstance(value, str):
-        _size(len(value), meta, "characters", bad)
-        if shape.enum and value not in shape.enum:
-            bad(f"{value[:60]!r} is not one of {', '.join(shape.enum[:12])}{' ...' if len(shape.enum) > 12 else ''}")
-        pattern = meta.get("pattern")
+        _size(len(value), shape, "characters", bad)
+        enum = shape.get("enum")
+        if enum and value not in enum:
+            bad(f"{value[:60]!r} is not one of {', '.join(enum[:12])}{' ...' if len(enum) > 12 else ''}")
+        pattern = shape.get("pattern")
         compiled = _compiled(pattern) if pattern else None
         if compiled is not None and not compiled.fullmatch(value):
             bad(f"{value[:60]!r} does not match the pattern {pattern}")
         return
     if kind == "blob" and isinstance(value, str | bytes):
-        _size(len(value.encode("utf-8") if isinstance(value, str) else value), meta, "bytes", bad)
+        _size(len(value.encode("utf-8") if isinstance(value, str) else value), shape, "bytes", bad)
         return
     if kind in ("integer", "long", "float", "double") and isinstance(value, int | float) \
             and not isinstance(value, bool):
-        if "min" in meta and value < meta["min"]:
-            bad(f"{value} is below the minimum {meta['min']}")
-        if "max" in meta and value > meta["max"]:
-            bad(f"{value} is above the maximum {meta['max']}")
+        if "min" in shape and value < shape["min"]:
+            bad(f"{value} is below the minimum {shape['min']}")
+        if "max" in shape and value > shape["max"]:
+            bad(f"{value} is above the maximum {shape['max']}")
 
 
 def _size(size: int, meta: Mapping, unit: str, bad: Callable[[str], None]) -> None:
@@ -222,10 +260,9 @@ def _size(size: int, meta: Mapping, unit: str, bad: Callable[[str], None]) -> No
         bad(f"{size} {unit}; at most {meta['max']} allowed")
 
 
-def violations(service: str, operation: str, params: Mapping, operation_model=None) -> list[Violation]:
+def violations(service: str, operation: str, params: Mapping) -> list[Violation]:
     """Everything AWS would refuse in this request: botocore's model, then the limits table."""
-    return (model_violations(service, operation, params, operation_model)
-            + table_violations(service, operation, params))
+    return model_violations(service, operation, params) + table_violations(service, operation, params)
 
 
 # --- as the user's error --------------------------------------------------------------------

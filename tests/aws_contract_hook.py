@@ -26,7 +26,7 @@ _lock = threading.Lock()
 def _check(params, model, **_):
     """botocore 'before-parameter-build': record what AWS would refuse in this call."""
     service = model.service_model.service_name
-    found = aws_contract.violations(service, model.name, params, operation_model=model)
+    found = aws_contract.violations(service, model.name, params)
     if found:
         with _lock:
             _seen.extend(f"{service} {model.name}: {violation.render()}" for violation in found)
