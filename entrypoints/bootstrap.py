@@ -25,7 +25,8 @@ the command's words are joined by spaces and parsed once more by that bash: the 
 passed shell-quoted, and the command begins with `exec`, so that the eval replaces the image's
 bash (which ignores SIGTERM as PID 1) with ours, which then becomes launch.py. Batch's
 TerminateJob and the attempt timeout stop the container with SIGTERM, then SIGKILL after the
-ECS stop timeout (30 s by default): launch.py receives the SIGTERM.
+ECS stop timeout (30 s by default): launch.py receives the SIGTERM, and learns the 30 s from
+the request's environment (`environment()` sets torchrun.STOP_GRACE_ENV).
 
 Stdlib only; nothing here imports `orchestrator`. The orchestrator builds the request from
 `command()` and `environment()`; the local backend runs the same command.
@@ -40,22 +41,29 @@ from entrypoints import contract
 
 # Variables the command reads (set in SubmitJob's containerOverrides.environment).
 CODE_URI_ENV = "ORCHESTRATOR_CODE_URI"
+# ECS stops a task (TerminateJob, an attempt's timeout) with SIGTERM, then SIGKILL 30 s later
+# unless the agent's ECS_CONTAINER_STOP_TIMEOUT says otherwise; a Batch job definition cannot
+# change it (Amazon ECS API Reference, StopTask; ContainerDefinition stopTimeout).
+ECS_STOP_TIMEOUT_S = 30.0
 HYPERPARAMETERS_ENV = "ORCHESTRATOR_HYPERPARAMETERS"
 INPUT_DATA_CONFIG_ENV = "ORCHESTRATOR_INPUT_DATA_CONFIG"
 CONFIG_VARS = (CODE_URI_ENV, HYPERPARAMETERS_ENV, INPUT_DATA_CONFIG_ENV, "SM_RESOURCE_CONFIG")
 HOST = "algo-1"
 
 # Fetches argv[1] to argv[2]: file:///PATH (no host) is copied; s3://BUCKET/KEY is downloaded
-# with boto3's client for the URI's scheme, "s3" (it honours AWS_ENDPOINT_URL and takes the job
-# role's credentials from the ECS task metadata endpoint). No quote characters: the script is
-# quoted twice over (see `command`).
+# with boto3's client for the URI's scheme, "s3", in the region argv[3] names (the job's: see
+# `REGION_ARG`; botocore reads AWS_DEFAULT_REGION only), honouring AWS_ENDPOINT_URL and taking
+# the job role's credentials from the ECS task metadata endpoint. No quote characters: the
+# script is quoted twice over (see `command`).
 _FETCH = ("import shutil,sys,urllib.parse as p\n"
-          "u,d=p.urlparse(sys.argv[1]),sys.argv[2]\n"
+          "u,d,r=p.urlparse(sys.argv[1]),sys.argv[2],sys.argv[3]\n"
           "if not u.netloc:\n"
           " shutil.copyfile(u.path,d)\n"
           "else:\n"
           " import boto3\n"
-          " boto3.client(u.scheme).download_file(u.netloc,u.path[1:],d)\n")
+          " boto3.client(u.scheme,region_name=r or None).download_file(u.netloc,u.path[1:],d)\n")
+# The job's region as every S3 client in the container takes it (storage.s3_store.job_region).
+REGION_ARG = '"${AWS_REGION:-${AWS_DEFAULT_REGION:-}}"'
 
 
 def script() -> str:
@@ -70,7 +78,7 @@ def script() -> str:
             f'printf %s "$SM_RESOURCE_CONFIG" > {config}/resourceconfig.json; '
             f'printf %s "${HYPERPARAMETERS_ENV}" > {config}/hyperparameters.json; '
             f'printf %s "${INPUT_DATA_CONFIG_ENV}" > {config}/inputdataconfig.json; '
-            f'python3 -c {shlex.quote(_FETCH)} "${CODE_URI_ENV}" {archive}; '
+            f'python3 -c {shlex.quote(_FETCH)} "${CODE_URI_ENV}" {archive} {REGION_ARG}; '
             f'tar -xzf {archive} -C "$b/{contract.CODE_DIR}"; '
             f'exec python3 "$b/{contract.CODE_DIR}/{contract.PROGRAM}" --container')
 
@@ -82,7 +90,7 @@ def command() -> list[str]:
 
 
 def environment(*, instance_type: str, neuron_cores: int, vcpus: int, hyperparameters: dict[str, str],
-                code_uri: str) -> dict[str, str]:
+                code_uri: str, region: str) -> dict[str, str]:
     """The variables the command and launch.py read: the SM_* variables of one host under
     /opt/ml (`contract.sm_environment`), the hyperparameters as SageMaker writes them, where
     the source archive is, and the rendezvous address (loopback: one instance)."""
@@ -103,4 +111,11 @@ def environment(*, instance_type: str, neuron_cores: int, vcpus: int, hyperparam
     env[INPUT_DATA_CONFIG_ENV] = json.dumps({contract.CODE_CHANNEL: {
         "TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}})
     env[CODE_URI_ENV] = code_uri
+    # The job's region, as SageMaker sets it in its containers: the S3 clients take it.
+    env["AWS_REGION"] = region
+    # The platform's stop timeout, told to launch.py by the request itself (it would assume
+    # SageMaker's 120 s): ECS sends SIGKILL ECS_STOP_TIMEOUT_S after its SIGTERM.
+    from entrypoints.torchrun import STOP_GRACE_ENV
+
+    env[STOP_GRACE_ENV] = f"{ECS_STOP_TIMEOUT_S:g}"
     return env

@@ -71,7 +71,8 @@ def run(job: dict, ctr: contract.Contract, env: dict[str, str], job_file: Path, 
     log(f"precompile: {contract.PRECOMPILE_PROGRAM} over {steps} steps: " + " ".join(command[1:]))
     started = time.monotonic()
     try:
-        code, tail = run_torchrun(command, pass_env, cwd, stop)
+        # A process group of its own: a stop reaches the wrapper, its torchrun and the workers.
+        code, tail = run_torchrun(command, pass_env, cwd, stop, group=True)
     except Exception as exc:  # noqa: BLE001 - the real run compiles what the pass did not
         reason = f"{contract.PRECOMPILE_PROGRAM} did not run: {type(exc).__name__}: {exc}"
         log(f"WARNING precompile: {reason}")

@@ -25,7 +25,8 @@ MASTER_PORT_ENV = "ORCHESTRATOR_MASTER_PORT"
 # The module run as torchrun; tests name a stand-in that starts without importing torch.
 TORCHRUN_MODULE = "torch.distributed.run"
 TORCHRUN_MODULE_ENV = "ORCHESTRATOR_TORCHRUN_MODULE"
-# SageMaker's grace between its SIGTERM and its SIGKILL; the local backend passes its own.
+# SageMaker's grace between its SIGTERM and its SIGKILL; a Batch job's request sets ECS's
+# (`bootstrap.environment`), the local SageMaker-style backend passes its own.
 STOP_GRACE_S = 120.0
 STOP_GRACE_ENV = "ORCHESTRATOR_STOP_GRACE_S"
 
@@ -63,6 +64,9 @@ class StopSignals:
             grace_s = float(os.environ.get(STOP_GRACE_ENV) or STOP_GRACE_S)
         self.torchrun_deadline_s = grace_s / 2
         self.deadline: threading.Timer | None = None
+        # Whether the child leads a process group of its own that a stop signals whole
+        # (`run_torchrun(..., group=True)`: the precompile pass under its wrapper).
+        self.group = False
 
     def __enter__(self) -> StopSignals:
         signal.signal(signal.SIGTERM, self.handle)
@@ -75,31 +79,72 @@ class StopSignals:
 
     def handle(self, signum: int, _frame=None) -> None:
         self.signum = signum
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
-            if self.deadline is None:
-                self.deadline = threading.Timer(self.torchrun_deadline_s, self._kill_late_child)
-                self.deadline.daemon = True
-                self.deadline.start()
+        child = self.child
+        if child is None:
+            return
+        if self.group:
+            # Every process of the group, the wrapper's children too: a wrapper that exits on the
+            # signal would leave them running, holding our pipe open.
+            _signal_group(child.pid, signum)
+        elif child.poll() is None:
+            child.send_signal(signum)
+        else:
+            return
+        if self.deadline is None:
+            self.deadline = threading.Timer(self.torchrun_deadline_s, self._kill_late_child)
+            self.deadline.daemon = True
+            self.deadline.start()
 
     def _kill_late_child(self) -> None:
         child = self.child
-        if child is not None and child.poll() is None:
+        if child is None:
+            return
+        if self.group:
+            if _signal_group(child.pid, 0):
+                self.log(f"the pass still runs {self.torchrun_deadline_s:g} s after the stop signal: killing its "
+                         "process group")
+                _signal_group(child.pid, signal.SIGKILL)
+        elif child.poll() is None:
             self.log(f"torchrun still runs {self.torchrun_deadline_s:g} s after the stop signal: killing it and its workers")
             container.kill_tree(child.pid)
 
 
-def run_torchrun(command: list[str], env: dict[str, str], cwd: Path, stop: StopSignals) -> tuple[int, list[str]]:
-    """Run torchrun, streaming its output line by line; (exit code, last lines of output)."""
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send `signum` to process group `pgid`; whether any process of it was there."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_torchrun(command: list[str], env: dict[str, str], cwd: Path, stop: StopSignals, *,
+                 group: bool = False) -> tuple[int, list[str]]:
+    """Run torchrun, streaming its output line by line; (exit code, last lines of output).
+
+    `group`: the command runs in a process group of its own, which a stop signals whole and
+    which is emptied when the command ends (a wrapper such as neuron_parallel_compile may exit
+    on SIGTERM and leave its torchrun behind, which would hold the output pipe, and so this
+    call, open)."""
     tail: deque[str] = deque(maxlen=400)
     proc = subprocess.Popen(command, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1)
+                            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
+                            start_new_session=group)
+    stop.group = group
     stop.child = proc
-    if stop.signum is not None:
-        stop.handle(stop.signum)  # the signal came while it started
-    assert proc.stdout is not None  # we asked for a pipe
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        sys.stdout.flush()
-        tail.append(line.rstrip("\n"))
-    return proc.wait(), list(tail)
+    try:
+        if stop.signum is not None:
+            stop.handle(stop.signum)  # the signal came while it started
+        assert proc.stdout is not None  # we asked for a pipe
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            tail.append(line.rstrip("\n"))
+        return proc.wait(), list(tail)
+    finally:
+        if group:
+            _signal_group(proc.pid, signal.SIGKILL)  # nothing of the pass outlives it
+            proc.wait()
+            stop.group = False

@@ -65,7 +65,7 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, hyperpara
     env = dict(job["environment"])
     env.update(bootstrap.environment(instance_type=spec.instance.type, neuron_cores=facts.neuron_cores if facts else 0,
                                      vcpus=facts.vcpus if facts else 0, hyperparameters=hyperparameters,
-                                     code_uri=source_uri))
+                                     code_uri=source_uri, region=spec.region))
     overrides: dict = {
         "command": bootstrap.command(),
         "environment": [{"name": key, "value": value} for key, value in sorted(env.items())],

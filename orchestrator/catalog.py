@@ -194,6 +194,21 @@ def _write_cache(name: str, value) -> None:
         pass  # a read-only home only costs the next run the same lookup
 
 
+def botocore_version() -> str:
+    """The installed botocore's version, without importing botocore."""
+    return _botocore_version()
+
+
+def botocore_cached(name: str, compute):
+    """The JSON value `compute()` returns, cached in ORCHESTRATOR_HOME as `name` per botocore
+    version (as the facts above are): loading a service model costs a command more than this."""
+    cached = _read_cache(name)
+    if cached is None:
+        cached = compute()
+        _write_cache(name, cached)
+    return cached
+
+
 @cache
 def _sagemaker_model():
     """botocore's sagemaker service model, loaded once however many of the caches above miss."""

@@ -28,6 +28,17 @@ from dataclasses import dataclass
 from entrypoints import contract
 from orchestrator import catalog, cost, doctor, names, sourcedir
 from orchestrator.errors import InputError, Problem, SpecError
+
+# Where a job's objects go (its own module, so `validate` checks them without this one's imports).
+from orchestrator.locations import (  # noqa: F401 - callers use them as request.X
+    TENSORBOARD_DIR,
+    compile_cache_uri,
+    object_uris,
+    output_uri,
+    results_uri,
+    source_uri,
+    tensorboard_uri,
+)
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.paths import home
 from orchestrator.spec import JobSpec, spec_hash
@@ -36,35 +47,9 @@ CONTAINER_LOG_LEVEL = 20
 TRAIN_CHANNEL = "train"
 CHECKPOINT_LOCAL_PATH = f"{contract.OPT_ML}/{contract.CHECKPOINT_DIR}"
 TENSORBOARD_LOCAL_PATH = f"{contract.OPT_ML}/{contract.TENSORBOARD_DIR}"
-TENSORBOARD_DIR = "tensorboard"
 # Local jobs never reach AWS; the request still needs a well-formed RoleArn (and an image:
 # `catalog.LOCAL_IMAGE`), so the local backend receives placeholders (never sent anywhere).
 LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
-
-
-def output_uri(spec: JobSpec) -> str:
-    """The job's output prefix: output.uri, or the local store for a local spec without one."""
-    if spec.output.uri:
-        return spec.output.uri.rstrip("/")
-    return f"file://{home()}/store/jobs"
-
-
-def compile_cache_uri(spec: JobSpec) -> str | None:
-    """compile_cache.uri, or the local store's cache for a local spec without one."""
-    if spec.compile_cache.uri:
-        return spec.compile_cache.uri.rstrip("/")
-    if spec.backend == "local":
-        return f"file://{home()}/store/compile-cache"
-    return None
-
-
-def results_uri(output: str, name: str) -> str:
-    return f"{output}/results/{name}/results.json"
-
-
-def tensorboard_uri(output: str, name: str) -> str:
-    """Where a job's TensorBoard event files go: `<output>/tensorboard/<job>`."""
-    return f"{output}/{TENSORBOARD_DIR}/{name}"
 
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
@@ -243,9 +228,16 @@ class Prepared:
     target: catalog.Target
 
 
-def source_uri(output: str, archive_sha: str) -> str:
-    """Where the archive is stored: content-addressed, so an upload can be skipped when present."""
-    return f"{output}/source/{archive_sha[:16]}/{sourcedir.ARCHIVE_NAME}"
+def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
+    """SpecError (exit 2) for anything in the request, or in the S3 keys the job derives, that
+    AWS would refuse (`aws_contract`): before any AWS call, each at the spec field it came from."""
+    from orchestrator import aws_contract, provenance
+
+    aws_contract.check_uris(spec, object_uris(spec))
+    service, operation = ("batch", "SubmitJob") if spec.backend == "batch" else ("sagemaker", "CreateTrainingJob")
+    found = aws_contract.violations(service, operation, request)
+    aws_contract.raise_for(spec, found, lambda path: provenance.field(spec, operation, request, path),
+                           what=f"the {operation} request")
 
 
 def local_store(job: dict, name: str) -> str:
@@ -270,7 +262,8 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     cost estimate and the findings are then taken as they are, not computed again. `varied`:
     a sweep trial's values (`resolved_job`). Findings
     are returned, not raised: callers decide (`doctor.raise_for`). Only a spec too broken to
-    build a request for raises, and then with the doctor's located errors.
+    build a request for raises, and then with the doctor's located errors; and a request AWS
+    would refuse (`check_contract`: SpecError at the fields it came from).
 
     `local` (a batch spec run on this machine, `submit --local`): the same request, for the job
     `names.local_job_name(spec)`, with the archive, results.json and the compile cache in this
@@ -298,6 +291,10 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     except InputError:
         doctor.raise_for(spec, diagnosis.findings)
         raise
+    # What AWS would refuse, once the doctor has nothing to say: its findings name the cause
+    # better (an instance type SageMaker does not train on is also outside the model's enum).
+    if not local and spec.backend != "local" and not doctor.errors(diagnosis.findings):
+        check_contract(spec, request, name)
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
                     archive_sha256=digest, source_uri=src, request=request, estimate=diagnosis.estimate,
                     findings=diagnosis.findings, target=target)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from entrypoints import contract
 from orchestrator.errors import OrchestratorError
+from orchestrator.locations import ARCHIVE_NAME  # noqa: F401 - sourcedir.ARCHIVE_NAME
 
-ARCHIVE_NAME = "sourcedir.tar.gz"
 PACKAGE = "entrypoints"
 # The training image already has torch and torch-xla; timm is the one library it lacks.
 REQUIREMENTS = "timm>=1.0,<2\n"

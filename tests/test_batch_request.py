@@ -102,6 +102,49 @@ def test_the_environment_carries_the_contract_and_the_archive():
             assert name in env, name
 
 
+def test_the_archive_fetch_takes_the_jobs_region(tmp_path):
+    """botocore reads AWS_DEFAULT_REGION only: behind an S3 gateway endpoint a client without a
+    region goes to the global endpoint and fails. The request sets AWS_REGION, and the fetch
+    gives it to its client (a stand-in boto3 records what the fetch asked for)."""
+    import subprocess
+
+    assert _env(_prepared().request)["AWS_REGION"] == "us-east-1"
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "boto3.py").write_text(
+        "import json, os\n"
+        "class _Client:\n"
+        "    def download_file(self, bucket, key, dest):\n"
+        "        open(dest, 'w').write(json.dumps([bucket, key]))\n"
+        "def client(name, region_name=None):\n"
+        "    open(os.environ['SEEN'], 'w').write(json.dumps([name, region_name]))\n"
+        "    return _Client()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
+    env.update(PYTHONPATH=str(fake), SEEN=str(tmp_path / "seen.json"), AWS_REGION="eu-west-3",
+               SM_RESOURCE_CONFIG="{}", **{bootstrap.CODE_URI_ENV: "s3://bucket/jobs/source/abc/sourcedir.tar.gz",
+                                           bootstrap.HYPERPARAMETERS_ENV: "{}", bootstrap.INPUT_DATA_CONFIG_ENV: "{}"})
+    # The bootstrap's own lines up to the fetch (the unpack after it needs a real archive).
+    lines = bootstrap.script().split("; ")
+    upto = "; ".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("python3 -c")) + 1])
+    env["SAGEMAKER_BASE_DIR"] = str(tmp_path / "opt-ml")
+    done = subprocess.run(["bash", "-c", upto], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "seen.json").read_text()) == ["s3", "eu-west-3"]
+    fetched = tmp_path / "opt-ml" / "input" / "data" / "code" / "sourcedir.tar.gz"
+    assert json.loads(fetched.read_text()) == ["bucket", "jobs/source/abc/sourcedir.tar.gz"]
+
+
+def test_the_request_tells_launch_py_ecs_stop_timeout():
+    """ECS sends SIGKILL 30 s after its SIGTERM (StopTask); launch.py would assume SageMaker's
+    120 s and give torchrun 60 s, so the request says 30 and torchrun gets 15."""
+    from entrypoints import torchrun
+
+    env = _env(_prepared().request)
+    assert env[torchrun.STOP_GRACE_ENV] == "30" and torchrun.STOP_GRACE_S == 120.0
+    stop = torchrun.StopSignals(lambda line: None, grace_s=float(env[torchrun.STOP_GRACE_ENV]))
+    assert stop.torchrun_deadline_s == 15.0
+
+
 def test_plan_shows_the_submit_job_request_and_its_cost(tmp_path, monkeypatch, capsys):
     path = tmp_path / "job.yaml"
     path.write_text(BATCH)
@@ -134,7 +177,7 @@ def test_the_image_start_script_runs_the_bootstrap_which_execs_launch_py(tmp_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("SM_")}
     env.update(bootstrap.environment(instance_type="inf2.xlarge", neuron_cores=2, vcpus=4,
                                      hyperparameters={"sagemaker_program": '"launch.py"'},
-                                     code_uri=f"file://{tmp_path / 'sourcedir.tar.gz'}"))
+                                     code_uri=f"file://{tmp_path / 'sourcedir.tar.gz'}", region="us-east-1"))
     env.update(SAGEMAKER_BASE_DIR=str(base), OUT=str(tmp_path / "out.json"))
     proc = subprocess.Popen(["bash", "-m", str(tmp_path / "start_with_right_hostname.sh"), *bootstrap.command()],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -509,6 +509,8 @@ def operator_calls(at: Layout) -> dict[tuple[str, str], list[Need]]:
                  why="submit (batch): the latest revision"),
             Need("operator", "batch:SubmitJob", f"{batch_arn}:job-definition/{STACK}-neuron-1chip:3",
                  why="submit (batch): a pinned revision"),
+            # The Service Authorization Reference lists `job` among SubmitJob's resource types.
+            Need("operator", "batch:SubmitJob", f"{batch_arn}:job/{job_id}", why="submit (batch): the job itself"),
             Need("operator", "batch:TagResource", f"{batch_arn}:job/{job_id}", why="submit with tags (dependent)")],
         ("batch", "TerminateJob"): [Need("operator", "batch:TerminateJob", f"{batch_arn}:job/{job_id}",
                                          why="stop (batch)")],

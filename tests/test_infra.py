@@ -421,7 +421,7 @@ def test_update_change_set_keeps_parameters_not_given():
                     {"ParameterKey": "CompileCacheNoncurrentDays", "UsePreviousValue": True}]
         stub.add_response("create_change_set", {"Id": CHANGE_SET_ID, "StackId": STACK_ID}, {
             "StackName": "orchestrator", "ChangeSetName": stub_any(), "ChangeSetType": "UPDATE",
-            "TemplateBody": infra.TEMPLATE.read_text(), "Parameters": expected,
+            "TemplateBody": infra.template_body(infra.load_template()), "Parameters": expected,
             "Capabilities": ["CAPABILITY_IAM"], "Description": "orchestrator infra deploy"})
         stub.add_response("describe_change_set", change_set_response("CREATE_COMPLETE", changes=[
             {"Type": "Resource", "ResourceChange": {"Action": "Modify", "LogicalResourceId": "Bucket",

@@ -7,6 +7,7 @@ tiny ViT to the end and stop one mid-training as TerminateJob would."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from job_waits import wait_for
 
-from entrypoints import bootstrap, contract, storage
+from entrypoints import bootstrap, contract, storage, torchrun
 from orchestrator import catalog, request, spec
 from orchestrator.backends import local_batch, local_layout
 from orchestrator.backends.local import LocalBackend
@@ -130,6 +131,15 @@ def test_the_job_folder_runs_the_command_through_the_start_script_with_opt_ml_mo
     # This machine's CPUs for the instance's NeuronCores.
     assert (env["SM_NUM_NEURONS"], env["PJRT_DEVICE"]) == ("0", "CPU")
     assert env["AWS_BATCH_JOB_ID"] == prepared.job_name and env["AWS_BATCH_JQ_NAME"] == "orchestrator-inf2-xlarge"
+    # The request's own environment, plus what Batch sets and the placements the module lists:
+    # nothing that changes how launch.py stops (it reads ECS's 30 s from the request).
+    sent = {e["name"]: e["value"] for e in prepared.request["containerOverrides"]["environment"]}
+    placed = {"GLOO_SOCKET_IFNAME", "PJRT_DEVICE", "ORCHESTRATOR_MASTER_PORT", "SAGEMAKER_BASE_DIR"}
+    assert set(env) - set(sent) <= placed | {"AWS_BATCH_JOB_ID", "AWS_BATCH_JOB_ATTEMPT", "AWS_BATCH_JQ_NAME"}
+    assert env[torchrun.STOP_GRACE_ENV] == sent[torchrun.STOP_GRACE_ENV] == "30"
+    changed = {k for k in sent if env[k] != sent[k]}
+    assert changed <= {"SAGEMAKER_BASE_DIR", "SM_NUM_CPUS", "SM_NUM_NEURONS", "NEURON_CC_FLAGS"} | {
+        k for k, v in sent.items() if v.startswith(contract.OPT_ML)}, changed
     status = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
     assert (status["state"], status["instance_type"]) == ("pending", "inf2.xlarge")
 
@@ -189,7 +199,8 @@ def test_a_failing_local_batch_job_gives_the_failure_file_as_its_reason(orch_hom
 def test_an_attempt_that_outlives_its_timeout_is_stopped_as_ecs_stops_it_and_fails(orch_home, tmp_path,
                                                                                     fake_train, monkeypatch):
     monkeypatch.setenv("FAKE_TRAIN_SLEEP", "300")
-    monkeypatch.setenv(local_layout.STOP_GRACE_ENV, "20")
+    # ECS's own 30 s, which launch.py reads from the request: the real path.
+    monkeypatch.delenv(local_layout.STOP_GRACE_ENV, raising=False)
     prepared = local_prepared(write_spec(tmp_path, name="lbtime"))
     LocalBackend()._upload_source(prepared)  # what submit does first
     job_dir = orch_home / "jobs" / prepared.job_name
@@ -202,6 +213,7 @@ def test_an_attempt_that_outlives_its_timeout_is_stopped_as_ecs_stops_it_and_fai
     assert done.returncode == 0
     status = LocalBackend().status(prepared.job_name)
     assert status.status == "failed" and status.failure_reason == f"{local_batch.TIMEOUT_REASON} (1800 s)"
+    assert plan["stop_grace_s"] == 30.0 and torchrun.STOP_GRACE_ENV not in os.environ
     record = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
     assert [s["signal"] for s in record["stop_signals"]] == ["SIGTERM"]  # launch.py ended within the grace
     assert stored(prepared.job["results_uri"])["status"] == "stopped"  # what launch.py saw: a SIGTERM

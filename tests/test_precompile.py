@@ -187,3 +187,65 @@ def test_a_local_job_with_the_stand_ins_shows_precompile_utilization_and_mfu_in_
     assert row.flops_per_sample == 1.5e6 and row.mfu is None
     table = res.render_table(res.Collection(prefix="p", rows=[row]))
     assert "precompile s" in table and "NC util" in table and "MFU" in table
+
+
+# A neuron_parallel_compile that starts a child (as the real one starts torchrun), which holds
+# the output pipe, then exits on SIGTERM and leaves that child behind.
+ORPHANING_WRAPPER = """#!{python}
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+with open(os.environ["WRAPPER_CHILD_PID"], "w") as out:
+    out.write(str(child.pid))
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+print("wrapper ready", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_during_the_pass_reaches_every_process_of_it(tmp_path):
+    """SIGTERM during the precompile pass goes to its whole process group: the wrapper's
+    child stops too, so the pass returns at once instead of waiting on an orphan's pipe."""
+    import threading
+    from types import SimpleNamespace
+
+    import psutil
+
+    from entrypoints import precompile
+    from entrypoints.torchrun import StopSignals
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / contract.PRECOMPILE_PROGRAM
+    wrapper.write_text(ORPHANING_WRAPPER.format(python=sys.executable))
+    wrapper.chmod(0o755)
+    pid_file = tmp_path / "child.pid"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", WRAPPER_CHILD_PID=str(pid_file))
+    logged: list[str] = []
+    # A grace long enough that the late kill cannot be what ends the pass here.
+    stop = StopSignals(logged.append, grace_s=600)
+
+    def stop_when_started():
+        while not pid_file.exists() or not pid_file.read_text():
+            time.sleep(0.05)
+        stop.handle(15)  # SIGTERM, as the platform's stop reaches launch.py
+
+    threading.Thread(target=stop_when_started, daemon=True).start()
+    ctr = SimpleNamespace(num_nodes=1, node_rank=0, master_addr="127.0.0.1")
+    section = precompile.run(xla_job(), ctr, env, tmp_path / "job.json", tmp_path / "stats", "fake_train",
+                             tmp_path, stop, logged.append)
+    child = int(pid_file.read_text())
+    assert section["ran"] is True and section["exit_code"] == 0  # the wrapper exited on the signal
+    # The pipe closed, so the child is exiting; it ends as a zombie of PID 1 here (or is reaped).
+    def ended() -> bool:
+        try:
+            return psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    for _ in range(200):
+        if ended():
+            break
+        time.sleep(0.05)
+    assert ended()
+    assert not any("still runs" in line for line in logged)  # the group stop sufficed, not the late kill

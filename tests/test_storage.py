@@ -287,6 +287,36 @@ def test_s3_client_is_created_lazily_from_the_environment(moto_bucket):
     assert boto3.client("s3").get_object(Bucket=moto_bucket, Key="k")["Body"].read() == b"v"
 
 
+@pytest.mark.parametrize(("variables", "region"), [
+    ({"AWS_REGION": "eu-west-3"}, "eu-west-3"),  # SageMaker's, and what a Batch job's request sets
+    ({"AWS_DEFAULT_REGION": "ap-south-1"}, "ap-south-1"),
+    ({"AWS_REGION": "eu-west-3", "AWS_DEFAULT_REGION": "ap-south-1"}, "eu-west-3"),
+])
+def test_the_s3_client_takes_the_jobs_region(monkeypatch, variables, region):
+    """botocore reads AWS_DEFAULT_REGION only; a client without a region goes to the global
+    endpoint, which an S3 gateway endpoint in the job's VPC does not serve."""
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert open_store("s3://bucket/x").client.meta.region_name == region
+
+
+def test_a_key_past_s3s_limit_is_refused_before_any_call(monkeypatch):
+    """1,024 bytes of UTF-8 in all, the store's prefix included (the contract's table says the same)."""
+    from entrypoints.storage.s3_store import S3_MAX_KEY_BYTES
+    from orchestrator import aws_contract
+
+    assert S3_MAX_KEY_BYTES == aws_contract.limit("s3-object-key")["max_bytes"]
+    calls = []
+    monkeypatch.setattr("botocore.client.BaseClient._make_api_call", lambda self, op, params: calls.append(op))
+    store = open_store("s3://bucket/" + "p" * 900)
+    store._key("k" * 123)  # 900 + 1 + 123 = 1024: allowed
+    with pytest.raises(StorageError, match="1025 bytes of UTF-8; S3 allows at most 1024"):
+        store.put_bytes("é" * 62, b"v")  # 900 + 1 + 124 bytes
+    assert calls == []
+
+
 def test_part_size_below_the_s3_minimum_is_refused():
     with pytest.raises(ValueError, match="minimum"):
         open_store("s3://bucket/x", part_size=MiB)

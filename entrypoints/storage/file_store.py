@@ -40,8 +40,13 @@ from entrypoints.storage.store import (
 
 
 def _sha256_file(path: Path) -> str:
+    # Not hashlib.file_digest: it needs Python 3.11, and the package runs on 3.10 (the Neuron
+    # SDK 2.25 training image's Python; requires-python, held by tests/test_python_versions.py).
+    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class FileStore(Store):

@@ -57,6 +57,20 @@ def _code(exc) -> str:
     return code or str(status or "")
 
 
+# An object key is at most 1,024 bytes of UTF-8 (Amazon S3 User Guide, "Naming Amazon S3
+# objects", https://docs.aws.amazon.com/AmazonS3/latest/userguide/object-keys.html); the
+# orchestrator's contract check (orchestrator/data/aws_limits.json) holds the same limit.
+S3_MAX_KEY_BYTES = 1024
+
+
+def job_region() -> str | None:
+    """The job's region, for every S3 client in the container: AWS_REGION (which SageMaker
+    sets, and a Batch job's request sets), else AWS_DEFAULT_REGION. botocore itself reads only
+    AWS_DEFAULT_REGION, and a client without a region goes to the global endpoint, which an S3
+    gateway endpoint in the job's VPC does not serve."""
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
 def s3_client_config(max_workers: int = DEFAULT_WORKERS):
     """The botocore config of an S3 client for a store: a connection pool for its parallel
     part transfers, standard retries, and connect/read timeouts, so that an endpoint that
@@ -91,12 +105,18 @@ class S3Store(Store):
                     import boto3
                 except ImportError as exc:
                     raise StorageError(f"{self.uri_root}: boto3 is needed for s3:// stores") from exc
-                self._client = boto3.client("s3", config=s3_client_config(self.max_workers))
+                self._client = boto3.client("s3", region_name=job_region(),
+                                            config=s3_client_config(self.max_workers))
             return self._client
 
     def _key(self, key: str) -> str:
         check_key(key, self.uri_root)
-        return f"{self.prefix}/{key}" if self.prefix else key
+        full = f"{self.prefix}/{key}" if self.prefix else key
+        size = len(full.encode("utf-8"))
+        if size > S3_MAX_KEY_BYTES:
+            raise StorageError(f"{self.uri_root}/{key[:80]}...: the S3 key is {size} bytes of UTF-8; S3 allows at most "
+                               f"{S3_MAX_KEY_BYTES} (Amazon S3 User Guide, 'Naming Amazon S3 objects')")
+        return full
 
     def _error(self, op: str, key: str, exc: Exception) -> StorageError:
         code = _code(exc)

@@ -35,6 +35,8 @@ on this machine (each listed here, nothing else changed):
   loopback (ORCHESTRATOR_MASTER_PORT) and GLOO_SOCKET_IFNAME defaults to lo;
 - what Batch sets in every container: AWS_BATCH_JOB_ID (the job name here),
   AWS_BATCH_JOB_ATTEMPT (1), AWS_BATCH_JQ_NAME (the request's queue).
+Nothing else: in particular no stop timeout; launch.py learns ECS's 30 s from the request
+(`bootstrap.environment`), as the real job does.
 
 Stop as ECS stops a task (TerminateJob, the attempt timeout): SIGTERM to the container's first
 process, SIGKILL to all of it after the stop timeout: `STOP_GRACE_S`, 30 s, ECS's default for
@@ -57,7 +59,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from entrypoints import contract
+from entrypoints import bootstrap, contract
 from entrypoints.atomic import write_json, write_text
 from orchestrator.backends.local_layout import (
     LOG_DIR,
@@ -69,8 +71,8 @@ from orchestrator.backends.local_layout import (
     stop_grace_s,
 )
 
-# ECS's stop timeout (see the module docstring).
-STOP_GRACE_S = 30.0
+# ECS's stop timeout (see the module docstring), the one the request tells launch.py.
+STOP_GRACE_S = bootstrap.ECS_STOP_TIMEOUT_S
 # The status reason of a job whose attempt timed out, as reported of Batch (not checked
 # against a real job here).
 TIMEOUT_REASON = "Job attempt duration exceeded timeout"
@@ -95,7 +97,7 @@ def is_batch_request(request: dict) -> bool:
     return "containerOverrides" in request
 
 
-def container_environment(request: dict, root: Path, *, runtime: str, port: int, grace: float) -> dict[str, str]:
+def container_environment(request: dict, root: Path, *, runtime: str, port: int) -> dict[str, str]:
     """The first process's environment: containerOverrides.environment as sent, with the
     placements the module docstring lists."""
     from orchestrator import catalog
@@ -114,7 +116,8 @@ def container_environment(request: dict, root: Path, *, runtime: str, port: int,
     env["SM_NUM_NEURONS"] = "0"
     env[contract.MASTER_ADDR_ENV] = LOOPBACK
     env["ORCHESTRATOR_MASTER_PORT"] = str(port)
-    env["ORCHESTRATOR_STOP_GRACE_S"] = f"{grace:g}"
+    # No stop timeout is added: launch.py reads ECS's from the request's own environment, as
+    # in the real container (`grace`, the supervisor's SIGKILL delay, is this machine's).
     env["AWS_BATCH_JOB_ID"] = request["jobName"]
     env["AWS_BATCH_JOB_ATTEMPT"] = "1"
     env["AWS_BATCH_JQ_NAME"] = request["jobQueue"]
@@ -136,7 +139,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     script.chmod(0o755)
     grace = stop_grace_s(STOP_GRACE_S)
     env = container_environment(request, root, runtime=prepared.job["spec"]["training"]["runtime"],
-                                port=free_port(), grace=grace)
+                                port=free_port())
     plan = {
         "job_name": prepared.job_name,
         "hosts": [host],

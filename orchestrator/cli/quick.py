@@ -47,4 +47,8 @@ def check_spec(path: Path) -> None:
         if finding.severity != "error":
             err(finding_text(loaded, finding))
     doctor_rules.raise_for(loaded, findings)
+    # The S3 keys the job would derive from its prefixes, against S3's limit (no botocore).
+    from orchestrator import aws_contract, locations
+
+    aws_contract.check_uris(loaded, locations.object_uris(loaded))
     out(f"{path}: ok ({loaded.name}, {loaded.backend}, {loaded.instance.type} x{loaded.instance.count})")

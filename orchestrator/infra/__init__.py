@@ -74,6 +74,7 @@ from orchestrator.infra.template import (
     integer_parameters,
     load_template,
     parse_parameters,
+    template_body,
 )
 
 __all__ = [
@@ -81,5 +82,5 @@ __all__ = [
     "REQUIRED_OUTPUTS", "STACK_NAME_MAX", "SUCCESS_STATES", "TEMPLATE", "UPDATABLE_STATES", "Change", "ChangeSetPlan",
     "StackEvent", "StackOutputs", "check_outputs_target", "check_stack_name", "discard", "execute",
     "integer_parameters", "load_template", "make_client", "operator_policy", "parse_parameters", "prepare",
-    "read_outputs", "resolve", "stack_status", "write_outputs_file",
+    "read_outputs", "resolve", "stack_status", "template_body", "write_outputs_file",
 ]

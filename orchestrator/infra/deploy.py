@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator import aws_contract
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.infra.cloudformation import (
     NO_CHANGES,
@@ -23,10 +24,17 @@ from orchestrator.infra.cloudformation import (
     translate,
 )
 from orchestrator.infra.outputs import StackOutputs, outputs_of, read_outputs
-from orchestrator.infra.template import TEMPLATE, check_stack_name, load_template
+from orchestrator.infra.template import (
+    RESTORE_TEMPLATE,
+    TEMPLATE,
+    check_stack_name,
+    load_template,
+    template_body,
+)
 
 # A stack of roles without fixed names needs CAPABILITY_IAM (named ones would need NAMED_IAM).
 CAPABILITIES = ["CAPABILITY_IAM"]
+DESCRIPTION = "orchestrator infra deploy"
 
 SUCCESS_STATES = frozenset({"CREATE_COMPLETE", "UPDATE_COMPLETE", "IMPORT_COMPLETE"})
 FAILURE_STATES = frozenset({
@@ -95,7 +103,14 @@ def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_pat
     """
     check_stack_name(stack_name)
     template = load_template(template_path)
-    body = Path(template_path).read_text()
+    body = template_body(template)
+    # Change set names are unique per stack; two deploys in one second must not collide.
+    name = f"orchestrator-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
+    # What CloudFormation would refuse (the body's size above all) stops here, before any call.
+    aws_contract.check_body("cloudformation", "CreateChangeSet", {
+        "StackName": stack_name, "ChangeSetName": name, "TemplateBody": body, "Capabilities": CAPABILITIES,
+        "Parameters": [{"ParameterKey": key, "ParameterValue": str(value)} for key, value in parameters.items()],
+        "Description": DESCRIPTION}, hint=f"shorten the template or the --param values; {RESTORE_TEMPLATE}")
     existing = describe_stack(cfn, stack_name)
     status = existing["StackStatus"] if existing else None
     if status is None or status == "REVIEW_IN_PROGRESS":
@@ -121,13 +136,11 @@ def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_pat
             cfn_params.append({"ParameterKey": key, "ParameterValue": str(parameters[key])})
         elif key in previous:
             cfn_params.append({"ParameterKey": key, "UsePreviousValue": True})
-    # Change set names are unique per stack; two deploys in one second must not collide.
-    name = f"orchestrator-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
     try:
         created = cfn.create_change_set(
             StackName=stack_name, ChangeSetName=name, ChangeSetType=kind, TemplateBody=body,
             Parameters=cfn_params, Capabilities=CAPABILITIES,
-            Description="orchestrator infra deploy",
+            Description=DESCRIPTION,
         )
     except Exception as exc:  # noqa: BLE001 - translated below, re-raised if not AWS's
         if is_no_changes(exc):

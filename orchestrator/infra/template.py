@@ -86,6 +86,16 @@ def load_template(path: Path = TEMPLATE) -> dict:
     return data
 
 
+def template_body(template: Mapping) -> str:
+    """The TemplateBody a deploy sends: the template as compact JSON (no comments, no
+    indentation), which CloudFormation reads as it reads the YAML. The YAML with its comments
+    is past CreateChangeSet's 51,200-byte TemplateBody limit (data/aws_limits.json); the JSON
+    is about 37 KB, a margin for growth that tests/test_aws_contract_infra.py holds."""
+    import json
+
+    return json.dumps(template, separators=(",", ":"), ensure_ascii=False)
+
+
 # --- parameters -------------------------------------------------------------------------
 
 
