@@ -14,7 +14,8 @@ Contract:
     with its entries and bytes read from the manifest; None when the cache holds none;
   - `note` says what could not be read (a store error never fails a plan).
 - Reading an s3:// prefix calls AWS: callers read one only when asked (`plan --forecast`);
-  a file:// prefix (the local store) is read always.
+  a file:// prefix (the local store) is read always. `for_trials` applies that per trial of a
+  sweep (a variant may set an s3:// URI over a local base): unasked, it reads no s3:// store.
 """
 
 from __future__ import annotations
@@ -167,3 +168,23 @@ def s3_client_for(spec: JobSpec):
     from orchestrator import aws
 
     return aws.client("s3", spec.region)
+
+
+def for_trials(trials, asked: bool) -> dict[str, Forecast]:
+    """{job name: Forecast} of the sweep's planned `trials` whose stores may be read (`readable`);
+    each output prefix's history is read once, each region's S3 client made once."""
+    histories: dict[str, History] = {}
+    clients: dict[str, object] = {}
+    predicted = {}
+    for trial in trials:
+        spec = trial.trial.spec
+        if not readable(spec, asked):
+            continue
+        if asked and spec.region not in clients:
+            clients[spec.region] = s3_client_for(spec)
+        s3 = clients.get(spec.region)
+        prefix = request.output_uri(spec)
+        if prefix not in histories:
+            histories[prefix] = History.read(spec, s3)
+        predicted[trial.job_name] = forecast(spec, trial.prepared.estimate, histories[prefix], s3)
+    return predicted

@@ -65,3 +65,31 @@ def test_sweep_plan_forecasts_its_trials(orch_home, tmp_path, monkeypatch, capsy
     assert "forecast: none of the 2 trials has a completed run yet" in out
     code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path), "--json")
     assert all(t["forecast"]["previous_job"] is None for t in json.loads(out)["trials"])
+
+
+def test_a_plain_sweep_plan_reads_no_s3_store_a_variant_names(orch_home, tmp_path, monkeypatch, capsys, moto_server):
+    """QA: a variant setting s3:// URIs over a local base made `sweep plan` list them (two
+    ListObjectsV2), though a plain plan promises no AWS call; with --forecast it reads them."""
+    import boto3
+    import botocore.handlers
+    from sweep_fakes import LOCAL_BASE, write
+
+    sent: list[str] = []
+    monkeypatch.setattr(botocore.handlers, "BUILTIN_HANDLERS", [
+        *botocore.handlers.BUILTIN_HANDLERS, ("before-parameter-build", lambda model, **_: sent.append(model.name))])
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # sessions made from here on carry the recorder
+    boto3.client("s3").create_bucket(Bucket="fc-bucket")
+    sent.clear()
+    sweep = ("sweep: fc\nbase: base.yaml\nvariants:\n  - {training.batch_size: 8}\n"
+             "  - {output.uri: 's3://fc-bucket/jobs', compile_cache.uri: 's3://fc-bucket/cache', "
+             "compile_cache.mode: tarball}\n")
+    path = write(tmp_path, sweep, LOCAL_BASE)
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path))
+    assert code == 0, err
+    assert sent == []
+    assert "forecast: 1 of 2 trials not read (their s3:// stores are read with --forecast)" in out
+    assert "forecast: none of the 1 trials has a completed run yet" in out
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path), "--forecast")
+    assert code == 0, err
+    assert "ListObjectsV2" in sent
+    assert "forecast: none of the 2 trials has a completed run yet" in out

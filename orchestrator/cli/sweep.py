@@ -93,13 +93,7 @@ def sweep_plan(
     from orchestrator import sweep as sweeps
 
     planned = sweeps.plan(spec.load_sweep(path))
-    base = planned.sweep.base_spec
-    predicted = {}
-    if planned.trials and forecast.readable(base, read_stores):
-        s3 = forecast.s3_client_for(base) if read_stores else None
-        history = forecast.History.read(base, s3)
-        predicted = {t.job_name: forecast.forecast(t.trial.spec, t.prepared.estimate, history, s3)
-                     for t in planned.trials}
+    predicted = forecast.for_trials(planned.trials, read_stores)
     if as_json:
         doc = planned.to_json()
         for trial in doc["trials"]:
@@ -108,18 +102,21 @@ def sweep_plan(
         out(json.dumps(doc, indent=2))
     else:
         out(plan_table(planned))
-        for line in plan_summary(planned) + forecast_lines(predicted, read_stores):
+        for line in plan_summary(planned) + forecast_lines(predicted, read_stores, len(planned.trials)):
             out(line)
     sweeps.check_budget(planned)
 
 
-def forecast_lines(predicted: dict, read_stores: bool) -> list[str]:
+def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None) -> list[str]:
     """The plan's forecast: trials with an earlier completed run, their duration and cost,
     and which compile cache keys hold entries."""
     if not predicted:
         return ["forecast: not read (s3:// stores are read with --forecast)"]
     ran = {name: f for name, f in predicted.items() if f.previous is not None}
     lines = []
+    if total is not None and len(predicted) < total:
+        lines.append(f"forecast: {total - len(predicted)} of {total} trials not read (their s3:// stores are "
+                     "read with --forecast)")
     if ran:
         seconds = sum(f.duration_s or 0 for f in ran.values())
         priced = [f.usd for f in ran.values() if f.usd is not None]
