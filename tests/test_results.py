@@ -1107,3 +1107,19 @@ def test_a_batch_trial_without_results_is_a_row_with_batchs_word_for_it(aws, pri
     assert (row.status, row.backend, row.instance) == ("failed", "batch", "inf2.xlarge")
     assert reason in row.note and "no results.json" in row.note
     assert ("describe", "swb-t2") in asked and ("describe", "swb-t1") not in asked
+
+
+def test_a_damaged_prices_file_is_one_clear_error_not_an_error_row_per_job(prices, monkeypatch, capsys):
+    """QA: every row, local ones included, became an error; `plan` gives one exit-2 message."""
+    write_local(prices, "loc-1", results_doc("loc-1", backend="local"))
+    write_local(prices, "loc-2", results_doc("loc-2", backend="local"))
+    (prices / "prices.json").write_text('{"prices": [{"type": "ml.trn1.2xlarge"}]}')
+    with pytest.raises(InputError) as info:
+        res.collect(res.local_store_uri(), workers=2)
+    assert info.value.message == f"{prices / 'prices.json'}: prices[0]: missing 'region'"
+    assert "delete" in info.value.hint
+    from cli_harness import run_cli
+
+    code, out, err = run_cli(monkeypatch, capsys, "results")
+    assert code == 2 and out == "", (out, err)
+    assert err.count("prices[0]: missing 'region'") == 1 and "Traceback" not in err

@@ -133,7 +133,10 @@ class _Collector:
     def price(self, type_: str, region: str) -> catalog.Price | None:
         key = (type_, region)
         if key not in self._prices:
-            self._prices[key] = catalog.price(type_, region)
+            try:
+                self._prices[key] = catalog.price(type_, region)
+            except InputError as exc:  # a damaged prices file: the command's error, not one row's
+                raise _CommandError(exc) from None
         return self._prices[key]
 
     def describe(self, job: str, name: str, region: str) -> tuple[JobStatus | None, str | None]:
