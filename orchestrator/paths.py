@@ -46,6 +46,23 @@ def home() -> Path:
     return path
 
 
+def home_folder(name: str) -> Path:
+    """ORCHESTRATOR_HOME/`name`, a folder made if missing. InputError (exit 2) naming it when it
+    cannot be one: something else is there under that name, or it cannot be created."""
+    path = home() / name
+    try:
+        path.mkdir(exist_ok=True)
+    except FileExistsError:
+        mode = os.lstat(path).st_mode
+        what = "a link that leads to no folder" if stat.S_ISLNK(mode) else (kind_of(mode) or "a file")
+        raise InputError(f"{path} is {what}, not a folder: the orchestrator keeps its {name} there",
+                         hint=f"move {path} aside (the orchestrator creates the folder again)") from None
+    except OSError as exc:
+        raise InputError(f"cannot create {path}: {exc.strerror or exc}",
+                         hint=write_hint(exc, "point ORCHESTRATOR_HOME at another folder")) from None
+    return path
+
+
 def unusable(path: str | os.PathLike) -> str | None:
     """Why `path` cannot even be looked up (a name longer than the file system allows, a loop
     of links, a folder on the way that cannot be searched, a NUL byte), or None: a path that

@@ -121,3 +121,18 @@ def test_results_plot_onto_a_fifo_device_socket_or_folder_is_exit_2_and_leaves_i
 ])
 def test_write_hint_says_what_to_do_about_each_cause(code, start):
     assert paths.write_hint(OSError(code, "x"), "write elsewhere") == start
+
+
+def test_a_file_where_the_sweeps_folder_goes_is_an_input_error_not_a_bug(orch_home, monkeypatch, capsys):
+    """QA: `$ORCHESTRATOR_HOME/sweeps` being a file gave `internal error: FileExistsError`."""
+    (orch_home / "sweeps").write_text("mine")
+    (orch_home / "dangling").symlink_to(orch_home / "nowhere")
+    sweep = Path(__file__).resolve().parents[1] / "configs" / "sweep-local.yaml"
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "run", str(sweep), "--detach")
+    assert code == 2, err
+    assert f"error: {orch_home / 'sweeps'} is a file, not a folder: the orchestrator keeps its sweeps there" in err
+    assert "internal error" not in err and (orch_home / "sweeps").read_text() == "mine"
+    with pytest.raises(InputError) as info:
+        paths.home_folder("dangling")
+    assert info.value.message.startswith(f"{orch_home / 'dangling'} is a link that leads to no folder")
+    assert paths.home_folder("fresh") == orch_home / "fresh" and (orch_home / "fresh").is_dir()

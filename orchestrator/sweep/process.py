@@ -27,7 +27,7 @@ from pathlib import Path
 
 from entrypoints.atomic import write_json
 from orchestrator.errors import BackendError, InputError, OrchestratorError
-from orchestrator.paths import check_write_target, home
+from orchestrator.paths import check_write_target, home_folder
 from orchestrator.processes import process_alive
 
 # How long `spawn` waits for its background runner to say it holds the sweep.
@@ -38,9 +38,7 @@ RUNNER_EXIT_SECONDS = 5.0
 
 def lock_path(sweep_id: str) -> Path:
     """The sweep's runner lock file, under ORCHESTRATOR_HOME/sweeps (made if missing)."""
-    folder = home() / "sweeps"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{sweep_id}.lock"
+    return home_folder("sweeps") / f"{sweep_id}.lock"
 
 
 def log_path(sweep_id: str) -> Path:
