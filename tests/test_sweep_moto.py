@@ -203,7 +203,7 @@ def test_moto_cli_resume_continues_a_stopped_sweep(tmp_path, orch_home, bucket, 
     assert len(report.stopped_jobs) == 2 and len(report.cancelled) == 2
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
     target = definition.sweep_id if command == "resume" else str(tmp_path / "sweep.yaml")
-    done = cli_run("sweep", command, target, "--poll", "0", env=env)
+    done = cli_run("sweep", command, target, "--poll", "0.1", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"sweep {definition.sweep_id}: 4 completed" in done.stdout
     for name in report.stopped_jobs:

@@ -181,7 +181,7 @@ def test_moto_cli_sweep_run_across_backends_and_again_from_a_fresh_home(tmp_path
     path = write(tmp_path, MIXED)
     planned = sweeps.plan(load(tmp_path, MIXED))
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
-    done = cli_run("sweep", "run", str(path), "--poll", "0", env=env)
+    done = cli_run("sweep", "run", str(path), "--poll", "0.1", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"sweep {planned.sweep_id}: 2 completed" in done.stdout
     rows = {e.job_name: (e.backend, e.state) for e in Ledger(orch_home / "ledger.sqlite3").entries()}
@@ -196,7 +196,7 @@ def test_moto_cli_sweep_run_across_backends_and_again_from_a_fresh_home(tmp_path
 
     home_b = tmp_path / "home-b"
     home_b.mkdir()
-    again = cli_run("sweep", "run", str(path), "--poll", "0", env=dict(env, ORCHESTRATOR_HOME=str(home_b)))
+    again = cli_run("sweep", "run", str(path), "--poll", "0.1", env=dict(env, ORCHESTRATOR_HOME=str(home_b)))
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"sweep {planned.sweep_id}: 2 completed" in again.stdout
     assert again.stdout.count("adopted") == 2

@@ -162,7 +162,7 @@ def test_cli_sweep_run_without_credentials_exits_1_at_once(tmp_path, orch_home, 
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # never reached: nothing to sign with
     path = write(tmp_path, SWEEP)
-    code, _, err = run_cli(monkeypatch, capsys, "sweep", "run", str(path), "--poll", "0")
+    code, _, err = run_cli(monkeypatch, capsys, "sweep", "run", str(path), "--poll", "0.1")
     assert code == 1 and "Traceback" not in err
     assert "stopped: ListTrainingJobs: no usable AWS credentials" in err
     assert "sweep resume demo-" in err and "backing off" not in err

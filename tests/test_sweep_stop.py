@@ -193,7 +193,7 @@ def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig
 
     monkeypatch.setattr(cloud, "submit", submit_and_finish)
     monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: cloud)
-    done = invoke("sweep", "resume", runner.d.sweep_id, "--poll", "0")
+    done = invoke("sweep", "resume", runner.d.sweep_id, "--poll", "0.1")
     assert done.exit_code == 0, (done.output, done.exception)
     assert f"took budget.max_total_cost_usd 3.0 -> 10.0 from {sweep_file.resolve()}" in done.output
     assert sorted(cloud.jobs) == [job, job + "-r1"] and cloud.jobs[job + "-r1"]["status"] == "completed"

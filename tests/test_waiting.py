@@ -234,3 +234,32 @@ def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "10:00:00 demo-1a2b3c4d-t1: submitted"
     assert out[1:] == ["sweep demo-1a2b3c4d: 2 running; 2 in flight; still running"] * 4  # at 60, 120, 180, 240 s
+
+
+def test_the_wait_line_clock_moves_while_the_status_stays_the_same():
+    """QA: the elapsed time showed 0:00:00 until the status changed, so a long job looked stuck."""
+    from rich.console import Console
+
+    from orchestrator.cli import follow
+
+    clock = Clock()
+    ticking = follow._Ticking("j: running (Training)", clock)
+    console = Console(width=80, record=True)
+
+    def shown() -> str:
+        console.print(ticking)
+        return console.export_text().strip()
+
+    assert shown() == "j: running (Training)  0:00:00"
+    clock.sleep(65)
+    assert shown() == "j: running (Training)  0:01:05"
+    clock.sleep(3600)
+    assert shown() == "j: running (Training)  1:01:05"
+
+
+def test_a_poll_of_zero_is_refused_it_would_spin_a_core(monkeypatch, capsys):
+    from pathlib import Path
+
+    sweep = Path(__file__).resolve().parents[1] / "configs" / "sweep-local.yaml"
+    code, _, err = run_cli(monkeypatch, capsys, "sweep", "run", str(sweep), "--poll", "0")
+    assert code == 2 and "--poll" in err and "0.1" in err

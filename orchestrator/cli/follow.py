@@ -33,6 +33,20 @@ def _clock_text(elapsed: float) -> str:
     return f"{seconds // 60:d}m{seconds % 60:02d}s"
 
 
+class _Ticking:
+    """The status line's text and the time since the wait began, read at each refresh of the
+    line (rich redraws it several times a second), so the clock moves while the status does not."""
+
+    def __init__(self, text: str, clock) -> None:
+        self.text = text
+        self.clock = clock
+        self.start = clock()
+
+    def __rich__(self):
+        elapsed = int(self.clock() - self.start)
+        return plain(f"{self.text}  {elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
+
+
 def wait(backend, job_name: str, interval: float, reattach: str | None = None, *, sleep=None, clock=None,
          interactive: bool | None = None):
     """Follow the job until it ends (`waiting.follow`), showing status, secondary status and
@@ -53,11 +67,11 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
     def text_of(st) -> str:
         return f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
 
+    ticking = _Ticking(f"{job_name}: waiting", clock or time.monotonic)
     try:
-        with console.status(plain(f"{job_name}: waiting")) as line:
+        with console.status(ticking):
             def on_status(st, elapsed: float, why: str) -> None:
-                line.update(plain(f"{text_of(st)}  {int(elapsed) // 3600}:{int(elapsed) // 60 % 60:02d}:"
-                                  f"{int(elapsed) % 60:02d}"))
+                ticking.text = text_of(st)
                 still = "; still waiting" if why == "heartbeat" else ""
                 console.print(f"[{_clock_text(elapsed)}] {text_of(st)}{still}", markup=False, soft_wrap=True)
 

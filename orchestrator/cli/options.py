@@ -52,5 +52,7 @@ JOB_REGION_OPTION = typer.Option(None, "--region", callback=check_region, help="
                                  f"does not know (default: {REGION_DEFAULTS}). A job the ledger knows is looked "
                                  "up where the ledger recorded it; a different --region is noted and ignored.")
 REGION_OPTION = typer.Option(None, "--region", callback=check_region, help=f"AWS region (default: {REGION_DEFAULTS}).")
-POLL_OPTION = typer.Option(None, "--poll", min=0.0, help="Seconds between status polls "
-                           "(default: 30 on SageMaker, 2 locally).")
+# The floor keeps a loop from spinning a core (QA: --poll 0 did); a cloud round waits longer anyway.
+POLL_MIN_S = 0.1
+POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, help="Seconds between status polls, at least "
+                           f"{POLL_MIN_S:g} (default: 30 on SageMaker, 2 locally).")
