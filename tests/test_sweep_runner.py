@@ -320,3 +320,49 @@ def test_budget_caps_retries(rig):
     runner.step()
     [view] = runner.views()
     assert view.final and view.detail.startswith("[budget]") and len(cloud.jobs) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_runner_waits_every_backoff_it_announces_and_rides_out_five_silent_minutes(rig):
+    """QA: with a silent endpoint and --poll 1 the runner printed `backing off 61.6s`, `87.6s`,
+    `146.3s` five seconds apart and gave up after 46 s: each round asked again after --poll,
+    whatever it had announced. Here every status call fails for five minutes at --poll 1."""
+    import re
+
+    from botocore.exceptions import EndpointConnectionError
+
+    make, cloud, clock = rig
+    runner = make(poll_seconds=1.0)
+    runner.step()
+    assert len(cloud.jobs) == 2  # two jobs in flight, whose status the runner asks
+    silent = _from_botocore(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
+    outage_ends = clock.now + 300.0
+    asked: list[float] = []
+    status = cloud.status
+
+    def silent_status(job_name):
+        asked.append(clock.now)
+        if clock.now < outage_ends:
+            raise silent
+        return status(job_name)
+
+    cloud.status = silent_status
+    announced: list[tuple[float, float]] = []
+    seen = 0
+    while not any(t >= outage_ends for t in asked) and clock.now < outage_ends + 600:
+        progress = runner.step()
+        for event in progress.events[len(progress.events) - (progress.event_count - seen):]:
+            found = re.search(r"backing off ([\d.]+)s", event)
+            if found:
+                announced.append((clock.now, float(found.group(1))))
+        seen = progress.event_count
+        clock.sleep(1.0)  # --poll 1
+    failed_calls = [t for t in asked if t < outage_ends]
+    assert len(announced) == len(failed_calls) >= 5
+    # The call after each announcement came no sooner than the announced wait.
+    for (at, wait), next_call in zip(announced, asked[1:], strict=False):
+        assert next_call >= at + wait, (at, wait, next_call)
+    assert any(t >= outage_ends for t in asked)  # it asked again once the endpoint answered
+    while not runner.step().done:
+        cloud.finish_all()
+    assert set(states(runner).values()) == {"completed"}

@@ -11,7 +11,10 @@ Contract:
 - Errors of the runner's own calls (`failures.submit_error_kind`): no usable credentials or
   access denied stop the run at once with the error (`sweep resume` continues once it is
   fixed); throttling, 5xx and network errors wait with jittered exponential backoff, at most
-  `max_transient_retries` times in a row at one call site before the run stops the same way;
+  `max_transient_retries` times in a row at one call site before the run stops the same way
+  (10: at least 9 minutes of waits, so a runner rides out minutes of outage). A backoff
+  announced is waited: no call of its site (status, list; submits: any backoff) before it ends,
+  whatever the poll interval;
   a quota reached while other jobs of the sweep run waits without limit.
 - Retries: a capacity error fails over to the next instance type of `failover` (a new job
   `-rN`); capacity, spot interruption and internal errors are resubmitted as `-rN` up to
@@ -71,7 +74,7 @@ from orchestrator.sweep.history import History
 from orchestrator.sweep.router import Router
 
 # Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
-MAX_TRANSIENT_RETRIES = 8
+MAX_TRANSIENT_RETRIES = 10
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,9 @@ class Runner(History):
         self.max_transient_retries = max_transient_retries
         # Call site ("status", "list", "submit") -> backoffs in a row since one of its calls last worked.
         self._streaks: dict[str, int] = {}
-        self._not_before = 0.0
+        self._not_before = 0.0  # no submit before this (any backoff); what the display shows
+        # Call site -> no call there before this: a backoff announced is a backoff waited.
+        self._site_not_before: dict[str, float] = {}
         self._waiting_reason: str | None = None
         self._events: list[str] = []
         self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
@@ -178,12 +183,20 @@ class Runner(History):
         self._failures += 1
         ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
         delay = self.rng.uniform(ceiling / 2, ceiling)
-        self._not_before = self.clock() + delay
+        self._not_before = max(self._not_before, self.clock() + delay)
+        self._site_not_before[site] = self.clock() + delay
         self._waiting_reason = reason
         self._event(f"backing off {delay:.1f}s: {reason}")
 
+    def _waiting(self, site: str) -> bool:
+        """Whether a backoff announced for `site`'s calls (or for submits, any backoff) still runs."""
+        return self.clock() < (self._not_before if site == "submit" else self._site_not_before.get(site, 0.0))
+
     def refresh(self) -> None:
-        """Ask the backend about every job of this sweep in flight; record what changed."""
+        """Ask the backend about every job of this sweep in flight; record what changed. Nothing is
+        asked while a backoff of these calls runs."""
+        if self._waiting("status"):
+            return
         for history in self.rows().values():
             latest = history[-1]
             if latest.state not in (Status.SUBMITTED, Status.RUNNING):
@@ -366,7 +379,7 @@ class Runner(History):
         the first. A job whose `orchestrator:sweep` tag names another sweep, or that is on
         another backend than its trial's, is left alone. A transient failure to list waits
         (backoff) and tries again at the next step."""
-        if self._adopted_remote or self.backends is None:
+        if self._adopted_remote or self.backends is None or self._waiting("list"):
             return
         shared = self.backends.shared(self.d.backends)
         if not shared:
@@ -453,14 +466,14 @@ class Runner(History):
 
     def submit_ready(self) -> None:
         """Reconcile rows left in `submitting`, then submit planned rows while there is room."""
-        if self.clock() < self._not_before:
+        if self._waiting("submit"):
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
         for entry in latest:
-            if entry.state == Status.SUBMITTING and self.clock() >= self._not_before:
+            if entry.state == Status.SUBMITTING and not self._waiting("submit"):
                 self._submit(entry, reconcile=True)
-        if self.clock() < self._not_before:
+        if self._waiting("submit") or self._waiting("list"):
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
@@ -486,7 +499,7 @@ class Runner(History):
         for entry in latest:
             if entry.state != Status.PLANNED or entry.job_name in adopted:
                 continue
-            if room <= 0 or self.clock() < self._not_before or self.stop_requested():
+            if room <= 0 or self._waiting("submit") or self.stop_requested():
                 return
             if self._submit(entry, reconcile=False):
                 room -= 1
