@@ -18,6 +18,7 @@ are size-limited, so the spec does not travel as a hyperparameter). Its shape, v
       "compile_cache": {"uri": "s3://bucket/compile-cache" | "file:///..." | null,
                         "mode": "tarball" | "off", "push_interval_s": 60},
       "results_uri": "s3://bucket/jobs/results/<job_name>/results.json" | "file:///..." | null,
+      "tensorboard_uri": "s3://bucket/jobs/tensorboard/<job_name>",  # Batch only: launch.py uploads
       "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
       "tags": {"team": "vision", "orchestrator:spec-hash": "..."},
       "varied": {"training.optimizer.lr": 0.001},  # a sweep trial only: the sweep's values

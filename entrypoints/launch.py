@@ -40,7 +40,9 @@ whoever started it. Contract, in order:
    one interval of compiling and of progress. Beside torchrun, `neuron-monitor` when it is on
    PATH (`entrypoints.utilization`): each heartbeat also prints the utilization metric line,
    and results.json carries the figures so far (or why there are none).
-6. Whether training succeeded or not: push what is still new, build `results.json`
+6. Whether training succeeded or not: push what is still new; on node rank 0 of a job whose
+   file names a `tensorboard_uri` (Batch, which has no TensorBoardOutputConfig), upload the
+   TensorBoard files there (a failure is a warning in results.json); build `results.json`
    (`entrypoints.report`; schema `entrypoints.results_schema`, docs/RESULTS.md) from the rank
    stats, write it to
    SM_OUTPUT_DATA_DIR and, on node rank 0, atomically to `job["results_uri"]` (if that
@@ -241,6 +243,12 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     if cache_dir_is_ours:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
+    # A Batch job's TensorBoard files (SageMaker uploads its own while the job runs).
+    uploaded, board_warning = report.upload_tensorboard(job, ctr)
+    if uploaded:
+        _log(f"TensorBoard: {uploaded} file(s) uploaded to {job['tensorboard_uri']}/")
+    if board_warning:
+        warnings.append(board_warning)
     stats = report.read_rank_stats(stats_dir)
     ok = launch_error is None and returncode == 0 and stop.signum is None
     reason = None

@@ -87,6 +87,7 @@ def test_the_local_run_sends_the_batch_request_beside_the_real_job(orch_home, tm
     assert env[bootstrap.CODE_URI_ENV] == local.source_uri and local.source_uri.startswith(f"{store}/jobs/source/")
     assert local.job["results_uri"] == f"{store}/jobs/results/{local.job_name}/results.json"
     assert local.job["compile_cache"]["uri"] == f"{store}/compile-cache"
+    assert local.job["tensorboard_uri"] == f"{store}/jobs/tensorboard/{local.job_name}"
     assert local.job["backend"] == "local" and "backend" not in real.job
 
 

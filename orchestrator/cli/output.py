@@ -7,6 +7,8 @@ import inspect
 import re
 import sys
 
+from orchestrator.errors import redact
+
 
 def out(text: str = "") -> None:
     _echo(sys.stdout, text)
@@ -20,7 +22,8 @@ def _echo(stream, text: str) -> None:
     # What typer.echo (click.echo) does with text: the line, then a flush; written here so that
     # printing needs no click, which `validate`'s fast path never imports (`cli.quick`). The
     # stream is looked up at each call (CliRunner swaps sys.stdout).
-    stream.write(f"{text}\n")
+    # No line of ours shows a URL's credentials (a proxy's in AWS_ENDPOINT_URL, in a note).
+    stream.write(f"{redact(text)}\n")
     stream.flush()
 
 

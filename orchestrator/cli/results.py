@@ -93,11 +93,10 @@ def results(
     if fmt not in renderers:
         raise InputError(f"--format {fmt!r}: use table, csv or json",
                          hint="table (the default) is for reading; --format csv or --format json for other tools")
-    from orchestrator.paths import check_write_target
+    from orchestrator.paths import check_write_targets
 
-    for target, option in ((plot, "--plot"), (html, "--html")):
-        if target is not None:
-            check_write_target(target, option)  # before reading anything: a device or FIFO is never replaced
+    # Before reading anything: a device or FIFO is never replaced, no folder is created.
+    check_write_targets([(plot, "--plot"), (html, "--html")])
     where, region = _results_prefix(prefix, spec_path, region)
     stderr = Console(stderr=True)
     with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

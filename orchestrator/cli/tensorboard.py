@@ -50,5 +50,5 @@ def tensorboard(
         err(f"{run.name}: {run.found} file(s), {run.fetched} fetched ({run.job})")
     if not any(run.found for run in runs):
         err("no event files yet: jobs write them from their first logged step (SageMaker uploads them while "
-            "the job runs; the local backend when it ends)")
+            "the job runs; Batch jobs and the local backend when they end)")
     out(f"tensorboard --logdir {shlex.quote(str(folder))}")

@@ -11,10 +11,7 @@ Contract:
 - Errors of the runner's own calls (`failures.submit_error_kind`): no usable credentials or
   access denied stop the run at once with the error (`sweep resume` continues once it is
   fixed); throttling, 5xx and network errors wait with jittered exponential backoff, at most
-  `max_transient_retries` times in a row at one call site before the run stops the same way
-  (10: at least 9 minutes of waits, so a runner rides out minutes of outage). A backoff
-  announced is waited: no call of its site (status, list; submits: any backoff) before it ends,
-  whatever the poll interval;
+  `max_transient_retries` times in a row at one call site before the run stops the same way;
   a quota reached while other jobs of the sweep run waits without limit.
 - Retries: a capacity error fails over to the next instance type of `failover` (a new job
   `-rN`); capacity, spot interruption and internal errors are resubmitted as `-rN` up to
@@ -74,6 +71,8 @@ from orchestrator.sweep.history import History
 from orchestrator.sweep.router import Router
 
 # Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
+# Ten in a row: with the default base (2 s) and cap (300 s) even the shortest jittered waits
+# add up to more than nine minutes, so a five-minute outage of the endpoint is ridden out.
 MAX_TRANSIENT_RETRIES = 10
 
 
@@ -125,13 +124,12 @@ class Runner(History):
         self.count_elsewhere = count_elsewhere
         # Job name -> its prepared request; `prepared` (from `plan`) spares preparing again.
         self._prepared: dict[str, request.Prepared] = dict(prepared or {})
-        self._failures = 0
+        # Call site -> backoffs in a row there (bounded or not): the exponent of its next wait.
+        self._failures: dict[str, int] = {}
         self.max_transient_retries = max_transient_retries
         # Call site ("status", "list", "submit") -> backoffs in a row since one of its calls last worked.
         self._streaks: dict[str, int] = {}
-        self._not_before = 0.0  # no submit before this (any backoff); what the display shows
-        # Call site -> no call there before this: a backoff announced is a backoff waited.
-        self._site_not_before: dict[str, float] = {}
+        self._not_before = 0.0
         self._waiting_reason: str | None = None
         self._events: list[str] = []
         self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
@@ -180,22 +178,26 @@ class Runner(History):
             if error is not None and self._streaks[site] > self.max_transient_retries:
                 self._halt(error, f"{reason} (gave up after {self.max_transient_retries} retries in a row; the "
                                   "error may pass: throttling, a server error or the network)")
-        self._failures += 1
-        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
+        self._failures[site] = self._failures.get(site, 0) + 1
+        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures[site] - 1))
         delay = self.rng.uniform(ceiling / 2, ceiling)
-        self._not_before = max(self._not_before, self.clock() + delay)
-        self._site_not_before[site] = self.clock() + delay
+        self._not_before = self.clock() + delay
         self._waiting_reason = reason
         self._event(f"backing off {delay:.1f}s: {reason}")
 
-    def _waiting(self, site: str) -> bool:
-        """Whether a backoff announced for `site`'s calls (or for submits, any backoff) still runs."""
-        return self.clock() < (self._not_before if site == "submit" else self._site_not_before.get(site, 0.0))
+    def _worked(self, site: str) -> None:
+        """A call at `site` answered: its streak and its backoff exponent start again."""
+        self._streaks.pop(site, None)
+        self._failures.pop(site, None)
+
+    def backing_off(self) -> bool:
+        """Whether the announced backoff is still running: no call to the backend before its end."""
+        return self.clock() < self._not_before
 
     def refresh(self) -> None:
-        """Ask the backend about every job of this sweep in flight; record what changed. Nothing is
-        asked while a backoff of these calls runs."""
-        if self._waiting("status"):
+        """Ask the backend about every job of this sweep in flight; record what changed. Nothing
+        is asked while a backoff runs."""
+        if self.backing_off():
             return
         for history in self.rows().values():
             latest = history[-1]
@@ -220,7 +222,7 @@ class Runner(History):
                                        expect=(Status.SUBMITTED, Status.RUNNING))
                 self._event(f"{latest.job_name}: lost ({exc.message})")
                 continue
-            self._streaks.pop("status", None)
+            self._worked("status")
             # Backends record non-terminal progress in the ledger themselves, each by its own
             # table; the runner only makes sure the row ends where the job ended, and marks
             # a job that is certainly training as running.
@@ -379,7 +381,7 @@ class Runner(History):
         the first. A job whose `orchestrator:sweep` tag names another sweep, or that is on
         another backend than its trial's, is left alone. A transient failure to list waits
         (backoff) and tries again at the next step."""
-        if self._adopted_remote or self.backends is None or self._waiting("list"):
+        if self._adopted_remote or self.backends is None or self.backing_off():
             return
         shared = self.backends.shared(self.d.backends)
         if not shared:
@@ -393,7 +395,7 @@ class Runner(History):
                     self._halt(exc)
                 self._backoff(f"listing this sweep's jobs in {backend.place}: {exc.message}", "list", exc)
                 return
-        self._streaks.pop("list", None)
+        self._worked("list")
         self._adopted_remote = True
         remote: dict[str, dict[int, str]] = {}
         for backend_name, names in listed.items():
@@ -466,14 +468,14 @@ class Runner(History):
 
     def submit_ready(self) -> None:
         """Reconcile rows left in `submitting`, then submit planned rows while there is room."""
-        if self._waiting("submit"):
+        if self.backing_off():
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
         for entry in latest:
-            if entry.state == Status.SUBMITTING and not self._waiting("submit"):
+            if entry.state == Status.SUBMITTING and not self.backing_off():
                 self._submit(entry, reconcile=True)
-        if self._waiting("submit") or self._waiting("list"):
+        if self.backing_off():
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
@@ -485,7 +487,7 @@ class Runner(History):
                 self._halt(exc)
             self._backoff(f"listing this sweep's jobs: {exc.message}", "list", exc)
             return
-        self._streaks.pop("list", None)
+        self._worked("list")
         room = self.d.concurrency - len(own) - len(elsewhere)
         adopted = set()
         for entry in latest:
@@ -499,7 +501,7 @@ class Runner(History):
         for entry in latest:
             if entry.state != Status.PLANNED or entry.job_name in adopted:
                 continue
-            if room <= 0 or self._waiting("submit") or self.stop_requested():
+            if room <= 0 or self.backing_off() or self.stop_requested():
                 return
             if self._submit(entry, reconcile=False):
                 room -= 1
@@ -527,8 +529,7 @@ class Runner(History):
             self.ledger.transition(entry.job_name, Status.FAILED, detail=detail, expect=(Status.PLANNED, Status.SUBMITTING))
             self._event(f"{entry.job_name}: {kind} error at submit: {exc.message}")
             return False
-        self._failures = 0
-        self._streaks.pop("submit", None)
+        self._worked("submit")
         self._waiting_reason = None
         self.ledger.transition(entry.job_name, Status.SUBMITTED, expect=(Status.PLANNED, Status.SUBMITTING))
         verb = "submitted" if result.created else "reconciled (it existed)"
