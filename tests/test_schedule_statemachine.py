@@ -278,3 +278,34 @@ def test_moto_a_quota_refusal_is_retried(nightly, interpreter, monkeypatch):
     output = json.loads(described["output"])
     assert refused and refused[0] in {t["job"] for t in output["trials"]}
     assert [t["status"] for t in output["trials"]] == ["Completed"] * 3
+
+
+# --- the container takes the run's name ---------------------------------------------------------
+
+
+def test_the_container_makes_the_placeholders_job_file_the_runs(nightly, tmp_path):
+    """Every run shares the placeholder's archive; launch.py renames its job.json to the job
+    SageMaker runs (the request's job-name hyperparameter): results.json then lands where
+    `results` looks for the run's job, tagged with the run's sweep."""
+    from entrypoints import container, contract
+
+    loaded, plan = nightly
+    assert names.tick_label(sm.PLACEHOLDER_TICK) == sm.PLACEHOLDER_LABEL
+    tick = {t.trial.trial_id: t for t in sweeps.plan(loaded, tick=RUN_TIME).trials}
+    for state, trial in zip(create_states(sm.compile_plan(plan)), plan.trials, strict=True):
+        sent = render(state["Parameters"], RUN)
+        config = tmp_path / trial.trial.trial_id / "input" / "config"
+        config.mkdir(parents=True)
+        (config / "hyperparameters.json").write_text(json.dumps(sent["HyperParameters"]))
+        run_name = container.job_name_hyperparameter(config.parent.parent)
+        assert run_name == sent["TrainingJobName"]
+        job = contract.for_run(trial.prepared.job, run_name)
+        expected = tick[trial.trial.trial_id].prepared.job
+        assert (job["job_name"], job["results_uri"], job["tags"]) == (
+            expected["job_name"], expected["results_uri"], expected["tags"])
+        assert job["spec"] == trial.prepared.job["spec"]
+    # Any other job file, or a name of another shape, is left as it is.
+    job = plan.trials[0].prepared.job
+    assert contract.for_run(job, None) is job and contract.for_run(job, "other-name") is job
+    plain = sweeps.plan(loaded).trials[0].prepared.job
+    assert contract.for_run(plain, plain["job_name"].replace("t", "x")) is plain

@@ -23,6 +23,9 @@ Contract:
 - Create is retried on throttling and quota errors (ResourceLimitExceeded) with the sweep
   runner's backoff (2 s doubling to 300 s, full jitter). A trial's job that ends Failed or
   Stopped ends its iteration with that status, not the Map: the other trials run on.
+- The source archive (and its job.json) is the placeholder's, shared by every run; the
+  container renames the job file to the run's job (`entrypoints.contract.for_run`, from the
+  request's job-name hyperparameter), so each run's results.json lands under its own name.
 - Only SageMaker trials are compiled; a plan with AWS Batch or local trials is refused
   (InputError): see `UNSUPPORTED`.
 """
@@ -34,10 +37,12 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from entrypoints import contract
 from orchestrator.errors import InputError
 
 PLACEHOLDER_TICK = datetime(2000, 1, 1, 0, 0, tzinfo=timezone.utc)
-PLACEHOLDER_LABEL = "200001010000"
+# The container takes the run's label from its job name in the same place (`contract.for_run`).
+PLACEHOLDER_LABEL = contract.RUN_PLACEHOLDER
 # Seconds between DescribeTrainingJob calls while a job runs: a Standard workflow pays per
 # state transition (three per poll), so a minute keeps a 10-hour trial near 1,800 transitions.
 POLL_SECONDS = 60
