@@ -109,7 +109,7 @@ def test_a_run_over_budget_is_refused_at_plan(tmp_path, orch_home):
 def scheduler_in_cloudformation(monkeypatch):
     """moto 5.2.5's CloudFormation skips AWS::Scheduler::Schedule (it has no model for it; its
     Scheduler API exists). This gives it one on moto's own Scheduler backend, so the stack's
-    schedule is created, read back and deleted with the stack as CloudFormation would."""
+    schedule is created, read back, updated and deleted with the stack as CloudFormation would."""
     from moto.cloudformation import parsing
     from moto.core.common_models import CloudFormationModel
     from moto.scheduler.models import scheduler_backends
@@ -134,6 +134,13 @@ def scheduler_in_cloudformation(monkeypatch):
                 schedule_expression_timezone=p.get("ScheduleExpressionTimezone"), start_date=None,
                 state=p.get("State"), target=p["Target"], action_after_completion=None)
             return cls(resource_name, region_name, account_id)
+
+        @classmethod
+        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
+                                            account_id, region_name):
+            original_resource.delete(account_id, region_name)
+            return cls.create_from_cloudformation_json(original_resource.name, cloudformation_json, account_id,
+                                                       region_name)
 
         def delete(self, account_id, region_name):
             scheduler_backends[account_id][region_name].delete_schedule(None, self.name)
@@ -218,6 +225,23 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     listing = CliRunner().invoke(app, ["schedule", "list", "--region", region])
     assert listing.exit_code == 0 and "last run: SUCCEEDED" in listing.output, listing.output
     assert all(name in listing.output for name in made)
+    assert "next fire: " in listing.output and " 03:00 UTC" in listing.output
+
+    # A changed sweep (concurrency and cron) re-deploys in place: the same stack, one schedule,
+    # the change set saying what changed.
+    changed = tmp_path / "nightly.yaml"
+    changed.write_text(NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", f"base: {NIGHTLY.parent}/vit-trn1-2xlarge.yaml")
+                       .replace("concurrency: 3", "concurrency: 2").replace('cron: "0 3 * * *"', 'cron: "30 4 * * 1-5"'))
+    again = CliRunner().invoke(app, ["schedule", "deploy", str(changed)])
+    assert again.exit_code == 0, again.output
+    assert "modify: StateMachine" in again.output and "modify: Schedule" in again.output
+    assert f"deployed stack {stack} in {region} (update)" in again.output
+    [updated] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
+    rescheduled = boto3.client("scheduler", region_name=region).get_schedule(Name=updated["Name"])
+    assert rescheduled["ScheduleExpression"] == "cron(30 4 ? * MON,TUE,WED,THU,FRI *)"
+    [definition] = [json.loads(sfn.describe_state_machine(stateMachineArn=m["stateMachineArn"])["definition"])
+                    for m in sfn.list_state_machines()["stateMachines"]]
+    assert definition["States"]["Trials"]["MaxConcurrency"] == 2
 
     # results --sweep from a fresh ORCHESTRATOR_HOME sees the cloud run's jobs.
     fresh = tmp_path / "fresh-home"

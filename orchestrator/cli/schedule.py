@@ -202,6 +202,8 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
         out(f"no schedules deployed in {where}")
     for item in found:
         out(f"{item.stack} {item.status}: {item.description}")
+        if item.next_fire:
+            out(f"  next fire: {item.next_fire}")
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
             out(f"  {job.get('trial')} {job.get('job')}: {job.get('status')}")

@@ -7,8 +7,8 @@ Contract:
   (`infra.deploy.prepare/execute`): the change set is computed first and its changes are
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
   before anything is uploaded (`sweep.check_budget`).
-- `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their state
-  machine's latest execution (state, start) and its trials' jobs when it has ended.
+- `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
+  fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
 - `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
   machine, its roles and queue. Training jobs are never stopped: the state machine may not
   stop them, and they are not resources of the stack.
@@ -33,6 +33,7 @@ class Deployed:
     status: str
     description: str
     state_machine: str | None = None
+    next_fire: str | None = None  # UTC, from the cron and time zone the stack keeps
     last_run: str | None = None  # the latest execution's status
     last_start: str | None = None
     jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status"} of an ended run
@@ -68,7 +69,11 @@ def _stacks(cfn) -> list[dict]:
 
 def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
     """The schedule stacks of `region`, with their latest run (see the module docstring)."""
+    from datetime import datetime, timezone
+
     from orchestrator.infra.cloudformation import make_client
+    from orchestrator.schedule.cron import next_fires
+    from orchestrator.spec import ScheduleSpec
 
     clients = clients or {}
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
@@ -78,6 +83,9 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
         item = Deployed(stack["StackName"], stack["StackStatus"], stack.get("Description", ""),
                         outputs.get("StateMachineArn"))
+        if outputs.get("Cron"):
+            kept = ScheduleSpec(cron=outputs["Cron"], timezone=outputs.get("Timezone") or "UTC")
+            item.next_fire = next_fires(kept, datetime.now(timezone.utc), 1)[0].strftime("%Y-%m-%d %H:%M UTC")
         if item.state_machine:
             runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
             if runs:

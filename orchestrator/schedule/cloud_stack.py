@@ -15,7 +15,8 @@ Contract:
   training jobs named `<sweep job prefix>-*`, and pass only the trials' execution roles,
   to SageMaker only. Both trust their service only for this account (aws:SourceAccount, the
   confused-deputy guard of the IAM user guide).
-- `stack_name(plan)` is `orchestrator-schedule-<sweep>-<8 hex>`: one stack per sweep content.
+- `stack_name(plan)` is `orchestrator-schedule-<sweep>`: one stack per sweep name and region.
+  Its outputs keep the cron and time zone as the file has them, for `schedule list`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ DLQ_RETENTION_S = 1_209_600
 
 
 def stack_name(plan) -> str:
-    return f"{STACK_PREFIX}{plan.identity.name}-{plan.identity.digest}"[:MAX_STACK_NAME]
+    """One stack per sweep name: a re-deploy of a changed sweep (other trials, other cron)
+    updates the schedule in place instead of adding a second one that also fires."""
+    return f"{STACK_PREFIX}{plan.sweep.sweep}"[:MAX_STACK_NAME]
 
 
 def job_arn_pattern(plan) -> dict:
@@ -115,6 +118,9 @@ def template(plan) -> dict:
             "StateMachineArn": {"Value": {"Ref": "StateMachine"}},
             "ScheduleName": {"Value": {"Ref": "Schedule"}},
             "DeadLetterQueueUrl": {"Value": {"Ref": "DeadLetterQueue"}},
+            "Cron": {"Value": schedule.cron},
+            "Timezone": {"Value": schedule.timezone},
+            "SweepId": {"Value": sweep_tag},
         },
     }
 
