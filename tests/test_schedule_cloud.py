@@ -267,3 +267,45 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
         StackStatusFilter=["CREATE_COMPLETE", "UPDATE_COMPLETE"])["StackSummaries"] == []
     # The jobs the run started are untouched.
     assert {j["TrainingJobName"] for j in client.list_training_jobs()["TrainingJobSummaries"]} == made
+
+
+def test_the_schedules_policies_pass_parliament(nightly):
+    """The roles' policies, resolved as CloudFormation would, linted by parliament against its
+    bundled IAM database (as tests/test_iam_parliament.py lints the main stack's). A trust
+    policy has no Resource, which parliament (reading every document as an identity policy)
+    reports as MALFORMED: that finding, and only it, is accepted there."""
+    import parliament
+
+    _, plan = nightly
+    values = {"AWS::AccountId": "123456789012", "AWS::Region": "us-east-1", "AWS::Partition": "aws",
+              "StateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:orchestrator-schedule-nightly"}
+    attrs = {("DeadLetterQueue", "Arn"): "arn:aws:sqs:us-east-1:123456789012:orchestrator-schedule-dlq"}
+
+    def resolve(node):
+        if isinstance(node, dict):
+            if set(node) == {"Ref"}:
+                return values[node["Ref"]]
+            if set(node) == {"Fn::GetAtt"}:
+                return attrs[tuple(node["Fn::GetAtt"])]
+            if set(node) == {"Fn::Sub"}:
+                text = node["Fn::Sub"]
+                for key, value in values.items():
+                    text = text.replace("${" + key + "}", value)
+                assert "${" not in text, text
+                return text
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    resources = cloud_stack.template(plan)["Resources"]
+    linted = 0
+    for role in ("SchedulerRole", "StateMachineRole"):
+        props = resolve(resources[role]["Properties"])
+        for document in [p["PolicyDocument"] for p in props["Policies"]]:
+            findings = parliament.analyze_policy_string(json.dumps(document)).findings
+            assert [(f.issue, f.detail) for f in findings] == [], role
+            linted += 1
+        trust = parliament.analyze_policy_string(json.dumps(props["AssumeRolePolicyDocument"])).findings
+        assert {f.issue for f in trust} <= {"MALFORMED"}, [(f.issue, f.detail) for f in trust]
+    assert linted == 2
