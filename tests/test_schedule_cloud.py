@@ -309,3 +309,25 @@ def test_the_schedules_policies_pass_parliament(nightly):
         trust = parliament.analyze_policy_string(json.dumps(props["AssumeRolePolicyDocument"])).findings
         assert {f.issue for f in trust} <= {"MALFORMED"}, [(f.issue, f.detail) for f in trust]
     assert linted == 2
+
+
+def test_a_sweep_whose_template_cloudformation_would_refuse_is_refused_before_any_call(tmp_path, orch_home,
+                                                                                       monkeypatch):
+    """Sixteen trials' requests make a template over CloudFormation's 51,200-byte TemplateBody
+    (CreateChangeSet API reference): refused with exit 2 before an archive is uploaded or a
+    client is made."""
+    from orchestrator.backends import sagemaker
+
+    def no_client(*args, **kwargs):
+        raise AssertionError("no AWS client may be made")
+
+    monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", no_client)
+    lrs = ", ".join(f"{1e-4 * (i + 1):.6f}" for i in range(16))
+    path = write(tmp_path, f"sweep: wide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [{lrs}]}}\n"
+                 "schedule: {cron: '0 3 * * *'}\n", (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    assert len(plan.trials) == 16
+    with pytest.raises(InputError) as refused:
+        cloud.deploy(plan, "us-east-1")
+    assert "TemplateBody" in refused.value.message and "51200" in refused.value.message.replace(",", "")
+    assert "fewer trials" in refused.value.hint

@@ -42,13 +42,22 @@ class Deployed:
 def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
            clients: dict | None = None):
     """Upload the archives and deploy the stack; returns (change set plan, outputs)."""
+    from orchestrator import aws_contract
     from orchestrator import sweep as sweeps
     from orchestrator.backends.sagemaker import SageMakerBackend
+    from orchestrator.infra.template import template_body
     from orchestrator.infra import deploy as infra_deploy
     from orchestrator.infra.cloudformation import make_client
 
     sweeps.check_budget(plan)
     template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
+    # The definition travels in the template: a body CloudFormation would refuse (51,200 bytes)
+    # is refused here, before the archives are uploaded (infra's prepare checks it again).
+    aws_contract.check_body("cloudformation", "CreateChangeSet", {
+        "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
+        "TemplateBody": template_body(template)},
+        hint=f"the state machine embeds each of the {len(plan.trials)} trials' requests; schedule fewer trials per "
+             "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
     clients = clients or {}
     backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
     for trial in plan.trials:
