@@ -45,9 +45,9 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
     from orchestrator import aws_contract
     from orchestrator import sweep as sweeps
     from orchestrator.backends.sagemaker import SageMakerBackend
-    from orchestrator.infra.template import template_body
     from orchestrator.infra import deploy as infra_deploy
     from orchestrator.infra.cloudformation import make_client
+    from orchestrator.infra.template import template_body
 
     sweeps.check_budget(plan)
     template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
