@@ -194,6 +194,35 @@ def sm_environment(root: Path, hosts: list[str], current_host: str, instance_typ
     return env
 
 
+# A schedule kept in the cloud (orchestrator.schedule.statemachine) embeds the jobs of the tick
+# with this label (2000-01-01 00:00 UTC, the shape of every tick label: YYYYMMDDHHMM); each run
+# creates them with its own label in that place. The archive, and its job.json, are the
+# placeholder's: `for_run` makes the job file the run's.
+RUN_PLACEHOLDER = "200001010000"
+
+
+def for_run(job: dict, run_name: str | None) -> dict:
+    """The job file as the job `run_name` (the name SageMaker runs it under, the request's
+    `HP_JOB_NAME`) needs it: when job.json names the placeholder tick's job and `run_name` is
+    that name with a tick label in the placeholder's place, the label replaces the placeholder
+    in the job's name, its results_uri and its tags (so results.json lands under the run's
+    name). Any other job file is returned as it is."""
+    old = job.get("job_name") or ""
+    at = old.find(RUN_PLACEHOLDER)
+    if at < 0 or not run_name or run_name == old or len(run_name) != len(old):
+        return job
+    end = at + len(RUN_PLACEHOLDER)
+    label = run_name[at:end]
+    if run_name[:at] != old[:at] or run_name[end:] != old[end:] or not label.isdigit():
+        return job
+
+    def swap(value):
+        return value.replace(RUN_PLACEHOLDER, label) if isinstance(value, str) else value
+
+    return {**job, "job_name": run_name, "results_uri": swap(job.get("results_uri")),
+            "tags": {key: swap(value) for key, value in (job.get("tags") or {}).items()}}
+
+
 def load_job(path: Path) -> dict:
     """Read and sanity-check the resolved job file (see the module docstring)."""
     job = json.loads(path.read_text())

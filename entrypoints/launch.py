@@ -134,7 +134,9 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         os.environ.setdefault("PIP_CACHE_DIR", str(warm_pool.pip_cache_dir(persistent)))
     warnings: list[str] = []
     job_file = find_job_file(args.job)
-    job = contract.load_job(job_file)
+    # A scheduled cloud run's archive was made for the schedule's placeholder tick: take the
+    # run's own name (the request's hyperparameter) so results.json lands under it.
+    job = contract.for_run(contract.load_job(job_file), container.job_name_hyperparameter() if args.container else None)
     spec = job.get("spec") or {}
     training = spec.get("training") or {}
     runtime = training.get("runtime", "xla")
