@@ -22,7 +22,6 @@ def plan_table(planned) -> str:
     """The table `sweep plan` prints: every trial with its overrides, failover and cost bounds."""
     from rich.table import Table
 
-    from orchestrator import sweep as sweeps
 
     table = Table(title=plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
                                f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
@@ -32,14 +31,22 @@ def plan_table(planned) -> str:
                          overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
     mixed = len(planned.backends) > 1
     for t in planned.trials:
-        overrides = ", ".join(f"{k}={sweeps.shown(v)}" for k, v in t.trial.overrides.items()) or "(base)"
+        overrides = overrides_text(t.trial.overrides)
         # A sweep over backends says which each trial runs on, beside its instance.
         on = f" ({t.trial.spec.backend})" if mixed else ""
         table.add_row(*map(plain, (
             t.trial.index, t.trial.trial_id, t.job_name, overrides,
             f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}{on}", " ".join(t.chain[1:]) or "-",
             _usd(t.usd_max), _usd(t.worst_usd))))
-    return table_text(table, 100)
+    return table_text(table)
+
+
+def overrides_text(overrides: dict) -> str:
+    """A trial's overrides for a table cell: one per line, `key=value`, a field a trial unsets
+    (null) as `key unset` rather than Python's `None`; "(base)" when there are none."""
+    from orchestrator import sweep as sweeps
+
+    return "\n".join(f"{k} unset" if v is None else f"{k}={sweeps.shown(v)}" for k, v in overrides.items()) or "(base)"
 
 
 def _usd(value: float) -> str:
@@ -384,8 +391,8 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
         table.add_row(*map(plain, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
             v.instance_type, state,
-            ", ".join(f"{k}={sweeps.shown(val)}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
-    out(table_text(table, 120))
+            overrides_text(v.trial.overrides), v.detail)))
+    out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
 
