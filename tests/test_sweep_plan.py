@@ -135,3 +135,20 @@ def test_the_plan_derives_each_trial_and_each_failover_variant_once(tmp_path, or
     planned = sweeps.plan(load(tmp_path, text))
     assert len(planned.trials) == 1
     assert counted == {"resolve": 2, "estimate": 2}  # the trial's own type, then its one failover type
+
+
+@pytest.mark.parametrize("width", ["80", "100"])
+def test_the_plan_table_fits_the_screen_and_reads_unset_fields(orch_home, monkeypatch, width):
+    """Issue 22, item 8: `sweep plan` fits the screen, overrides one per line, a field a
+    variant unsets shown as `unset` (not `role_arn=None` folded over five lines)."""
+    from orchestrator.cli import sweep as cli
+
+    monkeypatch.setenv("COLUMNS", width)
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-inf2-vs-trn1.yaml"))
+    table = cli.plan_table(planned)
+    assert max(len(line) for line in table.splitlines()) <= int(width)
+    assert "None" not in table
+    if width == "100":
+        assert table.count("role_arn unset") == 2
+    assert cli.overrides_text({"backend": "batch", "role_arn": None}) == "backend=batch\nrole_arn unset"
+    assert cli.overrides_text({}) == "(base)"

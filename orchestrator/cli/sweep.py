@@ -20,25 +20,36 @@ app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and ran
 
 def plan_table(planned) -> str:
     """The table `sweep plan` prints: every trial with its overrides, failover and cost bounds."""
-    from rich.table import Table
 
 
-    table = Table(title=plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
+    table = fitted_table(plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
                                f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
-    for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
-        # Folded, never cut with "…": the table must show what each trial is in any width.
+    # No trial column: a trial's id ends its job name (<sweep id>-<trial id>).
+    for column in ("#", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
+        # Folded, never cut with "…": the table must show what each trial is in any width; the
+        # short ones (index, trial id, costs) are kept whole.
+        whole = column in ("#", "cost bound", "worst case")
         table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
-                         overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
+                         overflow="fold", no_wrap=whole)
     mixed = len(planned.backends) > 1
     for t in planned.trials:
         overrides = overrides_text(t.trial.overrides)
         # A sweep over backends says which each trial runs on, beside its instance.
         on = f" ({t.trial.spec.backend})" if mixed else ""
         table.add_row(*map(plain, (
-            t.trial.index, t.trial.trial_id, t.job_name, overrides,
+            t.trial.index, t.job_name, overrides,
             f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}{on}", " ".join(t.chain[1:]) or "-",
             _usd(t.usd_max), _usd(t.worst_usd))))
     return table_text(table)
+
+
+def fitted_table(title):
+    """A rich Table for a screen of `screen_width()`: a rule under the header and between
+    columns, no outer frame, so the cells get the room."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, pad_edge=False)
 
 
 def overrides_text(overrides: dict) -> str:
@@ -377,15 +388,14 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
             "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.state, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
-    from rich.table import Table
 
-    table = Table(title=plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
+    table = fitted_table(plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
     # A sweep on one backend names it in the title; one across backends has a column for it.
     mixed = len(definition.backends) > 1
     columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
     for column in columns:
         # Folded, never cut with "…": the table must show what each trial is in any width.
-        table.add_column(column, overflow="fold" if column in ("job", "overrides", "detail") else "ellipsis")
+        table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try"))
     for v in views:
         state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
