@@ -152,3 +152,19 @@ def test_the_plan_table_fits_the_screen_and_reads_unset_fields(orch_home, monkey
         assert table.count("role_arn unset") == 2
     assert cli.overrides_text({"backend": "batch", "role_arn": None}) == "backend=batch\nrole_arn unset"
     assert cli.overrides_text({}) == "(base)"
+
+
+def test_plan_reports_progress_trial_by_trial(tmp_path, orch_home):
+    """Issue 22, item 9: `sweep plan` draws a progress bar from these calls on a terminal."""
+    calls: list[tuple[int, int]] = []
+    planned = sweeps.plan(load(tmp_path, SWEEP), progress=lambda done, total: calls.append((done, total)))
+    n = len(planned.trials)
+    assert n == 4 and calls == [(i, n) for i in range(n)] + [(n, n)]
+
+
+def test_cli_plan_draws_no_progress_bar_off_a_terminal(tmp_path, orch_home):
+    import os
+
+    result = cli_run("sweep", "plan", str(write(tmp_path, SWEEP)), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stderr
+    assert "planning trials" not in result.stderr and "planning trials" not in result.stdout

@@ -94,6 +94,21 @@ def plan_summary(planned) -> list[str]:
     return lines
 
 
+def plan_with_progress(definition):
+    """`sweep.plan(definition)` with a progress bar on stderr when it is a terminal (a plan of
+    10,000 trials takes seconds); off a terminal, nothing is drawn."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import sweep as sweeps
+
+    stderr = Console(stderr=True)
+    with Progress(TextColumn("planning trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("plan", total=None)
+        return sweeps.plan(definition, progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
 @app.command("plan")
 def sweep_plan(
     path: Path = typer.Argument(..., help="Sweep spec YAML."),
@@ -110,7 +125,7 @@ def sweep_plan(
     from orchestrator import forecast, spec
     from orchestrator import sweep as sweeps
 
-    planned = sweeps.plan(spec.load_sweep(path))
+    planned = plan_with_progress(spec.load_sweep(path))
     predicted = forecast.for_trials(planned.trials, read_stores)
     if as_json:
         doc = planned.to_json()
