@@ -41,7 +41,7 @@ def per_trial_archive(job: dict) -> bytes:
 
     files = sourcedir._sources(sourcedir.entrypoints_dir())
     files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/{contract.PROGRAM}"]
-    files[contract.JOB_FILE] = (json.dumps(job, indent=2, sort_keys=True) + "\n").encode()
+    files[contract.JOB_FILE] = sourcedir.job_bytes(job)
     files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
     entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
     raw = io.BytesIO()

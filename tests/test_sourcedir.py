@@ -131,7 +131,7 @@ def _reference_tar(job: dict, root: Path) -> bytes:
     its shared code was compressed once): what the multi-member archive must decompress to."""
     files = sourcedir._sources(root)
     files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/{contract.PROGRAM}"]
-    files[contract.JOB_FILE] = (json.dumps(job, indent=2, sort_keys=True) + "\n").encode()
+    files[contract.JOB_FILE] = sourcedir.job_bytes(job)
     files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
     entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
     raw = io.BytesIO()
@@ -180,3 +180,13 @@ def test_gnu_tar_unpacks_the_multi_member_archive(fake_root, tmp_path):
     subprocess.run(["tar", "-xzf", str(archive), "-C", str(out)], check=True)
     assert json.loads((out / contract.JOB_FILE).read_text()) == JOB
     assert (out / "entrypoints" / "sub" / "helper.py").read_text() == "X = 1\n"
+
+
+def test_a_file_added_or_removed_after_an_archive_is_packed_anew(fake_root):
+    sourcedir.build_archive(JOB, root=fake_root)
+    (fake_root / "sub" / "extra.py").write_text("Y = 2\n")
+    names = {m.name for m in _members(sourcedir.build_archive(JOB, root=fake_root))}
+    assert "entrypoints/sub/extra.py" in names
+    (fake_root / "sub" / "extra.py").unlink()
+    names = {m.name for m in _members(sourcedir.build_archive(JOB, root=fake_root))}
+    assert "entrypoints/sub/extra.py" not in names
