@@ -134,3 +134,14 @@ def test_cli_results_csv_keeps_every_column(orch_home, monkeypatch):
     assert result.exit_code == 0, result.output
     header = next(csv.reader(io.StringIO(result.stdout)))
     assert {"neuroncore_util", "precompile_s", "queue_s", "tflop_per_dollar", "training.optimizer.lr"} <= set(header)
+
+
+def test_plot_labels_and_the_global_batch_header():
+    """Issue 22, smaller findings: a local row's label read `local CPU x2 x1`; the `batch`
+    column is the global batch and now says so."""
+    from orchestrator.results.render import _label
+
+    local = res.Row(job="l-1", status="completed", backend="local", instance="local CPU x2", count=1)
+    cloud = res.Row(job="c-1", status="completed", backend="sagemaker", instance="ml.trn1.32xlarge", count=2)
+    assert _label(local) == "l-1\nlocal CPU x2" and _label(cloud) == "c-1\nml.trn1.32xlarge x2"
+    assert "global batch" in [c.header for c in res.table_columns([cloud])]

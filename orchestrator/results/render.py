@@ -26,7 +26,7 @@ COLUMNS = (
     ("cores", "cores", "d"),
     ("runtime", "runtime", "s"),
     ("prec", "precision", "s"),
-    ("batch", "global_batch", "d"),
+    ("global batch", "global_batch", "d"),  # all workers' samples a step, not batch_size
     ("step p50 s", "step_time_p50_s", ".4f"),
     ("samples/s", "samples_per_s", ",.1f"),
     ("USD/h", "price_per_hour", ".4f"),
@@ -172,7 +172,9 @@ def render_json(collection: Collection) -> str:
 def _label(row: Row) -> str:
     parts = [", ".join(f"{path.rsplit('.', 1)[-1]}={columns.shown_value(v)}" for path, v in row.varied.items())]
     parts = [p for p in parts if p]
-    parts.append(f"{row.instance} x{row.count}" if row.instance else "?")
+    # A local row's instance already says its CPUs ("local CPU x2"): no "x1" count after it.
+    counted = row.cloud and row.count is not None
+    parts.append((f"{row.instance} x{row.count}" if counted else row.instance) if row.instance else "?")
     if row.failover_from:
         parts.append(f"(failover from {row.failover_from})")
     if row.global_batch is not None:
