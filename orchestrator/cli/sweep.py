@@ -410,7 +410,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
     for column in columns:
         # Folded, never cut with "…": the table must show what each trial is in any width.
-        table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try"))
+        table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try", "backend", "instance"))
     for v in views:
         state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
