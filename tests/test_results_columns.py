@@ -145,3 +145,9 @@ def test_plot_labels_and_the_global_batch_header():
     cloud = res.Row(job="c-1", status="completed", backend="sagemaker", instance="ml.trn1.32xlarge", count=2)
     assert _label(local) == "l-1\nlocal CPU x2" and _label(cloud) == "c-1\nml.trn1.32xlarge x2"
     assert "global batch" in [c.header for c in res.table_columns([cloud])]
+
+
+def test_shortened_varied_headers_are_spelled_out_under_the_table():
+    collection = mixed_collection()
+    text = res.render_table(collection, width=100, shown=res.select_columns(collection.rows))
+    assert "varied: lr = training.optimizer.lr, type = instance.type" in text

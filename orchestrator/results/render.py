@@ -108,6 +108,10 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
                       color_system="auto" if color else None)
     console.print(table)
+    shortened = [(_short_header(c, shown), c.header) for c in shown if fitted and _short_header(c, shown) != c.header]
+    if shortened:
+        console.print("varied: " + ", ".join(f"{short} = {full}" for short, full in shortened), markup=False,
+                      highlight=False)
     for row in collection.rows:
         if row.note:
             console.print(f"{row.job}: {row.note}", markup=False, highlight=False)
