@@ -326,3 +326,10 @@ def test_empty_and_dot_variant_keys_are_not_fields_not_duplicates(tmp_path):
     problems = problems_of(tmp_path, text)
     assert not any("duplicate axis" in p.message for p in problems)
     assert {p.path for p in problems if "empty part" in p.message} == {"", "."}
+
+
+def test_a_failover_type_listed_twice_is_refused(tmp_path):
+    """Issue 22, smaller findings: duplicate failover types were accepted."""
+    text = SWEEP + "failover:\n  instance.type: [ml.trn1.32xlarge, ml.trn1n.32xlarge, ml.trn1.32xlarge]\n"
+    [problem] = problems_of(tmp_path, text)
+    assert "already in the failover order (item 1)" in problem.message and problem.path == "failover.instance.type"

@@ -235,6 +235,12 @@ def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
                 vline, vcol = smap.find(("failover", dotted, str(i)))
                 problems.append(Problem(smap.file, vline, vcol, f"failover.{dotted}",
                                         f"{value!r} is not an instance type like ml.trn1.32xlarge"))
+            elif value in values[:i]:
+                # A type twice in the order would be tried twice, the second time for nothing.
+                vline, vcol = smap.find(("failover", dotted, str(i)))
+                problems.append(Problem(smap.file, vline, vcol, f"failover.{dotted}",
+                                        f"{value} is already in the failover order (item {values.index(value) + 1}); "
+                                        "list each instance type once"))
     if sweep.schedule is not None:
         problems += _schedule_problems(sweep.schedule, smap)
     return problems
