@@ -168,3 +168,15 @@ def test_cli_plan_draws_no_progress_bar_off_a_terminal(tmp_path, orch_home):
     result = cli_run("sweep", "plan", str(write(tmp_path, SWEEP)), env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert result.returncode == 0, result.stderr
     assert "planning trials" not in result.stderr and "planning trials" not in result.stdout
+
+
+def test_plan_price_lines_say_which_types_each_prices(orch_home):
+    """Issue 22, smaller findings: two bare price lines, '(not checked)' and '(checked)',
+    unexplained: each now names the instance types (and backend) it prices."""
+    from orchestrator.cli import sweep as cli
+
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
+    lines = [line for line in cli.plan_summary(planned) if line.startswith("prices")]
+    assert len(lines) == 2
+    assert lines[0].startswith("prices for ml.trn1.2xlarge (sagemaker): ")
+    assert lines[1].startswith("prices for ml.trn1.32xlarge (sagemaker): ")

@@ -79,14 +79,18 @@ def plan_summary(planned) -> list[str]:
         if budget is not None:
             line += f"; a retry or failover that would take the sweep past {budget:g} USD is not submitted"
         lines.append(line)
-    # One line per price list: a sweep over backends prices SageMaker and EC2 (Batch) apart.
-    priced = {}
+    # One line per price source, naming the instance types (and backend) it prices when there
+    # are several: the shipped list checks some types' prices and not others, and a sweep over
+    # backends prices SageMaker and EC2 (Batch) apart; two bare "prices:" lines explained nothing.
+    priced: dict[tuple, tuple[dict, str]] = {}
     for t in planned.trials:
         estimate = t.prepared.estimate
         if estimate.price is not None:
-            priced.setdefault((estimate.price.source, estimate.price.as_of), (t.trial.spec.backend, estimate.note))
-    for (source, as_of), (backend, note) in priced.items():
-        lines.append(f"prices{f' ({backend})' if len(priced) > 1 else ''}: {source}, {as_of}; {note}")
+            types, _ = priced.setdefault((estimate.price.source, estimate.price.as_of), ({}, estimate.note))
+            types.setdefault(t.trial.spec.instance.type, t.trial.spec.backend)
+    for (source, as_of), (types, note) in priced.items():
+        label = f" for {', '.join(f'{k} ({v})' for k, v in sorted(types.items()))}" if len(priced) > 1 else ""
+        lines.append(f"prices{label}: {source}, {as_of}; {note}")
     for index, same in planned.duplicates:
         lines.append(f"note: trial {index} is identical to trial {same}; it runs once")
     for finding, trial_ids in planned.warnings.items():
