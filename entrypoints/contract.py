@@ -11,7 +11,7 @@ are size-limited, so the spec does not travel as a hyperparameter). Its shape, v
       "schema": 1,
       "job_name": "vit-trn1-1a2b3c4d",
       "spec_hash": "<sha256 hex of the spec>",
-      "spec": { ...the JobSpec as JSON, field names as in DESIGN.md... },
+      "spec": { ...the JobSpec as JSON, field names as `orchestrator schema` prints them... },
       "instance": {"type": "ml.trn1.2xlarge", "family": "trn1", "neuron_cores": 2,
                    "logical_cores": 2, "lnc": 1, "vcpus": 8},
       "workers_per_node": 2,

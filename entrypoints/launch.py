@@ -13,8 +13,8 @@ whoever started it. Contract, in order:
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
    request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
    compile cache directory: the one the job's settings name (`--cache_dir` in
-   `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to FACTS.md's
-   /var/tmp/neuron-compile-cache; `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
+   `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to the Neuron
+   compiler's default /var/tmp/neuron-compile-cache (Neuron docs, "Neuron Persistent Cache"); `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
    temporary one (`TRITON_CACHE_DIR` below it for native). In a fresh container either is
    empty, so a warm start can only come from the pulled cache. On a SageMaker warm pool
    (`entrypoints.warm_pool`: its persistent cache directory exists) the compile cache lives

@@ -344,3 +344,14 @@ def test_local_rerun_takes_the_next_free_local_name(tmp_path, orch_home, monkeyp
     code, out, _ = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--rerun", "--dry-run")
     assert code == 0 and f'"jobName": "{first}-r1"' in out
     assert names.local_job_name(loaded, 1) == f"{first}-r1" and not names.job_name(loaded).endswith("-local")
+
+
+def test_local_flag_on_a_local_spec_says_it_changes_nothing(monkeypatch, capsys, orch_home):
+    """Issue 22, smaller findings: `submit --local` of a local spec ignored --local silently."""
+    from cli_harness import run_cli
+
+    root = Path(__file__).resolve().parents[1]
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(root / "configs" / "local-tiny.yaml"), "--local",
+                             "--dry-run")
+    assert code == 0, err
+    assert "has backend: local" in err and "--local changes nothing" in err

@@ -229,6 +229,9 @@ def submit(
         # A batch spec's request, run by the local backend (a local spec needs no flag).
         backend = backends.create("local")
         run_here = loaded.backend == "batch"
+        if loaded.backend == "local":
+            # Said, not silent: the flag changes nothing for a spec that already runs here.
+            err(f"note: {path} has backend: local, which runs on this machine anyway; --local changes nothing")
         name = _rerun_name(loaded, backend, dry_run, local=run_here) if rerun else None
         prepared = request.prepare(diagnosis, job_name=name, local=run_here)
     else:

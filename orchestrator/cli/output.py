@@ -47,14 +47,30 @@ def columns(*headers: tuple[str, str]):
     return table
 
 
-def table_text(table, min_width: int) -> str:
-    """A rich Table as text at the terminal's width, at least `min_width` columns (a table
-    piped to a file takes 160): never coloured, trailing newline dropped."""
+# The width of output that is not on a terminal (a pipe, a file, a CI log).
+OFF_TERMINAL_WIDTH = 100
+
+
+def screen_width() -> int:
+    """The width tables fit: $COLUMNS when set to a number (as `shutil.get_terminal_size`
+    reads it), else the terminal's, else OFF_TERMINAL_WIDTH off a terminal."""
+    import os
     import shutil
 
+    text = os.environ.get("COLUMNS", "")
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((OFF_TERMINAL_WIDTH, 24)).columns
+    return OFF_TERMINAL_WIDTH
+
+
+def table_text(table, min_width: int = 0) -> str:
+    """A rich Table as text at `screen_width()`, at least `min_width` columns (0: exactly the
+    screen's; cells fold): never coloured, trailing newline dropped."""
     from rich.console import Console
 
-    console = Console(width=max(min_width, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
+    console = Console(width=max(min_width, screen_width()), force_terminal=False)
     with console.capture() as captured:
         console.print(table)
     return captured.get().rstrip("\n")

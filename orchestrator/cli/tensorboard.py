@@ -35,6 +35,10 @@ def tensorboard(
     from orchestrator.paths import home
     from orchestrator.results import tensorboard as boards
 
+    if not target.strip():
+        # Before collect's own check, which speaks of `results --sweep`, an option this command lacks.
+        raise InputError("the sweep or job to show is empty",
+                         hint="give a sweep id (e.g. instances-1a2b3c4d), a sweep name or a job name")
     where, region = _results_prefix(prefix, spec_path, region)
     folder = folder or home() / "tensorboard" / target
     try:
