@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 
 from entrypoints import contract
-from orchestrator import catalog, cost, doctor, names, sourcedir
+from orchestrator import catalog, cost, doctor, names, preferences, sourcedir
 from orchestrator.errors import InputError, Problem, SpecError
 
 # Where a job's objects go (its own module, so `validate` checks them without this one's imports).
@@ -86,6 +86,10 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         "environment": dict(target.environment),
         "tags": dict(sorted(tags.items())),
     }
+    if spec.instance.preferences:
+        # What the container needs of each type SageMaker may select (entrypoints/ cannot ask
+        # the catalog): launch.py adapts to the selected one's row.
+        job["preferences"] = preferences.table(preferences.choices(spec))
     if varied:
         job["varied"] = dict(varied)
     return job
@@ -180,15 +184,15 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
         "InputDataConfig": [code_channel(source_uri)],
         "Environment": dict(job["environment"]),
         "OutputDataConfig": {"S3OutputPath": out},
-        "ResourceConfig": {
-            "InstanceType": inst.type,
-            "InstanceCount": inst.count,
-            "VolumeSizeInGB": inst.volume_gb,
-        },
+        "ResourceConfig": resource_config(spec),
         "StoppingCondition": stopping,
         "EnableManagedSpotTraining": inst.spot,
         "Tags": tags,
     }
+    if inst.preferences:
+        # botocore: InstancePreferences is mutually exclusive with EnableManagedSpotTraining
+        # (the doctor's N070 refuses spot with them), so the field is left out, not sent false.
+        del request["EnableManagedSpotTraining"]
     if spec.data.source != "synthetic":
         request["InputDataConfig"].append({
             "ChannelName": TRAIN_CHANNEL,
@@ -209,6 +213,26 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
     if spec.max_retry_attempts > 0:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
     return request
+
+
+def resource_config(spec: JobSpec) -> dict:
+    """ResourceConfig: one InstanceType and InstanceCount, or with instance.preferences the
+    InstancePreferences list (botocore: mutually exclusive with InstanceType; a count on every
+    preference and none for the job, each chosen by `preferences.choices` to train the same
+    global batch; a preference's own plan as its one TrainingPlanArns entry). A job-level
+    instance.training_plan_arn is ResourceConfig.TrainingPlanArn either way."""
+    inst = spec.instance
+    config: dict = {"InstanceType": inst.type, "InstanceCount": inst.count, "VolumeSizeInGB": inst.volume_gb}
+    if inst.preferences:
+        config = {"InstancePreferences": [], "VolumeSizeInGB": inst.volume_gb}
+        for choice in preferences.choices(spec):
+            entry: dict = {"InstanceType": choice.type, "InstanceCount": choice.count or inst.count}
+            if choice.training_plan_arn:
+                entry["TrainingPlanArns"] = [choice.training_plan_arn]
+            config["InstancePreferences"].append(entry)
+    if inst.training_plan_arn:
+        config["TrainingPlanArn"] = inst.training_plan_arn
+    return config
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,9 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
     """What `plan` prints for a prepared request, its forecast included (`forecast`: the
     local store always, s3:// stores when `read_stores`); exit 2 (raised) on doctor errors."""
     from orchestrator import doctor as doctor_rules
-    from orchestrator import forecast
+    from orchestrator import forecast, preferences
 
+    choices = preferences.choices(loaded)
     doctor_rules.raise_for(loaded, prepared.findings)
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
@@ -84,11 +85,14 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
             "findings": [f.to_json(loaded) for f in prepared.findings],
             "source_uri": prepared.source_uri,
             "archive_sha256": prepared.archive_sha256,
+            **({"preferences": preferences.to_json(choices)} if choices else {}),
             **({"forecast": predicted.to_json()} if predicted is not None else {}),
         }, indent=2))
         return
     out(json.dumps(prepared.request, indent=2))
     out(f"source archive: {prepared.source_uri} ({len(prepared.archive)} bytes, sha256 {prepared.archive_sha256})")
+    for line in preferences.describe(choices):
+        out(line)
     out(prepared.estimate.describe())
     for line in predicted.lines() if predicted is not None else []:
         out(line)
