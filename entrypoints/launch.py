@@ -8,7 +8,9 @@ requirements, reaping orphans). Without `--container` it expects the SM_* variab
 whoever started it. Contract, in order:
 
 1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
-   file (`job.json` next to this script or in the code directory, or `--job PATH`), and
+   file (`job.json` next to this script or in the code directory, or `--job PATH`); with
+   instance preferences, take the job file as the selected type runs it (`entrypoints.selection`:
+   workers, LNC, environment, so the EFA variables and the cache key too), and
    write `results.json` with status "running" (below, 6.): a record exists from the start.
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
    request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
@@ -87,6 +89,7 @@ from entrypoints import (  # noqa: E402
     heartbeat,
     precompile,
     report,
+    selection,
     utilization,
     warm_pool,
 )
@@ -133,6 +136,12 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     warnings: list[str] = []
     job_file = find_job_file(args.job)
     job = contract.load_job(job_file)
+    selection_error = None
+    try:
+        # With instance preferences: the job as the type SageMaker selected runs it.
+        job = selection.adapt(job, ctr.instance_type, _log)
+    except ValueError as exc:
+        selection_error = str(exc)
     spec = job.get("spec") or {}
     training = spec.get("training") or {}
     runtime = training.get("runtime", "xla")
@@ -151,7 +160,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     record = setup.record() if setup is not None else report.given_setup()
     results = report.Report(job, ctr, started, cache, warnings, stats_dir, record, _log)
     results.running()  # a record exists from the start, whatever happens next
-    launch_error = None
+    launch_error = selection_error
     if setup is not None:
         try:
             container.prepare(setup, ctr, _log)
