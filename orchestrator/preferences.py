@@ -47,37 +47,56 @@ def variant(spec: JobSpec, type_: str, count: int) -> JobSpec:
 
 
 def choices(spec: JobSpec) -> list[Choice]:
-    """Every preference of `spec` with its count, target and cost bound (see the module docstring)."""
+    """Every preference of `spec` with its count, target and cost bound (see the module docstring).
+    Each type's target is resolved once (twice only when its count differs from the one it was
+    first resolved at, which changes EFA)."""
     prefs = spec.instance.preferences
     if not prefs:
         return []
-    first = catalog.resolve(variant(spec, prefs[0].type, spec.instance.count))
-    first_workers = first.workers_per_node * spec.instance.count
-    out = []
+    out: list[Choice] = []
+    first_workers = 0
     for position, pref in enumerate(prefs):
-        count, why = pref.count, ""
-        probe = catalog.resolve(variant(spec, pref.type, count or spec.instance.count))
-        per_host = probe.workers_per_node
+        base = spec.instance.count if position == 0 else (pref.count or spec.instance.count)
+        probe_spec = variant(spec, pref.type, base)
+        probe = catalog.resolve(probe_spec)
+        count, why = (base if position == 0 else pref.count), ""
+        first = out[0].target if out else probe
         if position == 0:
-            count = spec.instance.count
+            first_workers = probe.workers_per_node * base
         elif probe.facts is None or first.facts is None:
-            count = count or spec.instance.count
-            why = "" if pref.count else (f"the catalog has no NeuronCore count for {pref.type if probe.facts is None else prefs[0].type}, "
-                                         f"so {count} instance(s) are assumed to train the same batch")
+            count = count or base
+            unknown = pref.type if probe.facts is None else prefs[0].type
+            why = "" if pref.count else (f"the catalog has no NeuronCore count for {unknown}, so {count} "
+                                         "instance(s) are assumed to train the same batch")
         elif count is not None:
-            if per_host * count != first_workers:
-                why = (f"{count} x {pref.type} run {per_host * count} workers where the first choice runs "
-                       f"{first_workers}: the global batch changes with the type chosen")
-        elif first_workers % per_host:
-            why = (f"{pref.type} runs {per_host} workers per host, which does not divide the first choice's "
-                   f"{first_workers} workers ({first.workers_per_node} x {spec.instance.count} x "
+            if probe.workers_per_node * count != first_workers:
+                why = (f"{count} x {pref.type} run {probe.workers_per_node * count} workers where the first choice "
+                       f"runs {first_workers}: the global batch changes with the type chosen")
+        elif first_workers % probe.workers_per_node:
+            why = (f"{pref.type} runs {probe.workers_per_node} workers per host, which does not divide the first "
+                   f"choice's {first_workers} workers ({first.workers_per_node} x {spec.instance.count} x "
                    f"{prefs[0].type}): no count trains the same global batch")
         else:
-            count = first_workers // per_host
-        sized = variant(spec, pref.type, count or spec.instance.count)
-        target = catalog.resolve(sized)
+            count = first_workers // probe.workers_per_node
+        sized, target = probe_spec, probe
+        if count is not None and count != base:
+            sized = variant(spec, pref.type, count)
+            target = catalog.resolve(sized)
         out.append(Choice(pref.type, count, pref.training_plan_arn, sized, target, cost.estimate(sized, target), why))
     return out
+
+
+def can_keep_global_batch(spec: JobSpec, types: tuple[str, ...] | list[str]) -> bool:
+    """Whether `choices` would find a count for every one of `types` after the first (each
+    type's workers per host divide the first's workers), from the catalog's facts alone: a
+    cheap test before diagnosing a preference list (a sweep's failover chain)."""
+    if spec.training.workers_per_node is not None:
+        return True  # every type runs the workers the spec names
+    facts = [catalog.instance(t) for t in types]
+    if any(f is None or f.neuron_cores == 0 for f in facts):
+        return False
+    workers = [max(1, f.logical_cores(spec.instance.lnc)) for f in facts]
+    return all(workers[0] * spec.instance.count % w == 0 for w in workers[1:])
 
 
 def dearest(found: list[Choice]) -> Choice:

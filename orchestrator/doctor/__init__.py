@@ -120,6 +120,7 @@ class Diagnosis(NamedTuple):
     target: catalog.Target
     estimate: cost.Estimate
     findings: list[Finding]
+    choices: tuple = ()  # `preferences.choices(spec)`: each instance preference, sized and priced
 
     def raise_for_errors(self) -> None:
         """`raise_for` on these findings: SpecError, located, when any is an error."""
@@ -128,13 +129,14 @@ class Diagnosis(NamedTuple):
 
 def diagnose(spec: JobSpec) -> Diagnosis:
     """Resolve, estimate and check `spec` once (see the module docstring for the rules)."""
-    target = catalog.resolve(spec)
     choices = choosing.choices(spec)
+    # The first preference is the spec's own type: its target is the spec's.
+    target = choices[0].target if choices else catalog.resolve(spec)
     # With preferences, SageMaker bills whichever it selects: the bound is the dearest's.
     estimate = choosing.dearest(choices).estimate if choices else cost.estimate(spec, target)
     priced = choosing.dearest(choices).spec if choices else spec
     found = _findings(spec, target, estimate, priced) + preferences.check(spec, choices)
-    return Diagnosis(spec, target, estimate, sorted(found, key=lambda f: ORDER[f.severity]))
+    return Diagnosis(spec, target, estimate, sorted(found, key=lambda f: ORDER[f.severity]), tuple(choices))
 
 
 # The rules that refuse an instance type because the spec's backend does not run it (SageMaker
