@@ -174,3 +174,18 @@ def check(verdicts: list[Verdict], region: str) -> None:
     raise InputError(f"the job cannot start on any instance type it may run on: {said}",
                      hint=f"request an increase (new accounts start at 0 for Trainium training): {hints}; "
                           "or add an instance preference whose quota allows it")
+
+
+def sweep_verdicts(specs: list[JobSpec], quota_client, sagemaker_client) -> list[list[Verdict]]:
+    """`read` for each of a sweep's trial specs, with one ListServiceQuotas per service and one
+    look at the running training jobs for all of them."""
+    wanted = [needs(s) for s in specs]
+    flat = [n for found in wanted for n in found]
+    if not flat:
+        return [[] for _ in specs]
+    by_service = {service: applied(quota_client, service, {n.quota_name for n in flat if n.service == service})
+                  for service in dict.fromkeys(n.service for n in flat)}
+    sagemaker = any(s.backend == "sagemaker" for s in specs)
+    used = training_in_use(sagemaker_client) if sagemaker and sagemaker_client else None
+    return [[Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
+             for n in found] for found in wanted]

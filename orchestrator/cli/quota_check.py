@@ -33,3 +33,34 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False) -> 
         say(f"quota: {verdict.describe()}")
     quotas.check(verdicts, loaded.region)
     return verdicts
+
+
+def sweep_admission(definition, say: Callable[[str], None] = err):
+    """The `sweep.admission.Admission` of a saved sweep from the account's quotas (read-only
+    calls, tried once), or None when none could be read (said). InputError (exit 2) before any
+    submit when a trial fits no instance type's quota: it would wait forever."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from orchestrator import aws, quotas
+    from orchestrator.errors import InputError
+    from orchestrator.sweep.admission import Admission
+
+    specs = [t.spec for t in definition.trials]
+    if not any(quotas.needs(s) for s in specs):
+        return None
+    try:
+        quota_client, sagemaker_client = quotas.clients(definition.region, attempts=1)
+        per_trial = quotas.sweep_verdicts(specs, quota_client, sagemaker_client)
+    except (BotoCoreError, ClientError) as exc:
+        why = aws.describe(exc) or f"{type(exc).__name__}: {exc}"
+        say(f"quota: not read ({why}); trials are submitted without admission by quota")
+        return None
+    for trial, verdicts in zip(definition.trials, per_trial, strict=True):
+        try:
+            quotas.check(verdicts, definition.region)
+        except InputError as exc:
+            raise InputError(f"trial {trial.trial_id}: {exc.message}", hint=exc.hint) from None
+    flat = [v for verdicts in per_trial for v in verdicts]
+    for verdict in {v.need.quota_name: v for v in flat}.values():
+        say(f"quota: {verdict.describe()}")
+    return Admission.from_verdicts(flat)
