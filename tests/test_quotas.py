@@ -121,16 +121,26 @@ def test_batch_checks_the_ec2_inf_vcpu_quota():
 
 def test_submit_with_no_quota_exits_2_before_any_paid_call(monkeypatch, capsys):
     sq, sm, _, _ = _clients(_named(dict.fromkeys(TYPES, 0)))
-    monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: (sq, sm))
     from orchestrator import backends
 
-    created = []
-    monkeypatch.setattr(backends, "create", lambda *a, **k: created.append(a) or pytest.fail("a backend was made"))
+    class Backend:
+        """The SageMaker backend as submit sees it: it reads quotas, and must not be asked to submit."""
+
+        def quota_clients(self, attempts=None):
+            assert attempts == 1  # submit's own check tries once
+            return sq, sm
+
+        def submit(self, prepared):
+            pytest.fail("submitted (the source upload and CreateTrainingJob) past a quota of 0")
+
+    monkeypatch.setattr(backends, "create", lambda *a, **k: Backend())
     code, out, err = run_cli(monkeypatch, capsys, "submit", str(CONFIG))
     assert code == 2
     assert "ml.trn1.32xlarge for training job usage" in err and "L-11111111" in err
     assert "request-service-quota-increase" in err
-    assert created == [] and out == ""
+    assert out == ""
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(CONFIG), "--no-quota-check", "--dry-run")
+    assert code == 0
 
 
 def test_doctor_and_plan_with_quotas_show_each_type(monkeypatch, capsys):

@@ -66,8 +66,14 @@ def test_sweep_admission_reads_quotas_once_and_refuses_a_trial_that_fits_nowhere
     answers = _clients({"ml.trn1.32xlarge for training job usage": ("L-11111111", 3)},
                        running={"other-1": ("ml.trn1.32xlarge", 1)})
     monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: answers[:2])
+
+    class Cloud:  # the sweep's SageMaker backend, which reads the quotas
+        def quota_clients(self, attempts=None):
+            return quotas.clients("us-east-1", attempts=attempts)
+
     said: list[str] = []
-    admission = quota_check.sweep_admission(runner.d, said.append)
+    assert quota_check.sweep_admission(runner.d, object(), said.append) is None  # a stand-in reads none
+    admission = quota_check.sweep_admission(runner.d, Cloud(), said.append)
     answers[2].assert_no_pending_responses()  # one ListServiceQuotas walk for the five trials
     assert admission.limits == {"ml.trn1.32xlarge": 2}
     assert said == ['quota: ml.trn1.32xlarge: needs 1 instances of "ml.trn1.32xlarge for training job usage" '
@@ -75,4 +81,4 @@ def test_sweep_admission_reads_quotas_once_and_refuses_a_trial_that_fits_nowhere
     answers = _clients({"ml.trn1.32xlarge for training job usage": ("L-11111111", 0)})
     monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: answers[:2])
     with pytest.raises(InputError, match="L-11111111"):
-        quota_check.sweep_admission(runner.d, said.append)
+        quota_check.sweep_admission(runner.d, Cloud(), said.append)

@@ -241,10 +241,12 @@ def submit(
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
+    backend = backend or backends.create(loaded.backend, region=loaded.region)
     if quota_check_ and not local:
         from orchestrator.cli import quota_check
 
-        quota_check.run(loaded, tolerant=True)  # before the source upload and CreateTrainingJob: exit 2 when nothing fits
+        # Before the source upload and CreateTrainingJob: exit 2 when nothing fits.
+        quota_check.run(loaded, tolerant=True, backend=backend)
     if local and loaded.backend == "batch":
         err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
         if prepared.job["workers_per_node"] != prepared.target.workers_per_node:

@@ -8,20 +8,24 @@ from collections.abc import Callable
 from orchestrator.cli.output import err
 
 
-def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False) -> list:
+def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, backend=None) -> list:
     """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
     raise InputError (exit 2) when the job fits no instance type's quota. Returns the verdicts
     (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
     cannot be read (no servicequotas grant in an older stack, an endpoint without the API) are
-    said and skipped, not the submit's failure."""
+    said and skipped, not the submit's failure; the clients are then the submitting `backend`'s
+    (`quota_clients`: a cloud backend's; one without it, such as a test's stand-in, reads none)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from orchestrator import aws, quotas
 
     if not quotas.needs(loaded):
         return []
-    quota_client, sagemaker_client = quotas.clients(loaded.region, attempts=1 if tolerant else None)
+    if tolerant and not hasattr(backend, "quota_clients"):
+        return []
     try:
+        quota_client, sagemaker_client = (backend.quota_clients(attempts=1) if tolerant else
+                                          quotas.clients(loaded.region))
         verdicts = quotas.read(loaded, quota_client, sagemaker_client)
     except (BotoCoreError, ClientError) as exc:
         if not tolerant:
@@ -35,10 +39,20 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False) -> 
     return verdicts
 
 
-def sweep_admission(definition, say: Callable[[str], None] = err):
+def _quota_backend(backend, definition):
+    """The sweep's first backend that can read quotas (`quota_clients`), or None."""
+    for name in definition.backends:
+        found = backend.get(name) if hasattr(backend, "get") and hasattr(backend, "names") else backend
+        if hasattr(found, "quota_clients"):
+            return found
+    return None
+
+
+def sweep_admission(definition, backend, say: Callable[[str], None] = err):
     """The `sweep.admission.Admission` of a saved sweep from the account's quotas (read-only
-    calls, tried once), or None when none could be read (said). InputError (exit 2) before any
-    submit when a trial fits no instance type's quota: it would wait forever."""
+    calls, tried once, through the sweep's cloud `backend`), or None when none could be read
+    (said) or the backend reads none. InputError (exit 2) before any submit when a trial fits no
+    instance type's quota: it would wait forever."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from orchestrator import aws, quotas
@@ -46,10 +60,11 @@ def sweep_admission(definition, say: Callable[[str], None] = err):
     from orchestrator.sweep.admission import Admission
 
     specs = [t.spec for t in definition.trials]
-    if not any(quotas.needs(s) for s in specs):
+    reader = _quota_backend(backend, definition)
+    if reader is None or not any(quotas.needs(s) for s in specs):
         return None
     try:
-        quota_client, sagemaker_client = quotas.clients(definition.region, attempts=1)
+        quota_client, sagemaker_client = reader.quota_clients(attempts=1)
         per_trial = quotas.sweep_verdicts(specs, quota_client, sagemaker_client)
     except (BotoCoreError, ClientError) as exc:
         why = aws.describe(exc) or f"{type(exc).__name__}: {exc}"

@@ -247,7 +247,7 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
         from orchestrator.cli import quota_check
 
         runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared,
-                               admission=quota_check.sweep_admission(definition))
+                               admission=quota_check.sweep_admission(definition, backend))
         with sweeps.Sigterm() as sigterm:
             try:
                 with SweepDisplay(runner) as display:
