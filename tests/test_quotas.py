@@ -127,7 +127,7 @@ def test_submit_with_no_quota_exits_2_before_any_paid_call(monkeypatch, capsys):
         """The SageMaker backend as submit sees it: it reads quotas, and must not be asked to submit."""
 
         def quota_clients(self, attempts=None):
-            assert attempts == 1  # submit's own check tries once
+            assert attempts == 2  # submit's own check: twice, as every call to a silent endpoint
             return sq, sm
 
         def submit(self, prepared):
@@ -161,3 +161,24 @@ def test_a_plain_plan_reads_no_quota(monkeypatch, capsys):
     monkeypatch.setattr(quotas, "clients", lambda *a, **k: pytest.fail("plan read quotas without --quotas"))
     code, _, _ = run_cli(monkeypatch, capsys, "plan", str(CONFIG))
     assert code == 0
+
+
+def test_a_refused_quota_read_is_exit_1_for_doctor_and_said_and_skipped_for_submit(monkeypatch, capsys):
+    sq = boto3.client("service-quotas", region_name="us-east-1")
+    stub = Stubber(sq)
+    stub.add_client_error("list_service_quotas", "AccessDeniedException", "not authorized", 400)
+    stub.activate()
+    monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: (sq, None))
+    code, _, err = run_cli(monkeypatch, capsys, "doctor", str(CONFIG), "--quotas")
+    assert code == 1 and "AccessDeniedException" in err and "servicequotas:ListServiceQuotas" in err
+    from orchestrator.cli import quota_check
+
+    stub.add_client_error("list_service_quotas", "AccessDeniedException", "not authorized", 400)
+
+    class Backend:
+        def quota_clients(self, attempts=None):
+            return sq, None
+
+    said: list[str] = []
+    assert quota_check.run(spec.load(CONFIG), said.append, tolerant=True, backend=Backend()) == []
+    assert said and said[0].startswith("quota: not read (AccessDeniedException") and "--no-quota-check" in said[0]

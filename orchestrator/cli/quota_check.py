@@ -12,26 +12,35 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
     """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
     raise InputError (exit 2) when the job fits no instance type's quota. Returns the verdicts
     (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
-    cannot be read (no servicequotas grant in an older stack, an endpoint without the API) are
-    said and skipped, not the submit's failure; the clients are then the submitting `backend`'s
+    the endpoint refuses to give (no servicequotas grant in an older stack, an endpoint without
+    the API) are said and skipped, not the submit's failure; the clients are then the submitting `backend`'s
     (`quota_clients`: a cloud backend's; one without it, such as a test's stand-in, reads none)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from orchestrator import aws, quotas
+    from orchestrator.errors import BackendError
 
     if not quotas.needs(loaded):
         return []
     if tolerant and not hasattr(backend, "quota_clients"):
         return []
     try:
-        quota_client, sagemaker_client = (backend.quota_clients(attempts=1) if tolerant else
+        quota_client, sagemaker_client = (backend.quota_clients(attempts=aws.NO_ANSWER_ATTEMPTS) if tolerant else
                                           quotas.clients(loaded.region))
         verdicts = quotas.read(loaded, quota_client, sagemaker_client)
     except (BotoCoreError, ClientError) as exc:
+        # An endpoint that does not answer would not take the job either: that stops the submit
+        # (exit 1, as any call to it). A refusal (no servicequotas grant in an older stack, an
+        # endpoint without the API) skips the check, said.
+        silent = aws.describe(exc, "ListServiceQuotas")
+        if silent is not None:
+            raise BackendError(f"reading the quotas: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT) from None
         if not tolerant:
-            raise
-        why = aws.describe(exc) or f"{type(exc).__name__}: {exc}"
-        say(f"quota: not read ({why}); submitting without the check (--no-quota-check skips it)")
+            raise BackendError(f"reading the quotas: {type(exc).__name__}: {exc}",
+                               hint="the operator policy grants servicequotas:ListServiceQuotas (infra/README.md); "
+                                    "update the stack if yours predates it") from exc
+        say(f"quota: not read ({type(exc).__name__}: {exc}); submitting without the check "
+            "(--no-quota-check skips it)")
         return []
     for verdict in verdicts:
         say(f"quota: {verdict.describe()}")
