@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) bench/cache_transfer.py
 	$(PY) bench/results_collect.py
 	$(PY) bench/sweep_submit.py
+	$(PY) bench/sweep_plan.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check orchestrator entrypoints tests bench

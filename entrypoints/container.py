@@ -111,6 +111,14 @@ def _decoded(raw: Mapping[str, object]) -> dict[str, object]:
     return out
 
 
+def job_name_hyperparameter(root: Path | None = None) -> str | None:
+    """The job's name as its request's hyperparameters give it (`contract.HP_JOB_NAME`), or None
+    outside a SageMaker container."""
+    config = (base_dir() if root is None else root) / "input" / "config"
+    value = _decoded(_read_json(config / "hyperparameters.json")).get(contract.HP_JOB_NAME)
+    return value if isinstance(value, str) else None
+
+
 def emulated_sm_environment(root: Path) -> dict[str, str]:
     """The SM_* variables from the container's config files, without the toolkit."""
     config = root / "input" / "config"

@@ -11,13 +11,14 @@ are size-limited, so the spec does not travel as a hyperparameter). Its shape, v
       "schema": 1,
       "job_name": "vit-trn1-1a2b3c4d",
       "spec_hash": "<sha256 hex of the spec>",
-      "spec": { ...the JobSpec as JSON, field names as in DESIGN.md... },
+      "spec": { ...the JobSpec as JSON, field names as `orchestrator schema` prints them... },
       "instance": {"type": "ml.trn1.2xlarge", "family": "trn1", "neuron_cores": 2,
                    "logical_cores": 2, "lnc": 1, "vcpus": 8},
       "workers_per_node": 2,
       "compile_cache": {"uri": "s3://bucket/compile-cache" | "file:///..." | null,
                         "mode": "tarball" | "off", "push_interval_s": 60},
       "results_uri": "s3://bucket/jobs/results/<job_name>/results.json" | "file:///..." | null,
+      "tensorboard_uri": "s3://bucket/jobs/tensorboard/<job_name>",  # Batch only: launch.py uploads
       "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
       "tags": {"team": "vision", "orchestrator:spec-hash": "..."},
       "varied": {"training.optimizer.lr": 0.001},  # a sweep trial only: the sweep's values
@@ -195,6 +196,35 @@ def sm_environment(root: Path, hosts: list[str], current_host: str, instance_typ
     env["SM_TRAINING_ENV"] = json.dumps({"hosts": hosts, "current_host": current_host,
                                          "hyperparameters": dict(hyperparameters)})
     return env
+
+
+# A schedule kept in the cloud (orchestrator.schedule.statemachine) embeds the jobs of the tick
+# with this label (2000-01-01 00:00 UTC, the shape of every tick label: YYYYMMDDHHMM); each run
+# creates them with its own label in that place. The archive, and its job.json, are the
+# placeholder's: `for_run` makes the job file the run's.
+RUN_PLACEHOLDER = "200001010000"
+
+
+def for_run(job: dict, run_name: str | None) -> dict:
+    """The job file as the job `run_name` (the name SageMaker runs it under, the request's
+    `HP_JOB_NAME`) needs it: when job.json names the placeholder tick's job and `run_name` is
+    that name with a tick label in the placeholder's place, the label replaces the placeholder
+    in the job's name, its results_uri and its tags (so results.json lands under the run's
+    name). Any other job file is returned as it is."""
+    old = job.get("job_name") or ""
+    at = old.find(RUN_PLACEHOLDER)
+    if at < 0 or not run_name or run_name == old or len(run_name) != len(old):
+        return job
+    end = at + len(RUN_PLACEHOLDER)
+    label = run_name[at:end]
+    if run_name[:at] != old[:at] or run_name[end:] != old[end:] or not label.isdigit():
+        return job
+
+    def swap(value):
+        return value.replace(RUN_PLACEHOLDER, label) if isinstance(value, str) else value
+
+    return {**job, "job_name": run_name, "results_uri": swap(job.get("results_uri")),
+            "tags": {key: swap(value) for key, value in (job.get("tags") or {}).items()}}
 
 
 def load_job(path: Path) -> dict:

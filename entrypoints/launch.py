@@ -15,8 +15,8 @@ whoever started it. Contract, in order:
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
    request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
    compile cache directory: the one the job's settings name (`--cache_dir` in
-   `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to FACTS.md's
-   /var/tmp/neuron-compile-cache; `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
+   `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to the Neuron
+   compiler's default /var/tmp/neuron-compile-cache (Neuron docs, "Neuron Persistent Cache"); `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
    temporary one (`TRITON_CACHE_DIR` below it for native). In a fresh container either is
    empty, so a warm start can only come from the pulled cache. On a SageMaker warm pool
    (`entrypoints.warm_pool`: its persistent cache directory exists) the compile cache lives
@@ -42,7 +42,9 @@ whoever started it. Contract, in order:
    one interval of compiling and of progress. Beside torchrun, `neuron-monitor` when it is on
    PATH (`entrypoints.utilization`): each heartbeat also prints the utilization metric line,
    and results.json carries the figures so far (or why there are none).
-6. Whether training succeeded or not: push what is still new, build `results.json`
+6. Whether training succeeded or not: push what is still new; on node rank 0 of a job whose
+   file names a `tensorboard_uri` (Batch, which has no TensorBoardOutputConfig), upload the
+   TensorBoard files there (a failure is a warning in results.json); build `results.json`
    (`entrypoints.report`; schema `entrypoints.results_schema`, docs/RESULTS.md) from the rank
    stats, write it to
    SM_OUTPUT_DATA_DIR and, on node rank 0, atomically to `job["results_uri"]` (if that
@@ -135,7 +137,9 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         os.environ.setdefault("PIP_CACHE_DIR", str(warm_pool.pip_cache_dir(persistent)))
     warnings: list[str] = []
     job_file = find_job_file(args.job)
-    job = contract.load_job(job_file)
+    # A scheduled cloud run's archive was made for the schedule's placeholder tick: take the
+    # run's own name (the request's hyperparameter) so results.json lands under it.
+    job = contract.for_run(contract.load_job(job_file), container.job_name_hyperparameter() if args.container else None)
     selection_error = None
     try:
         # With instance preferences: the job as the type SageMaker selected runs it.
@@ -250,6 +254,12 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     if cache_dir_is_ours:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
+    # A Batch job's TensorBoard files (SageMaker uploads its own while the job runs).
+    uploaded, board_warning = report.upload_tensorboard(job, ctr)
+    if uploaded:
+        _log(f"TensorBoard: {uploaded} file(s) uploaded to {job['tensorboard_uri']}/")
+    if board_warning:
+        warnings.append(board_warning)
     stats = report.read_rank_stats(stats_dir)
     ok = launch_error is None and returncode == 0 and stop.signum is None
     reason = None

@@ -182,6 +182,26 @@ def publish_results(uri: str, data: bytes) -> None:
     storage.open_store(prefix).put_bytes(name, data)
 
 
+def upload_tensorboard(job: dict, ctr: contract.Contract) -> tuple[int, str | None]:
+    """Node rank 0's TensorBoard event files (`<SM_OUTPUT_DIR>/tensorboard`) to the job file's
+    `tensorboard_uri`, where the job has one: a Batch job, which has no TensorBoardOutputConfig
+    (SageMaker uploads that folder itself). Returns (files uploaded, warning or None); never
+    raises: a failed upload loses the curves, not the job."""
+    uri = job.get("tensorboard_uri")
+    folder = ctr.output_dir / "tensorboard"
+    if ctr.node_rank != 0 or not uri or not folder.is_dir():
+        return 0, None
+    done = 0
+    try:
+        store = storage.open_store(uri)
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            store.put_file(path.relative_to(folder).as_posix(), path)
+            done += 1
+    except Exception as exc:  # noqa: BLE001 - the curves are lost, not the job
+        return done, f"TensorBoard files not uploaded to {uri}: {type(exc).__name__}: {exc}"
+    return done, None
+
+
 def write_local(path: Path, data: bytes) -> None:
     """Replace a local file atomically. Not durable: the container's disk goes with the
     instance, and a heartbeat a second old is as good as the one before it."""

@@ -34,7 +34,8 @@ from pathlib import Path
 PERSISTENT_CACHE_ENV = "SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY"
 # Relative to the /opt/ml root (the local backend roots each host elsewhere).
 PERSISTENT_CACHE_DIR = "sagemaker/warmpoolcache"
-# The --cache_dir the request gives neuronx-cc (orchestrator.catalog.NEURON_CACHE_DIR, FACTS.md).
+# The --cache_dir the request gives neuronx-cc (orchestrator.catalog.NEURON_CACHE_DIR): the
+# compiler's default (AWS Neuron docs, "Neuron Persistent Cache": general/arch/neuron-features/neuron-caching).
 DEFAULT_NEURON_CACHE_DIR = "/var/tmp/neuron-compile-cache"
 
 

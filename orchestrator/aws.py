@@ -326,7 +326,9 @@ def describe(exc: BaseException, operation: str | None = None) -> str | None:
     url = getattr(cause, "kwargs", {}).get("endpoint_url") if cause is not None else None
     parts = urlsplit(str(url)) if url else None
     # botocore names the whole request URL (bucket, key, query): the endpoint is its start.
-    where = f"the endpoint {parts.scheme}://{parts.netloc}" if parts and parts.netloc else "the AWS endpoint"
+    # Its host and port only: credentials in the URL are never shown.
+    host = parts.netloc.rpartition("@")[2] if parts else ""
+    where = f"the endpoint {parts.scheme}://{host}" if host else "the AWS endpoint"
     call = f" {operation}" if operation else ""
     connect, read = timeouts()
     if isinstance(cause, aws.ReadTimeoutError):

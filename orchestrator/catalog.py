@@ -439,7 +439,8 @@ def price(type_: str, region: str) -> Price | None:
 
 # --- what the facts mean for one spec -------------------------------------------------------
 
-# The Neuron compiler's default persistent cache; launch.py pulls the cache tarball here.
+# The Neuron compiler's default persistent cache (AWS Neuron docs, "Neuron Persistent Cache",
+# general/arch/neuron-features/neuron-caching); launch.py pulls the cache tarball here.
 NEURON_CACHE_DIR = "/var/tmp/neuron-compile-cache"
 LNC_FLAG = re.compile(r"(?:^|\s)(?:-lnc|--lnc|--logical-nc-config)(?:=|\s+)(\d+)")
 MODEL_TYPE_FLAG = re.compile(r"(?:^|\s)--model[-_]type(?:=|\s+)(\S+)")

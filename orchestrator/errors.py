@@ -32,15 +32,27 @@ class Problem(NamedTuple):
         return f"{where}:{field} {self.message}"
 
 
+# The user part of a URL (scheme://USER[:PASSWORD]@host): AWS_ENDPOINT_URL may carry a proxy's
+# credentials there, and botocore repeats the URL in its errors.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/@'\"?#]+@")
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced by ***: shown, never echoed."""
+    return _URL_USERINFO.sub(r"\g<scheme>***@", text)
+
+
 class OrchestratorError(Exception):
-    """Base of our errors: a message, an optional hint, an exit code."""
+    """Base of our errors: a message, an optional hint, an exit code. Credentials inside a
+    URL in either are replaced by *** (`redact`)."""
 
     exit_code = 1
 
     def __init__(self, message: str, hint: str | None = None):
+        message = redact(message)
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = None if hint is None else redact(hint)
 
 
 class InputError(OrchestratorError):

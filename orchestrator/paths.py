@@ -117,10 +117,12 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
         return handle.read(limit + 1)
 
 
-def check_write_target(path: str | os.PathLike, option: str) -> None:
+def check_write_target(path: str | os.PathLike, option: str, *, folder_must_exist: bool = False) -> Path:
     """InputError (exit 2) when `option`'s `path` names something other than a regular file
     or a new path: writing there would replace a device, FIFO, socket or folder with a file
-    (as root, `--plot /dev/null` would replace the device node)."""
+    (as root, `--plot /dev/null` would replace the device node). With `folder_must_exist`, also
+    when the file's folder is missing: the write would create folders nobody asked for (a
+    typo's, or those a dangling link points into). Returns where the write lands, links resolved."""
     why = unusable(path)
     if why is not None:
         raise InputError(f"{option} {path}: {why}", hint=f"give {option} a shorter or plainer path")
@@ -129,3 +131,25 @@ def check_write_target(path: str | os.PathLike, option: str) -> None:
         raise InputError(f"{option} {path}: is {kind}, not a regular file; nothing was written to it",
                          hint=f"give {option} a new or regular file, e.g. {option} results.png" if option == "--plot"
                          else f"give {option} a new or regular file")
+    landing = Path(os.path.realpath(path))
+    if folder_must_exist and not landing.parent.is_dir():
+        through = f" (a link to {landing})" if os.path.islink(path) else ""
+        raise InputError(f"{option} {path}{through}: the folder {landing.parent} does not exist; nothing was written "
+                         "and no folder was created", hint=f"create the folder first, or give {option} a file in a "
+                         "folder that exists")
+    return landing
+
+
+def check_write_targets(targets: list[tuple[str | os.PathLike | None, str]]) -> None:
+    """`check_write_target` for each (path, option) given (None: not asked for), in a folder that
+    exists, and InputError when two of them land on one file: the second write would silently
+    replace the first."""
+    seen: dict[Path, str] = {}
+    for path, option in targets:
+        if path is None:
+            continue
+        landing = check_write_target(path, option, folder_must_exist=True)
+        if landing in seen:
+            raise InputError(f"{seen[landing]} and {option} both write {landing}; only one of them would be kept",
+                             hint=f"give {option} another file")
+        seen[landing] = option

@@ -91,6 +91,9 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         # What the container needs of each type SageMaker may select (entrypoints/ cannot ask
         # the catalog): launch.py adapts to the selected one's row.
         job["preferences"] = preferences.table(list(choices) if choices else preferences.choices(spec))
+    if spec.backend == "batch":
+        # A Batch job has no TensorBoardOutputConfig: launch.py uploads rank 0's event files here.
+        job["tensorboard_uri"] = tensorboard_uri(output_uri(spec), job_name)
     if varied:
         job["varied"] = dict(varied)
     return job
@@ -275,6 +278,8 @@ def local_store(job: dict, name: str) -> str:
     store = f"file://{home()}/store"
     job["results_uri"] = results_uri(f"{store}/jobs", name)
     job["compile_cache"]["uri"] = f"{store}/compile-cache"
+    if "tensorboard_uri" in job:
+        job["tensorboard_uri"] = tensorboard_uri(f"{store}/jobs", name)
     job["backend"] = "local"
     if job["spec"]["training"]["runtime"] == "xla":
         job["workers_per_node"] = 1

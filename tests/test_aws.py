@@ -300,3 +300,33 @@ def test_waiting_and_sweeps_decide_by_the_one_table(error):
         kind = sweep.submit_error_kind(ours)
         assert (kind in sweep.WAIT_KINDS) is (not failure.permanent)
         assert (kind == "setup") is failure.account_wide
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(ENDPOINT_COMMANDS))
+def test_credentials_inside_the_endpoint_url_are_never_echoed(orch_home, monkeypatch, capsys, name):
+    # QA: a proxy's user and password in AWS_ENDPOINT_URL were printed back in the messages.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "ftp://alice:s3cret@127.0.0.1:9")
+    code, out, err = run_cli(monkeypatch, capsys, *ENDPOINT_COMMANDS[name])
+    assert code == 2 and "s3cret" not in out + err and "alice" not in out + err
+    assert "error: AWS_ENDPOINT_URL='ftp://***@127.0.0.1:9' is not an endpoint URL: the scheme is 'ftp'" in err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["results", "cache-ls"])
+def test_credentials_inside_an_unreachable_endpoint_url_are_never_echoed(orch_home, monkeypatch, capsys, name):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://alice:s3cret@127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    code, out, err = run_cli(monkeypatch, capsys, *ENDPOINT_COMMANDS[name])
+    assert code != 0 and "s3cret" not in out + err and "alice" not in out + err
+    assert "127.0.0.1:9" in err  # the endpoint is still named, by its host
+
+
+def test_describe_and_our_errors_show_no_credentials_of_a_url():
+    assert aws.describe(EndpointConnectionError(endpoint_url="http://u:pw@h:1/b?x=1")).startswith(
+        "the endpoint http://h:1 cannot be reached (")
+    error = BackendError('could not reach "https://u:pw@h:1/x"', hint="check http://u@h:2")
+    assert error.message == 'could not reach "https://***@h:1/x"' and error.hint == "check http://***@h:2"
+    assert str(error) == error.message

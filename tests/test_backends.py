@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
@@ -63,9 +64,10 @@ def test_the_local_backend_names_lists_and_describes_its_jobs(orch_home):
     local = backends.create("local")
     assert (local.place, local.label, local.region) == ("the local backend", "local", None)
     assert local.job_names("x") == [] and not local.exists("x-1")
+    # The running job's supervisor lives (this process): one whose supervisor is gone is not in flight.
     for name, state in (("sweep-a-t1", "running"), ("sweep-a-t2", "completed"), ("other-1", "failed")):
         (orch_home / "jobs" / name).mkdir(parents=True)
-        (orch_home / "jobs" / name / "status.json").write_text(json.dumps({"state": state}))
+        (orch_home / "jobs" / name / "status.json").write_text(json.dumps({"state": state, "pid": os.getpid()}))
     assert local.job_names("sweep-a") == ["sweep-a-t1", "sweep-a-t2"]
     assert local.job_names("sweep-a", in_flight=True) == ["sweep-a-t1"]
     assert local.exists("other-1") and local.describe("other-1").status == "failed"

@@ -217,3 +217,38 @@ def test_the_archive_path_in_the_request_is_where_submit_uploads_it():
     prepared = _prepared()
     assert Path(prepared.source_uri).name == contract.SOURCE_ARCHIVE
     assert f"/source/{prepared.archive_sha256[:16]}/" in _env(prepared.request)[bootstrap.CODE_URI_ENV]
+
+
+def test_a_batch_job_uploads_its_tensorboard_files_where_tensorboard_reads_them(tmp_path):
+    # QA: Batch jobs' TensorBoard events never reached the store (a SubmitJob has no
+    # TensorBoardOutputConfig, and nothing uploaded them), while `tensorboard` said they would come.
+    from entrypoints import report
+    from orchestrator.results import tensorboard as boards
+
+    prepared = _prepared()
+    name = prepared.job_name
+    # The job file names the place `tensorboard` fetches from: <output.uri>/tensorboard/<job>.
+    assert prepared.job["tensorboard_uri"] == f"s3://orchestrator-example-bucket/jobs/{boards.TENSORBOARD_DIR}/{name}"
+    sagemaker = request.prepare(spec.loads(BATCH.replace("backend: batch", "backend: sagemaker")
+                                           .replace("inf2.xlarge", "ml.trn1.2xlarge")
+                                           + "role_arn: arn:aws:iam::123456789012:role/r\n", "job.yaml"))
+    assert "tensorboard_uri" not in sagemaker.job  # SageMaker uploads TensorBoardOutputConfig itself
+    # launch.py, on node rank 0, puts every event file there at the end.
+    out = tmp_path / "opt" / "output"
+    (out / "tensorboard" / "sub").mkdir(parents=True)
+    (out / "tensorboard" / "events.out.tfevents.1").write_bytes(b"e1")
+    (out / "tensorboard" / "sub" / "events.out.tfevents.2").write_bytes(b"e2")
+    job = {"tensorboard_uri": f"file://{tmp_path}/store/jobs/tensorboard/{name}"}
+    two_hosts = {"SM_OUTPUT_DIR": str(out), "SM_HOSTS": '["algo-1", "algo-2"]'}
+    assert report.upload_tensorboard(job, contract.Contract.from_env(two_hosts)) == (2, None)
+    board = tmp_path / "store" / "jobs" / "tensorboard" / name
+    assert (board / "events.out.tfevents.1").read_bytes() == b"e1"
+    assert (board / "sub" / "events.out.tfevents.2").read_bytes() == b"e2"
+    # Another node uploads nothing; a store that cannot be written is a warning, not a failure.
+    other = contract.Contract.from_env({**two_hosts, "SM_CURRENT_HOST": "algo-2"})
+    assert report.upload_tensorboard({"tensorboard_uri": f"file://{tmp_path}/other"}, other) == (0, None)
+    assert not (tmp_path / "other").exists()
+    (tmp_path / "blocked").write_text("a file where the store's folder would be")
+    done, warning = report.upload_tensorboard({"tensorboard_uri": f"file://{tmp_path}/blocked/x"},
+                                              contract.Contract.from_env(two_hosts))
+    assert done == 0 and warning.startswith(f"TensorBoard files not uploaded to file://{tmp_path}/blocked/x: ")

@@ -188,3 +188,48 @@ def test_budget_is_checked_against_the_batch_bound():
     f = _fires(_spec(**{"budget.max_cost_usd": 0.5}), "N016-budget-exceeded")
     assert f.path == "budget.max_cost_usd"
     assert math.isfinite(cost.estimate(_spec()).usd_max)
+
+
+ACCOUNT = "123456789012"
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("job_queue", f"arn:aws:batch:us-east-1:{ACCOUNT}:job-definition/d:1", "is the ARN of a job definition; "
+     "batch.job_queue takes a job queue"),
+    ("job_definition", f"arn:aws:batch:us-east-1:{ACCOUNT}:job-queue/q", "is the ARN of a job queue; "
+     "batch.job_definition takes a job definition"),
+    ("job_queue", "my-queue:3", "a job queue has no revision; write its name alone"),
+    ("job_queue", f"arn:aws:batch:us-east-1:{ACCOUNT}:job-queue/q:2", "a job queue has no revision"),
+    ("job_definition", "jd:0", "a job definition's revision is a whole number from 1"),
+    ("job_definition", "jd:latest", "a job definition's revision is a whole number from 1"),
+    ("job_definition", "my def", "is not a job definition name: up to 128 letters"),
+    ("job_queue", f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:job-queue/q", "is not an AWS Batch job queue ARN"),
+    ("job_queue", "arn:aws:batch:us-east-1:12:job-queue/q", "is not an AWS Batch job queue ARN"),
+    ("job_queue", f"arn:aws:batch:eu-west-1:{ACCOUNT}:job-queue/q", "the ARN is in region eu-west-1, but the job "
+     "runs in region us-east-1"),
+    ("job_definition", f"arn:aws-cn:batch:us-east-1:{ACCOUNT}:job-definition/d:4", "the ARN is in partition "
+     "aws-cn, but region us-east-1 is in aws"),
+])
+def test_batch_queue_and_definition_are_checked_by_kind_region_partition_and_form(field, value, words):
+    # QA: an ARN of the other kind, of another region or partition, a queue with a revision and
+    # `jd:0` were accepted; bad ones were reported as a raw regular expression.
+    with pytest.raises(SpecError) as err:
+        spec.loads(BATCH + f"batch: {{{field}: '{value}'}}\n", "job.yaml")
+    text = str(err.value)
+    assert words in text and f"batch.{field}" in text
+    assert "^(" not in text and "[A-Za-z0-9]" not in text  # words, not the pattern
+
+
+@pytest.mark.parametrize("field, value", [
+    ("job_queue", "my-queue"), ("job_queue", f"arn:aws:batch:us-east-1:{ACCOUNT}:job-queue/my_queue"),
+    ("job_definition", "my-def"), ("job_definition", "my-def:12"),
+    ("job_definition", f"arn:aws:batch:us-east-1:{ACCOUNT}:job-definition/my-def"),
+    ("job_definition", f"arn:aws:batch:us-east-1:{ACCOUNT}:job-definition/my-def:3"),
+])
+def test_what_submit_job_takes_is_accepted(field, value):
+    assert getattr(spec.loads(BATCH + f"batch: {{{field}: '{value}'}}\n", "job.yaml").batch, field) == value
+
+
+def test_a_batch_arn_of_the_specs_own_partition_outside_aws_is_accepted():
+    text = BATCH.replace("us-east-1", "cn-north-1") + f"batch: {{job_queue: 'arn:aws-cn:batch:cn-north-1:{ACCOUNT}:job-queue/q'}}\n"
+    assert spec.loads(text, "job.yaml").batch.job_queue.endswith("cn-north-1:123456789012:job-queue/q")

@@ -915,3 +915,28 @@ def test_a_profile_that_does_not_exist_is_exit_2_without_a_traceback(orch_home, 
         assert code == 2 and "Traceback" not in err, (args, err)
         assert "error: cannot read the AWS configuration: The config profile (no-such-profile) could not be found" in err
         assert "hint: fix or unset AWS_PROFILE" in err
+
+
+def test_concurrent_reruns_never_report_each_others_job_as_their_own(aws, prepared, monkeypatch, capsys):
+    """QA: three concurrent `submit --rerun` made two jobs, one saying `already submitted ...
+    nothing created` of the job another had just made. Here another submit takes the chosen
+    name between the choice and this submit: this one takes the next free name instead."""
+    from orchestrator import backends, reruns
+
+    choose = reruns.rerun_name
+    raced: list[str] = []
+
+    def chosen_then_taken(loaded, ledger_names, backend=None, **kwargs):
+        name = choose(loaded, ledger_names, backend, **kwargs)
+        if not raced:  # the other process's submit of the same name lands first
+            raced.append(name)
+            backends.create("sagemaker", region=REGION).submit(request.prepare(spec.load(CONFIG), job_name=name))
+        return name
+
+    monkeypatch.setattr(reruns, "rerun_name", chosen_then_taken)
+    code, out, err = _cli(monkeypatch, capsys, "submit", str(CONFIG), "--rerun")
+    assert code == 0, err
+    assert raced == [prepared.job_name]
+    assert out.strip() == f"{prepared.job_name}-r1" and "nothing created" not in err
+    assert f"note: {prepared.job_name} was taken by a concurrent submit meanwhile; trying the next free name" in err
+    assert [call["TrainingJobName"] for call in aws] == [prepared.job_name, f"{prepared.job_name}-r1"]

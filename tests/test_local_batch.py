@@ -87,6 +87,7 @@ def test_the_local_run_sends_the_batch_request_beside_the_real_job(orch_home, tm
     assert env[bootstrap.CODE_URI_ENV] == local.source_uri and local.source_uri.startswith(f"{store}/jobs/source/")
     assert local.job["results_uri"] == f"{store}/jobs/results/{local.job_name}/results.json"
     assert local.job["compile_cache"]["uri"] == f"{store}/compile-cache"
+    assert local.job["tensorboard_uri"] == f"{store}/jobs/tensorboard/{local.job_name}"
     assert local.job["backend"] == "local" and "backend" not in real.job
 
 
@@ -343,3 +344,14 @@ def test_local_rerun_takes_the_next_free_local_name(tmp_path, orch_home, monkeyp
     code, out, _ = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--rerun", "--dry-run")
     assert code == 0 and f'"jobName": "{first}-r1"' in out
     assert names.local_job_name(loaded, 1) == f"{first}-r1" and not names.job_name(loaded).endswith("-local")
+
+
+def test_local_flag_on_a_local_spec_says_it_changes_nothing(monkeypatch, capsys, orch_home):
+    """Issue 22, smaller findings: `submit --local` of a local spec ignored --local silently."""
+    from cli_harness import run_cli
+
+    root = Path(__file__).resolve().parents[1]
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(root / "configs" / "local-tiny.yaml"), "--local",
+                             "--dry-run")
+    assert code == 0, err
+    assert "has backend: local" in err and "--local changes nothing" in err

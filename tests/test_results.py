@@ -1123,3 +1123,33 @@ def test_a_damaged_prices_file_is_one_clear_error_not_an_error_row_per_job(price
     code, out, err = run_cli(monkeypatch, capsys, "results")
     assert code == 2 and out == "", (out, err)
     assert err.count("prices[0]: missing 'region'") == 1 and "Traceback" not in err
+
+
+def test_plot_and_html_targets_are_resolved_before_anything_is_written(prices, tmp_path, monkeypatch, capsys):
+    # QA: --html through a dangling link created the link's missing folders (as root, anywhere),
+    # a path in a missing folder created every parent silently, and the same path for both
+    # silently kept only the HTML.
+    write_local(prices, "c-1", results_doc("c-1", backend="local", sps=40.0))
+    link = tmp_path / "report.html"
+    link.symlink_to(tmp_path / "elsewhere" / "deep" / "report.html")
+    code, out, err = run_cli(monkeypatch, capsys, "results", "--html", str(link))
+    assert code == 2 and out == ""  # refused before the table
+    assert f"error: --html {link} (a link to {tmp_path}/elsewhere/deep/report.html): the folder " \
+           f"{tmp_path}/elsewhere/deep does not exist; nothing was written and no folder was created" in err
+    assert not (tmp_path / "elsewhere").exists()
+    code, _, err = run_cli(monkeypatch, capsys, "results", "--plot", str(tmp_path / "typo" / "a" / "out.png"))
+    assert code == 2 and "the folder" in err and "does not exist" in err and "create the folder first" in err
+    assert not (tmp_path / "typo").exists()
+    same = tmp_path / "both.out"
+    alias = tmp_path / "alias.out"
+    alias.symlink_to(same)
+    for html in (same, alias):
+        code, out, err = run_cli(monkeypatch, capsys, "results", "--plot", str(same), "--html", str(html))
+        assert code == 2 and out == ""
+        assert f"error: --plot and --html both write {same}; only one of them would be kept" in err
+        assert not same.exists()
+    # Two files in folders that exist are written.
+    code, _, err = run_cli(monkeypatch, capsys, "results", "--plot", str(tmp_path / "p.png"),
+                           "--html", str(tmp_path / "r.html"))
+    assert code == 0, err
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<html" in (tmp_path / "r.html").read_bytes()

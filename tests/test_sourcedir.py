@@ -124,3 +124,69 @@ def test_real_entrypoints_package_is_packed_whole(tmp_path):
     found = subprocess.run([sys.executable, "-c", "import entrypoints.contract as c; print(c.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True)
     assert Path(found.stdout.strip()).resolve() == (tmp_path / "entrypoints" / "contract.py").resolve()
+
+
+def _reference_tar(job: dict, root: Path) -> bytes:
+    """The tar stream as tarfile writes it for these files (how the archive was built before
+    its shared code was compressed once): what the multi-member archive must decompress to."""
+    files = sourcedir._sources(root)
+    files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/{contract.PROGRAM}"]
+    files[contract.JOB_FILE] = sourcedir.job_bytes(job)
+    files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
+    entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, directory in sorted(entries):
+            size = 0 if directory else len(files[name])
+            tar.addfile(sourcedir._info(name, directory=directory, size=size),
+                        None if directory else io.BytesIO(files[name]))
+    return raw.getvalue()
+
+
+@pytest.mark.parametrize("padding", [0, 1, 511, 512, 9000, 20000])
+def test_the_archive_is_the_same_tar_stream_whatever_the_job_size(fake_root, padding):
+    job = dict(JOB, note="x" * padding)
+    assert gzip.decompress(sourcedir.build_archive(job, root=fake_root)) == _reference_tar(job, fake_root)
+    real = sourcedir.entrypoints_dir()
+    assert gzip.decompress(sourcedir.build_archive(job)) == _reference_tar(job, real)
+
+
+def test_the_shared_code_is_compressed_once_for_many_jobs(fake_root, monkeypatch):
+    """Issue 22, item 9: a plan of many trials gzips the code once, each job.json on its own."""
+    sizes: list[int] = []
+    real_gzip = sourcedir._gzip
+    monkeypatch.setattr(sourcedir, "_gzip", lambda data: sizes.append(len(data)) or real_gzip(data))
+    monkeypatch.setattr(sourcedir, "_CODE", {})
+    for i in range(50):
+        sourcedir.build_archive(dict(JOB, job_name=f"vit-abc-{i}"), root=fake_root)
+    assert len(sizes) == 2 + 50 * 2  # 2 shared members once; job.json and the end blocks per job
+    # An edited file is packed anew (its size and mtime are the key).
+    (fake_root / "train.py").write_text("print('changed!')\n")
+    sizes.clear()
+    data = sourcedir.build_archive(JOB, root=fake_root)
+    assert len(sizes) == 4 and _read(data, "entrypoints/train.py") == b"print('changed!')\n"
+
+
+def test_gnu_tar_unpacks_the_multi_member_archive(fake_root, tmp_path):
+    """The container runs `tar -xzf` on it (`contract.container_entrypoint`)."""
+    import shutil
+
+    if shutil.which("tar") is None:
+        pytest.skip("no tar here")
+    archive = tmp_path / "sourcedir.tar.gz"
+    archive.write_bytes(sourcedir.build_archive(JOB, root=fake_root))
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run(["tar", "-xzf", str(archive), "-C", str(out)], check=True)
+    assert json.loads((out / contract.JOB_FILE).read_text()) == JOB
+    assert (out / "entrypoints" / "sub" / "helper.py").read_text() == "X = 1\n"
+
+
+def test_a_file_added_or_removed_after_an_archive_is_packed_anew(fake_root):
+    sourcedir.build_archive(JOB, root=fake_root)
+    (fake_root / "sub" / "extra.py").write_text("Y = 2\n")
+    names = {m.name for m in _members(sourcedir.build_archive(JOB, root=fake_root))}
+    assert "entrypoints/sub/extra.py" in names
+    (fake_root / "sub" / "extra.py").unlink()
+    names = {m.name for m in _members(sourcedir.build_archive(JOB, root=fake_root))}
+    assert "entrypoints/sub/extra.py" not in names

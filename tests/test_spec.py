@@ -118,8 +118,25 @@ def test_aliases_that_explode_or_recurse_are_refused():
     bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
     for i in range(1, 8):
         bomb += f"{chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}"] * 10) + "]\n"
-    assert "expands" in problems(bomb)[0].message
+    assert "aliases repeat more than" in problems(bomb)[0].message
     assert "recursive" in problems("a: &a [*a]\n")[0].message
+
+
+def test_many_written_out_values_are_not_taken_for_aliases():
+    """Issue 22, item 9: 10,000 written-out variants (MAX_TRIALS) are 30,000 values and no
+    alias; only the values aliases repeat count against MAX_EXPANDED_NODES."""
+    from orchestrator.spec.source import MAX_EXPANDED_NODES, read_yaml
+
+    text = "variants:\n" + "".join(f"  - {{training.batch_size: {i % 7 + 1}, training.optimizer.lr: {i}.0e-6}}\n"
+                                   for i in range(spec.MAX_TRIALS))
+    data, _ = read_yaml(text, "sweep.yaml")
+    assert len(data["variants"]) == spec.MAX_TRIALS > MAX_EXPANDED_NODES // 3
+    # Aliases still may repeat up to the limit, not past it.
+    few = "a: &a [" + ", ".join(["x"] * 100) + "]\nb: [" + ", ".join(["*a"] * 198) + "]\n"
+    assert read_yaml(few, "ok.yaml")[0]["b"][197][99] == "x"
+    many = "a: &a [" + ", ".join(["x"] * 100) + "]\nb: [" + ", ".join(["*a"] * 201) + "]\n"
+    with pytest.raises(SpecError, match="aliases repeat more than 20000 values"):
+        read_yaml(many, "bomb.yaml")
 
 
 def test_non_mapping_and_empty_documents():

@@ -158,7 +158,7 @@ def test_sigkilled_runner_never_duplicates_or_loses_a_trial(tmp_path, orch_home,
     def runner(seed: int, before: float, after: float, log) -> subprocess.Popen:
         command = [sys.executable, str(driver), "sweep"]
         command += ["run", str(sweep_file)] if seed % 2 else ["resume", planned.sweep_id]
-        command += ["--poll", "0.05"]
+        command += ["--poll", "0.1"]
         return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**env, "CRASH_SEED": str(seed), "CRASH_BEFORE": str(before),
                                      "CRASH_AFTER": str(after)})

@@ -318,3 +318,18 @@ def test_sweep_id_follows_the_trials_not_the_run_policy(tmp_path):
     assert sweeps.identify(load(tmp_path, policy)).sweep_id == first.sweep_id
     assert sweeps.identify(load(tmp_path, SWEEP.replace("[16, 32]", "[16, 64]"))).sweep_id != first.sweep_id
     assert sweeps.identify(load(tmp_path, SWEEP, BASE.replace("steps: 100", "steps: 101"))).sweep_id != first.sweep_id
+
+
+def test_empty_and_dot_variant_keys_are_not_fields_not_duplicates(tmp_path):
+    """Issue 22, smaller findings: keys '' and '.' were reported as each other's duplicate axis."""
+    text = SWEEP.split("grid:")[0] + "variants:\n  - {'': 1, '.': 2}\n"
+    problems = problems_of(tmp_path, text)
+    assert not any("duplicate axis" in p.message for p in problems)
+    assert {p.path for p in problems if "empty part" in p.message} == {"", "."}
+
+
+def test_a_failover_type_listed_twice_is_refused(tmp_path):
+    """Issue 22, smaller findings: duplicate failover types were accepted."""
+    text = SWEEP + "failover:\n  instance.type: [ml.trn1.32xlarge, ml.trn1n.32xlarge, ml.trn1.32xlarge]\n"
+    [problem] = problems_of(tmp_path, text)
+    assert "already in the failover order (item 1)" in problem.message and problem.path == "failover.instance.type"

@@ -320,3 +320,120 @@ def test_budget_caps_retries(rig):
     runner.step()
     [view] = runner.views()
     assert view.final and view.detail.startswith("[budget]") and len(cloud.jobs) == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_runner_waits_every_backoff_it_announces_and_rides_out_five_silent_minutes(rig):
+    """QA: with a silent endpoint and --poll 1 the runner printed `backing off 61.6s`, `87.6s`,
+    `146.3s` five seconds apart and gave up after 46 s: each round asked again after --poll,
+    whatever it had announced. Here every status call fails for five minutes at --poll 1."""
+    import re
+
+    from botocore.exceptions import EndpointConnectionError
+
+    make, cloud, clock = rig
+    runner = make(poll_seconds=1.0)
+    runner.step()
+    assert len(cloud.jobs) == 2  # two jobs in flight, whose status the runner asks
+    silent = _from_botocore(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
+    outage_ends = clock.now + 300.0
+    asked: list[float] = []
+    status = cloud.status
+
+    def silent_status(job_name):
+        asked.append(clock.now)
+        if clock.now < outage_ends:
+            raise silent
+        return status(job_name)
+
+    cloud.status = silent_status
+    announced: list[tuple[float, float]] = []
+    seen = 0
+    while not any(t >= outage_ends for t in asked) and clock.now < outage_ends + 600:
+        progress = runner.step()
+        for event in progress.events[len(progress.events) - (progress.event_count - seen):]:
+            found = re.search(r"backing off ([\d.]+)s", event)
+            if found:
+                announced.append((clock.now, float(found.group(1))))
+        seen = progress.event_count
+        clock.sleep(1.0)  # --poll 1
+    failed_calls = [t for t in asked if t < outage_ends]
+    assert len(announced) == len(failed_calls) >= 5
+    # The call after each announcement came no sooner than the announced wait.
+    for (at, wait), next_call in zip(announced, asked[1:], strict=False):
+        assert next_call >= at + wait, (at, wait, next_call)
+    assert any(t >= outage_ends for t in asked)  # it asked again once the endpoint answered
+    while not runner.step().done:
+        cloud.finish_all()
+    assert set(states(runner).values()) == {"completed"}
+
+
+class _SilentFor:
+    """Wraps a FakeCloud so that every call to it, from the first one at or after `start`, fails
+    as a network error would (the endpoint answers nothing) for `seconds` of the fake clock; it
+    records the time of each call and, as a shared backend, lists this sweep's jobs (adoption)."""
+
+    shared = True
+
+    def __init__(self, cloud, clock, error, seconds):
+        self.cloud, self.clock, self.error, self.seconds = cloud, clock, error, seconds
+        self.name, self.place = cloud.name, cloud.place
+        self.silent_from: float | None = None
+        self.calls: list[tuple[float, str]] = []
+
+    def _call(self, what):
+        self.calls.append((self.clock.now, what))
+        if self.silent_from is not None and self.clock.now < self.silent_from + self.seconds:
+            raise self.error
+
+    def submit(self, prepared):
+        self._call("submit")
+        return self.cloud.submit(prepared)
+
+    def status(self, job_name):
+        self._call("status")
+        return self.cloud.status(job_name)
+
+    def job_names(self, prefix, in_flight=False):
+        self._call("list")
+        return [n for n, j in self.cloud.jobs.items() if n.startswith(prefix)
+                and (not in_flight or j["status"] in ("pending", "starting", "running"))]
+
+    def stop(self, job_name):
+        return self.cloud.stop(job_name)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("silent_from", ["start", "mid-run"])
+def test_a_backoff_announced_is_waited_and_a_five_minute_silent_endpoint_is_ridden_out(rig, silent_from):
+    # QA: with `--poll 1` and a silent endpoint the runner announced `backing off 61.6s`, `87.6s`,
+    # `146.3s` five seconds apart and gave up after 46 s: rounds and adoption called again at
+    # every poll, whatever the backoff said.
+    from botocore.exceptions import EndpointConnectionError
+
+    make, cloud, clock = rig
+    error = _from_botocore(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"))
+    silent = _SilentFor(cloud, clock, error, seconds=300.0)
+    made = make(poll_seconds=1.0)  # the default bound of transient retries, `--poll 1`
+    announced: list[tuple[float, float]] = []  # (when announced, until when)
+
+    def watch(progress):
+        if progress.waiting_until is not None and (not announced or announced[-1][1] != progress.waiting_until):
+            announced.append((clock.now, progress.waiting_until))
+        if silent.silent_from is not None and clock.now > silent.silent_from + 300:
+            cloud.finish_all()  # the endpoint is back: the jobs it had end
+        assert len(clock.sleeps) < 5000
+
+    runner = sweeps.Runner(made.d, silent, made.ledger, sleep=clock.sleep, clock=clock, rng=made.rng,
+                           poll_seconds=1.0, on_progress=watch)
+    if silent_from == "mid-run":
+        runner.run(max_steps=1)  # adoption and the first two submits answer
+        assert len(cloud.jobs) == 2
+    silent.silent_from = clock.now
+    assert runner.run().done
+    # No call was made while an announced backoff ran.
+    for when, what in silent.calls:
+        for said, until in announced:
+            assert not said < when < until, f"{what} at +{when - said:.1f}s inside a backoff until +{until - said:.1f}s"
+    assert any(until - said > 60 for said, until in announced)  # the backoff grew past a minute
+    assert set(states(runner).values()) == {"completed"} and set(cloud.creates.values()) == {1}

@@ -150,3 +150,10 @@ def test_a_local_job_writes_event_files_that_the_command_collects(orch_home, tmp
     assert board.stdout.strip() == f"tensorboard --logdir {tmp_path / 'tb'}"
     tags = _tags(tmp_path / "tb" / job)
     assert [step for step, _ in tags["train/loss"]] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("target", ["", "  "])
+def test_an_empty_target_names_no_option_the_command_lacks(orch_home, monkeypatch, capsys, target):
+    """Issue 22, smaller findings: `tensorboard ""` spoke of `--sweep`, which it has not."""
+    code, out, err = run_cli(monkeypatch, capsys, "tensorboard", target, "--prefix", (orch_home / "s").as_uri())
+    assert code == 2 and "empty" in err and "--sweep" not in err and out == ""

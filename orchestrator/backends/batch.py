@@ -41,7 +41,7 @@ STOP_REASON = "stopped by orchestrator stop"
 # user guide, "Jobs stuck in RUNNABLE due to capacity": "Canceled by JobStateTimeLimit action due
 # to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"): no one stopped it, it failed to start.
 TIME_LIMIT_CANCEL = "Canceled by JobStateTimeLimit action"
-# infra/stack.yaml creates them with EnableBatch=true (README "Inferentia2 through AWS Batch").
+# infra/stack.yaml creates them with EnableBatch=true (docs/USAGE.md, "Inferentia2 through AWS Batch").
 DEPLOY_HINT = ("create the queue, its compute environments and the job definition the request names (<stack>-inf2-<size>"
                "[-spot], <stack>-neuron-<chips>chip): `python -m orchestrator infra deploy --param EnableBatch=true "
                "--param BatchSubnets=subnet-... --param BatchSecurityGroupIds=sg-...` makes them in the stack batch.stack "

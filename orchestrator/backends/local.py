@@ -350,10 +350,15 @@ class LocalBackend:
         return status
 
     def describe(self, job_name: str) -> JobStatus | None:
-        """The job's status.json as it is (an orphaned job is not marked, nothing recorded);
-        None when there is no such job."""
+        """What `status` would say of the job, read only: an orphaned job reads as `status`
+        would mark it, but nothing is written, killed or recorded. None when there is no such job."""
         try:
-            return self._job_status(job_name, self._read_status(job_name))
+            data = self._read_status(job_name)
+            if not Status(data["state"]).is_terminal() and not self._supervisor_alive(job_name, data):
+                data = self._read_status(job_name)  # it may have finished between the two reads
+                if not Status(data["state"]).is_terminal():
+                    data = self._orphaned(job_name, data)
+            return self._job_status(job_name, data)
         except UnknownJob:
             return None
 
@@ -385,15 +390,19 @@ class LocalBackend:
         """The supervisor is gone without a final state: kill what it left, record why."""
         for host in (data.get("hosts") or {}).values():
             kill_tree(host.get("pgid"), signal.SIGKILL)
+        data = self._orphaned(job_name, data)
+        write_json(self.job_dir(job_name) / STATUS_FILE, data)
+        return data
+
+    def _orphaned(self, job_name: str, data: dict) -> dict:
+        """The final state of a job whose supervisor is gone without writing one."""
         stopped = (self.job_dir(job_name) / STOP_FILE).exists()
         pid = self._supervisor_pid(job_name, data)
-        data = {**data, "state": "stopped" if stopped else "failed",
+        return {**data, "state": "stopped" if stopped else "failed",
                 "secondary": "Stopped" if stopped else "Failed", "ended": data.get("ended") or self.clock(),
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
                 f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
-        write_json(self.job_dir(job_name) / STATUS_FILE, data)
-        return data
 
     def _record(self, status: JobStatus) -> None:
         entry = self.ledger.get(status.job_name)

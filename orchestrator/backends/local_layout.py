@@ -1,6 +1,6 @@
 """The local backend's job folder: its layout, the files in it, and what each host gets.
 
-One folder per job under `ORCHESTRATOR_HOME/jobs/<job>/` (README "Running locally" shows the
+One folder per job under `ORCHESTRATOR_HOME/jobs/<job>/` (docs/USAGE.md, "Running locally" shows the
 tree): `plan.json` (what the supervisor runs: hosts, environments, entrypoint, channels),
 `status.json` (what `status` reads: state, secondary, failure reason, times, pids; written
 atomically, as every file here, by `entrypoints.atomic`; a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),

@@ -155,6 +155,10 @@ def _progress_line(st, progress) -> str:
     return f"{steps} (results.json: {progress.record})"
 
 
+# How many names a `submit --rerun` tries to claim before it gives up (each lost to a concurrent one).
+RERUN_CLAIMS = 5
+
+
 def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
     """The name `--rerun` submits under (`reruns.rerun_name`): free in the ledger (read only
     when there is one, so that a dry run writes nothing) and in the backend, which knows the
@@ -218,6 +222,7 @@ def submit(
     from orchestrator import backends, request, spec
     from orchestrator import doctor as doctor_rules
     from orchestrator.cli.specs import print_plan
+    from orchestrator.errors import BackendError
 
     loaded = spec.load(path)
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
@@ -227,6 +232,9 @@ def submit(
         # A batch spec's request, run by the local backend (a local spec needs no flag).
         backend = backends.create("local")
         run_here = loaded.backend == "batch"
+        if loaded.backend == "local":
+            # Said, not silent: the flag changes nothing for a spec that already runs here.
+            err(f"note: {path} has backend: local, which runs on this machine anyway; --local changes nothing")
         name = _rerun_name(loaded, backend, dry_run, local=run_here) if rerun else None
         prepared = request.prepare(diagnosis, job_name=name, local=run_here)
     else:
@@ -255,6 +263,19 @@ def submit(
     err(prepared.estimate.describe())
     backend = backend or backends.create(loaded.backend, region=loaded.region)
     result = backend.submit(prepared)
+    claims = 1
+    while rerun and not result.created:
+        # A concurrent `submit --rerun` of this spec took the name between our choice and our
+        # submit (its ledger row or its job came first): never report its job as ours.
+        if claims == RERUN_CLAIMS:
+            raise BackendError(f"{result.job_name}: {RERUN_CLAIMS} rerun names in a row were taken by concurrent "
+                               "submits of this spec", hint="run the command again once the others are done")
+        err(f"note: {result.job_name} was taken by a concurrent submit meanwhile; trying the next free name")
+        run_here = local and loaded.backend == "batch"
+        prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, False, local=run_here),
+                                   local=run_here)
+        result = backend.submit(prepared)
+        claims += 1
     err(f"submitted to {backend.label}" if result.created else
         f"already submitted to {backend.label} earlier; nothing created")
     out(result.job_name)

@@ -7,6 +7,8 @@ import inspect
 import re
 import sys
 
+from orchestrator.errors import redact
+
 
 def out(text: str = "") -> None:
     _echo(sys.stdout, text)
@@ -20,7 +22,8 @@ def _echo(stream, text: str) -> None:
     # What typer.echo (click.echo) does with text: the line, then a flush; written here so that
     # printing needs no click, which `validate`'s fast path never imports (`cli.quick`). The
     # stream is looked up at each call (CliRunner swaps sys.stdout).
-    stream.write(f"{text}\n")
+    # No line of ours shows a URL's credentials (a proxy's in AWS_ENDPOINT_URL, in a note).
+    stream.write(f"{redact(text)}\n")
     stream.flush()
 
 
@@ -44,14 +47,30 @@ def columns(*headers: tuple[str, str]):
     return table
 
 
-def table_text(table, min_width: int) -> str:
-    """A rich Table as text at the terminal's width, at least `min_width` columns (a table
-    piped to a file takes 160): never coloured, trailing newline dropped."""
+# The width of output that is not on a terminal (a pipe, a file, a CI log).
+OFF_TERMINAL_WIDTH = 100
+
+
+def screen_width() -> int:
+    """The width tables fit: $COLUMNS when set to a number (as `shutil.get_terminal_size`
+    reads it), else the terminal's, else OFF_TERMINAL_WIDTH off a terminal."""
+    import os
     import shutil
 
+    text = os.environ.get("COLUMNS", "")
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((OFF_TERMINAL_WIDTH, 24)).columns
+    return OFF_TERMINAL_WIDTH
+
+
+def table_text(table, min_width: int = 0) -> str:
+    """A rich Table as text at `screen_width()`, at least `min_width` columns (0: exactly the
+    screen's; cells fold): never coloured, trailing newline dropped."""
     from rich.console import Console
 
-    console = Console(width=max(min_width, shutil.get_terminal_size((160, 24)).columns), force_terminal=False)
+    console = Console(width=max(min_width, screen_width()), force_terminal=False)
     with console.capture() as captured:
         console.print(table)
     return captured.get().rstrip("\n")

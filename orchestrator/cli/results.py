@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.options import check_region, job_option
-from orchestrator.cli.output import err, out
+from orchestrator.cli.output import err, out, screen_width
 from orchestrator.region import REGION_DEFAULTS
 
 app = typer.Typer()
@@ -77,6 +77,12 @@ def results(
                                       "prefix, of jobs whose results name none, and where a sweep's SageMaker jobs "
                                       f"are listed (--spec: the spec's; default: {REGION_DEFAULTS})."),
     workers: int = typer.Option(16, "--workers", min=1, max=128, help="Parallel reads."),
+    shown: str | None = typer.Option(None, "--columns", help="The table's columns: a comma-separated list of "
+                                     "headers, row fields or varied paths, or all (every column, at its natural "
+                                     "width). Default: the varied fields, instance, throughput, cost, samples "
+                                     "per dollar, MFU, final loss and status, less those empty for every row, "
+                                     "fitted to the terminal (100 columns off a terminal). CSV, JSON and HTML "
+                                     "always carry every column."),
 ) -> None:
     """Price-performance table from the jobs' results.json objects, SageMaker and prices.
 
@@ -89,15 +95,17 @@ def results(
     from orchestrator import results as res
     from orchestrator.errors import InputError
 
+    if shown is not None and fmt != "table":
+        raise InputError(f"--columns is for the table; --format {fmt} always carries every column",
+                         hint=f"drop --columns, or drop --format {fmt}")
     renderers = {"table": None, "csv": res.render_csv, "json": res.render_json}
     if fmt not in renderers:
         raise InputError(f"--format {fmt!r}: use table, csv or json",
                          hint="table (the default) is for reading; --format csv or --format json for other tools")
-    from orchestrator.paths import check_write_target
+    from orchestrator.paths import check_write_targets
 
-    for target, option in ((plot, "--plot"), (html, "--html")):
-        if target is not None:
-            check_write_target(target, option)  # before reading anything: a device or FIFO is never replaced
+    # Before reading anything: a device or FIFO is never replaced, no folder is created.
+    check_write_targets([(plot, "--plot"), (html, "--html")])
     where, region = _results_prefix(prefix, spec_path, region)
     stderr = Console(stderr=True)
     with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -113,7 +121,9 @@ def results(
 
     collection = replace(collection, rows=res.sort_rows(collection.rows, sort))
     if fmt == "table":
-        out(res.render_table(collection, color=sys.stdout.isatty()).rstrip("\n"))
+        chosen = res.select_columns(collection.rows, shown)
+        width = None if shown is not None and shown.strip() == "all" else screen_width()
+        out(res.render_table(collection, width=width, color=sys.stdout.isatty(), shown=chosen).rstrip("\n"))
     else:
         out(renderers[fmt](collection).rstrip("\n"))
     if plot is not None:

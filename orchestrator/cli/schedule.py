@@ -10,7 +10,7 @@ from orchestrator.cli.options import POLL_OPTION
 from orchestrator.cli.output import err, out
 
 app = typer.Typer(name="schedule", no_args_is_help=True, help="Run a sweep on its cron schedule, from this machine "
-                  "or from system cron.")
+                  "or from system cron (run, tick, crontab), or from AWS with the laptop closed (plan).")
 
 
 def _scheduler(path: Path, poll: float | None):
@@ -132,3 +132,97 @@ def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with
     loaded = spec.load_sweep(path)
     schedules.ensure_log_dir()
     out(schedules.crontab_line(loaded))
+
+
+# --- the schedule kept in the cloud (EventBridge Scheduler + Step Functions) -----------------
+
+
+def _cloud_plan(path: Path):
+    from orchestrator import schedule as schedules
+    from orchestrator import spec
+    from orchestrator import sweep as sweeps
+    from orchestrator.schedule import statemachine
+
+    loaded = spec.load_sweep(path)
+    schedules.require_schedule(loaded)
+    planned = statemachine.placeholder_plan(loaded)
+    # The trials and their bounds are fixed in the state machine: a run over budget is refused here.
+    sweeps.check_budget(planned)
+    return planned
+
+
+@app.command("plan")
+def schedule_plan(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
+    """Show what `schedule deploy` would make: the EventBridge schedule, the Step Functions state
+    machine, the roles, and the worst-case cost per run and per month. Calls no AWS API.
+    Exit 2 when a trial fails the doctor or a run would pass budget.max_total_cost_usd."""
+    from datetime import datetime, timezone
+
+    from orchestrator.schedule import cloud_stack
+
+    planned = _cloud_plan(path)
+    for line in cloud_stack.describe(planned, datetime.now(timezone.utc)):
+        out(line)
+
+
+@app.command("deploy")
+def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
+    """Deploy the schedule to AWS (EventBridge Scheduler starting a Step Functions state machine):
+    it then runs with this machine off. Shows the plan and the stack's changes; a re-deploy of a
+    changed sweep updates it in place. Exit 2 when a run would pass the sweep's budget."""
+    from datetime import datetime, timezone
+
+    from orchestrator.schedule import cloud, cloud_stack
+
+    planned = _cloud_plan(path)
+    for line in cloud_stack.describe(planned, datetime.now(timezone.utc)):
+        out(line)
+    region = planned.sweep.base_spec.region
+    change, outputs = cloud.deploy(planned, region,
+                                   on_event=lambda e: out(f"  {e.logical_id} {e.resource_type}: {e.status}"
+                                                          + (f" ({e.reason})" if e.reason else "")))
+    if change.nothing_to_do:
+        out(f"stack {change.stack_name} is already this schedule: nothing changed")
+    else:
+        for c in change.changes:
+            out(f"{c.action.lower()}: {c.logical_id} ({c.resource_type})"
+                + (f", replacement {c.replacement}" if c.replacement else ""))
+        out(f"deployed stack {change.stack_name} in {region} ({change.kind.lower()})")
+
+
+@app.command("list")
+def schedule_list(region: str = typer.Option(None, "--region", help="AWS region (default: the profile's).")) -> None:
+    """The schedules deployed to AWS: each stack, its state, its latest run and that run's jobs."""
+    from orchestrator.region import default_region
+    from orchestrator.schedule import cloud
+
+    where = default_region(region)
+    found = cloud.deployed(where)
+    if not found:
+        out(f"no schedules deployed in {where}")
+    for item in found:
+        out(f"{item.stack} {item.status}: {item.description}")
+        if item.next_fire:
+            out(f"  next fire: {item.next_fire}")
+        out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
+        for job in item.jobs:
+            out(f"  {job.get('trial')} {job.get('job')}: {job.get('status')}")
+
+
+@app.command("remove")
+def schedule_remove(
+    target: str = typer.Argument(..., help="Sweep spec YAML with a schedule, or a stack name `schedule list` shows."),
+    region: str = typer.Option(None, "--region", help="AWS region (default: the sweep's, or the profile's)."),
+) -> None:
+    """Remove a deployed schedule: its schedule, state machine, roles and queue. Jobs it started
+    keep running (they are not the stack's)."""
+    from orchestrator.region import default_region
+    from orchestrator.schedule import cloud, cloud_stack
+
+    if target.endswith((".yaml", ".yml")):
+        planned = _cloud_plan(Path(target))
+        stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
+    else:
+        stack, where = target, default_region(region)
+    cloud.remove(stack, where)
+    out(f"removed stack {stack} from {where}")

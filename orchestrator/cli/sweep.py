@@ -20,26 +20,44 @@ app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and ran
 
 def plan_table(planned) -> str:
     """The table `sweep plan` prints: every trial with its overrides, failover and cost bounds."""
-    from rich.table import Table
 
-    from orchestrator import sweep as sweeps
 
-    table = Table(title=plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
+    table = fitted_table(plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
                                f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
-    for column in ("#", "trial", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
-        # Folded, never cut with "…": the table must show what each trial is in any width.
+    # No trial column: a trial's id ends its job name (<sweep id>-<trial id>).
+    for column in ("#", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
+        # Folded, never cut with "…": the table must show what each trial is in any width; the
+        # short ones (index, trial id, costs) are kept whole.
+        whole = column in ("#", "cost bound", "worst case")
         table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
-                         overflow="fold" if column in ("job name", "overrides", "instance", "failover") else "ellipsis")
+                         overflow="fold", no_wrap=whole)
     mixed = len(planned.backends) > 1
     for t in planned.trials:
-        overrides = ", ".join(f"{k}={sweeps.shown(v)}" for k, v in t.trial.overrides.items()) or "(base)"
+        overrides = overrides_text(t.trial.overrides)
         # A sweep over backends says which each trial runs on, beside its instance.
         on = f" ({t.trial.spec.backend})" if mixed else ""
         table.add_row(*map(plain, (
-            t.trial.index, t.trial.trial_id, t.job_name, overrides,
+            t.trial.index, t.job_name, overrides,
             f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}{on}", " ".join(t.chain[1:]) or "-",
             _usd(t.usd_max), _usd(t.worst_usd))))
-    return table_text(table, 100)
+    return table_text(table)
+
+
+def fitted_table(title):
+    """A rich Table for a screen of `screen_width()`: a rule under the header and between
+    columns, no outer frame, so the cells get the room."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, pad_edge=False)
+
+
+def overrides_text(overrides: dict) -> str:
+    """A trial's overrides for a table cell: one per line, `key=value`, a field a trial unsets
+    (null) as `key unset` rather than Python's `None`; "(base)" when there are none."""
+    from orchestrator import sweep as sweeps
+
+    return "\n".join(f"{k} unset" if v is None else f"{k}={sweeps.shown(v)}" for k, v in overrides.items()) or "(base)"
 
 
 def _usd(value: float) -> str:
@@ -61,19 +79,39 @@ def plan_summary(planned) -> list[str]:
         if budget is not None:
             line += f"; a retry or failover that would take the sweep past {budget:g} USD is not submitted"
         lines.append(line)
-    # One line per price list: a sweep over backends prices SageMaker and EC2 (Batch) apart.
-    priced = {}
+    # One line per price source, naming the instance types (and backend) it prices when there
+    # are several: the shipped list checks some types' prices and not others, and a sweep over
+    # backends prices SageMaker and EC2 (Batch) apart; two bare "prices:" lines explained nothing.
+    priced: dict[tuple, tuple[dict, str]] = {}
     for t in planned.trials:
         estimate = t.prepared.estimate
         if estimate.price is not None:
-            priced.setdefault((estimate.price.source, estimate.price.as_of), (t.trial.spec.backend, estimate.note))
-    for (source, as_of), (backend, note) in priced.items():
-        lines.append(f"prices{f' ({backend})' if len(priced) > 1 else ''}: {source}, {as_of}; {note}")
+            types, _ = priced.setdefault((estimate.price.source, estimate.price.as_of), ({}, estimate.note))
+            # The priced type: a trial's own, or the dearest of its instance preferences.
+            types.setdefault(estimate.price.type, t.trial.spec.backend)
+    for (source, as_of), (types, note) in priced.items():
+        label = f" for {', '.join(f'{k} ({v})' for k, v in sorted(types.items()))}" if len(priced) > 1 else ""
+        lines.append(f"prices{label}: {source}, {as_of}; {note}")
     for index, same in planned.duplicates:
         lines.append(f"note: trial {index} is identical to trial {same}; it runs once")
     for finding, trial_ids in planned.warnings.items():
         lines.append(f"warning: {finding} (trials {', '.join(trial_ids)})")
     return lines
+
+
+def plan_with_progress(definition):
+    """`sweep.plan(definition)` with a progress bar on stderr when it is a terminal (a plan of
+    10,000 trials takes seconds); off a terminal, nothing is drawn."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import sweep as sweeps
+
+    stderr = Console(stderr=True)
+    with Progress(TextColumn("planning trials"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=not stderr.is_terminal) as bar:
+        task = bar.add_task("plan", total=None)
+        return sweeps.plan(definition, progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
 @app.command("plan")
@@ -92,7 +130,7 @@ def sweep_plan(
     from orchestrator import forecast, spec
     from orchestrator import sweep as sweeps
 
-    planned = sweeps.plan(spec.load_sweep(path))
+    planned = plan_with_progress(spec.load_sweep(path))
     predicted = forecast.for_trials(planned.trials, read_stores)
     if as_json:
         doc = planned.to_json()
@@ -375,22 +413,21 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
             "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.state, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
-    from rich.table import Table
 
-    table = Table(title=plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
+    table = fitted_table(plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
     # A sweep on one backend names it in the title; one across backends has a column for it.
     mixed = len(definition.backends) > 1
     columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
     for column in columns:
         # Folded, never cut with "…": the table must show what each trial is in any width.
-        table.add_column(column, overflow="fold" if column in ("job", "overrides", "detail") else "ellipsis")
+        table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try", "backend", "instance"))
     for v in views:
         state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
             v.instance_type, state,
-            ", ".join(f"{k}={sweeps.shown(val)}" for k, val in v.trial.overrides.items()) or "(base)", v.detail)))
-    out(table_text(table, 120))
+            overrides_text(v.trial.overrides), v.detail)))
+    out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
 

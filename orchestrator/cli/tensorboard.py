@@ -35,6 +35,10 @@ def tensorboard(
     from orchestrator.paths import home
     from orchestrator.results import tensorboard as boards
 
+    if not target.strip():
+        # Before collect's own check, which speaks of `results --sweep`, an option this command lacks.
+        raise InputError("the sweep or job to show is empty",
+                         hint="give a sweep id (e.g. instances-1a2b3c4d), a sweep name or a job name")
     where, region = _results_prefix(prefix, spec_path, region)
     folder = folder or home() / "tensorboard" / target
     try:
@@ -50,5 +54,5 @@ def tensorboard(
         err(f"{run.name}: {run.found} file(s), {run.fetched} fetched ({run.job})")
     if not any(run.found for run in runs):
         err("no event files yet: jobs write them from their first logged step (SageMaker uploads them while "
-            "the job runs; the local backend when it ends)")
+            "the job runs; Batch jobs and the local backend when they end)")
     out(f"tensorboard --logdir {shlex.quote(str(folder))}")

@@ -94,15 +94,17 @@ def stack_status(cfn, stack_name: str) -> str | None:
 
 
 def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_path: Path = TEMPLATE,
+            template: Mapping | None = None, description: str = DESCRIPTION,
             sleep: Callable[[float], None] = time.sleep, poll_s: float = 2.0, timeout_s: float = 600.0,
             clock: Callable[[], float] = time.monotonic) -> ChangeSetPlan:
     """Create a change set for `stack_name` and wait until CloudFormation has computed it.
 
     An existing stack gets an UPDATE change set in which the parameters not given keep their
     previous values; a new one (or one left in REVIEW_IN_PROGRESS) gets a CREATE change set.
+    `template` (a template built in code, e.g. a cloud schedule's) replaces `template_path`.
     """
     check_stack_name(stack_name)
-    template = load_template(template_path)
+    template = load_template(template_path) if template is None else template
     body = template_body(template)
     # Change set names are unique per stack; two deploys in one second must not collide.
     name = f"orchestrator-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(3)}"
@@ -110,7 +112,7 @@ def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_pat
     aws_contract.check_body("cloudformation", "CreateChangeSet", {
         "StackName": stack_name, "ChangeSetName": name, "TemplateBody": body, "Capabilities": CAPABILITIES,
         "Parameters": [{"ParameterKey": key, "ParameterValue": str(value)} for key, value in parameters.items()],
-        "Description": DESCRIPTION}, hint=f"shorten the template or the --param values; {RESTORE_TEMPLATE}")
+        "Description": description}, hint=f"shorten the template or the --param values; {RESTORE_TEMPLATE}")
     existing = describe_stack(cfn, stack_name)
     status = existing["StackStatus"] if existing else None
     if status is None or status == "REVIEW_IN_PROGRESS":
@@ -140,7 +142,7 @@ def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_pat
         created = cfn.create_change_set(
             StackName=stack_name, ChangeSetName=name, ChangeSetType=kind, TemplateBody=body,
             Parameters=cfn_params, Capabilities=CAPABILITIES,
-            Description=DESCRIPTION,
+            Description=description,
         )
     except Exception as exc:  # noqa: BLE001 - translated below, re-raised if not AWS's
         if is_no_changes(exc):
@@ -183,7 +185,7 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
             on_wait: Callable[[str, float], None] = lambda status, elapsed_s: None,
             sleep: Callable[[float], None] = time.sleep, poll_s: float = 5.0, timeout_s: float = 3600.0,
             review_timeout_s: float = 60.0, heartbeat_s: float = 30.0,
-            clock: Callable[[], float] = time.monotonic) -> StackOutputs:
+            clock: Callable[[], float] = time.monotonic, main_stack: bool = True) -> StackOutputs | dict[str, str]:
     """Execute a prepared change set and wait for the stack to settle, reporting new events.
 
     The stack is followed by the StackId the change set came with (by name only when
@@ -191,7 +193,8 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
     poll brings none, `on_wait(status, seconds since the execute)` is called, at the first
     such poll and then at most every `heartbeat_s`, so a caller can show the wait.
 
-    Returns the stack's outputs. Raises BackendError naming every failed resource and its
+    Returns the stack's outputs (`StackOutputs`; for a stack other than the main one,
+    `main_stack=False`, its outputs as a dict of key -> value). Raises BackendError naming every failed resource and its
     ResourceStatusReason when the stack rolls back or fails; when ExecuteChangeSet itself
     fails (after deleting a CREATE change set and its empty stack, so a retry starts clean);
     when the stack is still REVIEW_IN_PROGRESS after review_timeout_s (the change set did not
@@ -199,7 +202,7 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
     CloudFormation).
     """
     if plan.nothing_to_do:
-        return read_outputs(cfn, plan.stack_name)
+        return read_outputs(cfn, plan.stack_name) if main_stack else _raw_outputs(describe_stack(cfn, plan.stack_name))
     target = plan.stack_id or plan.stack_name
     seen = {e["EventId"] for e in _events(cfn, target, stop_at=set(), limit_pages=1)}
     try:
@@ -223,7 +226,7 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
         stack = describe_stack(cfn, target)
         status = status_of(stack) or "DELETE_COMPLETE"
         if status in SUCCESS_STATES:
-            return outputs_of(cfn, stack, plan.stack_name)
+            return outputs_of(cfn, stack, plan.stack_name) if main_stack else _raw_outputs(stack)
         if status in FAILURE_STATES:
             raise _deploy_failed(cfn, plan, status, (stack or {}).get("StackStatusReason"), failed)
         now = clock()
@@ -244,6 +247,10 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
             last_wait_report = now
             on_wait(status, now - started)
         sleep(poll_s)
+
+
+def _raw_outputs(stack: Mapping | None) -> dict[str, str]:
+    return {o["OutputKey"]: o["OutputValue"] for o in (stack or {}).get("Outputs", [])}
 
 
 def _after_failed_execute(cfn, plan: ChangeSetPlan, error: Exception) -> Exception:

@@ -11,7 +11,7 @@ render.
 """
 
 from orchestrator.results.collect import DEFAULT_WORKERS, client_config, collect
-from orchestrator.results.columns import DEFAULT_SORT, sort_rows, table_columns, varied_paths
+from orchestrator.results.columns import DEFAULT_SORT, select_columns, sort_rows, table_columns, varied_paths
 from orchestrator.results.page import render_html
 from orchestrator.results.read import (
     RESULTS_DIR,
@@ -32,5 +32,5 @@ __all__ = [
     "COLUMNS", "DEFAULT_SORT", "DEFAULT_WORKERS", "ERROR", "MISSING", "RESULTS_DIR", "RESULTS_FILE", "SCHEMA", "UNREADABLE",
     "Collection", "ResultsPrefix", "Row", "Unreadable", "build_row", "check_prefix", "client_config",
     "collect", "has_results", "in_sweep", "local_store_uri", "parse", "rank", "render_csv", "render_json",
-    "render_html", "render_plot", "render_table", "results_uri", "sort_rows", "table_columns", "varied_paths",
+    "render_html", "render_plot", "render_table", "results_uri", "select_columns", "sort_rows", "table_columns", "varied_paths",
 ]

@@ -91,6 +91,7 @@ class _Collector:
         self.region = region
         self.workers = workers
         self._backend_for = backend_for
+        self._local: Backend | None = None
         self._backends: dict[tuple[str, str], Backend] = {}
         self._lock = threading.Lock()
         self._default_region: str | None = None
@@ -105,6 +106,13 @@ class _Collector:
             if key not in self._backends:
                 self._backends[key] = self._backend_for(name, region)
             return self._backends[key]
+
+    def local_jobs(self) -> Backend:
+        """This machine's jobs (the local backend: files only, no AWS), made once."""
+        with self._lock:
+            if self._local is None:
+                self._local = backends.create("local")
+            return self._local
 
     def job_region(self, results: Results) -> str:
         """The results' region, else the command's region rule (`region.default_region`),
@@ -183,6 +191,10 @@ class _Collector:
                 base = build_row(job, results, uri, None, self.price(results.instance.type, region), note)
                 return replace(base, status=ERROR, note=f"asking the job's backend failed: {_reason(exc)}")
             note = "; ".join(n for n in (note, why) if n) or None
+        else:
+            # This machine's job: its status as `status` tells it (a supervisor killed before the
+            # job's final results.json, a launcher interrupted); None once its folder is gone.
+            described = self.local_jobs().describe(job)
         return build_row(job, results, uri, described, self.price(results.instance.type, region), note)
 
     def missing_row(self, job: str, uri: str) -> Row:

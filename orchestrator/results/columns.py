@@ -12,6 +12,11 @@ Contract:
   time, the varied values) ascending. Rows without a value follow, in their former order.
   `DEFAULT_SORT` is samples per dollar (`rows.rank`'s order). An unknown column is an
   InputError listing the ones there are.
+- `select_columns(rows, spec)` is what the terminal table shows: `spec` None or "default"
+  gives `DEFAULT_SHOWN` (the job, the varied fields, then instance, throughput, cost, samples
+  per dollar, MFU, final loss, status) less the columns empty for every row; "all" gives every
+  `table_columns` column; otherwise a comma-separated list of headers, Row attributes or
+  varied paths, in the order given (an unknown name is an InputError listing the known ones).
 """
 
 from __future__ import annotations
@@ -70,6 +75,43 @@ def table_columns(rows: Iterable[Row]) -> list[Column]:
     middle = [c for c in fixed if c.key not in ("job", "status")]
     varied = [Column(path, f"varied:{path}", "v") for path in varied_paths(rows)]
     return [*job, *varied, *middle, FINAL_LOSS, *status]
+
+
+# The default table's columns after the job and the varied fields (Row attributes, in order).
+DEFAULT_SHOWN = ("instance", "samples_per_s", "cost_per_million_samples", "samples_per_dollar", "mfu",
+                 "final_loss", "status")
+
+
+def _empty(rows: list[Row], column: Column) -> bool:
+    """Whether no row has a value in `column` (the table would show "-" all the way down)."""
+    return all(column.value(row) is None for row in rows)
+
+
+def select_columns(rows: list[Row], spec: str | None = None) -> list[Column]:
+    """The columns the terminal table shows for `spec` (see the module docstring)."""
+    every = table_columns(rows)
+    if spec is None or spec.strip() == "default":
+        keep = ("job", *(c.key for c in every if c.varied), *DEFAULT_SHOWN)
+        by_key = {c.key: c for c in every}
+        return [by_key[key] for key in keep
+                if key in ("job", "status") or not _empty(rows, by_key[key])]
+    if spec.strip() == "all":
+        return every
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        raise InputError(f"--columns {spec!r}: no column named",
+                         hint="give a comma-separated list such as job,instance,samples/s,status, or all")
+    chosen: list[Column] = []
+    for name in names:
+        column = next((c for c in every if name in (c.header, c.key, c.key.removeprefix("varied:"))), None)
+        if column is None:
+            raise InputError(f"--columns: no column {name!r}",
+                             hint="choose among: " + ", ".join(c.header for c in every)
+                                  + " (a header, a row field name such as samples_per_dollar, or a varied "
+                                    "field's dotted path), or all")
+        if column not in chosen:
+            chosen.append(column)
+    return chosen
 
 
 def shown_value(value: Any) -> str:

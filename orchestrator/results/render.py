@@ -26,7 +26,7 @@ COLUMNS = (
     ("cores", "cores", "d"),
     ("runtime", "runtime", "s"),
     ("prec", "precision", "s"),
-    ("batch", "global_batch", "d"),
+    ("global batch", "global_batch", "d"),  # all workers' samples a step, not batch_size
     ("step p50 s", "step_time_p50_s", ".4f"),
     ("samples/s", "samples_per_s", ",.1f"),
     ("USD/h", "price_per_hour", ".4f"),
@@ -67,27 +67,51 @@ def _cell(row: Row, attr: str, fmt: str) -> str:
     return f"~{text}" if attr in _PRICED and row.price_verified is False else text
 
 
-def render_table(collection: Collection, width: int | None = None, color: bool = False) -> str:
+def render_table(collection: Collection, width: int | None = None, color: bool = False,
+                 shown: list[columns.Column] | None = None) -> str:
     """A rich table (as text) of the rows, then one line per note and the price sources.
-    `width` caps the table's width (cells fold); by default it takes its natural width."""
+    `shown` are its columns (default: every `columns.table_columns` column). With `width`, every
+    line fits it (a compact table, number columns whole, text folded, notes wrapped); without,
+    the table takes its natural width with rules between columns (`--columns all`)."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     # Values are data, never rich markup (an instance type or prefix with "[/x]" in it): Text.
-    table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left")
-    shown = columns.table_columns(collection.rows)
-    for column in shown:
-        table.add_column(column.header, justify="left" if column.fmt == "s" else "right", overflow="fold")
-    for row in collection.rows:
+    if shown is None:
+        shown = columns.table_columns(collection.rows)
+    fitted = width is not None
+    if fitted:
+        # Fitted to a screen: no vertical rules and one space between columns, so cells get the room.
+        from rich import box
+
+        table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left",
+                      box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    else:
+        table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left")
+    cells = [[cell(row, column) for column in shown] for row in collection.rows]
+    for i, column in enumerate(shown):
+        number = column.fmt not in ("s", "v")
+        header = _short_header(column, shown) if fitted else column.header
+        # Fitted: a number column is as wide as its values (up to _FIT_CELL), so numbers stay
+        # whole; text (the job name, the instance) folds into what is left, headers too.
+        widest = max((len(row[i]) for row in cells), default=1)
+        table.add_column(header, justify="right" if number else "left", overflow="fold",
+                         min_width=min(widest, _FIT_CELL) if fitted and number else None)
+    for row, texts in zip(collection.rows, cells, strict=True):
         style = None if row.ok else "red"
-        table.add_row(*(Text(cell(row, column)) for column in shown), style=style)
+        table.add_row(*(Text(text) for text in texts), style=style)
     buffer = io.StringIO()
-    # 21 columns squeezed into a narrow terminal become unreadable: by default the table takes
-    # its natural width (a ceiling, not a target) and the terminal wraps, losing nothing.
+    # Every column squeezed into a narrow terminal becomes unreadable: the CLI passes a width
+    # with a few columns (`columns.select_columns`); without one the table takes its natural
+    # width (a ceiling, not a target), which `--columns all` shows.
     console = Console(file=buffer, width=width or 400, force_terminal=color, no_color=not color,
                       color_system="auto" if color else None)
     console.print(table)
+    shortened = [(_short_header(c, shown), c.header) for c in shown if fitted and _short_header(c, shown) != c.header]
+    if shortened:
+        console.print("varied: " + ", ".join(f"{short} = {full}" for short, full in shortened), markup=False,
+                      highlight=False)
     for row in collection.rows:
         if row.note:
             console.print(f"{row.job}: {row.note}", markup=False, highlight=False)
@@ -100,6 +124,20 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
         console.print(f"~ estimated: an EC2 price times an assumed SageMaker markup, not SageMaker's own price "
                       f"({cost.UNVERIFIED})", markup=False, highlight=False)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
+
+
+# The widest a fitted table's column is kept whole; longer values fold.
+_FIT_CELL = 12
+
+
+def _short_header(column: columns.Column, shown: list[columns.Column]) -> str:
+    """A varied field's header in a fitted table: its last dotted segment (`lr`), unless another
+    shown column has that header too."""
+    if not column.varied:
+        return column.header
+    last = column.header.rsplit(".", 1)[-1]
+    clash = [c for c in shown if c is not column and (c.header == last or c.header.rsplit(".", 1)[-1] == last)]
+    return column.header if clash else last
 
 
 def cell(row: Row, column: columns.Column) -> str:
@@ -138,7 +176,9 @@ def render_json(collection: Collection) -> str:
 def _label(row: Row) -> str:
     parts = [", ".join(f"{path.rsplit('.', 1)[-1]}={columns.shown_value(v)}" for path, v in row.varied.items())]
     parts = [p for p in parts if p]
-    parts.append(f"{row.instance} x{row.count}" if row.instance else "?")
+    # A local row's instance already says its CPUs ("local CPU x2"): no "x1" count after it.
+    counted = row.cloud and row.count is not None
+    parts.append((f"{row.instance} x{row.count}" if counted else row.instance) if row.instance else "?")
     if row.failover_from:
         parts.append(f"(failover from {row.failover_from})")
     if row.global_batch is not None:

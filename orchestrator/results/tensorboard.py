@@ -3,7 +3,8 @@
 Contract:
 - Each job's event files live at `<output.uri>/tensorboard/<job>/` (`request.tensorboard_uri`:
   the request's TensorBoardOutputConfig.S3OutputPath, which SageMaker fills while the job runs
-  and the local backend when it ends).
+  and the local backend when it ends; a Batch job's launch.py uploads them when it ends, to
+  the job file's `tensorboard_uri`).
 - `fetch(prefix, folder, sweep=..., job=...)` finds the jobs as `results` does (`collect`: a
   sweep id or name, or one job; an unknown sweep or a job without results is an InputError)
   and copies each job's files into `<folder>/<run>/`, one run per job, named by what its

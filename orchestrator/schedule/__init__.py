@@ -2,7 +2,8 @@
 
 Modules: `cron` (whether an expression is usable, and when it fires: a leaf the spec loader
 uses), `scheduler` (due ticks, the catchup policy, submitting and following tick sweeps),
-`crontab` (the lines that run `schedule tick` from system cron).
+`crontab` (the lines that run `schedule tick` from system cron), `statemachine` (a sweep's plan
+compiled to a Step Functions definition, for a schedule kept in the cloud).
 
 Contract:
 - The spec's `schedule.cron` (five fields or an @alias, read in `schedule.timezone`) names
@@ -44,6 +45,7 @@ _EXPORTS = {
     "Scheduler": "scheduler",
     "AWS_SETTINGS": "crontab", "package_root": "crontab", "aws_settings": "crontab", "crontab_line": "crontab",
     "cron_command": "crontab", "ensure_log_dir": "crontab",
+    "compile_plan": "statemachine", "placeholder_plan": "statemachine",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -368,9 +368,59 @@ class OutputSpec(StrictModel):
     )
 
 
-# A Batch job queue or job definition as SubmitJob takes it: a name (a job definition's may end
-# in :REVISION) or an ARN (botocore's batch model types both as strings).
-BATCH_NAME_PATTERN = r"^(arn:aws[a-z\-]*:batch:[a-z0-9\-]+:[0-9]{12}:(job-queue|job-definition)/)?[A-Za-z0-9][A-Za-z0-9_\-]{0,127}(:[0-9]+)?$"
+# A Batch job queue or job definition as SubmitJob takes it (AWS Batch API Reference, SubmitJob:
+# jobQueue is "the name or the Amazon Resource Name (ARN) of the queue"; jobDefinition is
+# "definition-name, definition-name:revision, or the ARN ... with or without the revision").
+# Names: up to 128 letters, numbers, hyphens and underscores (CreateJobQueue, RegisterJobDefinition);
+# revisions count from 1. ARN: arn:PARTITION:batch:REGION:ACCOUNT:job-queue/NAME or
+# job-definition/NAME[:REVISION] (Service Authorization Reference, AWS Batch resource types).
+_BATCH_NAME = r"[A-Za-z0-9][A-Za-z0-9_\-]{0,127}"
+_BATCH_ARN = re.compile(r"arn:(?P<partition>[^:]*):(?P<service>[^:]*):(?P<region>[^:]*):(?P<account>[^:]*):"
+                        r"(?P<kind>[^/]*)/(?P<rest>.*)")
+_BATCH_KINDS = {"job_queue": ("job-queue", "job queue"), "job_definition": ("job-definition", "job definition")}
+
+
+def batch_reference(value: str, field: str) -> str | None:
+    """What is wrong with `value` as batch.`field` (job_queue or job_definition), in words; None
+    when SubmitJob takes its form. Region and partition are checked against the spec's region
+    by `JobSpec` (`batch_arn_place`)."""
+    kind, what = _BATCH_KINDS[field]
+    revisable = field == "job_definition"
+    example = "my-definition:3" if revisable else "my-queue"
+    arn = _BATCH_ARN.fullmatch(value)
+    if value.startswith("arn:"):
+        if arn is None or arn["service"] != "batch" or not re.fullmatch(r"aws[a-z\-]*", arn["partition"]) \
+                or not re.fullmatch(REGION_PATTERN, arn["region"]) or not re.fullmatch(r"[0-9]{12}", arn["account"]):
+            return (f"{value!r} is not an AWS Batch {what} ARN; write "
+                    f"arn:aws:batch:REGION:ACCOUNT:{kind}/NAME{'[:REVISION]' if revisable else ''} or just the name")
+        if arn["kind"] != kind:
+            other = dict(_BATCH_KINDS.values()).get(arn["kind"], f"{arn['kind']} resource")
+            return f"{value!r} is the ARN of a {other}; batch.{field} takes a {what}"
+        value = arn["rest"]
+    name, colon, revision = value.partition(":")
+    if colon and not revisable:
+        return f"{value!r}: a job queue has no revision; write its name alone (e.g. {example})"
+    if colon and not re.fullmatch(r"[1-9][0-9]*", revision):
+        return f"{value!r}: a job definition's revision is a whole number from 1 (e.g. {example})"
+    if not re.fullmatch(_BATCH_NAME, name):
+        return (f"{name!r} is not a {what} name: up to 128 letters, digits, hyphens and underscores, "
+                f"starting with a letter or digit (e.g. {example})")
+    return None
+
+
+def batch_arn_place(value: str | None, region: str) -> str | None:
+    """Where an ARN in batch.job_queue or job_definition is not: the spec's `region`, or the
+    partition of that region (aws-cn for cn-*, aws-us-gov for us-gov-*, else aws). None for a
+    name, or an ARN in the right place."""
+    arn = _BATCH_ARN.fullmatch(value or "")
+    if arn is None:
+        return None
+    partition = "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
+    if arn["partition"] != partition:
+        return f"the ARN is in partition {arn['partition']}, but region {region} is in {partition}"
+    if arn["region"] != region:
+        return f"the ARN is in region {arn['region']}, but the job runs in region {region}; SubmitJob looks in {region}"
+    return None
 
 
 class BatchSpec(StrictModel):
@@ -384,13 +434,21 @@ class BatchSpec(StrictModel):
         "an `infra:` file fills it in.",
     )
     job_queue: str | None = Field(
-        None, pattern=BATCH_NAME_PATTERN, description="A job queue name or ARN instead of the stack's queue for the type."
+        None, max_length=2048, description="A job queue name or ARN instead of the stack's queue for the type."
     )
     job_definition: str | None = Field(
         None,
-        pattern=BATCH_NAME_PATTERN,
+        max_length=2048,
         description="A job definition name[:revision] or ARN instead of the stack's for the type's chip count.",
     )
+
+    @field_validator("job_queue", "job_definition")
+    @classmethod
+    def _submit_job_takes_it(cls, value: str | None, info) -> str | None:
+        problem = None if value is None else batch_reference(value, info.field_name)
+        if problem:
+            raise PydanticCustomError("batch_reference", "{problem}", {"problem": problem})
+        return value
 
 
 class BudgetSpec(StrictModel):
@@ -456,6 +514,11 @@ class JobSpec(StrictModel):
                 found.append(("compile_cache.uri", NEEDS_CACHE.replace("sagemaker", self.backend)))
             if self.data.source.startswith("file://"):
                 found.append(("data.source", f"a {self.backend} job cannot read file:// data; use s3://"))
+        if self.backend == "batch":
+            for field in ("job_queue", "job_definition"):
+                place = batch_arn_place(getattr(self.batch, field), self.region)
+                if place:
+                    found.append((f"batch.{field}", place))
         if self.backend != "batch" and self.batch != BatchSpec.defaults():
             found.append(("batch", f"batch: is for backend: batch; the {self.backend} backend would ignore it"))
         if len(self.tags) > 40:

@@ -165,6 +165,9 @@ def _check_axis_path(dotted: str, where: tuple, smap: SourceMap, *, linked: bool
     leaves = job_field_paths()
     line, col = smap.find(where, prefer_key=True)
     parts = dotted.split(".")
+    if not all(parts):
+        return Problem(smap.file, line, col, dotted, f"{dotted!r} is not a field path: it has an empty part; "
+                                                     "name a field with dots between its parts, e.g. training.optimizer.lr")
     if dotted in leaves or (len(parts) == 2 and parts[0] in ("tags", "environment") and parts[1]):
         if parts[0] in UNSWEEPABLE and not (linked and dotted == "backend"):
             return Problem(smap.file, line, col, dotted, f"{dotted} cannot vary in a sweep: {UNSWEEPABLE[parts[0]]}")
@@ -195,12 +198,17 @@ def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
     axes: list[tuple[str, tuple]] = [*linked.items(), *[(p, ("grid", p)) for p in sweep.grid]]
     if sweep.random:
         axes += [(p, ("random", "params", p)) for p in sweep.random.params]
+    bad: set[str] = set()
     for dotted, where in axes:
         found = _check_axis_path(dotted, where, smap, linked=where[0] == "variants")
         if found:
             problems.append(found)
+            bad.add(dotted)
+    # Overlaps among valid paths only: '' and '.' are reported as not fields, not as each other's duplicate.
     for i, (a, where_a) in enumerate(axes):
         for b, where_b in axes[:i]:
+            if a in bad or b in bad:
+                continue
             if a == b or a.startswith(b + ".") or b.startswith(a + "."):
                 line, col = smap.find(where_a, prefer_key=True)
                 first = smap.find(where_b, prefer_key=True)[0]
@@ -227,6 +235,12 @@ def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
                 vline, vcol = smap.find(("failover", dotted, str(i)))
                 problems.append(Problem(smap.file, vline, vcol, f"failover.{dotted}",
                                         f"{value!r} is not an instance type like ml.trn1.32xlarge"))
+            elif value in values[:i]:
+                # A type twice in the order would be tried twice, the second time for nothing.
+                vline, vcol = smap.find(("failover", dotted, str(i)))
+                problems.append(Problem(smap.file, vline, vcol, f"failover.{dotted}",
+                                        f"{value} is already in the failover order (item {values.index(value) + 1}); "
+                                        "list each instance type once"))
     if sweep.schedule is not None:
         problems += _schedule_problems(sweep.schedule, smap)
     return problems

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -148,8 +149,10 @@ def platform_failover(spec: JobSpec, chain: tuple[str, ...]) -> doctor.Diagnosis
     return None if doctor.errors(diagnosis.findings) else diagnosis
 
 
-def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
-    """Expand, doctor-check and prepare every trial (see the module docstring)."""
+def plan(sweep: SweepSpec, *, tick: datetime | None = None,
+         progress: Callable[[int, int], None] | None = None) -> Plan:
+    """Expand, doctor-check and prepare every trial (see the module docstring).
+    `progress(done, total)` is called after each trial (the CLI's progress bar)."""
     trials, duplicates = expand(sweep)
     ident = identity(sweep.sweep, trials, tick)
     where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random or sweep.variants else {}
@@ -160,7 +163,9 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
     warnings: dict[str, list[str]] = {}
     problems: list[Problem] = []
     failing = 0
-    for trial in trials:
+    for done, trial in enumerate(trials, 1):
+        if progress is not None:
+            progress(done - 1, len(trials))
         name = ident.job_name(trial.trial_id)
         where = where_of.get(trial.index, {})
         label = f"trial {trial.index} {trial.trial_id} ({describe_overrides(trial.overrides)})"
@@ -217,6 +222,8 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None) -> Plan:
             problems.append(Problem(file, line, col, "failover.instance.type",
                                     f"{fallback} is not an instance type of any trial's backend "
                                     f"({', '.join(sorted({t.spec.backend for t in trials}))}): no trial can fail over to it"))
+    if progress is not None:
+        progress(len(trials), len(trials))
     raise_problems(problems, failing, "trial(s) fail the doctor's checks; nothing was submitted",
                     "fix the base spec or the sweep's values")
     # Trials that can share a warm pool run one after another, so each reuses the last's pool.

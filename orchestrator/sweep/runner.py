@@ -74,7 +74,9 @@ from orchestrator.sweep.history import History
 from orchestrator.sweep.router import Router
 
 # Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
-MAX_TRANSIENT_RETRIES = 8
+# Ten in a row: with the default base (2 s) and cap (300 s) even the shortest jittered waits
+# add up to more than nine minutes, so a five-minute outage of the endpoint is ridden out.
+MAX_TRANSIENT_RETRIES = 10
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,8 @@ class Runner(History):
         self.count_elsewhere = count_elsewhere
         # Job name -> its prepared request; `prepared` (from `plan`) spares preparing again.
         self._prepared: dict[str, request.Prepared] = dict(prepared or {})
-        self._failures = 0
+        # Call site -> backoffs in a row there (bounded or not): the exponent of its next wait.
+        self._failures: dict[str, int] = {}
         self.max_transient_retries = max_transient_retries
         # Call site ("status", "list", "submit") -> backoffs in a row since one of its calls last worked.
         self._streaks: dict[str, int] = {}
@@ -181,15 +184,27 @@ class Runner(History):
             if error is not None and self._streaks[site] > self.max_transient_retries:
                 self._halt(error, f"{reason} (gave up after {self.max_transient_retries} retries in a row; the "
                                   "error may pass: throttling, a server error or the network)")
-        self._failures += 1
-        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures - 1))
+        self._failures[site] = self._failures.get(site, 0) + 1
+        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures[site] - 1))
         delay = self.rng.uniform(ceiling / 2, ceiling)
         self._not_before = self.clock() + delay
         self._waiting_reason = reason
         self._event(f"backing off {delay:.1f}s: {reason}")
 
+    def _worked(self, site: str) -> None:
+        """A call at `site` answered: its streak and its backoff exponent start again."""
+        self._streaks.pop(site, None)
+        self._failures.pop(site, None)
+
+    def backing_off(self) -> bool:
+        """Whether the announced backoff is still running: no call to the backend before its end."""
+        return self.clock() < self._not_before
+
     def refresh(self) -> None:
-        """Ask the backend about every job of this sweep in flight; record what changed."""
+        """Ask the backend about every job of this sweep in flight; record what changed. Nothing
+        is asked while a backoff runs."""
+        if self.backing_off():
+            return
         for history in self.rows().values():
             latest = history[-1]
             if latest.state not in (Status.SUBMITTED, Status.RUNNING):
@@ -213,7 +228,7 @@ class Runner(History):
                                        expect=(Status.SUBMITTED, Status.RUNNING))
                 self._event(f"{latest.job_name}: lost ({exc.message})")
                 continue
-            self._streaks.pop("status", None)
+            self._worked("status")
             # Backends record non-terminal progress in the ledger themselves, each by its own
             # table; the runner only makes sure the row ends where the job ended, and marks
             # a job that is certainly training as running.
@@ -372,7 +387,7 @@ class Runner(History):
         the first. A job whose `orchestrator:sweep` tag names another sweep, or that is on
         another backend than its trial's, is left alone. A transient failure to list waits
         (backoff) and tries again at the next step."""
-        if self._adopted_remote or self.backends is None:
+        if self._adopted_remote or self.backends is None or self.backing_off():
             return
         shared = self.backends.shared(self.d.backends)
         if not shared:
@@ -386,7 +401,7 @@ class Runner(History):
                     self._halt(exc)
                 self._backoff(f"listing this sweep's jobs in {backend.place}: {exc.message}", "list", exc)
                 return
-        self._streaks.pop("list", None)
+        self._worked("list")
         self._adopted_remote = True
         remote: dict[str, dict[int, str]] = {}
         for backend_name, names in listed.items():
@@ -459,14 +474,14 @@ class Runner(History):
 
     def submit_ready(self) -> None:
         """Reconcile rows left in `submitting`, then submit planned rows while there is room."""
-        if self.clock() < self._not_before:
+        if self.backing_off():
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
         for entry in latest:
-            if entry.state == Status.SUBMITTING and self.clock() >= self._not_before:
+            if entry.state == Status.SUBMITTING and not self.backing_off():
                 self._submit(entry, reconcile=True)
-        if self.clock() < self._not_before:
+        if self.backing_off():
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
@@ -478,7 +493,7 @@ class Runner(History):
                 self._halt(exc)
             self._backoff(f"listing this sweep's jobs: {exc.message}", "list", exc)
             return
-        self._streaks.pop("list", None)
+        self._worked("list")
         room = self.d.concurrency - len(own) - len(elsewhere)
         adopted = set()
         for entry in latest:
@@ -494,7 +509,7 @@ class Runner(History):
         for entry in latest:
             if entry.state != Status.PLANNED or entry.job_name in adopted:
                 continue
-            if room <= 0 or self.clock() < self._not_before or self.stop_requested():
+            if room <= 0 or self.backing_off() or self.stop_requested():
                 return
             if self.admission is not None:
                 why = self.admission.why_not(entry.request, held)
@@ -531,8 +546,7 @@ class Runner(History):
             self.ledger.transition(entry.job_name, Status.FAILED, detail=detail, expect=(Status.PLANNED, Status.SUBMITTING))
             self._event(f"{entry.job_name}: {kind} error at submit: {exc.message}")
             return False
-        self._failures = 0
-        self._streaks.pop("submit", None)
+        self._worked("submit")
         self._waiting_reason = None
         self.ledger.transition(entry.job_name, Status.SUBMITTED, expect=(Status.PLANNED, Status.SUBMITTING))
         verb = "submitted" if result.created else "reconciled (it existed)"

@@ -1,0 +1,111 @@
+"""Benchmark: `sweep plan` of a large sweep, and the source archive built two ways.
+
+Writes a temporary copy of configs/local-tiny.yaml's directory layout (the shipped base,
+no AWS) and three sweeps of `--trials` trials over it: `grid` (batch size x learning rate),
+`random` (seeded learning rates) and `variants` (one written-out mapping per trial, which the
+YAML loader must take: issue 22). For each it times the real path: `spec.load_sweep` then
+`sweep.plan` (expand, validate, doctor, prepare: request and source archive per trial).
+
+The two ways compared for the archive, over the plan's own resolved jobs:
+- `per_trial`: the whole tar stream gzipped for every trial (how `sourcedir.build_archive`
+  worked before), rebuilt here with tarfile and gzip;
+- `shared_once`: `sourcedir.build_archive` now (the code gzipped once, each job.json apart).
+
+Prints one JSON object.
+
+    PYTHONPATH=. .venv/bin/python bench/sweep_plan.py [--trials 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def per_trial_archive(job: dict) -> bytes:
+    """The archive as it was built before: one tar stream, gzipped whole, per job."""
+    from entrypoints import contract
+    from orchestrator import sourcedir
+
+    files = sourcedir._sources(sourcedir.entrypoints_dir())
+    files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/{contract.PROGRAM}"]
+    files[contract.JOB_FILE] = sourcedir.job_bytes(job)
+    files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
+    entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, directory in sorted(entries):
+            size = 0 if directory else len(files[name])
+            tar.addfile(sourcedir._info(name, directory=directory, size=size),
+                        None if directory else io.BytesIO(files[name]))
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=6) as gz:
+        gz.write(raw.getvalue())
+    return packed.getvalue()
+
+
+def sweeps_text(trials: int) -> dict[str, str]:
+    batch = [2, 4, 8, 16]
+    lrs = [round(1e-5 * (i + 1), 8) for i in range(trials // len(batch))]
+    grid = ("sweep: big-grid\nbase: local-tiny.yaml\ngrid:\n"
+            f"  training.batch_size: {batch}\n  training.optimizer.lr: {lrs}\n")
+    rand = ("sweep: big-random\nbase: local-tiny.yaml\nrandom:\n"
+            f"  trials: {trials}\n  seed: 7\n  params:\n    training.optimizer.lr: {{loguniform: [1.0e-6, 1.0e-2]}}\n")
+    variants = "sweep: big-variants\nbase: local-tiny.yaml\nvariants:\n" + "".join(
+        f"  - {{training.batch_size: {batch[i % 4]}, training.optimizer.lr: {1e-6 * (i + 1):.8g}}}\n"
+        for i in range(trials))
+    return {"grid": grid, "random": rand, "variants": variants}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=10_000)
+    parser.add_argument("--archive-sample", type=int, default=300,
+                        help="trials whose archives are built both ways (the per-trial way is slow)")
+    args = parser.parse_args()
+    from orchestrator import sourcedir, spec
+    from orchestrator import sweep as sweeps
+
+    report: dict = {"trials": args.trials, "plan_s": {}, "planned": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["ORCHESTRATOR_HOME"] = str(Path(tmp) / "home")
+        folder = Path(tmp) / "configs"
+        folder.mkdir()
+        shutil.copy(ROOT / "configs" / "local-tiny.yaml", folder / "local-tiny.yaml")
+        planned = None
+        for kind, text in sweeps_text(args.trials).items():
+            path = folder / f"{kind}.yaml"
+            path.write_text(text)
+            start = time.perf_counter()
+            planned = sweeps.plan(spec.load_sweep(path))
+            report["plan_s"][kind] = round(time.perf_counter() - start, 2)
+            # Random draws that repeat an earlier trial are planned once (`sweep.expand`).
+            report["planned"][kind] = len(planned.trials)
+        jobs = [t.prepared.job for t in planned.trials[:args.archive_sample]]
+    timings = {}
+    for way, build in (("per_trial", per_trial_archive), ("shared_once", sourcedir.build_archive)):
+        start = time.perf_counter()
+        built = [build(job) for job in jobs]
+        timings[way] = (time.perf_counter() - start) / len(jobs)
+        reference = [per_trial_archive(job) for job in jobs[:20]]
+        assert all(gzip.decompress(a) == gzip.decompress(b) for a, b in zip(built, reference, strict=False))
+    report["archive_ms_per_trial"] = {way: round(s * 1000, 3) for way, s in timings.items()}
+    report["archive_s_for_all_trials"] = {way: round(s * args.trials, 1) for way, s in timings.items()}
+    report["archive_speedup"] = round(timings["per_trial"] / timings["shared_once"], 1)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

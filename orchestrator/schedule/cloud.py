@@ -1,0 +1,138 @@
+"""Deploying, listing and removing schedules kept in the cloud (`schedule deploy/list/remove`).
+
+Contract:
+- `deploy(plan, region)` uploads each trial's source archive to its content-addressed URI
+  (the backend's own upload, `CloudBackend.upload_source`), then creates or updates the
+  schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
+  (`infra.deploy.prepare/execute`): the change set is computed first and its changes are
+  returned, so a re-deploy of a changed schedule says what changed. The budget is checked
+  before anything is uploaded (`sweep.check_budget`).
+- `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
+  fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
+- `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
+  machine, its roles and queue. Training jobs are never stopped: the state machine may not
+  stop them, and they are not resources of the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from orchestrator.errors import BackendError, InputError
+from orchestrator.schedule import cloud_stack
+
+
+@dataclass
+class Deployed:
+    """One schedule stack and what its state machine did last."""
+
+    stack: str
+    status: str
+    description: str
+    state_machine: str | None = None
+    next_fire: str | None = None  # UTC, from the cron and time zone the stack keeps
+    last_run: str | None = None  # the latest execution's status
+    last_start: str | None = None
+    jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status"} of an ended run
+
+
+def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
+           clients: dict | None = None):
+    """Upload the archives and deploy the stack; returns (change set plan, outputs)."""
+    from orchestrator import aws_contract
+    from orchestrator import sweep as sweeps
+    from orchestrator.backends.sagemaker import SageMakerBackend
+    from orchestrator.infra import deploy as infra_deploy
+    from orchestrator.infra.cloudformation import make_client
+    from orchestrator.infra.template import template_body
+
+    sweeps.check_budget(plan)
+    template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
+    # The definition travels in the template: a body CloudFormation would refuse (51,200 bytes)
+    # is refused here, before the archives are uploaded (infra's prepare checks it again).
+    aws_contract.check_body("cloudformation", "CreateChangeSet", {
+        "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
+        "TemplateBody": template_body(template)},
+        hint=f"the state machine embeds each of the {len(plan.trials)} trials' requests; schedule fewer trials per "
+             "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
+    clients = clients or {}
+    backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
+    for trial in plan.trials:
+        backend.upload_source(trial.prepared)
+    cfn = clients.get("cloudformation") or make_client("cloudformation", region)
+    change = infra_deploy.prepare(cfn, cloud_stack.stack_name(plan), {}, template=template,
+                                  description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
+    outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
+    return change, outputs
+
+
+def _stacks(cfn) -> list[dict]:
+    stacks = []
+    for page in cfn.get_paginator("describe_stacks").paginate():
+        stacks += [s for s in page["Stacks"] if s["StackName"].startswith(cloud_stack.STACK_PREFIX)]
+    return stacks
+
+
+def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
+    """The schedule stacks of `region`, with their latest run (see the module docstring)."""
+    from datetime import datetime, timezone
+
+    from orchestrator.infra.cloudformation import make_client
+    from orchestrator.schedule.cron import next_fires
+    from orchestrator.spec import ScheduleSpec
+
+    clients = clients or {}
+    cfn = clients.get("cloudformation") or make_client("cloudformation", region)
+    sfn = clients.get("stepfunctions") or make_client("stepfunctions", region)
+    found = []
+    for stack in sorted(_stacks(cfn), key=lambda s: s["StackName"]):
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        item = Deployed(stack["StackName"], stack["StackStatus"], stack.get("Description", ""),
+                        outputs.get("StateMachineArn"))
+        if outputs.get("Cron"):
+            kept = ScheduleSpec(cron=outputs["Cron"], timezone=outputs.get("Timezone") or "UTC")
+            item.next_fire = next_fires(kept, datetime.now(timezone.utc), 1)[0].strftime("%Y-%m-%d %H:%M UTC")
+        if item.state_machine:
+            runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
+            if runs:
+                latest = runs[0]
+                item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
+                if latest["status"] != "RUNNING":
+                    described = sfn.describe_execution(executionArn=latest["executionArn"])
+                    item.jobs = list(json.loads(described.get("output") or "{}").get("trials", []))
+        found.append(item)
+    return found
+
+
+def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Callable[[float], None] = time.sleep,
+           timeout_s: float = 900.0, clock: Callable[[], float] = time.monotonic) -> None:
+    """Delete a schedule stack and wait until it is gone (BackendError if it fails to)."""
+    from orchestrator.infra.cloudformation import describe_stack, make_client, translate
+
+    if not stack.startswith(cloud_stack.STACK_PREFIX):
+        raise InputError(f"{stack!r} is not a schedule stack (its name starts with {cloud_stack.STACK_PREFIX!r})",
+                         hint="`schedule list` shows them")
+    cfn = (clients or {}).get("cloudformation") or make_client("cloudformation", region)
+    existing = describe_stack(cfn, stack)
+    if existing is None:
+        raise InputError(f"no schedule stack {stack!r} in {region}", hint="`schedule list` shows them")
+    try:
+        cfn.delete_stack(StackName=existing["StackId"])
+    except Exception as exc:  # noqa: BLE001 - translated
+        raise translate(exc, f"deleting stack {stack}", cfn, stack) from None
+    deadline = clock() + timeout_s
+    while True:
+        current = describe_stack(cfn, existing["StackId"])
+        status = None if current is None else current["StackStatus"]
+        if status in (None, "DELETE_COMPLETE"):
+            return
+        if status == "DELETE_FAILED":
+            raise BackendError(f"stack {stack} could not be deleted: {current.get('StackStatusReason')}",
+                               hint=f"look at its events: aws cloudformation describe-stack-events --stack-name {stack}")
+        if clock() >= deadline:
+            raise BackendError(f"stack {stack} is still {status} after {timeout_s / 60:.0f} minutes",
+                               hint="CloudFormation carries on; run `schedule list` later")
+        sleep(2.0)

@@ -1,0 +1,214 @@
+"""A planned sweep compiled to an Amazon States Language definition (Step Functions), so a
+schedule runs in the cloud with no laptop: pure, one plan in, one definition dict out.
+
+Contract:
+- `compile_plan(plan)` takes the sweep's plan made for the tick `PLACEHOLDER_TICK`
+  (`placeholder_plan(sweep)`), whose job names and tags carry that tick's label
+  (`PLACEHOLDER_LABEL`, 12 digits as every tick label). Each trial's request is embedded as
+  the plan prepared it, every string that holds the label rewritten as a `States.Format` of
+  the run's label: a run's requests are the plan's with the run's tick in place of the
+  placeholder, so its job names keep the plan's length (at most 63, `names.MAX_JOB_NAME`) and
+  its jobs read back into the tick sweep `<sweep>-<8 hex>-<run label>` (`names.in_sweep`).
+- The run's label is the schedule's fire time when the input carries it (`scheduled_time`,
+  which the EventBridge Scheduler target fills with `<aws.scheduler.scheduled-time>`; a
+  flexible window or a retried delivery keeps the same label), else the execution's start
+  time (`$$.Execution.StartTime`, a run started by hand), in UTC at minute resolution. Two
+  runs for the same minute make the same job names, which SageMaker answers ResourceInUse:
+  a tick runs at most once, as on the laptop path.
+- The trials, fixed at deploy (the input cannot add one), run in one inline Map with MaxConcurrency = the sweep's concurrency. Each is
+  created through the AWS SDK integration (`aws-sdk:sagemaker:createTrainingJob`) and waited
+  for by a DescribeTrainingJob / Wait loop, not by the optimised `.sync` integration: moto's
+  interpreter executes the former (it forwards aws-sdk calls to its own SageMaker) and not
+  `sagemaker:createTrainingJob.sync`, and the loop needs no EventBridge managed rule.
+- Create is retried on throttling and quota errors (ResourceLimitExceeded) with the sweep
+  runner's backoff (2 s doubling to 300 s, full jitter). A trial's job that ends Failed or
+  Stopped ends its iteration with that status, not the Map: the other trials run on.
+- The source archive (and its job.json) is the placeholder's, shared by every run; the
+  container renames the job file to the run's job (`entrypoints.contract.for_run`, from the
+  request's job-name hyperparameter), so each run's results.json lands under its own name.
+- Only SageMaker trials are compiled; a plan with AWS Batch or local trials is refused
+  (InputError): see `UNSUPPORTED`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from entrypoints import contract
+from orchestrator.errors import InputError
+
+PLACEHOLDER_TICK = datetime(2000, 1, 1, 0, 0, tzinfo=timezone.utc)
+# The container takes the run's label from its job name in the same place (`contract.for_run`).
+PLACEHOLDER_LABEL = contract.RUN_PLACEHOLDER
+# Seconds between DescribeTrainingJob calls while a job runs: a Standard workflow pays per
+# state transition (three per poll), so a minute keeps a 10-hour trial near 1,800 transitions.
+POLL_SECONDS = 60
+# The sweep runner's backoff (`sweep.Runner`: base 2 s, doubling, capped at 300 s), as ASL's
+# Retry spells it (States Language spec, "Retrying after error": IntervalSeconds, BackoffRate,
+# MaxDelaySeconds, JitterStrategy).
+RETRY_INTERVAL_S = 2
+RETRY_BACKOFF_RATE = 2.0
+RETRY_MAX_DELAY_S = 300
+RETRY_MAX_ATTEMPTS = 10
+# Error names of the aws-sdk integration are "<Service>.<Exception>" (Step Functions developer
+# guide, "AWS SDK service integrations": error handling); SageMaker's modelled errors are
+# ResourceLimitExceeded (a quota) and throttling. Both spellings of the service are listed:
+# moto's interpreter names them after the lower-case API name.
+RETRY_ERRORS = tuple(f"{service}.{error}" for service in ("SageMaker", "sagemaker")
+                     for error in ("ResourceLimitExceededException", "ThrottlingException"))
+UNSUPPORTED = ("batch", "local")
+TERMINAL = {"Completed": "Completed", "Failed": "Failed", "Stopped": "Stopped"}
+
+
+def placeholder_plan(sweep):
+    """The sweep's plan for the placeholder tick (what `compile_plan` embeds)."""
+    from orchestrator import sweep as sweeps
+
+    return sweeps.plan(sweep, tick=PLACEHOLDER_TICK)
+
+
+def _format_string(text: str) -> str:
+    """`text` as a States.Format template literal: `{`, `}`, `'` and `\\` escaped with a
+    backslash (States Language spec, "Intrinsic functions": reserved characters)."""
+    return re.sub(r"([{}'\\])", r"\\\1", text)
+
+
+def _templated(value: Any) -> Any:
+    """`value` (a request, or a part of it) with every string holding PLACEHOLDER_LABEL turned
+    into a `<key>.$` States.Format of `$.run` (the run's label)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(item, str) and PLACEHOLDER_LABEL in item:
+                pieces = [_format_string(p) for p in item.split(PLACEHOLDER_LABEL)]
+                args = ", ".join(["$.run"] * (len(pieces) - 1))
+                out[f"{key}.$"] = f"States.Format('{'{}'.join(pieces)}', {args})"
+            else:
+                out[key] = _templated(item)
+        return out
+    if isinstance(value, list):
+        if any(isinstance(v, str) and PLACEHOLDER_LABEL in v for v in value):
+            # ASL's templates rewrite object members only; no request of ours has one here.
+            raise InputError("a list of strings in the request holds the run's label; it cannot be templated")
+        return [_templated(v) for v in value]
+    return value
+
+
+def _trial_states(n: int, request: dict) -> dict[str, dict]:
+    """Create, describe, wait and end states of one trial."""
+    create, describe, wait, check, end = (f"T{n} {s}" for s in ("Create", "Describe", "Wait", "Check", "End"))
+    name = request["TrainingJobName"]
+    return {
+        create: {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob",
+            "Parameters": _templated(request),
+            "ResultPath": None,
+            "Retry": [{
+                "ErrorEquals": list(RETRY_ERRORS),
+                "IntervalSeconds": RETRY_INTERVAL_S,
+                "BackoffRate": RETRY_BACKOFF_RATE,
+                "MaxDelaySeconds": RETRY_MAX_DELAY_S,
+                "MaxAttempts": RETRY_MAX_ATTEMPTS,
+                "JitterStrategy": "FULL",
+            }],
+            "Next": describe,
+        },
+        describe: {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob",
+            "Parameters": _templated({"TrainingJobName": name}),
+            "ResultSelector": {"job.$": "$.TrainingJobName", "status.$": "$.TrainingJobStatus"},
+            "ResultPath": "$.described",
+            "Next": check,
+        },
+        check: {
+            "Type": "Choice",
+            "Choices": [{"Variable": "$.described.status", "StringEquals": status, "Next": end}
+                        for status in TERMINAL],
+            "Default": wait,
+        },
+        wait: {"Type": "Wait", "Seconds": POLL_SECONDS, "Next": describe},
+        end: {
+            "Type": "Pass",
+            "Parameters": {"trial.$": "$.trial", "job.$": "$.described.job", "status.$": "$.described.status"},
+            "End": True,
+        },
+    }
+
+
+def _run_label_states(first_trial_state: str, trial_ids: list[str]) -> dict[str, dict]:
+    """States that put the run's label (YYYYMMDDHHMM, UTC) at `$.run` and the trial ids, fixed
+    at deploy, at `$.trials` (the input cannot add a trial)."""
+    parts = ", ".join(f"States.ArrayGetItem($.parts, {i})" for i in range(5))
+    return {
+        "Fire time": {
+            "Type": "Choice",
+            "Choices": [{"Variable": "$.scheduled_time", "IsPresent": True, "Next": "From scheduled time"}],
+            "Default": "From start time",
+        },
+        "From scheduled time": {"Type": "Pass", "Parameters": {"time.$": "$.scheduled_time"}, "Next": "Split time"},
+        "From start time": {"Type": "Pass", "Parameters": {"time.$": "$$.Execution.StartTime"}, "Next": "Split time"},
+        # "2026-12-05T03:00:00Z" (Scheduler's <aws.scheduler.scheduled-time>) or
+        # "2026-12-05T03:00:00.123Z" ($$.Execution.StartTime): the first five parts are the label's.
+        "Split time": {"Type": "Pass", "Parameters": {"parts.$": "States.StringSplit($.time, '-T:.Z')"},
+                       "Next": "Run label"},
+        "Run label": {"Type": "Pass", "Parameters": {"run.$": f"States.Format('{{}}{{}}{{}}{{}}{{}}', {parts})",
+                                                      "trials": trial_ids},
+                      "Next": first_trial_state},
+    }
+
+
+def compile_plan(plan) -> dict:
+    """The ASL definition (a dict) of one run of `plan` (see the module docstring)."""
+    if plan.identity.tick != PLACEHOLDER_LABEL:
+        raise ValueError("compile_plan takes the plan of the placeholder tick (placeholder_plan)")
+    refused = sorted({t.trial.spec.backend for t in plan.trials} & set(UNSUPPORTED))
+    if refused:
+        raise InputError(f"sweep {plan.sweep.sweep!r} has {', '.join(refused)} trials; a cloud schedule compiles "
+                         "SageMaker trials only",
+                         hint="keep this sweep on the laptop path (`schedule run` or `schedule crontab`)")
+    if not plan.trials:
+        raise InputError(f"sweep {plan.sweep.sweep!r} has no trials to schedule")
+    states: dict[str, dict] = {}
+    choices = []
+    for n, trial in enumerate(plan.trials):
+        states.update(_trial_states(n, trial.prepared.request))
+        choices.append({"Variable": "$.trial", "StringEquals": trial.trial.trial_id, "Next": f"T{n} Create"})
+    processor = {"StartAt": "Which trial",
+                 "States": {"Which trial": {"Type": "Choice", "Choices": choices, "Default": "Unknown trial"},
+                            "Unknown trial": {"Type": "Fail", "Error": "Orchestrator.UnknownTrial",
+                                              "Cause": "the Map item names no trial of this sweep"},
+                            **states}}
+    return {
+        "Comment": f"sweep {plan.sweep.sweep} ({plan.identity.name}-{plan.identity.digest}): "
+                   f"{len(plan.trials)} trial(s), compiled by orchestrator.schedule.statemachine",
+        "StartAt": "Fire time",
+        "States": {
+            **_run_label_states("Trials", [t.trial.trial_id for t in plan.trials]),
+            "Trials": {
+                "Type": "Map",
+                "ItemsPath": "$.trials",
+                "ItemSelector": {"trial.$": "$$.Map.Item.Value", "run.$": "$.run"},
+                "MaxConcurrency": plan.sweep.concurrency,
+                "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **processor},
+                "ResultPath": "$.trials_done",
+                "Next": "Done",
+            },
+            "Done": {"Type": "Pass", "Parameters": {"run.$": "$.run", "trials.$": "$.trials_done"}, "End": True},
+        },
+    }
+
+
+def execution_input(scheduled_time: str | None = None) -> dict:
+    """A run's input: the fire time when known (the schedule's target passes
+    `<aws.scheduler.scheduled-time>` there), else nothing (the start time is used)."""
+    return {} if scheduled_time is None else {"scheduled_time": scheduled_time}
+
+
+def definition_json(definition: dict) -> str:
+    """The definition as Step Functions takes it (compact, key order kept)."""
+    return json.dumps(definition, separators=(",", ":"))

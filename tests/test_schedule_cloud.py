@@ -1,0 +1,333 @@
+"""A schedule kept in the cloud (`schedule plan/deploy/list/remove`): the template's schedule and
+roles, the cron in Scheduler's form, and deploy -> a run as the scheduler starts it -> results ->
+remove against the moto server."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+import pytest
+from sweep_fakes import ROOT, cli_run, write
+
+from orchestrator import names, spec
+from orchestrator import sweep as sweeps
+from orchestrator.errors import InputError
+from orchestrator.schedule import cloud, cloud_stack
+from orchestrator.schedule import statemachine as sm
+from orchestrator.schedule.scheduler_cron import scheduler_expression
+
+NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
+
+
+@pytest.fixture
+def nightly(orch_home):
+    loaded = spec.load_sweep(NIGHTLY)
+    return loaded, sm.placeholder_plan(loaded)
+
+
+# --- the cron in Scheduler's form ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cron, expected", [
+    ("0 3 * * *", "cron(0 3 * * ? *)"),
+    ("@hourly", "cron(0 * * * ? *)"),
+    ("@weekly", "cron(0 0 ? * SUN *)"),
+    ("30 2 * * 1-5", "cron(30 2 ? * MON,TUE,WED,THU,FRI *)"),
+    ("0 0 * * 7", "cron(0 0 ? * SUN *)"),
+    ("*/15 6 1,15 jan *", "cron(*/15 6 1,15 JAN ? *)"),
+])
+def test_the_cron_in_schedulers_six_fields(cron, expected):
+    assert scheduler_expression(SimpleNamespace(cron=cron)) == expected
+
+
+def test_a_cron_restricting_both_days_is_refused():
+    with pytest.raises(InputError, match="both the day of month and the day of week"):
+        scheduler_expression(SimpleNamespace(cron="0 3 1 * 1"))
+
+
+# --- the template -------------------------------------------------------------------------------
+
+
+def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
+    loaded, plan = nightly
+    body = cloud_stack.template(plan)
+    resources = body["Resources"]
+    schedule = resources["Schedule"]["Properties"]
+    assert schedule["ScheduleExpression"] == "cron(0 3 * * ? *)"
+    assert schedule["ScheduleExpressionTimezone"] == loaded.schedule.timezone == "UTC"
+    target = schedule["Target"]
+    assert target["Arn"] == {"Ref": "StateMachine"} and "RetryPolicy" in target and "DeadLetterConfig" in target
+    assert json.loads(target["Input"]) == {"scheduled_time": "<aws.scheduler.scheduled-time>"}
+    machine = resources["StateMachine"]["Properties"]
+    assert json.loads(machine["DefinitionString"]) == sm.compile_plan(plan)
+    [start, dead] = resources["SchedulerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    assert start["Action"] == "states:StartExecution" and start["Resource"] == {"Ref": "StateMachine"}
+    assert dead["Action"] == "sqs:SendMessage"
+    [jobs, passrole] = resources["StateMachineRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    assert sorted(jobs["Action"]) == ["sagemaker:AddTags", "sagemaker:CreateTrainingJob",
+                                      "sagemaker:DescribeTrainingJob"]
+    assert jobs["Resource"]["Fn::Sub"].endswith(f":training-job/{plan.identity.name}-{plan.identity.digest}-*")
+    assert passrole["Resource"] == [loaded.base_spec.role_arn]
+    assert passrole["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    for role in ("SchedulerRole", "StateMachineRole"):
+        trust = resources[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
+        assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    # Every run's job name falls under the policy's pattern (lower-cased, as SageMaker's ARNs are).
+    tick = sweeps.plan(loaded, tick=datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc))
+    prefix = jobs["Resource"]["Fn::Sub"].rsplit("/", 1)[1].rstrip("*")
+    assert all(t.job_name.lower().startswith(prefix) for t in tick.trials)
+
+
+def test_plan_shows_the_cost_per_run_and_per_month(nightly, capsys):
+    loaded, plan = nightly
+    lines = cloud_stack.describe(plan, datetime(2026, 12, 1, tzinfo=timezone.utc))
+    [cost] = [line for line in lines if line.startswith("cost:")]
+    assert f"at most {plan.total_usd:.2f} USD a run" in cost
+    assert f"30 runs in the next 30 days: at most {plan.total_usd * 30:.2f} USD a month" in cost
+
+
+def test_a_run_over_budget_is_refused_at_plan(tmp_path, orch_home):
+    import os
+
+    text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
+        "max_total_cost_usd: 30", "max_total_cost_usd: 5")
+    path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    done = cli_run("schedule", "plan", str(path), env={**os.environ, "ORCHESTRATOR_HOME": str(orch_home)})
+    assert done.returncode == 2, done.stderr
+    assert "above the budget of 5 USD" in done.stderr and "max_total_cost_usd" in done.stderr
+    assert done.stdout == ""  # nothing shown as if it could be deployed
+
+
+# --- against moto -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def scheduler_in_cloudformation(monkeypatch):
+    """moto 5.2.5's CloudFormation skips AWS::Scheduler::Schedule (it has no model for it; its
+    Scheduler API exists). This gives it one on moto's own Scheduler backend, so the stack's
+    schedule is created, read back, updated and deleted with the stack as CloudFormation would."""
+    from moto.cloudformation import parsing
+    from moto.core.common_models import CloudFormationModel
+    from moto.scheduler.models import scheduler_backends
+
+    class ScheduleResource(CloudFormationModel):
+        __module__ = "moto.scheduler.cloudformation_model"  # moto's model registry reads the service from it
+
+        def __init__(self, name, region, account):
+            self.name, self.region, self.account = name, region, account
+
+        @property
+        def physical_resource_id(self):
+            return self.name
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name,
+                                            **kwargs):
+            p = cloudformation_json["Properties"]
+            scheduler_backends[account_id][region_name].create_schedule(
+                description=p.get("Description"), end_date=None, flexible_time_window=p["FlexibleTimeWindow"],
+                group_name=None, kms_key_arn=None, name=resource_name, schedule_expression=p["ScheduleExpression"],
+                schedule_expression_timezone=p.get("ScheduleExpressionTimezone"), start_date=None,
+                state=p.get("State"), target=p["Target"], action_after_completion=None)
+            return cls(resource_name, region_name, account_id)
+
+        @classmethod
+        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
+                                            account_id, region_name):
+            original_resource.delete(account_id, region_name)
+            return cls.create_from_cloudformation_json(original_resource.name, cloudformation_json, account_id,
+                                                       region_name)
+
+        def delete(self, account_id, region_name):
+            scheduler_backends[account_id][region_name].delete_schedule(None, self.name)
+
+    original = parsing.resource_class_from_type
+    monkeypatch.setattr(parsing, "resource_class_from_type",
+                        lambda kind: ScheduleResource if kind == "AWS::Scheduler::Schedule" else original(kind))
+
+
+@pytest.fixture
+def interpreter(moto_server, monkeypatch):
+    """moto's Step Functions interpreter on (its clients call http://localhost:$MOTO_PORT).
+
+    With it on, moto 5.2.5's Step Functions API serves the interpreter's backend, while its
+    CloudFormation model of AWS::StepFunctions::StateMachine creates and deletes in the other
+    one: the stack's state machine would be invisible to the API. The model is pointed at the
+    interpreter's backend here."""
+    from moto.stepfunctions import models
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    monkeypatch.setattr(models, "stepfunctions_backends", stepfunctions_parser_backends)
+    monkeypatch.setenv("MOTO_PORT", moto_server.rsplit(":", 1)[1])
+
+    def config(execute: bool) -> None:
+        body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
+        urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/config", data=body, method="POST"),
+                               timeout=10).read()
+
+    config(True)
+    yield moto_server
+    config(False)
+
+
+def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloudformation,
+                                        moto_change_set_outputs, tmp_path, monkeypatch, capsys):
+    import boto3
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    loaded, plan = nightly
+    region = loaded.base_spec.region
+    bucket = plan.trials[0].prepared.source_uri.split("/")[2]
+    boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
+
+    deployed = CliRunner().invoke(app, ["schedule", "deploy", str(NIGHTLY)])
+    assert deployed.exit_code == 0, deployed.output
+    assert "deployed stack" in deployed.output and "add: Schedule (AWS::Scheduler::Schedule)" in deployed.output
+    stack = cloud_stack.stack_name(plan)
+
+    # The schedule is the file's: expression and time zone.
+    [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
+    schedule = boto3.client("scheduler", region_name=region).get_schedule(Name=found["Name"])
+    assert schedule["ScheduleExpression"] == "cron(0 3 * * ? *)" and schedule["ScheduleExpressionTimezone"] == "UTC"
+    # Each trial's archive is where its request says.
+    s3 = boto3.client("s3", region_name=region)
+    for trial in plan.trials:
+        key = trial.prepared.source_uri.split("/", 3)[3]
+        assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == trial.prepared.archive
+
+    # Start the state machine as the scheduler does: its target's input, the fire time filled in.
+    sfn = boto3.client("stepfunctions", region_name=region)
+    [listed] = cloud.deployed(region)
+    machine = listed.state_machine
+    run_input = schedule["Target"]["Input"].replace("<aws.scheduler.scheduled-time>", "2026-12-05T03:00:00Z")
+    execution = sfn.start_execution(stateMachineArn=machine, input=run_input)["executionArn"]
+    for _ in range(600):
+        if sfn.describe_execution(executionArn=execution)["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    assert sfn.describe_execution(executionArn=execution)["status"] == "SUCCEEDED"
+
+    tick = sweeps.plan(loaded, tick=datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc))
+    client = boto3.client("sagemaker", region_name=region)
+    made = {j["TrainingJobName"] for j in client.list_training_jobs()["TrainingJobSummaries"]}
+    assert made == {t.job_name for t in tick.trials}
+    for name in made:
+        arn = client.describe_training_job(TrainingJobName=name)["TrainingJobArn"]
+        tags = {t["Key"]: t["Value"] for t in client.list_tags(ResourceArn=arn)["Tags"]}
+        assert tags[names.TAG_SWEEP] == tick.sweep_id and tags[names.TAG_JOB] == name
+
+    listing = CliRunner().invoke(app, ["schedule", "list", "--region", region])
+    assert listing.exit_code == 0 and "last run: SUCCEEDED" in listing.output, listing.output
+    assert all(name in listing.output for name in made)
+    assert "next fire: " in listing.output and " 03:00 UTC" in listing.output
+
+    # A changed sweep (concurrency and cron) re-deploys in place: the same stack, one schedule,
+    # the change set saying what changed.
+    changed = tmp_path / "nightly.yaml"
+    changed.write_text(NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", f"base: {NIGHTLY.parent}/vit-trn1-2xlarge.yaml")
+                       .replace("concurrency: 3", "concurrency: 2").replace('cron: "0 3 * * *"', 'cron: "30 4 * * 1-5"'))
+    again = CliRunner().invoke(app, ["schedule", "deploy", str(changed)])
+    assert again.exit_code == 0, again.output
+    assert "modify: StateMachine" in again.output and "modify: Schedule" in again.output
+    assert f"deployed stack {stack} in {region} (update)" in again.output
+    [updated] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
+    rescheduled = boto3.client("scheduler", region_name=region).get_schedule(Name=updated["Name"])
+    assert rescheduled["ScheduleExpression"] == "cron(30 4 ? * MON,TUE,WED,THU,FRI *)"
+    [definition] = [json.loads(sfn.describe_state_machine(stateMachineArn=m["stateMachineArn"])["definition"])
+                    for m in sfn.list_state_machines()["stateMachines"]]
+    assert definition["States"]["Trials"]["MaxConcurrency"] == 2
+
+    # results --sweep from a fresh ORCHESTRATOR_HOME sees the cloud run's jobs.
+    fresh = tmp_path / "fresh-home"
+    fresh.mkdir()
+    monkeypatch.setenv("ORCHESTRATOR_HOME", str(fresh))
+    prefix = plan.trials[0].prepared.request["OutputDataConfig"]["S3OutputPath"]
+    seen = CliRunner().invoke(app, ["results", "--sweep", tick.sweep_id, "--prefix", prefix, "--region", region,
+                                    "--format", "json"])
+    assert seen.exit_code == 0 and all(name in seen.output for name in made), seen.output
+
+    def roles() -> list[str]:
+        return [r["RoleName"] for r in boto3.client("iam").list_roles()["Roles"]
+                if "SchedulerRole" in r["RoleName"] or "StateMachineRole" in r["RoleName"]]
+
+    assert len(roles()) == 2
+
+    removed = CliRunner().invoke(app, ["schedule", "remove", stack, "--region", region])
+    assert removed.exit_code == 0, removed.output
+    assert boto3.client("scheduler", region_name=region).list_schedules()["Schedules"] == []
+    assert sfn.list_state_machines()["stateMachines"] == []
+    assert roles() == []
+    assert boto3.client("cloudformation", region_name=region).list_stacks(
+        StackStatusFilter=["CREATE_COMPLETE", "UPDATE_COMPLETE"])["StackSummaries"] == []
+    # The jobs the run started are untouched.
+    assert {j["TrainingJobName"] for j in client.list_training_jobs()["TrainingJobSummaries"]} == made
+
+
+def test_the_schedules_policies_pass_parliament(nightly):
+    """The roles' policies, resolved as CloudFormation would, linted by parliament against its
+    bundled IAM database (as tests/test_iam_parliament.py lints the main stack's). A trust
+    policy has no Resource, which parliament (reading every document as an identity policy)
+    reports as MALFORMED: that finding, and only it, is accepted there."""
+    import parliament
+
+    _, plan = nightly
+    values = {"AWS::AccountId": "123456789012", "AWS::Region": "us-east-1", "AWS::Partition": "aws",
+              "StateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:orchestrator-schedule-nightly"}
+    attrs = {("DeadLetterQueue", "Arn"): "arn:aws:sqs:us-east-1:123456789012:orchestrator-schedule-dlq"}
+
+    def resolve(node):
+        if isinstance(node, dict):
+            if set(node) == {"Ref"}:
+                return values[node["Ref"]]
+            if set(node) == {"Fn::GetAtt"}:
+                return attrs[tuple(node["Fn::GetAtt"])]
+            if set(node) == {"Fn::Sub"}:
+                text = node["Fn::Sub"]
+                for key, value in values.items():
+                    text = text.replace("${" + key + "}", value)
+                assert "${" not in text, text
+                return text
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    resources = cloud_stack.template(plan)["Resources"]
+    linted = 0
+    for role in ("SchedulerRole", "StateMachineRole"):
+        props = resolve(resources[role]["Properties"])
+        for document in [p["PolicyDocument"] for p in props["Policies"]]:
+            findings = parliament.analyze_policy_string(json.dumps(document)).findings
+            assert [(f.issue, f.detail) for f in findings] == [], role
+            linted += 1
+        trust = parliament.analyze_policy_string(json.dumps(props["AssumeRolePolicyDocument"])).findings
+        assert {f.issue for f in trust} <= {"MALFORMED"}, [(f.issue, f.detail) for f in trust]
+    assert linted == 2
+
+
+def test_a_sweep_whose_template_cloudformation_would_refuse_is_refused_before_any_call(tmp_path, orch_home,
+                                                                                       monkeypatch):
+    """Sixteen trials' requests make a template over CloudFormation's 51,200-byte TemplateBody
+    (CreateChangeSet API reference): refused with exit 2 before an archive is uploaded or a
+    client is made."""
+    from orchestrator.backends import sagemaker
+
+    def no_client(*args, **kwargs):
+        raise AssertionError("no AWS client may be made")
+
+    monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", no_client)
+    lrs = ", ".join(f"{1e-4 * (i + 1):.6f}" for i in range(16))
+    path = write(tmp_path, f"sweep: wide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [{lrs}]}}\n"
+                 "schedule: {cron: '0 3 * * *'}\n", (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    assert len(plan.trials) == 16
+    with pytest.raises(InputError) as refused:
+        cloud.deploy(plan, "us-east-1")
+    assert "TemplateBody" in refused.value.message and "51200" in refused.value.message.replace(",", "")
+    assert "fewer trials" in refused.value.hint

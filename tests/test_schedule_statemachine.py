@@ -1,0 +1,311 @@
+"""A sweep compiled to a Step Functions state machine (`schedule.statemachine`): the ASL's
+structure, every embedded request against `sweep plan`'s and the contract check, and runs of
+it by moto's interpreter (the moto server's `execute_state_machine` configuration)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from datetime import datetime, timezone
+
+import pytest
+from sweep_fakes import ROOT, write
+
+from orchestrator import names, request, spec
+from orchestrator import sweep as sweeps
+from orchestrator.errors import InputError
+from orchestrator.schedule import statemachine as sm
+from orchestrator.spec.models import MAX_NAME
+
+NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
+RUN = "202612050300"
+RUN_TIME = datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc)
+
+_FORMAT = re.compile(r"States\.Format\('((?:[^'\\]|\\.)*)'((?:, \$\.run)*)\)")
+
+
+def render(value, run: str):
+    """A create state's Parameters as Step Functions evaluates them for `$.run` = `run`: each
+    `<key>.$` States.Format of `$.run` becomes `<key>` with the run's label (test-side reading
+    of the intrinsic, independent of the compiler)."""
+    if isinstance(value, list):
+        return [render(v, run) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, item in value.items():
+        if key.endswith(".$"):
+            found = _FORMAT.fullmatch(item)
+            assert found, item
+            template, args = found.group(1), found.group(2)
+            text, i, used = [], 0, 0
+            while i < len(template):
+                if template[i] == "\\":
+                    text.append(template[i + 1])
+                    i += 2
+                elif template.startswith("{}", i):
+                    text.append(run)
+                    used += 1
+                    i += 2
+                else:
+                    text.append(template[i])
+                    i += 1
+            assert used == args.count("$.run")
+            out[key[:-2]] = "".join(text)
+        else:
+            out[key] = render(item, run)
+    return out
+
+
+def create_states(definition: dict) -> list[dict]:
+    processor = definition["States"]["Trials"]["ItemProcessor"]["States"]
+    return [state for name, state in processor.items() if name.endswith(" Create")]
+
+
+def renamed(value, old: str, new: str):
+    """`value` with every string's `old` replaced by `new`."""
+    return json.loads(json.dumps(value).replace(old, new))
+
+
+@pytest.fixture
+def nightly(orch_home):
+    loaded = spec.load_sweep(NIGHTLY)
+    return loaded, sm.placeholder_plan(loaded)
+
+
+# --- the ASL ------------------------------------------------------------------------------------
+
+
+def test_the_map_runs_every_trial_once_at_the_sweeps_concurrency(nightly):
+    loaded, plan = nightly
+    definition = sm.compile_plan(plan)
+    trials = definition["States"]["Trials"]
+    assert trials["Type"] == "Map" and trials["MaxConcurrency"] == loaded.concurrency == 3
+    assert trials["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
+    # The trials are fixed in the definition, not taken from the input.
+    assert definition["States"]["Run label"]["Parameters"]["trials"] == [t.trial.trial_id for t in plan.trials]
+    which = trials["ItemProcessor"]["States"]["Which trial"]
+    assert [c["StringEquals"] for c in which["Choices"]] == [t.trial.trial_id for t in plan.trials]
+    assert len(create_states(definition)) == len(plan.trials) == 3
+    for state in create_states(definition):
+        assert state["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob"
+        [retry] = state["Retry"]
+        assert retry["ErrorEquals"] and all("ResourceLimitExceeded" in e or "Throttling" in e
+                                            for e in retry["ErrorEquals"])
+        assert (retry["IntervalSeconds"], retry["BackoffRate"], retry["MaxDelaySeconds"]) == (2, 2.0, 300)
+    # Every Next names a state of its own state list.
+    for states in (definition["States"], trials["ItemProcessor"]["States"]):
+        for state in states.values():
+            targets = [state.get("Next"), state.get("Default"), *[c["Next"] for c in state.get("Choices", [])]]
+            assert all(t in states for t in targets if t), state
+
+
+def test_each_embedded_request_is_sweep_plans_with_the_runs_name(nightly):
+    """Rendered for a run, every create state's request is the placeholder plan's with the
+    run's label, and `sweep plan`'s own (no tick) apart from the job name, the sweep id and the
+    source archive's key (the archive holds job.json, which names the job)."""
+    loaded, plan = nightly
+    definition = sm.compile_plan(plan)
+    shown = {t.trial.trial_id: t for t in sweeps.plan(loaded).trials}
+    tick_plan = sweeps.plan(loaded, tick=RUN_TIME)
+    for state, trial in zip(create_states(definition), plan.trials, strict=True):
+        rendered = render(state["Parameters"], RUN)
+        assert rendered == renamed(trial.prepared.request, sm.PLACEHOLDER_LABEL, RUN)
+        name = rendered["TrainingJobName"]
+        assert name == tick_plan.identity.job_name(trial.trial.trial_id)
+        assert names.is_job_name(name) and names.in_sweep(name, tick_plan.sweep_id)
+        tags = {t["Key"]: t["Value"] for t in rendered["Tags"]}
+        assert tags[names.TAG_SWEEP] == tick_plan.sweep_id and tags[names.TAG_JOB] == name
+        assert tags[names.TAG_TRIAL] == trial.trial.trial_id
+        # The product's contract check passes the request as it will be sent.
+        request.check_contract(trial.trial.spec, rendered, name)
+        plain = shown[trial.trial.trial_id]
+        expected = renamed(plain.prepared.request, plain.job_name, name)
+        expected = renamed(expected, plan.sweep.sweep + "-" + plan.identity.digest + '"',
+                           tick_plan.sweep_id + '"')
+        ours = json.loads(json.dumps(rendered))
+        for channel in (ours, expected):
+            code = channel["InputDataConfig"][0]["DataSource"]["S3DataSource"]
+            assert code["S3Uri"].endswith(".tar.gz")
+            code["S3Uri"] = "<archive>"
+        assert ours == expected
+
+
+def test_job_names_of_the_longest_sweep_name_fit_in_63(tmp_path, orch_home):
+    long_name = "n" * MAX_NAME
+    path = write(tmp_path, f"sweep: {long_name}\nbase: base.yaml\n"
+                 "grid: {training.optimizer.lr: [0.001, 0.0001]}\nschedule: {cron: '0 3 * * *'}\n")
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    for state in create_states(sm.compile_plan(plan)):
+        name = render(state["Parameters"], RUN)["TrainingJobName"]
+        assert len(name) <= names.MAX_JOB_NAME and names.is_job_name(name) and RUN in name
+
+
+def test_format_literals_escape_what_intrinsics_reserve():
+    tricky = {"A": f"x{{'{sm.PLACEHOLDER_LABEL}'}}\\y-{sm.PLACEHOLDER_LABEL}", "B": [{"C": sm.PLACEHOLDER_LABEL}],
+              "D": "plain"}
+    templated = sm._templated(tricky)
+    assert set(templated) == {"A.$", "B", "D"} and "C.$" in templated["B"][0]
+    assert render(templated, RUN) == renamed(tricky, sm.PLACEHOLDER_LABEL, RUN)
+
+
+def test_a_sweep_with_batch_trials_is_refused(tmp_path, orch_home):
+    path = write(tmp_path, "sweep: inf\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n",
+                 (ROOT / "configs" / "vit-inf2-xlarge.yaml").read_text())
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    with pytest.raises(InputError, match="SageMaker trials only"):
+        sm.compile_plan(plan)
+
+
+def test_only_the_placeholder_plan_compiles(nightly):
+    loaded, _ = nightly
+    with pytest.raises(ValueError, match="placeholder"):
+        sm.compile_plan(sweeps.plan(loaded))
+
+
+# --- runs by moto's interpreter -----------------------------------------------------------------
+
+
+def _moto_config(url: str, execute: bool) -> None:
+    body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
+                           timeout=10).read()
+
+
+@pytest.fixture
+def interpreter(moto_server, monkeypatch):
+    """moto's Step Functions interpreter on; its clients call http://localhost:$MOTO_PORT."""
+    monkeypatch.setenv("MOTO_PORT", moto_server.rsplit(":", 1)[1])
+    _moto_config(moto_server, True)
+    yield moto_server
+    _moto_config(moto_server, False)
+
+
+@pytest.fixture
+def received(monkeypatch) -> list[dict]:
+    """The body of every CreateTrainingJob the moto server received, as sent (the server runs in
+    this process): what the state machine asked for, not what moto keeps of it."""
+    from moto.sagemaker import responses
+
+    bodies: list[dict] = []
+    original = responses.SageMakerResponse.create_training_job
+
+    def create_training_job(self):
+        bodies.append(json.loads(self.body))
+        return original(self)
+
+    monkeypatch.setattr(responses.SageMakerResponse, "create_training_job", create_training_job)
+    return bodies
+
+
+def _run(plan, execution_input: dict, region: str) -> dict:
+    import boto3
+
+    sfn = boto3.client("stepfunctions", region_name=region)
+    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
+                                   roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
+    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(execution_input))["executionArn"]
+    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
+        described = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    return described
+
+
+def test_moto_one_run_creates_every_trial_with_its_plan_request(nightly, interpreter, received):
+    import boto3
+
+    loaded, plan = nightly
+    region = loaded.base_spec.region
+    described = _run(plan, sm.execution_input("2026-12-05T03:00:00Z"), region)
+    assert described["status"] == "SUCCEEDED", described
+    output = json.loads(described["output"])
+    assert output["run"] == RUN
+    client = boto3.client("sagemaker", region_name=region)
+    tick_plan = sweeps.plan(loaded, tick=RUN_TIME)
+    made = {j["TrainingJobName"] for j in client.list_training_jobs()["TrainingJobSummaries"]}
+    assert made == {tick_plan.identity.job_name(t.trial.trial_id) for t in plan.trials}
+    assert [t["status"] for t in output["trials"]] == ["Completed"] * 3
+    # Each request as the interpreter sent it is the plan's, with the run's label for the
+    # placeholder, and so `sweep plan`'s apart from the per-run name (test above).
+    by_name = {body["TrainingJobName"]: body for body in received}
+    assert len(received) == len(by_name) == 3
+    for trial in plan.trials:
+        expected = renamed(trial.prepared.request, sm.PLACEHOLDER_LABEL, RUN)
+        assert by_name[expected["TrainingJobName"]] == expected
+
+
+def test_moto_a_start_time_shaped_fire_time_gives_its_minute(nightly, interpreter):
+    """A run started by hand takes `$$.Execution.StartTime` ("2026-12-05T03:07:59.123Z" on AWS,
+    Step Functions developer guide, "Context object"). moto 5.2.5 keeps that value as a
+    datetime, not AWS's string, so its interpreter cannot split it: the same string shape is
+    given here as the fire time, which the same states split."""
+    import boto3
+
+    loaded, plan = nightly
+    fallback = sm.compile_plan(plan)["States"]["From start time"]
+    assert fallback["Parameters"] == {"time.$": "$$.Execution.StartTime"} and fallback["Next"] == "Split time"
+    described = _run(plan, sm.execution_input("2026-12-05T03:07:59.123Z"), loaded.base_spec.region)
+    assert described["status"] == "SUCCEEDED", described
+    assert json.loads(described["output"])["run"] == "202612050307"
+    jobs = boto3.client("sagemaker", region_name=loaded.base_spec.region).list_training_jobs()["TrainingJobSummaries"]
+    assert len(jobs) == 3 and all("-202612050307-t" in j["TrainingJobName"] for j in jobs)
+
+
+def test_moto_a_quota_refusal_is_retried(nightly, interpreter, monkeypatch):
+    from moto.sagemaker import models
+    from moto.sagemaker.exceptions import SagemakerClientError
+
+    class QuotaRefused(SagemakerClientError):
+        code = "ResourceLimitExceeded"
+
+    refused: list[str] = []
+    original = models.SageMakerModelBackend.create_training_job
+
+    def create(self, training_job_name, *args, **kwargs):
+        if not refused:
+            refused.append(training_job_name)
+            raise QuotaRefused("ResourceLimitExceeded", "The account-level service limit is exceeded")
+        return original(self, training_job_name, *args, **kwargs)
+
+    monkeypatch.setattr(models.SageMakerModelBackend, "create_training_job", create)
+    loaded, plan = nightly
+    described = _run(plan, sm.execution_input("2026-12-05T03:00:00Z"), loaded.base_spec.region)
+    assert described["status"] == "SUCCEEDED", described
+    output = json.loads(described["output"])
+    assert refused and refused[0] in {t["job"] for t in output["trials"]}
+    assert [t["status"] for t in output["trials"]] == ["Completed"] * 3
+
+
+# --- the container takes the run's name ---------------------------------------------------------
+
+
+def test_the_container_makes_the_placeholders_job_file_the_runs(nightly, tmp_path):
+    """Every run shares the placeholder's archive; launch.py renames its job.json to the job
+    SageMaker runs (the request's job-name hyperparameter): results.json then lands where
+    `results` looks for the run's job, tagged with the run's sweep."""
+    from entrypoints import container, contract
+
+    loaded, plan = nightly
+    assert names.tick_label(sm.PLACEHOLDER_TICK) == sm.PLACEHOLDER_LABEL
+    tick = {t.trial.trial_id: t for t in sweeps.plan(loaded, tick=RUN_TIME).trials}
+    for state, trial in zip(create_states(sm.compile_plan(plan)), plan.trials, strict=True):
+        sent = render(state["Parameters"], RUN)
+        config = tmp_path / trial.trial.trial_id / "input" / "config"
+        config.mkdir(parents=True)
+        (config / "hyperparameters.json").write_text(json.dumps(sent["HyperParameters"]))
+        run_name = container.job_name_hyperparameter(config.parent.parent)
+        assert run_name == sent["TrainingJobName"]
+        job = contract.for_run(trial.prepared.job, run_name)
+        expected = tick[trial.trial.trial_id].prepared.job
+        assert (job["job_name"], job["results_uri"], job["tags"]) == (
+            expected["job_name"], expected["results_uri"], expected["tags"])
+        assert job["spec"] == trial.prepared.job["spec"]
+    # Any other job file, or a name of another shape, is left as it is.
+    job = plan.trials[0].prepared.job
+    assert contract.for_run(job, None) is job and contract.for_run(job, "other-name") is job
+    plain = sweeps.plan(loaded).trials[0].prepared.job
+    assert contract.for_run(plain, plain["job_name"].replace("t", "x")) is plain
