@@ -22,6 +22,10 @@ are size-limited, so the spec does not travel as a hyperparameter). Its shape, v
       "environment": {"NEURON_RT_...": "..."},   # also in the request's Environment
       "tags": {"team": "vision", "orchestrator:spec-hash": "..."},
       "varied": {"training.optimizer.lr": 0.001},  # a sweep trial only: the sweep's values
+      "preferences": [   # instance.preferences only: each type SageMaker may select, in order
+        {"type": "ml.trn2.48xlarge", "count": 1, "family": "trn2", "neuron_cores": 128,
+         "logical_cores": 64, "lnc": 2, "vcpus": 192, "workers_per_node": 64, "efa": false,
+         "environment": {...}, "usd_per_hour": null}],  # launch.py adapts to the selected row
       "backend": "local"   # only when another backend than the spec's runs it (`submit --local`)
     }
 """

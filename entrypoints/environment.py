@@ -30,11 +30,14 @@ def _flag_value(flags: str, name: str) -> str | None:
 def runtime_environment(job: dict, ctr: contract.Contract, base: dict[str, str]) -> dict[str, str]:
     """The environment every rank sees, before the compile cache directory is added.
 
-    `base` (the launcher's own environment) overlaid with the job's `environment`, and the
+    `base` (the launcher's own environment) without the job's `environment_unset`
+    (`entrypoints.selection`), overlaid with the job's `environment`, and the
     EFA variables for multi-node jobs on EFA instances (setdefault: the request normally carries
     them already, and a user's explicit value wins).
     """
     env = dict(base)
+    for key in job.get("environment_unset") or ():  # the first preference's, not the selected type's
+        env.pop(key, None)
     env.update({k: str(v) for k, v in (job.get("environment") or {}).items()})
     instance_type = (job.get("instance") or {}).get("type") or ctr.instance_type
     if ctr.num_nodes > 1 and instance_type in EFA_INSTANCE_TYPES:

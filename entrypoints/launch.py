@@ -8,7 +8,9 @@ requirements, reaping orphans). Without `--container` it expects the SM_* variab
 whoever started it. Contract, in order:
 
 1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
-   file (`job.json` next to this script or in the code directory, or `--job PATH`), and
+   file (`job.json` next to this script or in the code directory, or `--job PATH`); with
+   instance preferences, take the job file as the selected type runs it (`entrypoints.selection`:
+   workers, LNC, environment, so the EFA variables and the cache key too), and
    write `results.json` with status "running" (below, 6.): a record exists from the start.
 2. Build the runtime environment: the job's `environment` (EFA variables included by the
    request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
@@ -89,6 +91,7 @@ from entrypoints import (  # noqa: E402
     heartbeat,
     precompile,
     report,
+    selection,
     utilization,
     warm_pool,
 )
@@ -137,6 +140,12 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     # A scheduled cloud run's archive was made for the schedule's placeholder tick: take the
     # run's own name (the request's hyperparameter) so results.json lands under it.
     job = contract.for_run(contract.load_job(job_file), container.job_name_hyperparameter() if args.container else None)
+    selection_error = None
+    try:
+        # With instance preferences: the job as the type SageMaker selected runs it.
+        job = selection.adapt(job, ctr.instance_type, _log)
+    except ValueError as exc:
+        selection_error = str(exc)
     spec = job.get("spec") or {}
     training = spec.get("training") or {}
     runtime = training.get("runtime", "xla")
@@ -155,7 +164,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     record = setup.record() if setup is not None else report.given_setup()
     results = report.Report(job, ctr, started, cache, warnings, stats_dir, record, _log)
     results.running()  # a record exists from the start, whatever happens next
-    launch_error = None
+    launch_error = selection_error
     if setup is not None:
         try:
             container.prepare(setup, ctr, _log)

@@ -79,6 +79,9 @@ class Instance:
     cpus: Count | None = optional(
         "CPUs of each host as the container reported them (`SM_NUM_CPUS`): on the local backend, this "
         "machine's")
+    preference: Positive | None = optional(
+        "with `instance.preferences`: the place in the list of the type SageMaker selected, which `type` "
+        "names (1: the first choice); null without preferences")
 
 
 @dataclass(frozen=True, kw_only=True)

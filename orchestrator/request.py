@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 
 from entrypoints import contract
-from orchestrator import catalog, cost, doctor, names, sourcedir
+from orchestrator import catalog, cost, doctor, names, preferences, sourcedir
 from orchestrator.errors import InputError, Problem, SpecError
 
 # Where a job's objects go (its own module, so `validate` checks them without this one's imports).
@@ -53,7 +53,8 @@ LOCAL_ROLE_ARN = "arn:aws:iam::000000000000:role/orchestrator-local"
 
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
-                 target: catalog.Target | None = None, varied: dict | None = None) -> dict:
+                 target: catalog.Target | None = None, varied: dict | None = None,
+                 choices: list | tuple | None = None) -> dict:
     """The job file (`job.json`, schema `contract.JOB_FILE_SCHEMA`) with every default resolved,
     from the spec's `target` (`catalog.resolve(spec)` when not given). `varied` (a sweep
     trial's values, dotted path -> value) travels as the file's "varied" object, so the
@@ -86,6 +87,10 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         "environment": dict(target.environment),
         "tags": dict(sorted(tags.items())),
     }
+    if spec.instance.preferences:
+        # What the container needs of each type SageMaker may select (entrypoints/ cannot ask
+        # the catalog): launch.py adapts to the selected one's row.
+        job["preferences"] = preferences.table(list(choices) if choices else preferences.choices(spec))
     if spec.backend == "batch":
         # A Batch job has no TensorBoardOutputConfig: launch.py uploads rank 0's event files here.
         job["tensorboard_uri"] = tensorboard_uri(output_uri(spec), job_name)
@@ -144,7 +149,8 @@ def _output_prefix(spec: JobSpec, job: dict, name: str) -> str:
     return job["results_uri"].removesuffix(results_uri("", name))
 
 
-def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: catalog.Target | None = None) -> dict:
+def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: catalog.Target | None = None,
+          choices: list | tuple | None = None) -> dict:
     """The exact CreateTrainingJob request (pure; see the module docstring), from the spec's
     `target` (`catalog.resolve(spec)` when not given).
 
@@ -183,15 +189,15 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
         "InputDataConfig": [code_channel(source_uri)],
         "Environment": dict(job["environment"]),
         "OutputDataConfig": {"S3OutputPath": out},
-        "ResourceConfig": {
-            "InstanceType": inst.type,
-            "InstanceCount": inst.count,
-            "VolumeSizeInGB": inst.volume_gb,
-        },
+        "ResourceConfig": resource_config(spec, choices),
         "StoppingCondition": stopping,
         "EnableManagedSpotTraining": inst.spot,
         "Tags": tags,
     }
+    if inst.preferences:
+        # botocore: InstancePreferences is mutually exclusive with EnableManagedSpotTraining
+        # (the doctor's N070 refuses spot with them), so the field is left out, not sent false.
+        del request["EnableManagedSpotTraining"]
     if spec.data.source != "synthetic":
         request["InputDataConfig"].append({
             "ChannelName": TRAIN_CHANNEL,
@@ -212,6 +218,27 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
     if spec.max_retry_attempts > 0:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
     return request
+
+
+def resource_config(spec: JobSpec, choices: list | tuple | None = None) -> dict:
+    """ResourceConfig: one InstanceType and InstanceCount, or with instance.preferences the
+    InstancePreferences list (botocore: mutually exclusive with InstanceType; a count on every
+    preference and none for the job, each chosen by `preferences.choices` to train the same
+    global batch; a preference's own plan as its one TrainingPlanArns entry). A job-level
+    instance.training_plan_arn is ResourceConfig.TrainingPlanArn either way. `choices`: the
+    diagnosis's (computed here when not given)."""
+    inst = spec.instance
+    config: dict = {"InstanceType": inst.type, "InstanceCount": inst.count, "VolumeSizeInGB": inst.volume_gb}
+    if inst.preferences:
+        config = {"InstancePreferences": [], "VolumeSizeInGB": inst.volume_gb}
+        for choice in choices or preferences.choices(spec):
+            entry: dict = {"InstanceType": choice.type, "InstanceCount": choice.count or inst.count}
+            if choice.training_plan_arn:
+                entry["TrainingPlanArns"] = [choice.training_plan_arn]
+            config["InstancePreferences"].append(entry)
+    if inst.training_plan_arn:
+        config["TrainingPlanArn"] = inst.training_plan_arn
+    return config
 
 
 @dataclass(frozen=True)
@@ -280,7 +307,7 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     if name is None:
         name = names.local_job_name(spec) if local else names.job_name(spec)
     names.check_job_name(name)
-    job = resolved_job(spec, name, extra_tags, target, varied)
+    job = resolved_job(spec, name, extra_tags, target, varied, diagnosis.choices)
     output = local_store(job, name) if local else _output_prefix(spec, job, name)
     archive = sourcedir.build_archive(job)
     digest = sourcedir.archive_sha256(archive)
@@ -292,7 +319,7 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
             request = batch_request.build(spec, job_name=name, source_uri=src, job=job,
                                           hyperparameters=hyperparameters(spec, name), target=target)
         else:
-            request = build(spec, job_name=name, source_uri=src, job=job, target=target)
+            request = build(spec, job_name=name, source_uri=src, job=job, target=target, choices=diagnosis.choices)
     except InputError:
         doctor.raise_for(spec, diagnosis.findings)
         raise

@@ -501,6 +501,8 @@ def operator_calls(at: Layout) -> dict[tuple[str, str], list[Need]]:
         ("sagemaker", "ListTags"): [Need("operator", "sagemaker:ListTags", job_arn(at.job), why="status, adopt")],
         ("sagemaker", "ListTrainingJobs"): [Need("operator", "sagemaker:ListTrainingJobs", "*",
                                                  why="sweeps, --rerun names, results --sweep")],
+        ("service-quotas", "ListServiceQuotas"): [Need("operator", "servicequotas:ListServiceQuotas", "*",
+                                                       why="doctor --quotas, plan --quotas, submit's quota check")],
         ("logs", "DescribeLogStreams"): [Need("operator", "logs:DescribeLogStreams", group_arn(), why="logs")],
         ("cloudformation", "DescribeStacks"): [
             Need("operator", "cloudformation:DescribeStacks",
@@ -607,7 +609,8 @@ def calls_in_code(services: set[str]) -> dict[tuple[str, str], list[str]]:
 
 
 def test_the_code_builds_clients_only_for_services_the_map_covers():
-    assert client_services() == {"s3", "sagemaker", "logs", "cloudformation", "pricing", "batch", "stepfunctions"}
+    assert client_services() == {"s3", "sagemaker", "logs", "cloudformation", "pricing", "batch", "stepfunctions",
+                                "service-quotas"}
 
 
 def test_every_aws_call_in_the_code_is_granted_to_whoever_makes_it(tmp_path):

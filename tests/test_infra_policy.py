@@ -37,12 +37,13 @@ CHECKPOINT_PATTERNS = ("jobs/checkpoints/*", "jobs/*/checkpoints/*")
 # The only actions allowed on "Resource": "*": their APIs support no resource-level permission.
 STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs",
                    "pricing:GetProducts", "batch:DescribeJobs", "batch:ListJobs", "batch:DescribeJobQueues",
-                   "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions"}
+                   "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
+                   "servicequotas:ListServiceQuotas"}
 # Actions that exist in IAM only (no API operation of that name in botocore's models).
 IAM_ONLY_ACTIONS = {"s3:ListBucket", "iam:PassRole", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
 SERVICE_MODELS = {"sagemaker": "sagemaker", "s3": "s3", "ecr": "ecr", "logs": "logs", "cloudwatch": "cloudwatch",
                   "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts",
-                  "pricing": "pricing", "batch": "batch"}
+                  "pricing": "pricing", "batch": "batch", "servicequotas": "service-quotas"}
 OPERATOR_ACTIONS = {
     "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs",
     "sagemaker:StopTrainingJob", "sagemaker:AddTags", "sagemaker:ListTags", "iam:PassRole",
@@ -51,6 +52,7 @@ OPERATOR_ACTIONS = {
     "cloudformation:DescribeStacks", "pricing:GetProducts",
     "batch:SubmitJob", "batch:TagResource", "batch:TerminateJob", "batch:DescribeJobs", "batch:ListJobs",
     "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
+    "servicequotas:ListServiceQuotas",
 }
 ROLE_ACTIONS = {
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",

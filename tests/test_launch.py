@@ -213,7 +213,8 @@ def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
     assert results["status"] == "completed" and results["failure_reason"] is None
     assert results["backend"] == "local" and results["region"] == "us-east-1"
     assert results["instance"] == {"type": "ml.trn1.2xlarge", "count": 1, "neuron_cores": 2, "logical_cores": 2,
-                                   "workers_per_node": 2, "cpus": int(host.env["SM_NUM_CPUS"])}
+                                   "workers_per_node": 2, "cpus": int(host.env["SM_NUM_CPUS"]),
+                                   "preference": None}
     assert results["varied"] == {}  # not a sweep's trial
     assert results["world_size"] == 2 and results["batch_size"] == 4 and results["global_batch"] == 8
     assert (results["runtime"], results["compile"], results["precision"]) == ("native", True, "fp32")

@@ -118,7 +118,18 @@ def test_shipped_sweep_configs_plan_within_budget(orch_home):
     assert nightly.schedule is not None and nightly.schedule.cron == "0 3 * * *"
     instances = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
     assert {t.trial.spec.instance.type for t in instances.trials} == {"ml.trn1.2xlarge", "ml.trn1.32xlarge"}
-    assert all(t.chain[1:] == ("ml.trn1n.32xlarge",) for t in instances.trials)
+    for t in instances.trials:
+        resources = t.prepared.request["ResourceConfig"]
+        if t.trial.spec.instance.type == "ml.trn1.32xlarge":
+            # On-demand, and trn1n.32xlarge runs the same 32 workers: one preference list, which
+            # SageMaker fails over along itself (issue 26).
+            assert t.chain == ("ml.trn1.32xlarge",)
+            assert [p["InstanceType"] for p in resources["InstancePreferences"]] == [
+                "ml.trn1.32xlarge", "ml.trn1n.32xlarge"]
+        else:
+            # 2 workers on trn1.2xlarge: no trn1n.32xlarge count keeps the global batch, so the
+            # failover stays the runner's (a new job on the next type).
+            assert t.chain[1:] == ("ml.trn1n.32xlarge",) and "InstancePreferences" not in resources
 
 
 def test_the_plan_derives_each_trial_and_each_failover_variant_once(tmp_path, orch_home, monkeypatch):
@@ -177,6 +188,15 @@ def test_plan_price_lines_say_which_types_each_prices(orch_home):
 
     planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
     lines = [line for line in cli.plan_summary(planned) if line.startswith("prices")]
+    # The trn1.32xlarge trials send [trn1.32xlarge, trn1n.32xlarge] as one preference list
+    # (issue 26), bounded by the dearest, trn1n's price: one source "(not checked)" with
+    # trn1.2xlarge's, so one line. Without the failover, trn1.32xlarge's own "(checked)" price
+    # makes two, each naming its types.
+    assert len(lines) == 1 and "(not checked)" in lines[0]
+    text = (ROOT / "configs" / "sweep-instances.yaml").read_text()
+    plain = spec.loads_sweep(text.replace("failover: {instance.type: [ml.trn1n.32xlarge]}", ""),
+                             str(ROOT / "configs" / "sweep-instances.yaml"), base_dir=ROOT / "configs")
+    lines = [line for line in cli.plan_summary(sweeps.plan(plain)) if line.startswith("prices")]
     assert len(lines) == 2
     assert lines[0].startswith("prices for ml.trn1.2xlarge (sagemaker): ")
     assert lines[1].startswith("prices for ml.trn1.32xlarge (sagemaker): ")

@@ -65,6 +65,13 @@ class CloudBackend:
         self.poll_seconds = poll_seconds
         self.region = service_client.meta.region_name
 
+    def quota_clients(self, attempts: int | None = None):
+        """(Service Quotas client, SageMaker client) in this backend's region, for the quota
+        check before a submit (`orchestrator.quotas`); only a cloud backend has quotas."""
+        from orchestrator import quotas
+
+        return quotas.clients(self.region, attempts=attempts)
+
     @classmethod
     def create(cls, region: str | None = None, **options):
         return cls.connect(region, **options)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from entrypoints import contract
 from entrypoints.atomic import write_json
+from orchestrator.backends import local_capacity
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED
 
@@ -100,12 +101,12 @@ def output_prefix(request: dict, job_name: str) -> str:
     return f"{request['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{job_name}/output"
 
 
-def host_tree(root: Path, request: dict, host: str, hosts: list[str]) -> None:
-    """Create one host's /opt/ml-like tree under `root` with SageMaker's config files."""
+def host_tree(root: Path, request: dict, host: str, hosts: list[str], instance_type: str) -> None:
+    """Create one host's /opt/ml-like tree under `root` with SageMaker's config files, on a host
+    of `instance_type` (the selected one, `local_capacity.selected`)."""
     for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR, contract.CODE_DIR,
                 "input/config", contract.INPUT_DATA):
         (root / rel).mkdir(parents=True, exist_ok=True)
-    instance_type = request["ResourceConfig"]["InstanceType"]
     write_json(root / contract.HYPERPARAMETERS, dict(request.get("HyperParameters") or {}))
     write_json(root / contract.RESOURCE_CONFIG, {
         "current_host": host, "hosts": hosts, "network_interface_name": "lo",
@@ -164,7 +165,8 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     every host's tree, `request.json`, the supervisor's `plan.json`, and a pending
     `status.json` created at `now`."""
     request = prepared.request
-    hosts = host_names(int(request["ResourceConfig"]["InstanceCount"]))
+    instance_type, count = local_capacity.selected(request["ResourceConfig"])
+    hosts = host_names(count)
     runtime = prepared.job["spec"]["training"]["runtime"]
     grace = stop_grace_s()
     port = free_port()
@@ -173,7 +175,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     plan_hosts = {}
     for host in hosts:
         root = job_dir / host
-        host_tree(root, request, host, hosts)
+        host_tree(root, request, host, hosts, instance_type)
         plan_hosts[host] = {"root": str(root),
                             "env": host_environment(root, request, host, hosts, port, runtime, grace)}
     algorithm = request["AlgorithmSpecification"]
@@ -192,11 +194,10 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
     write_json(job_dir / PLAN_FILE, plan)
-    resources = request["ResourceConfig"]
     write_json(job_dir / STATUS_FILE, {
         "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
-        "instance_type": resources["InstanceType"], "instance_count": resources["InstanceCount"],
+        "instance_type": instance_type, "instance_count": count,
         "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
     })
 

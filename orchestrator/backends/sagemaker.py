@@ -149,7 +149,9 @@ class SageMakerBackend(CloudBackend):
             # bucket or credentials are fixed) tries again.
             self._not_submitted(name, exc.message)
             raise
-        instance_type = prepared.request.get("ResourceConfig", {}).get("InstanceType")
+        resources = prepared.request.get("ResourceConfig", {})
+        prefs = resources.get("InstancePreferences") or [{}]
+        instance_type = resources.get("InstanceType") or prefs[0].get("InstanceType")
         try:
             response = self.sm.create_training_job(**prepared.request)
         except (ClientError, BotoCoreError) as exc:
@@ -248,8 +250,15 @@ class SageMakerBackend(CloudBackend):
         ours = status_of(d["TrainingJobStatus"], secondary)
         resources = d.get("ResourceConfig", {})
         groups = resources.get("InstanceGroups") or []
-        instance_type = resources.get("InstanceType") or (groups[0].get("InstanceType") if groups else None)
-        count = resources.get("InstanceCount") or sum(g.get("InstanceCount", 0) for g in groups) or None
+        # With InstancePreferences, SelectedInstanceType/Count are what runs and is billed
+        # (botocore's DescribeTrainingJob ResourceConfig); before SageMaker selects, the first choice.
+        prefs = resources.get("InstancePreferences") or []
+        instance_type = (resources.get("SelectedInstanceType") or resources.get("InstanceType")
+                         or (groups[0].get("InstanceType") if groups else None)
+                         or (prefs[0].get("InstanceType") if prefs else None))
+        count = (resources.get("SelectedInstanceCount") or resources.get("InstanceCount")
+                 or sum(g.get("InstanceCount", 0) for g in groups)
+                 or (prefs[0].get("InstanceCount") if prefs else None) or None)
         output = d.get("ModelArtifacts", {}).get("S3ModelArtifacts")
         pool = d.get("WarmPoolStatus") or {}
         if not output and d.get("OutputDataConfig", {}).get("S3OutputPath"):

@@ -205,8 +205,11 @@ def submit(
     local: bool = typer.Option(False, "--local", help="Run a batch spec on this machine first: its exact SubmitJob "
                                "request, through the image's start script and the bootstrap, against the local "
                                "store, as job <name>-<hash>-local (the local backend; no AWS call)."),
+    quota_check_: bool = typer.Option(True, "--quota-check/--no-quota-check", help="Read the account's Service "
+                                      "Quotas first and exit 2 when the job fits no instance type's quota "
+                                      "(SageMaker, Batch)."),
 ) -> None:
-    """Submit a job: doctor and budget checks, then the spec's backend. Prints the job name.
+    """Submit a job: doctor, budget and quota checks, then the spec's backend. Prints the job name.
 
     Submitting the same spec again creates nothing: the job name comes from the spec's hash and
     the ledger (and SageMaker) already know it. `--rerun` makes a new job of the same spec;
@@ -246,6 +249,12 @@ def submit(
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
+    backend = backend or backends.create(loaded.backend, region=loaded.region)
+    if quota_check_ and not local:
+        from orchestrator.cli import quota_check
+
+        # Before the source upload and CreateTrainingJob: exit 2 when nothing fits.
+        quota_check.run(loaded, tolerant=True, backend=backend)
     if local and loaded.backend == "batch":
         err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
         if prepared.job["workers_per_node"] != prepared.target.workers_per_node:

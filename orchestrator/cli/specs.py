@@ -31,7 +31,11 @@ def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
 
 
 @app.command()
-def doctor(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
+def doctor(
+    path: Path = typer.Argument(..., help="Job spec YAML."),
+    quotas: bool = typer.Option(False, "--quotas", help="Also read the account's Service Quotas for each instance "
+                                "type the job may run on (read-only AWS calls): exit 2 when it fits none."),
+) -> None:
     """Run the Neuron-aware rules on a job spec. Exit 2 when any finding is an error."""
     from orchestrator import doctor as doctor_rules
     from orchestrator import spec
@@ -44,6 +48,10 @@ def doctor(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
     out(f"{path}: {len(bad)} error(s), {len(findings) - len(bad)} other finding(s)")
     if bad:
         raise typer.Exit(code=2)
+    if quotas:
+        from orchestrator.cli import quota_check
+
+        quota_check.run(loaded, out)
 
 
 @app.command()
@@ -52,6 +60,8 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: request, estimate, findings."),
     read_stores: bool = typer.Option(False, "--forecast", help="Also read an s3:// output and compile cache "
                                      "for the forecast (the local store is always read)."),
+    quotas: bool = typer.Option(False, "--quotas", help="Also read the account's Service Quotas for each instance "
+                                "type the job may run on (read-only AWS calls): exit 2 when it fits none."),
 ) -> None:
     """Show the exact request that submit sends (CreateTrainingJob; SubmitJob for batch), its
     cost bound, and a forecast: what the compile cache holds for the job's key, and the
@@ -59,15 +69,23 @@ def plan(
     from orchestrator import request, spec
 
     loaded = spec.load(path)
-    print_plan(loaded, request.prepare(loaded), as_json, read_stores)
+    prepared = request.prepare(loaded)
+    if quotas:  # a plain plan stays offline
+        from orchestrator import doctor as doctor_rules
+        from orchestrator.cli import quota_check
+
+        doctor_rules.raise_for(loaded, prepared.findings)
+        quota_check.run(loaded)
+    print_plan(loaded, prepared, as_json, read_stores)
 
 
 def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> None:
     """What `plan` prints for a prepared request, its forecast included (`forecast`: the
     local store always, s3:// stores when `read_stores`); exit 2 (raised) on doctor errors."""
     from orchestrator import doctor as doctor_rules
-    from orchestrator import forecast
+    from orchestrator import forecast, preferences
 
+    choices = preferences.choices(loaded)
     doctor_rules.raise_for(loaded, prepared.findings)
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
@@ -84,11 +102,14 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
             "findings": [f.to_json(loaded) for f in prepared.findings],
             "source_uri": prepared.source_uri,
             "archive_sha256": prepared.archive_sha256,
+            **({"preferences": preferences.to_json(choices)} if choices else {}),
             **({"forecast": predicted.to_json()} if predicted is not None else {}),
         }, indent=2))
         return
     out(json.dumps(prepared.request, indent=2))
     out(f"source archive: {prepared.source_uri} ({len(prepared.archive)} bytes, sha256 {prepared.archive_sha256})")
+    for line in preferences.describe(choices):
+        out(line)
     out(prepared.estimate.describe())
     for line in predicted.lines() if predicted is not None else []:
         out(line)

@@ -87,7 +87,8 @@ def plan_summary(planned) -> list[str]:
         estimate = t.prepared.estimate
         if estimate.price is not None:
             types, _ = priced.setdefault((estimate.price.source, estimate.price.as_of), ({}, estimate.note))
-            types.setdefault(t.trial.spec.instance.type, t.trial.spec.backend)
+            # The priced type: a trial's own, or the dearest of its instance preferences.
+            types.setdefault(estimate.price.type, t.trial.spec.backend)
     for (source, as_of), (types, note) in priced.items():
         label = f" for {', '.join(f'{k} ({v})' for k, v in sorted(types.items()))}" if len(priced) > 1 else ""
         lines.append(f"prices{label}: {source}, {as_of}; {note}")
@@ -240,7 +241,9 @@ class SweepDisplay:
             self.last_line = now
         elif self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s:
             counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
-            waiting_for = f"; backing off: {progress.waiting_reason}" if progress.waiting_reason else ""
+            reason = progress.waiting_reason or ""
+            waiting_for = (f"; {reason}" if reason.startswith("waiting for quota") else
+                           f"; backing off: {reason}" if reason else "")
             out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; still running")
             self.last_line = now
 
@@ -279,7 +282,10 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
         sweeps.clear_stop(ledger, definition.sweep_id)
         sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
         sweeps.tell(ready_fd, "ok")
-        runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared)
+        from orchestrator.cli import quota_check
+
+        runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared,
+                               admission=quota_check.sweep_admission(definition, backend))
         with sweeps.Sigterm() as sigterm:
             try:
                 with SweepDisplay(runner) as display:

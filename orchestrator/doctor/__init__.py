@@ -68,6 +68,12 @@ The rules (ids are stable; tests and docs refer to them):
 - N051-warm-pool-quota: a warm pool counts against its own service quota (info).
 - N052-keep-alive-local: keep_alive_minutes on the local backend is ignored (info).
 - N053-warm-pool-spot: a warm pool with managed spot training, which SageMaker does not support.
+- N070-N076: instance preferences (`preferences`): not with spot (N070), SageMaker only (N071),
+  each type once (N072), counts on all preferences or none (N073), per-preference training
+  plans or a job-level one (N074), a count per type that trains the first choice's global
+  batch (N075: an error when none can, a warning when given counts change it). Each later
+  preference gets N001-N005 (and N015) at its own entry; the cost bound (N016, N017) is the
+  dearest preference's.
 - N060-precompile-native: training.precompile with runtime native (no XLA graphs: the pass is
   skipped; a warning).
 - N061-precompile-local: training.precompile on the local backend, which has no
@@ -85,7 +91,17 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from orchestrator import catalog, cost
-from orchestrator.doctor import budget, environment, image, instance, model, precompile, warm_pool
+from orchestrator import preferences as choosing
+from orchestrator.doctor import (
+    budget,
+    environment,
+    image,
+    instance,
+    model,
+    precompile,
+    preferences,
+    warm_pool,
+)
 from orchestrator.doctor.finding import ORDER, Finding, Severity
 from orchestrator.errors import Problem, SpecError
 
@@ -104,6 +120,7 @@ class Diagnosis(NamedTuple):
     target: catalog.Target
     estimate: cost.Estimate
     findings: list[Finding]
+    choices: tuple = ()  # `preferences.choices(spec)`: each instance preference, sized and priced
 
     def raise_for_errors(self) -> None:
         """`raise_for` on these findings: SpecError, located, when any is an error."""
@@ -112,9 +129,14 @@ class Diagnosis(NamedTuple):
 
 def diagnose(spec: JobSpec) -> Diagnosis:
     """Resolve, estimate and check `spec` once (see the module docstring for the rules)."""
-    target = catalog.resolve(spec)
-    estimate = cost.estimate(spec, target)
-    return Diagnosis(spec, target, estimate, _findings(spec, target, estimate))
+    choices = choosing.choices(spec)
+    # The first preference is the spec's own type: its target is the spec's.
+    target = choices[0].target if choices else catalog.resolve(spec)
+    # With preferences, SageMaker bills whichever it selects: the bound is the dearest's.
+    estimate = choosing.dearest(choices).estimate if choices else cost.estimate(spec, target)
+    priced = choosing.dearest(choices).spec if choices else spec
+    found = _findings(spec, target, estimate, priced) + preferences.check(spec, choices)
+    return Diagnosis(spec, target, estimate, sorted(found, key=lambda f: ORDER[f.severity]), tuple(choices))
 
 
 # The rules that refuse an instance type because the spec's backend does not run it (SageMaker
@@ -136,12 +158,14 @@ def _budget(spec: JobSpec, estimate: cost.Estimate, so_far: list[Finding]) -> li
     return [f for f in budget.check_budget(spec, estimate) if not (refused and f.rule == "N017-price-unknown")]
 
 
-def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate) -> list[Finding]:
+def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, priced: JobSpec) -> list[Finding]:
+    """Every rule but the preferences'; `priced`: the spec whose price the estimate is (the dearest
+    preference's variant, else `spec`), which the budget rules name."""
     findings: list[Finding] = []
     if spec.backend == "sagemaker":
         findings += instance.accepted(spec, target)
         findings += image.image_and_region(spec)
-        findings += _budget(spec, estimate, findings)
+        findings += _budget(priced, estimate, findings)
         findings += instance.efa(spec, target)
         findings += environment.sagemaker_limits(spec, target)
         findings += environment.tags(spec)

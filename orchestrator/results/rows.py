@@ -180,6 +180,12 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
     hourly = None
     if not is_cloud(results.backend):
         price_source = f"{results.backend}: no cloud cost"
+        if inst.preference is not None:
+            # A local job told that its first preferences had no capacity ran as a later one.
+            rate = (f"SageMaker bills {cost.rate(price).describe()} per instance" if price is not None
+                    else "no price known")
+            notes.append(f"ran as instance preference {inst.preference}, {inst.type} x{inst.count} ({rate}; "
+                         "not billed here)")
     elif price is None:
         notes.append(f"no price for {inst.type} in {results.region}; run `python -m orchestrator prices refresh`")
     else:

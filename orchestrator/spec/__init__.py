@@ -35,7 +35,7 @@ import importlib
 _EXPORTS = {
     **dict.fromkeys(("MAX_NAME", "NAME_PATTERN", "S3_BUCKET", "URI_PATTERN", "ROLE_PATTERN", "REGION_PATTERN",
                      "INSTANCE_PATTERN", "ARCH_PATTERN", "SDK_PATTERN", "DATA_PATTERN", "valid_bucket",
-                     "InstanceSpec", "ImageSpec", "ModelSpec", "OptimizerSpec", "TrainingSpec", "DataSpec",
+                     "InstanceSpec", "PreferenceSpec", "ImageSpec", "ModelSpec", "OptimizerSpec", "TrainingSpec", "DataSpec",
                      "CompileCacheSpec", "OutputSpec", "BatchSpec", "BudgetSpec", "JobSpec", "spec_hash"), "models"),
     **dict.fromkeys(("MAX_SPEC_BYTES", "MAX_EXPANDED_NODES", "SourceMap", "read_yaml"), "source"),
     **dict.fromkeys(("PATTERN_HINTS", "problems_from"), "problems"),

@@ -134,6 +134,25 @@ class StrictModel(BaseModel):
         return cls.model_construct()
 
 
+# botocore's InstancePreferences (CreateTrainingJob's ResourceConfig): 1 to 5 preferences, each
+# with at most one training plan ARN of this pattern (its TrainingPlanArns list).
+MAX_PREFERENCES = 5
+TRAINING_PLAN_PATTERN = r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.+$"
+
+
+class PreferenceSpec(StrictModel):
+    type: str = Field(..., pattern=INSTANCE_PATTERN,
+                      description="A SageMaker training instance type SageMaker may choose, e.g. ml.trn1n.32xlarge.")
+    count: Int | None = Field(
+        None, ge=1, le=64,
+        description="Instances if this type is chosen; on every preference or none. Default: the count that "
+        "trains the same global batch as instance.count of the first preference.")
+    training_plan_arn: str | None = Field(
+        None, pattern=TRAINING_PLAN_PATTERN,
+        description="A Flexible Training Plan for this type (its reserved capacity); without one the "
+        "preference uses on-demand capacity. Not together with instance.training_plan_arn.")
+
+
 class InstanceSpec(StrictModel):
     type: str = Field(
         "ml.trn1.2xlarge",
@@ -170,6 +189,39 @@ class InstanceSpec(StrictModel):
         "the job, for the next matching job (same type, count, volume, role, network) to start at once and "
         "find its compile cache on disk. Billed while kept; 0 = off. Ignored by the local backend.",
     )
+    preferences: list[PreferenceSpec] | None = Field(
+        None, min_length=1, max_length=MAX_PREFERENCES,
+        description="Instance types in priority order (at most 5), instead of one type: SageMaker launches "
+        "the job on the first with capacity (ResourceConfig.InstancePreferences). On-demand or training "
+        "plan capacity only (no spot). instance.type is then the first preference's.",
+    )
+    training_plan_arn: str | None = Field(
+        None, pattern=TRAINING_PLAN_PATTERN,
+        description="The Flexible Training Plan whose reserved capacity the job runs on "
+        "(ResourceConfig.TrainingPlanArn).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _type_from_preferences(cls, data: Any) -> Any:
+        # One type either way: with preferences, instance.type is the first one's, so everything
+        # that reads the type (catalog, names, the doctor) reads the first choice.
+        if not isinstance(data, dict) or not isinstance(data.get("preferences"), list):
+            return data
+        prefs = data["preferences"]
+        first = prefs[0].get("type") if prefs and isinstance(prefs[0], dict) else None
+        if "type" in data and first is not None and data["type"] != first:
+            raise cross_field("type", f"instance.type ({data['type']}) differs from the first preference "
+                              f"({first}): give preferences alone, or type equal to the first")
+        if first is not None and "type" not in data:
+            data = {**data, "type": first}
+        count = prefs[0].get("count") if prefs and isinstance(prefs[0], dict) else None
+        if count is not None and "count" in data and data["count"] != count:
+            raise cross_field("count", f"instance.count ({data['count']}) differs from the first preference's "
+                              f"count ({count}): give counts on the preferences alone")
+        if count is not None and "count" not in data:
+            data = {**data, "count": count}
+        return data
 
 
 class ImageSpec(StrictModel):
@@ -520,7 +572,8 @@ def uri_reason(value: Any) -> str | None:
 # canonical form, so a spec that does not use it keeps its hash across the upgrade: its job
 # name, the ledger's record of it and a sweep's trial ids stay the same (a resumed sweep would
 # otherwise submit every trial again under new names). Every new optional field goes here.
-LATER_FIELDS = ("instance.keep_alive_minutes", "training.precompile", "batch")
+LATER_FIELDS = ("instance.keep_alive_minutes", "training.precompile", "batch", "instance.preferences",
+                "instance.training_plan_arn")
 
 
 def spec_hash(spec: BaseModel) -> str:

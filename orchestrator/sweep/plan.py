@@ -7,6 +7,11 @@ Contract:
 - In a sweep whose trials run on several backends, a trial fails over only to the `failover`
   types its backend runs (a type the doctor refuses for its instance type alone is skipped
   for that trial); a failover type that no trial's backend runs is refused.
+- A SageMaker on-demand trial with failover types sends them as one instance preference list
+  (`platform_failover`): SageMaker launches on the first with capacity, and the trial's
+  client-side chain is its own type alone. Spot trials (which preferences exclude), trials on
+  other backends, chains of more than 5 types and preference lists the doctor refuses (a type
+  whose count cannot keep the global batch) keep the client-side failover.
 - Trials that can share a SageMaker warm pool (`warm_pool.pool_key`) are ordered next to each
   other (`warm_pool.grouped`), so the runner, which submits in plan order, chains them.
 - `check_budget(plan)` refuses a plan above `budget.max_total_cost_usd` (SpecError at that
@@ -16,15 +21,17 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator import cost, doctor, request, warm_pool
+from orchestrator import cost, doctor, preferences, request, warm_pool
 from orchestrator.errors import InputError, Problem, SpecError
 from orchestrator.names import Identity
 from orchestrator.spec import JobSpec, SweepSpec, with_overrides
+from orchestrator.spec.models import MAX_PREFERENCES
 from orchestrator.sweep.expand import (
     Trial,
     describe_overrides,
@@ -126,6 +133,22 @@ def failover_chain(sweep: SweepSpec, spec: JobSpec) -> tuple[str, ...]:
     return (own, *[t for t in sweep.failover.get("instance.type", []) if t != own])
 
 
+def platform_failover(spec: JobSpec, chain: tuple[str, ...]) -> doctor.Diagnosis | None:
+    """The diagnosis of `spec` with its failover `chain` as instance.preferences (botocore's
+    ResourceConfig.InstancePreferences: on-demand and training plans only, at most 5 types), or
+    None where the failover stays client-side (see the module docstring)."""
+    inst = spec.instance
+    if (spec.backend != "sagemaker" or inst.spot or inst.preferences or not 1 < len(chain) <= MAX_PREFERENCES
+            or not preferences.can_keep_global_batch(spec, chain)):
+        return None
+    try:
+        listed = with_overrides(spec, {"instance.preferences": [{"type": t} for t in chain]})
+    except SpecError:
+        return None
+    diagnosis = doctor.diagnose(listed)
+    return None if doctor.errors(diagnosis.findings) else diagnosis
+
+
 def plan(sweep: SweepSpec, *, tick: datetime | None = None,
          progress: Callable[[int, int], None] | None = None) -> Plan:
     """Expand, doctor-check and prepare every trial (see the module docstring).
@@ -147,8 +170,15 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None,
         where = where_of.get(trial.index, {})
         label = f"trial {trial.index} {trial.trial_id} ({describe_overrides(trial.overrides)})"
         bad: list[Problem] = []
+        chain = failover_chain(sweep, trial.spec)
+        source: JobSpec | doctor.Diagnosis = trial.spec
+        listed = platform_failover(trial.spec, chain)
+        if listed is not None:
+            # The trial keeps its identity (id and spec hash: the expanded spec); its job runs the list.
+            trial, chain = dataclasses.replace(trial, spec=listed.spec), chain[:1]
+            source = listed
         try:
-            prepared = request.prepare(trial.spec, job_name=name, extra_tags=ident.tags(trial.trial_id),
+            prepared = request.prepare(source, job_name=name, extra_tags=ident.tags(trial.trial_id),
                                        varied=trial.overrides)
         except SpecError as exc:
             bad += [problem_at(sweep, where, p.path, f"{label}: {p.message}") for p in exc.problems]
@@ -161,7 +191,6 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None,
                                            f"{label}: {finding.message} [{finding.rule}]; fix: {finding.fix}"))
                 elif finding.severity == "warning":
                     warnings.setdefault(f"{finding.rule}: {finding.message}", []).append(trial.trial_id)
-        chain = failover_chain(sweep, trial.spec)
         chain_usd = [] if bad else [prepared.estimate.usd_max]  # a refused trial is not planned
         kept = [chain[0]]
         for fallback in chain[1:]:

@@ -12,7 +12,10 @@ Contract:
   access denied stop the run at once with the error (`sweep resume` continues once it is
   fixed); throttling, 5xx and network errors wait with jittered exponential backoff, at most
   `max_transient_retries` times in a row at one call site before the run stops the same way;
-  a quota reached while other jobs of the sweep run waits without limit.
+  a quota reached while other jobs of the sweep run waits without limit. With an `admission`
+  (`sweep.admission`: the account's Service Quotas, read by `sweep run`), a job that would not
+  fit in its types' quota beside the sweep's jobs in flight is not submitted: it waits, and the
+  progress says "waiting for quota" with the type.
 - Retries: a capacity error fails over to the next instance type of `failover` (a new job
   `-rN`); capacity, spot interruption and internal errors are resubmitted as `-rN` up to
   `max_retries`; user errors never are. A retry that would take the sweep's cost bounds
@@ -112,7 +115,7 @@ class Runner(History):
                  rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
                  backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
                  count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None,
-                 max_transient_retries: int = MAX_TRANSIENT_RETRIES):
+                 max_transient_retries: int = MAX_TRANSIENT_RETRIES, admission=None):
         super().__init__(definition, backend, ledger)
         self.sleep = sleep
         self.clock = clock
@@ -136,6 +139,9 @@ class Runner(History):
         self._last_elsewhere = 0
         self._acted = 0
         self._event_count = 0
+        # `sweep.admission.Admission`: jobs beyond the account's quota wait instead of failing.
+        self.admission = admission
+        self.quota_wait: str | None = None
         self._noted_elsewhere = False
         self._adopted_remote = False
 
@@ -498,14 +504,25 @@ class Runner(History):
                     self._event(f"{entry.job_name}: adopted (submitted by another machine)")
                 adopted.add(entry.job_name)
         self._last_elsewhere = len(elsewhere - adopted)
+        self.quota_wait = None
+        held = [e.request for e in latest if e.state in IN_FLIGHT]  # and what this round submits
         for entry in latest:
             if entry.state != Status.PLANNED or entry.job_name in adopted:
                 continue
             if room <= 0 or self.backing_off() or self.stop_requested():
                 return
+            if self.admission is not None:
+                why = self.admission.why_not(entry.request, held)
+                if why is not None:
+                    # Not submitted to fail: it waits for this sweep's jobs on that type to end.
+                    if self.quota_wait != why:
+                        self._event(f"{entry.job_name}: {why}")
+                    self.quota_wait = why
+                    continue
             if self._submit(entry, reconcile=False):
                 room -= 1
                 self._acted += 1
+                held.append(entry.request)
 
     def _submit(self, entry: Entry, *, reconcile: bool) -> bool:
         trial = self.trials[entry.trial_id or ""]
@@ -558,8 +575,9 @@ class Runner(History):
             counts[view.state] = counts.get(view.state, 0) + 1
         in_flight = sum(1 for v in views if v.state in IN_FLIGHT)
         waiting = self._not_before if self._not_before > self.clock() else None
+        reason = self._waiting_reason if waiting else self.quota_wait
         return Progress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
-                        waiting, self._waiting_reason if waiting else None, tuple(self._events),
+                        waiting, reason, tuple(self._events),
                         done=all(v.final for v in views), stopped=stopped, event_count=self._event_count)
 
     def run(self, *, max_steps: int | None = None) -> Progress:

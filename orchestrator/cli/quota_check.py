@@ -1,0 +1,90 @@
+"""The quota check of `doctor --quotas`, `plan --quotas` and `submit` (`orchestrator.quotas`):
+print each way of running the job against its quota, and exit 2 when none fits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from orchestrator.cli.output import err
+
+
+def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, backend=None) -> list:
+    """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
+    raise InputError (exit 2) when the job fits no instance type's quota. Returns the verdicts
+    (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
+    the endpoint refuses to give (no servicequotas grant in an older stack, an endpoint without
+    the API) are said and skipped, not the submit's failure; the clients are then the submitting `backend`'s
+    (`quota_clients`: a cloud backend's; one without it, such as a test's stand-in, reads none)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from orchestrator import aws, quotas
+    from orchestrator.errors import BackendError
+
+    if not quotas.needs(loaded):
+        return []
+    if tolerant and not hasattr(backend, "quota_clients"):
+        return []
+    try:
+        quota_client, sagemaker_client = (backend.quota_clients(attempts=aws.NO_ANSWER_ATTEMPTS) if tolerant else
+                                          quotas.clients(loaded.region))
+        verdicts = quotas.read(loaded, quota_client, sagemaker_client)
+    except (BotoCoreError, ClientError) as exc:
+        # An endpoint that does not answer would not take the job either: that stops the submit
+        # (exit 1, as any call to it). A refusal (no servicequotas grant in an older stack, an
+        # endpoint without the API) skips the check, said.
+        silent = aws.describe(exc, "ListServiceQuotas")
+        if silent is not None:
+            raise BackendError(f"reading the quotas: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT) from None
+        if not tolerant:
+            raise BackendError(f"reading the quotas: {type(exc).__name__}: {exc}",
+                               hint="the operator policy grants servicequotas:ListServiceQuotas (infra/README.md); "
+                                    "update the stack if yours predates it") from exc
+        say(f"quota: not read ({type(exc).__name__}: {exc}); submitting without the check "
+            "(--no-quota-check skips it)")
+        return []
+    for verdict in verdicts:
+        say(f"quota: {verdict.describe()}")
+    quotas.check(verdicts, loaded.region)
+    return verdicts
+
+
+def _quota_backend(backend, definition):
+    """The sweep's first backend that can read quotas (`quota_clients`), or None."""
+    for name in definition.backends:
+        found = backend.get(name) if hasattr(backend, "get") and hasattr(backend, "names") else backend
+        if hasattr(found, "quota_clients"):
+            return found
+    return None
+
+
+def sweep_admission(definition, backend, say: Callable[[str], None] = err):
+    """The `sweep.admission.Admission` of a saved sweep from the account's quotas (read-only
+    calls, tried once, through the sweep's cloud `backend`), or None when none could be read
+    (said) or the backend reads none. InputError (exit 2) before any submit when a trial fits no
+    instance type's quota: it would wait forever."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from orchestrator import aws, quotas
+    from orchestrator.errors import InputError
+    from orchestrator.sweep.admission import Admission
+
+    specs = [t.spec for t in definition.trials]
+    reader = _quota_backend(backend, definition)
+    if reader is None or not any(quotas.needs(s) for s in specs):
+        return None
+    try:
+        quota_client, sagemaker_client = reader.quota_clients(attempts=1)
+        per_trial = quotas.sweep_verdicts(specs, quota_client, sagemaker_client)
+    except (BotoCoreError, ClientError) as exc:
+        why = aws.describe(exc) or f"{type(exc).__name__}: {exc}"
+        say(f"quota: not read ({why}); trials are submitted without admission by quota")
+        return None
+    for trial, verdicts in zip(definition.trials, per_trial, strict=True):
+        try:
+            quotas.check(verdicts, definition.region)
+        except InputError as exc:
+            raise InputError(f"trial {trial.trial_id}: {exc.message}", hint=exc.hint) from None
+    flat = [v for verdicts in per_trial for v in verdicts]
+    for verdict in {v.need.quota_name: v for v in flat}.values():
+        say(f"quota: {verdict.describe()}")
+    return Admission.from_verdicts(flat)

@@ -1,0 +1,191 @@
+"""Service Quotas before money: how many of each instance type the account may run, what is in
+use, and what a job needs, read before anything is paid.
+
+Contract:
+- `needs(spec)`: what the spec asks of which quota, offline. SageMaker: per instance type it may
+  run on (each preference, or instance.type) the quota "<type> for training job usage" (spot:
+  "<type> for spot training job usage"), in instances. Batch: the EC2 quota "Running On-Demand
+  Inf instances" (spot: "All Inf Spot Instance Requests"), in vCPUs: the type's vCPUs x count.
+  Other backends need none.
+- `read(spec, quota_client, sagemaker_client)`: one `Verdict` per need, from Service Quotas'
+  ListServiceQuotas (the applied values, matched by quota name; its code comes from the same
+  answer) and, for SageMaker, the training jobs in progress (ListTrainingJobs, then
+  DescribeTrainingJob for each one's selected type and count). Read-only calls that cost nothing.
+- `check(verdicts, region)`: InputError (exit 2) when the job needs more than the quota of
+  every type it could run on, naming each quota, its code and how to request an increase.
+  A quota that is known and large enough, but taken by running jobs, is not an error: the
+  job would wait or fail for capacity, which `Verdict.free_now` says.
+
+Source: the Service Quotas API reference (ListServiceQuotas: "the applied quota values for the
+specified AWS service"; quotas whose applied value is not available are left out, which reads
+here as unknown, never as 0), and SageMaker's quota names in the Service Quotas console
+("ml.trn1.32xlarge for training job usage").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, NamedTuple
+
+from orchestrator import catalog, preferences
+from orchestrator.errors import InputError
+
+if TYPE_CHECKING:
+    from orchestrator.spec import JobSpec
+
+SAGEMAKER = "sagemaker"
+EC2 = "ec2"
+INF_ON_DEMAND = "Running On-Demand Inf instances"
+INF_SPOT = "All Inf Spot Instance Requests"
+# In-progress jobs described for what is in use; more are counted as unknown (said so).
+MAX_DESCRIBED = 100
+
+
+class Need(NamedTuple):
+    """What one way of running the job asks of one quota."""
+
+    service: str  # the Service Quotas service code: sagemaker, ec2
+    quota_name: str
+    instance_type: str
+    amount: int  # instances (sagemaker) or vCPUs (ec2)
+    unit: str  # "instances" or "vCPUs"
+
+
+class Quota(NamedTuple):
+    name: str
+    code: str
+    value: float
+
+
+class Verdict(NamedTuple):
+    """A need against its quota (None: not in the applied quotas) and what running jobs use
+    of it (None: not known)."""
+
+    need: Need
+    quota: Quota | None
+    in_use: int | None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the job fits in the quota at all; None when the quota is unknown."""
+        return None if self.quota is None else self.need.amount <= self.quota.value
+
+    @property
+    def free_now(self) -> bool | None:
+        """Whether it fits beside what runs now; None when either is unknown."""
+        if self.quota is None or self.in_use is None:
+            return None
+        return self.need.amount + self.in_use <= self.quota.value
+
+    def describe(self) -> str:
+        n = self.need
+        head = f"{n.instance_type}: needs {n.amount} {n.unit} of \"{n.quota_name}\""
+        if self.quota is None:
+            return f"{head}: quota unknown (not among the applied {n.service} quotas)"
+        used = "in use unknown" if self.in_use is None else f"{self.in_use} in use"
+        state = ("does not fit the quota" if not self.fits else
+                 "fits now" if self.free_now else "fits the quota (waits for running jobs)" if self.free_now is False
+                 else "fits the quota")
+        return f"{head} ({self.quota.code}): quota {self.quota.value:g}, {used}: {state}"
+
+
+def needs(spec: JobSpec) -> list[Need]:
+    """What `spec` asks of which quota (see the module docstring); pure."""
+    spot = spec.instance.spot
+    if spec.backend == "sagemaker":
+        found = preferences.choices(spec)
+        ways = [(c.type, c.count or spec.instance.count) for c in found] or [(spec.instance.type, spec.instance.count)]
+        usage = "spot training job usage" if spot else "training job usage"
+        return [Need(SAGEMAKER, f"{t} for {usage}", t, n, "instances") for t, n in ways]
+    if spec.backend == "batch":
+        facts = catalog.instance(spec.instance.type)
+        vcpus = (facts.vcpus if facts else 0) * spec.instance.count
+        return [Need(EC2, INF_SPOT if spot else INF_ON_DEMAND, spec.instance.type, vcpus, "vCPUs")]
+    return []
+
+
+def clients(region: str, *, attempts: int | None = None):
+    """(Service Quotas client, SageMaker client) in `region` (tests replace this). `attempts`:
+    how many times each call is tried (default: `aws.retry_config()`'s); submit's own check
+    tries once, so a quota read that fails delays no submit."""
+    from orchestrator import aws
+
+    config = aws.client_config(retries={"mode": "standard", "total_max_attempts": attempts}) if attempts else None
+    return aws.client("service-quotas", region, config=config), aws.client("sagemaker", region, config=config)
+
+
+def applied(quota_client, service: str, names: set[str]) -> dict[str, Quota]:
+    """The applied quotas of `service` whose names are in `names` (ListServiceQuotas, every page)."""
+    found: dict[str, Quota] = {}
+    for page in quota_client.get_paginator("list_service_quotas").paginate(ServiceCode=service):
+        for q in page.get("Quotas") or []:
+            if q.get("QuotaName") in names and q.get("Value") is not None:
+                found[q["QuotaName"]] = Quota(q["QuotaName"], q.get("QuotaCode") or "?", float(q["Value"]))
+    return found
+
+
+def training_in_use(sagemaker_client) -> Counter | None:
+    """Instances of each type that SageMaker training jobs in progress hold (the selected type
+    with instance preferences); None when there are more than MAX_DESCRIBED to describe."""
+    names = []
+    for page in sagemaker_client.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress"):
+        names += [j["TrainingJobName"] for j in page.get("TrainingJobSummaries") or []]
+    if len(names) > MAX_DESCRIBED:
+        return None
+    used: Counter = Counter()
+    for name in names:
+        resources = sagemaker_client.describe_training_job(TrainingJobName=name).get("ResourceConfig") or {}
+        itype = resources.get("SelectedInstanceType") or resources.get("InstanceType")
+        count = resources.get("SelectedInstanceCount") or resources.get("InstanceCount") or 0
+        if itype:  # not selected yet: holds nothing so far
+            used[itype] += int(count)
+    return used
+
+
+def read(spec: JobSpec, quota_client, sagemaker_client=None) -> list[Verdict]:
+    """One verdict per need of `spec` (see the module docstring)."""
+    wanted = needs(spec)
+    if not wanted:
+        return []
+    by_service: dict[str, dict[str, Quota]] = {}
+    for service in dict.fromkeys(n.service for n in wanted):
+        by_service[service] = applied(quota_client, service, {n.quota_name for n in wanted if n.service == service})
+    used = training_in_use(sagemaker_client) if spec.backend == "sagemaker" and sagemaker_client else None
+    return [Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
+            for n in wanted]
+
+
+def increase_hint(verdict: Verdict, region: str) -> str:
+    """The CLI command and the console page that request a larger quota."""
+    n, q = verdict.need, verdict.quota
+    code = q.code if q is not None else "QUOTA_CODE"
+    return (f"aws service-quotas request-service-quota-increase --service-code {n.service} --quota-code {code} "
+            f"--desired-value {n.amount} --region {region}, or the console: "
+            f"https://{region}.console.aws.amazon.com/servicequotas/home/services/{n.service}/quotas/{code}")
+
+
+def check(verdicts: list[Verdict], region: str) -> None:
+    """InputError (exit 2) when every way of running the job needs more than its known quota."""
+    if not verdicts or not all(v.fits is False for v in verdicts):
+        return
+    said = "; ".join(f"\"{v.need.quota_name}\" ({v.quota.code}) is {v.quota.value:g} {v.need.unit} in {region}, "
+                     f"the job needs {v.need.amount}" for v in verdicts)
+    hints = "; ".join(increase_hint(v, region) for v in verdicts)
+    raise InputError(f"the job cannot start on any instance type it may run on: {said}",
+                     hint=f"request an increase (new accounts start at 0 for Trainium training): {hints}; "
+                          "or add an instance preference whose quota allows it")
+
+
+def sweep_verdicts(specs: list[JobSpec], quota_client, sagemaker_client) -> list[list[Verdict]]:
+    """`read` for each of a sweep's trial specs, with one ListServiceQuotas per service and one
+    look at the running training jobs for all of them."""
+    wanted = [needs(s) for s in specs]
+    flat = [n for found in wanted for n in found]
+    if not flat:
+        return [[] for _ in specs]
+    by_service = {service: applied(quota_client, service, {n.quota_name for n in flat if n.service == service})
+                  for service in dict.fromkeys(n.service for n in flat)}
+    sagemaker = any(s.backend == "sagemaker" for s in specs)
+    used = training_in_use(sagemaker_client) if sagemaker and sagemaker_client else None
+    return [[Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
+             for n in found] for found in wanted]

@@ -1,0 +1,184 @@
+"""Service Quotas before money (orchestrator.quotas): the needs of a spec, the quota answers
+(botocore's Stubber: every request and response is validated against the Service Quotas and
+SageMaker models, since moto implements neither ListServiceQuotas nor SageMaker's quotas), the
+exit-2 refusal that names the quota, and `submit` refusing before any paid call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from cli_harness import run_cli
+
+from orchestrator import quotas, spec
+from orchestrator.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "vit-trn-preferences.yaml"
+TYPES = ("ml.trn1.32xlarge", "ml.trn1n.32xlarge", "ml.trn2.48xlarge")
+CODES = {"ml.trn1.32xlarge": "L-11111111", "ml.trn1n.32xlarge": "L-22222222", "ml.trn2.48xlarge": "L-33333333"}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(orch_home):
+    return orch_home
+
+
+def _quota(name: str, code: str, value: float, service: str = "sagemaker") -> dict:
+    return {"ServiceCode": service, "ServiceName": "Amazon SageMaker", "QuotaCode": code, "QuotaName": name,
+            "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:{service}/{code}", "Value": value,
+            "Unit": "None", "Adjustable": True, "GlobalQuota": False}
+
+
+def _clients(values: dict[str, float], running: dict[str, tuple[str, int]] | None = None, service: str = "sagemaker",
+             extra: list[dict] | None = None):
+    """Stubbed (service-quotas, sagemaker) clients: ListServiceQuotas in two pages (the types'
+    quotas after another one), ListTrainingJobs and one DescribeTrainingJob per running job."""
+    sq = boto3.client("service-quotas", region_name="us-east-1")
+    sm = boto3.client("sagemaker", region_name="us-east-1")
+    sq_stub, sm_stub = Stubber(sq), Stubber(sm)
+    other = _quota("ml.p5.48xlarge for training job usage", "L-99999999", 4)
+    sq_stub.add_response("list_service_quotas", {"Quotas": [other], "NextToken": "cGFnZS0y"},
+                         {"ServiceCode": service})
+    listed = [_quota(name, code, value, service) for name, (code, value) in values.items()] + (extra or [])
+    sq_stub.add_response("list_service_quotas", {"Quotas": listed}, {"ServiceCode": service, "NextToken": "cGFnZS0y"})
+    if service == "sagemaker":
+        import datetime
+
+        when = datetime.datetime(2026, 12, 4, tzinfo=datetime.timezone.utc)
+        summaries = [{"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
+                      "CreationTime": when, "TrainingJobStatus": "InProgress"} for name in (running or {})]
+        sm_stub.add_response("list_training_jobs", {"TrainingJobSummaries": summaries}, {"StatusEquals": "InProgress"})
+        for name, (itype, count) in (running or {}).items():
+            sm_stub.add_response("describe_training_job", {
+                "TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
+                "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+                "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
+                "ResourceConfig": {"VolumeSizeInGB": 100, "InstancePreferences": [{"InstanceType": itype, "InstanceCount": count}],
+                                   "SelectedInstanceType": itype, "SelectedInstanceCount": count},
+                "StoppingCondition": {"MaxRuntimeInSeconds": 60}, "CreationTime": when}, {"TrainingJobName": name})
+    sq_stub.activate()
+    sm_stub.activate()
+    return sq, sm, sq_stub, sm_stub
+
+
+def _named(values: dict[str, float]) -> dict[str, tuple[str, float]]:
+    return {f"{t} for training job usage": (CODES[t], v) for t, v in values.items()}
+
+
+def test_needs_per_preference_and_for_batch():
+    loaded = spec.load(CONFIG)
+    assert [(n.quota_name, n.amount, n.unit) for n in quotas.needs(loaded)] == [
+        ("ml.trn1.32xlarge for training job usage", 2, "instances"),
+        ("ml.trn1n.32xlarge for training job usage", 2, "instances"),
+        ("ml.trn2.48xlarge for training job usage", 1, "instances")]
+    batch = spec.load(ROOT / "configs" / "vit-inf2-xlarge.yaml")
+    (need,) = quotas.needs(batch)
+    assert (need.service, need.quota_name, need.unit) == ("ec2", "Running On-Demand Inf instances", "vCPUs")
+    assert need.amount == 4 * batch.instance.count  # inf2.xlarge: 4 vCPUs
+    assert quotas.needs(spec.load(ROOT / "configs" / "local-tiny.yaml")) == []
+
+
+def test_read_matches_quotas_by_name_and_counts_running_jobs():
+    sq, sm, sq_stub, sm_stub = _clients(_named({"ml.trn1.32xlarge": 4, "ml.trn1n.32xlarge": 0}),
+                                        running={"other-1": ("ml.trn1.32xlarge", 3)})
+    verdicts = quotas.read(spec.load(CONFIG), sq, sm)
+    sq_stub.assert_no_pending_responses()
+    sm_stub.assert_no_pending_responses()
+    trn1, trn1n, trn2 = verdicts
+    assert (trn1.quota.code, trn1.quota.value, trn1.in_use, trn1.fits, trn1.free_now) == ("L-11111111", 4, 3, True, False)
+    assert (trn1n.fits, trn1n.in_use) == (False, 0)
+    assert trn2.quota is None and trn2.fits is None  # not among the applied quotas: unknown, not 0
+    assert "waits for running jobs" in trn1.describe() and "quota unknown" in trn2.describe()
+    quotas.check(verdicts, "us-east-1")  # one type fits: no error
+
+
+def test_a_zero_quota_for_every_type_is_exit_2_naming_quota_code_and_the_way_to_raise_it():
+    sq, sm, _, _ = _clients(_named(dict.fromkeys(TYPES, 0)))
+    verdicts = quotas.read(spec.load(CONFIG), sq, sm)
+    with pytest.raises(InputError) as caught:
+        quotas.check(verdicts, "us-east-1")
+    error = caught.value
+    assert error.exit_code == 2
+    text = f"{error} {error.hint}"
+    for itype in TYPES:
+        assert f"\"{itype} for training job usage\" ({CODES[itype]}) is 0" in text
+        assert f"--quota-code {CODES[itype]}" in text
+    assert "aws service-quotas request-service-quota-increase --service-code sagemaker" in text
+    assert "console.aws.amazon.com/servicequotas/home/services/sagemaker/quotas/L-11111111" in text
+
+
+def test_batch_checks_the_ec2_inf_vcpu_quota():
+    batch = spec.load(ROOT / "configs" / "vit-inf2-xlarge.yaml")
+    sq, _, _, _ = _clients({"Running On-Demand Inf instances": ("L-1945791B", 2)}, service="ec2")
+    (verdict,) = quotas.read(batch, sq, None)
+    assert verdict.quota.value == 2 and verdict.in_use is None and verdict.fits is False
+    with pytest.raises(InputError, match="Running On-Demand Inf instances"):
+        quotas.check([verdict], "us-east-1")
+
+
+def test_submit_with_no_quota_exits_2_before_any_paid_call(monkeypatch, capsys):
+    sq, sm, _, _ = _clients(_named(dict.fromkeys(TYPES, 0)))
+    from orchestrator import backends
+
+    class Backend:
+        """The SageMaker backend as submit sees it: it reads quotas, and must not be asked to submit."""
+
+        def quota_clients(self, attempts=None):
+            assert attempts == 2  # submit's own check: twice, as every call to a silent endpoint
+            return sq, sm
+
+        def submit(self, prepared):
+            pytest.fail("submitted (the source upload and CreateTrainingJob) past a quota of 0")
+
+    monkeypatch.setattr(backends, "create", lambda *a, **k: Backend())
+    code, out, err = run_cli(monkeypatch, capsys, "submit", str(CONFIG))
+    assert code == 2
+    assert "ml.trn1.32xlarge for training job usage" in err and "L-11111111" in err
+    assert "request-service-quota-increase" in err
+    assert out == ""
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(CONFIG), "--no-quota-check", "--dry-run")
+    assert code == 0
+
+
+def test_doctor_and_plan_with_quotas_show_each_type(monkeypatch, capsys):
+    def answers(region, attempts=None):
+        sq, sm, _, _ = _clients(_named({"ml.trn1.32xlarge": 8, "ml.trn1n.32xlarge": 0, "ml.trn2.48xlarge": 1}))
+        return sq, sm
+
+    monkeypatch.setattr(quotas, "clients", answers)
+    code, out, _ = run_cli(monkeypatch, capsys, "doctor", str(CONFIG), "--quotas")
+    assert code == 0
+    lines = [line for line in out.splitlines() if line.startswith("quota: ")]
+    assert len(lines) == 3 and "quota 8, 0 in use: fits now" in lines[0] and "does not fit" in lines[1]
+    code, _, err = run_cli(monkeypatch, capsys, "plan", str(CONFIG), "--quotas")
+    assert code == 0 and err.count("quota: ") == 3
+
+
+def test_a_plain_plan_reads_no_quota(monkeypatch, capsys):
+    monkeypatch.setattr(quotas, "clients", lambda *a, **k: pytest.fail("plan read quotas without --quotas"))
+    code, _, _ = run_cli(monkeypatch, capsys, "plan", str(CONFIG))
+    assert code == 0
+
+
+def test_a_refused_quota_read_is_exit_1_for_doctor_and_said_and_skipped_for_submit(monkeypatch, capsys):
+    sq = boto3.client("service-quotas", region_name="us-east-1")
+    stub = Stubber(sq)
+    stub.add_client_error("list_service_quotas", "AccessDeniedException", "not authorized", 400)
+    stub.activate()
+    monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: (sq, None))
+    code, _, err = run_cli(monkeypatch, capsys, "doctor", str(CONFIG), "--quotas")
+    assert code == 1 and "AccessDeniedException" in err and "servicequotas:ListServiceQuotas" in err
+    from orchestrator.cli import quota_check
+
+    stub.add_client_error("list_service_quotas", "AccessDeniedException", "not authorized", 400)
+
+    class Backend:
+        def quota_clients(self, attempts=None):
+            return sq, None
+
+    said: list[str] = []
+    assert quota_check.run(spec.load(CONFIG), said.append, tolerant=True, backend=Backend()) == []
+    assert said and said[0].startswith("quota: not read (AccessDeniedException") and "--no-quota-check" in said[0]
