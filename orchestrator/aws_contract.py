@@ -276,12 +276,16 @@ def raise_for(spec, found: list[Violation], field_of: Callable[[str], str | None
     if not found:
         return
     problems = []
+    cited: set[str] = set()
     for violation in found:
         field = field_of(violation.path) or ""
         file, line, column = spec.locate(field) if field else (spec.locate("name")[0], 0, 0)
         derived = f"{what}'s {violation.path} (derived from {field})" if field else f"{what}: {violation.path}"
+        # Each source is quoted once: five paths over one limit must still fit a screen.
+        source = "the same source" if violation.source in cited else violation.source
+        cited.add(violation.source)
         problems.append(Problem(file or "<spec>", line, column, field,
-                                f"{derived}: {violation.problem}; AWS would refuse it (source: {violation.source})"))
+                                f"{derived}: {violation.problem}; AWS would refuse it (source: {source})"))
     raise SpecError(problems, hint="shorten or change the field named; the limit is AWS's own")
 
 

@@ -99,6 +99,8 @@ def test_a_prefix_too_long_for_s3_keys_exits_2_naming_output_uri(command, orch_h
     assert code == 2, (out, err)
     assert "output.uri" in err and "S3 allows at most 1024" in err and "object-keys.html" in err
     assert ":23:" in err  # the line of output.uri in the spec
+    # Every location derived from the prefix is named, the limit's source quoted once.
+    assert err.count("S3 allows at most 1024") >= 4 and err.count("object-keys.html") == 1
 
 
 def test_submit_of_a_too_long_prefix_sends_nothing(orch_home, tmp_path, moto_server, monkeypatch, capsys):
