@@ -136,3 +136,9 @@ def test_a_file_where_the_sweeps_folder_goes_is_an_input_error_not_a_bug(orch_ho
         paths.home_folder("dangling")
     assert info.value.message.startswith(f"{orch_home / 'dangling'} is a link that leads to no folder")
     assert paths.home_folder("fresh") == orch_home / "fresh" and (orch_home / "fresh").is_dir()
+    # The crontab's log folder is one too.
+    from orchestrator.schedule import crontab
+
+    (orch_home / "schedules").write_text("")
+    with pytest.raises(InputError, match="schedules is a file, not a folder: the orchestrator keeps its schedules"):
+        crontab.ensure_log_dir()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import InputError
-from orchestrator.paths import home
+from orchestrator.paths import home, home_folder
 from orchestrator.schedule.cron import require_schedule
 
 if TYPE_CHECKING:
@@ -140,13 +140,6 @@ def cron_command(command: str) -> str:
 
 
 def ensure_log_dir() -> Path:
-    """Create the folder the crontab entry logs to; InputError naming it when that fails."""
-    path = home() / "schedules"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        from orchestrator.paths import write_hint
-
-        raise InputError(f"cannot create the schedule log folder {path}: {exc.strerror or exc}",
-                         hint=write_hint(exc, "set ORCHESTRATOR_HOME to a folder you can write to")) from None
-    return path
+    """Create the folder the crontab entry logs to; InputError naming it when that fails
+    (`paths.home_folder`)."""
+    return home_folder("schedules")
