@@ -227,11 +227,11 @@ def submit(
     loaded = spec.load(path)
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
     backend = None
+    # A batch spec's request, run by the local backend (a local spec needs no flag).
+    run_here = local and loaded.backend == "batch"
     if local:
         _check_local(loaded, path)
-        # A batch spec's request, run by the local backend (a local spec needs no flag).
         backend = backends.create("local")
-        run_here = loaded.backend == "batch"
         if loaded.backend == "local":
             # Said, not silent: the flag changes nothing for a spec that already runs here.
             err(f"note: {path} has backend: local, which runs on this machine anyway; --local changes nothing")
@@ -271,7 +271,6 @@ def submit(
             raise BackendError(f"{result.job_name}: {RERUN_CLAIMS} rerun names in a row were taken by concurrent "
                                "submits of this spec", hint="run the command again once the others are done")
         err(f"note: {result.job_name} was taken by a concurrent submit meanwhile; trying the next free name")
-        run_here = local and loaded.backend == "batch"
         prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, False, local=run_here),
                                    local=run_here)
         result = backend.submit(prepared)
