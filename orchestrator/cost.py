@@ -138,57 +138,27 @@ class Estimate(NamedTuple):
         }
 
 
-# Per Batch attempt, minutes an instance is billed outside the job's timeout: booting the ECS
-# Neuron AMI, pulling the multi-GB training image, and idling until the compute environment
-# scales in (Batch scales a MinvCpus 0 environment down after its jobs end). An assumption,
-# set high: nothing here has measured it on real inf2.
-BATCH_INSTANCE_MINUTES = 15
-
-
-def batch_attempts(spec: JobSpec) -> int:
-    """How many times Batch may run the job: the first attempt and its retries."""
-    return 1 + spec.max_retry_attempts
-
 
 def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
-    """The upper-bound cost of `spec` (see the module docstring), at the price of its resolved
-    `target` when given (`catalog.resolve`; else the catalog is asked for it)."""
-    hours = spec.max_run_minutes / 60
-    count = spec.instance.count
-    spot = spec.instance.spot
-    if spec.backend == "local":
-        return Estimate(usd_max=0.0, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
-                        spot=spot, note="local backend: no cloud cost")
-    price = target.price if target is not None else catalog.price(spec.instance.type, spec.region)
-    if price is None:
-        return Estimate(usd_max=math.inf, hours_max=hours, usd_per_hour=None, price=None, instance_count=count,
-                        spot=spot, note=f"no price known for {spec.instance.type} in {spec.region}; "
-                        "run `python -m orchestrator prices refresh`")
-    hourly = rate(price)
-    if spec.backend == "batch":
-        attempts = batch_attempts(spec)
-        hours = attempts * (spec.max_run_minutes + BATCH_INSTANCE_MINUTES) / 60
-        notes = [f"upper bound: {attempts} attempt(s) x (max_run_minutes + {BATCH_INSTANCE_MINUTES} min of instance "
-                 "start-up and scale-in, assumed) at the EC2 on-demand price AWS Batch bills"]
-        if spot:
-            notes.append("spot usually bills less")
-        return Estimate(usd_max=hours * count * hourly.usd_per_hour, hours_max=hours,
-                        usd_per_hour=hourly.usd_per_hour, price=price, instance_count=count, spot=spot,
-                        note="; ".join(notes), markup=hourly.markup)
-    if hourly.verified:
-        notes = ["upper bound: max_run_minutes at SageMaker's on-demand price"]
-    else:
-        notes = [f"upper bound only if SageMaker charges at most {hourly.markup:g} x this EC2 price; {UNVERIFIED}"]
-    if spec.training.precompile:
-        notes.append("the precompile pass runs within the job, so within max_run_minutes")
-    if spot:
-        notes.append("managed spot usually bills less")
-    keep = spec.instance.keep_alive_minutes / 60
-    if keep:
-        notes.append("the warm pool kept after the job is billed too")
-    return Estimate(usd_max=(hours + keep) * count * hourly.usd_per_hour, hours_max=hours,
-                    usd_per_hour=hourly.usd_per_hour, price=price, instance_count=count, spot=spot,
-                    note="; ".join(notes), markup=hourly.markup, keep_alive_hours=keep)
+    """The upper-bound cost of `spec` on its backend (see the module docstring; each backend
+    bills in its own way: `Backend.estimate`), at the price of its resolved `target` when given
+    (`catalog.resolve`; else the catalog is asked for it)."""
+    from orchestrator import backends
+
+    return backends.backend_class(spec.backend).estimate(spec, target)
+
+
+def price_of(spec: JobSpec, target: catalog.Target | None) -> catalog.Price | None:
+    """The price the bound is at: the target's, else the catalog's for the spec's type and region."""
+    return target.price if target is not None else catalog.price(spec.instance.type, spec.region)
+
+
+def unpriced(spec: JobSpec) -> Estimate:
+    """The bound of a spec whose instance has no known price: unbounded, saying how to get one."""
+    return Estimate(usd_max=math.inf, hours_max=spec.max_run_minutes / 60, usd_per_hour=None, price=None,
+                    instance_count=spec.instance.count, spot=spec.instance.spot,
+                    note=f"no price known for {spec.instance.type} in {spec.region}; "
+                    "run `python -m orchestrator prices refresh`")
 
 
 def worst_case(costs: list[float], max_retries: int) -> float:

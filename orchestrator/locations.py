@@ -31,7 +31,9 @@ def compile_cache_uri(spec: JobSpec) -> str | None:
     """compile_cache.uri, or the local store's cache for a local spec without one."""
     if spec.compile_cache.uri:
         return spec.compile_cache.uri.rstrip("/")
-    if spec.backend == "local":
+    from orchestrator import backends
+
+    if not backends.backend_class(spec.backend).cloud:
         return f"file://{home()}/store/compile-cache"
     return None
 

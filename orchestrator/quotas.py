@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, NamedTuple
 
-from orchestrator import catalog, preferences
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
@@ -90,18 +89,11 @@ class Verdict(NamedTuple):
 
 
 def needs(spec: JobSpec) -> list[Need]:
-    """What `spec` asks of which quota (see the module docstring); pure."""
-    spot = spec.instance.spot
-    if spec.backend == "sagemaker":
-        found = preferences.choices(spec)
-        ways = [(c.type, c.count or spec.instance.count) for c in found] or [(spec.instance.type, spec.instance.count)]
-        usage = "spot training job usage" if spot else "training job usage"
-        return [Need(SAGEMAKER, f"{t} for {usage}", t, n, "instances") for t, n in ways]
-    if spec.backend == "batch":
-        facts = catalog.instance(spec.instance.type)
-        vcpus = (facts.vcpus if facts else 0) * spec.instance.count
-        return [Need(EC2, INF_SPOT if spot else INF_ON_DEMAND, spec.instance.type, vcpus, "vCPUs")]
-    return []
+    """What `spec` asks of which quota (see the module docstring: each backend says,
+    `Backend.quota_needs`); pure."""
+    from orchestrator import backends
+
+    return backends.backend_class(spec.backend).quota_needs(spec)
 
 
 def clients(region: str, *, attempts: int | None = None):
@@ -150,7 +142,8 @@ def read(spec: JobSpec, quota_client, sagemaker_client=None) -> list[Verdict]:
     by_service: dict[str, dict[str, Quota]] = {}
     for service in dict.fromkeys(n.service for n in wanted):
         by_service[service] = applied(quota_client, service, {n.quota_name for n in wanted if n.service == service})
-    used = training_in_use(sagemaker_client) if spec.backend == "sagemaker" and sagemaker_client else None
+    training = any(n.service == SAGEMAKER for n in wanted)  # training jobs hold its quotas
+    used = training_in_use(sagemaker_client) if training and sagemaker_client else None
     return [Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
             for n in wanted]
 
@@ -185,7 +178,7 @@ def sweep_verdicts(specs: list[JobSpec], quota_client, sagemaker_client) -> list
         return [[] for _ in specs]
     by_service = {service: applied(quota_client, service, {n.quota_name for n in flat if n.service == service})
                   for service in dict.fromkeys(n.service for n in flat)}
-    sagemaker = any(s.backend == "sagemaker" for s in specs)
-    used = training_in_use(sagemaker_client) if sagemaker and sagemaker_client else None
+    training = any(n.service == SAGEMAKER for n in flat)  # training jobs hold its quotas
+    used = training_in_use(sagemaker_client) if training and sagemaker_client else None
     return [[Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
              for n in found] for found in wanted]

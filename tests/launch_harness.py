@@ -11,7 +11,7 @@ from pathlib import Path
 
 from entrypoints import compile_cache, contract, environment, torchrun
 from orchestrator import names, request, spec
-from orchestrator.backends.local_layout import free_port
+from orchestrator.backends.local.layout import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ from botocore.config import Config
 
 from entrypoints import bootstrap
 from orchestrator import backends, request, spec
-from orchestrator.backends.batch import STOP_REASON, BatchBackend, status_of
+from orchestrator.backends.batch.backend import STOP_REASON, BatchBackend, status_of
 from orchestrator.errors import InputError
 from orchestrator.ledger import Ledger
 from orchestrator.lifecycle import Status

@@ -19,8 +19,8 @@ import pytest
 
 from entrypoints import contract, storage
 from orchestrator import names, processes, request, spec
-from orchestrator.backends import local_layout
 from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.local import layout as local_layout
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 
@@ -480,7 +480,7 @@ def test_a_job_laid_out_before_its_supervisor_wrote_its_pid_is_starting_not_orph
     orphaned = backend.status(prepared.job_name)
     assert orphaned.status == "failed" and orphaned.failure_reason.startswith("InternalServerError")
     # A supervisor that starts only now finds the job ended and runs nothing.
-    from orchestrator.backends import local_runner
+    from orchestrator.backends.local import supervisor as local_runner
 
     assert local_runner.Supervisor(job_dir).run() == 1
     assert json.loads((job_dir / local_layout.STATUS_FILE).read_text())["state"] == "failed"
@@ -669,7 +669,7 @@ def test_two_hosts_train_to_the_end_over_gloo_on_loopback(orch_home, tmp_path, m
 
 
 def test_a_supervisor_finding_a_damaged_status_file_leaves_a_whole_failed_one(tmp_path):
-    from orchestrator.backends import local_runner
+    from orchestrator.backends.local import supervisor as local_runner
 
     job_dir = tmp_path / "job"
     (job_dir / local_layout.LOG_DIR).mkdir(parents=True)

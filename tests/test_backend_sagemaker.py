@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from botocore.stub import Stubber
 
 from orchestrator import aws, backends, errors, request, spec
-from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend, host_of, status_of, translate
+from orchestrator.backends.sagemaker.backend import LOG_GROUP, SageMakerBackend, host_of, status_of, translate
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 

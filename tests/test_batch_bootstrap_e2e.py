@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from orchestrator import doctor, request, results, spec
-from orchestrator.backends import local_batch
+from orchestrator.backends.local import batch_task as local_batch
 
 BUCKET = "batch-e2e-bucket"
 # Native eager PyTorch, a one-block ViT on 32x32 synthetic images (as configs/local-tiny.yaml),

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from orchestrator import catalog, cost, doctor, spec
+from orchestrator.backends.batch import billing
 from orchestrator.errors import SpecError
 
 BATCH = """\
@@ -114,7 +115,7 @@ def test_workers_are_the_neuron_cores_and_the_neuron_flags_are_set():
 
 def test_the_cost_bound_counts_every_attempt_and_the_instance_overhead():
     est = cost.estimate(_spec(max_retry_attempts=2))
-    hours = 3 * (60 + cost.BATCH_INSTANCE_MINUTES) / 60
+    hours = 3 * (60 + billing.BATCH_INSTANCE_MINUTES) / 60
     assert est.hours_max == pytest.approx(hours)
     assert est.usd_max == pytest.approx(hours * 0.7582) and est.markup == 1.0 and est.verified
     assert "3 attempt(s)" in est.describe() and "EC2 on-demand" in est.describe()

@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 from cli_harness import run_cli as _cli
 
 from orchestrator import backends, names, request, spec
-from orchestrator.backends.sagemaker import LOG_GROUP, SageMakerBackend
+from orchestrator.backends.sagemaker.backend import LOG_GROUP, SageMakerBackend
 from orchestrator.ledger import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -579,7 +579,7 @@ NOT_AWS = {
 # A method named after operations of two services, called on one of them: (file, method) -> the
 # service whose operation of that name the file does NOT call.
 OTHER_SERVICE = {
-    ("orchestrator/backends/batch.py", "list_jobs"): "sagemaker",  # Batch's ListJobs on the batch client
+    ("orchestrator/backends/batch/backend.py", "list_jobs"): "sagemaker",  # Batch's ListJobs on the batch client
 }
 
 

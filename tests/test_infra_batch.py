@@ -1,7 +1,7 @@
 """The stack's AWS Batch resources for Inferentia2 (EnableBatch=true in infra/stack.yaml).
 
 Asserted on the parsed template (what real CloudFormation would create, with the facts each
-property depends on: botocore's batch model, the catalog, orchestrator/batch_request.py), and
+property depends on: botocore's batch model, the catalog, orchestrator/backends/batch/request.py), and
 deployed into moto's CloudFormation, where a batch spec whose `infra:` file `infra outputs
 --write` wrote is submitted to the queue and job definition the stack made.
 """
@@ -18,7 +18,8 @@ import botocore.session
 import pytest
 import yaml
 
-from orchestrator import batch_request, catalog, infra, request, spec
+from orchestrator import catalog, infra, request, spec
+from orchestrator.backends.batch import request as batch_request
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..S3..BucketPolicy")
 
@@ -392,7 +393,7 @@ def test_deploy_with_enable_batch_write_outputs_and_submit_an_inf2_job_to_what_i
 
 
 def test_the_missing_queue_hint_names_parameters_the_template_has():
-    from orchestrator.backends.batch import DEPLOY_HINT
+    from orchestrator.backends.batch.backend import DEPLOY_HINT
 
     named = re.findall(r"--param (\w+)=", DEPLOY_HINT)
     assert named == ["EnableBatch", "BatchSubnets", "BatchSecurityGroupIds"]

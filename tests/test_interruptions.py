@@ -15,8 +15,8 @@ from job_waits import wait_for
 
 from entrypoints import storage
 from orchestrator import names, processes, request, spec
-from orchestrator.backends import local_layout
 from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.local import layout as local_layout
 
 SPEC = """
 name: interrupted

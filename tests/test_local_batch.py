@@ -1,4 +1,4 @@
-"""A batch spec run on this machine (`submit SPEC --local`, orchestrator.backends.local_batch):
+"""A batch spec run on this machine (`submit SPEC --local`, orchestrator.backends.local.batch_task):
 its exact SubmitJob request, as an ECS task runs it (the image's start script evaluating the
 bootstrap command, launch.py the first process, /opt/ml in the job's folder), against the local
 store. Fast tests run launch.py with the `fake_train` module (no torch); the slow ones train a
@@ -19,8 +19,9 @@ from job_waits import wait_for
 
 from entrypoints import bootstrap, contract, storage, torchrun
 from orchestrator import catalog, request, spec
-from orchestrator.backends import local_batch, local_layout
 from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.local import batch_task as local_batch
+from orchestrator.backends.local import layout as local_layout
 from orchestrator.ledger import Ledger
 
 # Native eager PyTorch on inf2.xlarge without training.workers_per_node: the doctor's N004 holds

@@ -18,6 +18,7 @@ from cli_harness import run_cli as _cli
 
 from entrypoints import contract
 from orchestrator import catalog, names, request, sourcedir, spec
+from orchestrator.backends.sagemaker import request as sagemaker_request
 from orchestrator.errors import InputError, SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +216,8 @@ def test_the_compile_cache_key_follows_the_flags_as_sent():
 def _build(s, source="s3://orchestrator-example-bucket/jobs/source/0123456789abcdef/sourcedir.tar.gz"):
     name = names.job_name(s)
     job = request.resolved_job(s, name)
-    return request.build(s, job_name=name, source_uri=source, job=job)
+    return sagemaker_request.build(s, job_name=name, source_uri=source, output=request.output_uri(s), job=job,
+                                   hyperparameters=request.hyperparameters(s, name), target=catalog.resolve(s))
 
 
 def test_request_shape():
@@ -374,7 +376,7 @@ def test_pinned_image_uri_is_used_as_is():
 def test_local_request_has_the_same_shape_with_placeholders(orch_home):
     s = _spec("name: req-local\nbackend: local\n")
     req = _build(s, source=f"file://{orch_home}/store/jobs/source/0123456789abcdef/sourcedir.tar.gz")
-    assert req["RoleArn"] == request.LOCAL_ROLE_ARN
+    assert req["RoleArn"] == sagemaker_request.LOCAL_ROLE_ARN
     assert req["AlgorithmSpecification"]["TrainingImage"] == "local"
     assert req["OutputDataConfig"]["S3OutputPath"] == f"file://{orch_home}/store/jobs"
     assert ParamValidator().validate(req, _input_shape()).has_errors() is False
@@ -385,7 +387,7 @@ def test_local_request_has_the_same_shape_with_placeholders(orch_home):
     {"loss": 1.5e-05, "step_time_s": 12, "samples_per_s": 2.0e6},
 ])
 def test_metric_regexes_match_the_entrypoint_lines(values):
-    definitions = request.metric_definitions()
+    definitions = sagemaker_request.metric_definitions()
     names = {**contract.METRIC_NAMES, **contract.LAUNCH_METRIC_NAMES}
     assert [d["Name"] for d in definitions] == list(names)
     summary = {"step_time_p50_s": 0.25, "samples_per_s": 256.0, "time_to_first_step_s": 31.5, "compile_s": 29.0}
@@ -408,7 +410,7 @@ def test_metric_regexes_match_the_entrypoint_lines(values):
 def test_a_metric_line_cut_in_two_gives_no_value_rather_than_a_wrong_one():
     line = contract.metric_line(contract.METRICS_TAG, step=40, loss=2.345678, step_time_s=0.125, samples_per_s=518.6)
     assert len(line) < contract.MAX_METRIC_LINE
-    regexes = {d["Name"]: d["Regex"] for d in request.metric_definitions()}
+    regexes = {d["Name"]: d["Regex"] for d in sagemaker_request.metric_definitions()}
     for cut in range(1, len(line)):
         for piece in (line[:cut].strip(), line[cut:].strip()):
             for name, regex in regexes.items():
@@ -448,7 +450,7 @@ def test_metric_lines_survive_the_toolkits_chunked_reading(capsys):
     truth = {key: {round(float(re.search(rf"\b{key}=([^;]+);", line).group(1)), 9) for line in printed}
              for key in ("loss", "step_time_s", "samples_per_s")}
     found = 0
-    for d in request.metric_definitions():
+    for d in sagemaker_request.metric_definitions():
         tag, key = {**contract.METRIC_NAMES, **contract.LAUNCH_METRIC_NAMES}[d["Name"]]
         if tag != contract.METRICS_TAG:
             continue

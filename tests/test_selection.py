@@ -13,8 +13,8 @@ from cli_harness import run_cli
 
 from entrypoints import compile_cache, contract, environment, selection
 from orchestrator import request, spec
-from orchestrator.backends import local_capacity
 from orchestrator.backends.local import LocalBackend
+from orchestrator.backends.local import capacity as local_capacity
 from orchestrator.errors import BackendError
 
 ROOT = Path(__file__).resolve().parents[1]

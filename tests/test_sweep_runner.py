@@ -64,7 +64,7 @@ def test_throttling_and_quota_back_off_with_growing_jittered_waits(rig):
 
 def _from_botocore(cause: Exception) -> BackendError:
     """Our error for `cause` as the sagemaker backend raises it (translated, `from` it)."""
-    from orchestrator.backends.sagemaker import translate
+    from orchestrator.backends.sagemaker.backend import translate
 
     try:
         raise translate(cause, operation="CreateTrainingJob", region="us-east-1") from cause

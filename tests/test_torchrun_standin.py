@@ -16,7 +16,7 @@ import pytest
 from job_waits import wait_for
 
 from entrypoints import contract, torchrun
-from orchestrator.backends.local_layout import free_port
+from orchestrator.backends.local.layout import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 STANDINS = ROOT / "tests" / "standins"

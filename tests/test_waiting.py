@@ -10,7 +10,7 @@ from cli_harness import run_cli
 
 from orchestrator import waiting
 from orchestrator.backends import JobStatus
-from orchestrator.backends.sagemaker import SageMakerBackend, translate
+from orchestrator.backends.sagemaker.backend import SageMakerBackend, translate
 from orchestrator.errors import BackendError, JobFailed
 
 

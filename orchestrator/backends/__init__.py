@@ -1,8 +1,11 @@
 """Backends run jobs: `sagemaker` and `batch` (boto3) and `local` (this machine), chosen by name.
 
-Every backend implements `Backend`, the whole of what the CLI, sweeps, reruns and results
-ask of one; none of them looks at a backend's name or reaches past the protocol. Adding a
-backend is one module with a class that implements it, and one entry in `_CLASSES`.
+Every backend implements `Backend`, the whole of what the spec, the doctor, `request.prepare`,
+cost, the catalog, the CLI, sweeps, reruns and results ask of one; none of them looks at a
+backend's name or reaches past the protocol. Each backend is a folder (`backends/<name>/`)
+holding its class, its request builder and its rules; adding one is a folder and one entry
+in `_CLASSES` (docs/ARCHITECTURE.md, "Adding a backend"). This module imports no backend: the
+registry names them, and a backend is imported when first asked for.
 
 Clients (boto3) are given to the constructor, so tests inject at the same point the CLI
 does. Statuses are `lifecycle.Status`; each backend keeps one table that maps its own states
@@ -21,9 +24,9 @@ from orchestrator.lifecycle import Status
 
 # name -> "module:class". The order is the order `locate` asks them whether they hold a job.
 _CLASSES = {
-    "sagemaker": "orchestrator.backends.sagemaker:SageMakerBackend",
-    "batch": "orchestrator.backends.batch:BatchBackend",
-    "local": "orchestrator.backends.local:LocalBackend",
+    "sagemaker": "orchestrator.backends.sagemaker.backend:SageMakerBackend",
+    "batch": "orchestrator.backends.batch.backend:BatchBackend",
+    "local": "orchestrator.backends.local.backend:LocalBackend",
 }
 # Where a job that neither the ledger nor this machine knows is looked for: a job submitted
 # from another machine is in the cloud.
@@ -142,6 +145,54 @@ class Backend(Protocol):
 
     region: str | None  # None for a backend that has no regions
     ledger: object  # the `Ledger` it records intents and statuses in
+
+    # The spec side, asked of the class (no client, no instance) before anything runs.
+    operation: ClassVar[tuple[str, str] | None]  # (AWS service, operation) its request is; None: never sent
+    section: ClassVar[str | None]  # the spec section only this backend reads ("batch"), if any
+    # instance.preferences: "sent" (the service selects among them), "emulated" (this machine
+    # plays the selection), None (the backend refuses them).
+    preferences: ClassVar[str | None]
+    # `submit --local` can run this backend's request on this machine (the local backend plays
+    # the service's container: AWS Batch's ECS task).
+    local_run: ClassVar[bool]
+
+    @classmethod
+    def spec_problems(cls, spec) -> list[tuple[str, str]]:
+        """(field, message) for each setting of a valid-looking spec this backend cannot take
+        (JobSpec's cross-field check)."""
+
+    @classmethod
+    def missing(cls, data) -> list[tuple[tuple[str, ...], str]]:
+        """(path, message) for each field this backend needs that the raw spec data leaves out."""
+
+    @classmethod
+    def infra_fields(cls, fields: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        """Which `infra:` outputs fill which spec fields for this backend (from the defaults)."""
+
+    @classmethod
+    def runs(cls, spec, facts) -> bool:
+        """Whether the backend runs the spec's instance type (`facts`: its catalog row)."""
+
+    @classmethod
+    def rules(cls, spec, target, estimate, priced) -> list:
+        """The doctor's findings only this backend has (`doctor.diagnose` adds the rest)."""
+
+    @classmethod
+    def estimate(cls, spec, target):
+        """The spec's cost bound on this backend (`cost.Estimate`) at the target's price."""
+
+    @classmethod
+    def job_file(cls, spec, job: dict, output: str) -> None:
+        """Add what this backend's container needs to the job file `job` (in place)."""
+
+    @classmethod
+    def build_request(cls, spec, *, job_name: str, source_uri: str, output: str, job: dict,
+                      hyperparameters: dict[str, str], target, choices: tuple) -> dict:
+        """The exact request the backend sends for the job (pure, deterministic)."""
+
+    @classmethod
+    def quota_needs(cls, spec) -> list:
+        """What the job asks of which service quota (`quotas.Need`); [] when none applies."""
 
     @classmethod
     def create(cls, region: str | None = None, **options) -> Backend:

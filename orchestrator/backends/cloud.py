@@ -65,6 +65,52 @@ class CloudBackend:
         self.poll_seconds = poll_seconds
         self.region = service_client.meta.region_name
 
+    # The spec side (`backends.Backend`): what every cloud backend asks of a spec.
+    section: ClassVar[str | None] = None
+    preferences: ClassVar[str | None] = None
+    local_run: ClassVar[bool] = False
+
+    @classmethod
+    def spec_problems(cls, spec) -> list[tuple[str, str]]:
+        """The cloud's stores: an s3:// output.uri and compile_cache.uri (mode tarball), no
+        file:// data (a cloud job cannot read this machine's files)."""
+        from orchestrator.spec.models import NEEDS_CACHE, NEEDS_OUTPUT
+
+        found = []
+        if spec.output.uri is None or not spec.output.uri.startswith("s3://"):
+            found.append(("output.uri", NEEDS_OUTPUT.replace("sagemaker", cls.name)))
+        if spec.compile_cache.mode == "tarball" and (
+            spec.compile_cache.uri is None or not spec.compile_cache.uri.startswith("s3://")
+        ):
+            found.append(("compile_cache.uri", NEEDS_CACHE.replace("sagemaker", cls.name)))
+        if spec.data.source.startswith("file://"):
+            found.append(("data.source", f"a {cls.name} job cannot read file:// data; use s3://"))
+        return found
+
+    @classmethod
+    def missing(cls, data) -> list[tuple[tuple[str, ...], str]]:
+        """output.uri, and compile_cache.uri for mode tarball (the default), left out of `data`."""
+        from collections.abc import Mapping
+
+        from orchestrator.spec.models import NEEDS_CACHE, NEEDS_OUTPUT
+
+        found = []
+        output = data.get("output", {})
+        if isinstance(output, Mapping) and output.get("uri") is None:
+            found.append((("output", "uri"), NEEDS_OUTPUT.replace("sagemaker", cls.name)))
+        cache = data.get("compile_cache", {})
+        if isinstance(cache, Mapping) and cache.get("mode", "tarball") == "tarball" and cache.get("uri") is None:
+            found.append((("compile_cache", "uri"), NEEDS_CACHE.replace("sagemaker", cls.name)))
+        return found
+
+    @classmethod
+    def infra_fields(cls, fields: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        return dict(fields)
+
+    @classmethod
+    def job_file(cls, spec, job: dict, output: str) -> None:
+        """Nothing to add: the service uploads what the job writes."""
+
     def quota_clients(self, attempts: int | None = None):
         """(Service Quotas client, SageMaker client) in this backend's region, for the quota
         check before a submit (`orchestrator.quotas`); only a cloud backend has quotas."""

@@ -182,11 +182,13 @@ def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
 
 def _check_local(loaded, path: Path) -> None:
     """InputError (exit 2) for a `--local` the spec cannot take."""
+    from orchestrator import backends
     from orchestrator.errors import InputError
 
-    if loaded.backend == "sagemaker":
+    kind = backends.backend_class(loaded.backend)
+    if kind.cloud and not kind.local_run:
         raise InputError(f"{path}: --local runs a backend: batch spec's request on this machine; this spec's backend "
-                         "is sagemaker",
+                         f"is {loaded.backend}",
                          hint="to try a SageMaker spec here, copy it with backend: local (see configs/local-tiny.yaml)")
 
 
@@ -228,11 +230,11 @@ def submit(
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
     backend = None
     # A batch spec's request, run by the local backend (a local spec needs no flag).
-    run_here = local and loaded.backend == "batch"
+    run_here = local and backends.backend_class(loaded.backend).local_run
     if local:
         _check_local(loaded, path)
         backend = backends.create("local")
-        if loaded.backend == "local":
+        if not backends.backend_class(loaded.backend).cloud:
             # Said, not silent: the flag changes nothing for a spec that already runs here.
             err(f"note: {path} has backend: local, which runs on this machine anyway; --local changes nothing")
         name = _rerun_name(loaded, backend, dry_run, local=run_here) if rerun else None
@@ -255,7 +257,7 @@ def submit(
 
         # Before the source upload and CreateTrainingJob: exit 2 when nothing fits.
         quota_check.run(loaded, tolerant=True, backend=backend)
-    if local and loaded.backend == "batch":
+    if run_here:
         err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
         if prepared.job["workers_per_node"] != prepared.target.workers_per_node:
             err(f"note: runtime xla runs one process on this machine's CPU (PJRT): the local run trains 1 worker "

@@ -90,12 +90,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from orchestrator import catalog, cost
+from orchestrator import backends, catalog, cost
 from orchestrator import preferences as choosing
 from orchestrator.doctor import (
     budget,
     environment,
-    image,
     instance,
     model,
     precompile,
@@ -139,11 +138,7 @@ def diagnose(spec: JobSpec) -> Diagnosis:
     return Diagnosis(spec, target, estimate, sorted(found, key=lambda f: ORDER[f.severity]), tuple(choices))
 
 
-# The rules that refuse an instance type because the spec's backend does not run it (SageMaker
-# training; Trainium on SageMaker, as its image needs; AWS Batch's Inferentia2 queues): in a
-# sweep across backends, another backend's type (or no backend's).
-NOT_THE_BACKENDS_TYPE = frozenset({"N001-instance-not-trainable", "N025-neuron-image-off-trainium",
-                                   "N040-batch-instance-type"})
+NOT_THE_BACKENDS_TYPE = budget.NOT_THE_BACKENDS_TYPE
 
 
 def check(spec: JobSpec) -> list[Finding]:
@@ -151,38 +146,10 @@ def check(spec: JobSpec) -> list[Finding]:
     return diagnose(spec).findings
 
 
-def _budget(spec: JobSpec, estimate: cost.Estimate, so_far: list[Finding]) -> list[Finding]:
-    """The budget rules, without N017 (price unknown) for a type the backend does not run: it
-    has no price there, and refreshing prices cannot give it one; N001 or N040 says what to change."""
-    refused = any(f.rule in NOT_THE_BACKENDS_TYPE for f in so_far)
-    return [f for f in budget.check_budget(spec, estimate) if not (refused and f.rule == "N017-price-unknown")]
-
-
 def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, priced: JobSpec) -> list[Finding]:
     """Every rule but the preferences'; `priced`: the spec whose price the estimate is (the dearest
     preference's variant, else `spec`), which the budget rules name."""
-    findings: list[Finding] = []
-    if spec.backend == "sagemaker":
-        findings += instance.accepted(spec, target)
-        findings += image.image_and_region(spec)
-        findings += _budget(priced, estimate, findings)
-        findings += instance.efa(spec, target)
-        findings += environment.sagemaker_limits(spec, target)
-        findings += environment.tags(spec)
-        findings += image.runtime(spec, target)
-        findings += instance.workers(spec, target)
-        findings += instance.volume(spec, target)
-    if spec.backend == "batch":
-        from orchestrator.doctor import batch  # its rules only: the other backends' checks do not load it
-
-        findings += batch.check(spec, target)
-        findings += image.image_and_region(spec)
-        findings += _budget(spec, estimate, findings)
-        findings += instance.workers(spec, target)
-    else:
-        # The request of every other backend carries the spot settings (the local one ignores
-        # them), and building it refuses spot without a max wait: say so where it is checked.
-        findings += instance.spot(spec)
+    findings = backends.backend_class(spec.backend).rules(spec, target, estimate, priced)
     findings += instance.lnc(spec, target)
     findings += environment.lnc_env(spec, target)
     findings += model.precision(spec, target)
@@ -190,8 +157,6 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, pr
     findings += model.training(spec)
     findings += precompile.precompile(spec)
     findings += warm_pool.check(spec)
-    if spec.backend == "local":
-        findings += environment.local_environment(spec)
     return sorted(findings, key=lambda f: ORDER[f.severity])
 
 

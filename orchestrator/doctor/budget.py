@@ -38,3 +38,17 @@ def check_budget(spec: JobSpec, estimate: cost.Estimate) -> list[Finding]:
             + ("" if estimate.verified else f" ({cost.UNVERIFIED})"),
             f"{shorter}raise budget.max_cost_usd to at least {estimate.usd_max:.2f}", "budget.max_cost_usd")]
     return []
+
+
+# The rules that refuse an instance type because the spec's backend does not run it (SageMaker
+# training; Trainium on SageMaker, as its image needs; AWS Batch's Inferentia2 queues): in a
+# sweep across backends, another backend's type (or no backend's).
+NOT_THE_BACKENDS_TYPE = frozenset({"N001-instance-not-trainable", "N025-neuron-image-off-trainium",
+                                   "N040-batch-instance-type"})
+
+
+def within(spec: JobSpec, estimate: cost.Estimate, so_far: list[Finding]) -> list[Finding]:
+    """The budget rules, without N017 (price unknown) for a type the backend does not run: it
+    has no price there, and refreshing prices cannot give it one; N001 or N040 says what to change."""
+    refused = any(f.rule in NOT_THE_BACKENDS_TYPE for f in so_far)
+    return [f for f in check_budget(spec, estimate) if not (refused and f.rule == "N017-price-unknown")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING
 
-from orchestrator import catalog
+from orchestrator import backends, catalog
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def workers(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     facts = target.facts
     if facts is None:
         return []
-    if not (facts.batch if spec.backend == "batch" else spec.instance.type in catalog.training_instance_types()):
+    if not backends.backend_class(spec.backend).runs(spec, facts):
         return []
     out = []
     lnc = target.lnc

@@ -9,7 +9,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from orchestrator import catalog
+from orchestrator import backends, catalog
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def precision(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     out = []
     facts = target.facts
     on_neuron = spec.training.runtime == "xla" or (
-        spec.backend in ("sagemaker", "batch") and facts is not None
+        backends.backend_class(spec.backend).cloud and facts is not None
         and facts.accelerator.startswith(("Trainium", "Inferentia")))
     if spec.training.precision == "fp16" and on_neuron:
         out.append(Finding(
@@ -96,7 +96,8 @@ def training(spec: JobSpec) -> list[Finding]:
     """N021, N027, N022: local processes this machine can run together, checkpoints that happen."""
     out = []
     train = spec.training
-    if spec.backend == "local" and train.runtime == "xla":
+    here = not backends.backend_class(spec.backend).cloud  # processes of this machine
+    if here and train.runtime == "xla":
         processes = (train.workers_per_node or 1) * spec.instance.count
         if processes > 1:
             out.append(Finding(
@@ -105,7 +106,7 @@ def training(spec: JobSpec) -> list[Finding]:
                 "(world size 1) instead of together",
                 "set training.workers_per_node: 1 (and instance.count: 1), or use runtime: native for "
                 "multi-process CPU training", "training.workers_per_node"))
-    if spec.backend == "local":
+    if here:
         processes = spec.instance.count * (train.workers_per_node or 1)
         cpus = os.cpu_count() or 1
         if processes > cpus:

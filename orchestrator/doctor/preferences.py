@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator import preferences
+from orchestrator import backends, preferences
 from orchestrator.doctor import instance
 from orchestrator.doctor.finding import Finding
 
@@ -27,8 +27,9 @@ def check(spec: JobSpec, found: list[preferences.Choice]) -> list[Finding]:
     # botocore's ResourceConfig.InstancePreferences: "mutually exclusive with InstanceType,
     # InstanceGroups, InstancePlacementConfig, and EnableManagedSpotTraining, and supports only
     # Flexible Training Plans (FTP) and On-Demand capacity". The spec has no instance groups or
-    # placement, and the request sends no InstanceType with preferences (request.build).
-    if spec.backend != "sagemaker" and spec.backend != "local":
+    # placement, and the request sends no InstanceType with preferences (`backends.sagemaker.request`).
+    backend = backends.backend_class(spec.backend)
+    if backend.preferences is None:
         out.append(Finding(
             "N071-preferences-backend", "error",
             f"instance.preferences are SageMaker's (ResourceConfig.InstancePreferences); the {spec.backend} "
@@ -69,7 +70,7 @@ def check(spec: JobSpec, found: list[preferences.Choice]) -> list[Finding]:
         if i > 0:
             out += _moved(instance.accepted(choice.spec, choice.target), i)
             out += _moved(instance.lnc(choice.spec, choice.target), i)
-            if spec.backend == "sagemaker":
+            if backend.preferences == "sent":
                 out += _moved(instance.workers(choice.spec, choice.target), i)
         if choice.why:
             severity = "warning" if prefs[i].count is not None or choice.target.facts is None else "error"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator import backends
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def check(spec: JobSpec) -> list[Finding]:
     minutes = spec.instance.keep_alive_minutes
     if minutes <= 0:
         return []
-    if spec.backend == "local":
+    if not backends.backend_class(spec.backend).cloud:
         return [Finding(
             "N052-keep-alive-local", "info",
             f"keep_alive_minutes {minutes} is ignored by the local backend: a local job keeps no instance "

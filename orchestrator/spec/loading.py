@@ -27,13 +27,13 @@ def validate(model: type[BaseModel], data: Any, smap: SourceMap) -> BaseModel:
     try:
         return model.model_validate(dict(data))
     except ValidationError as exc:
-        from orchestrator.spec.problems import problems_from, sagemaker_fields_absent
+        from orchestrator.spec.problems import fields_absent, problems_from
 
         problems = problems_from(exc, model, smap)
         if model is JobSpec:
             seen = {p.path for p in problems}
             problems += [Problem(*smap.where(loc), dotted(loc), message)
-                         for loc, message in sagemaker_fields_absent(data) if dotted(loc) not in seen]
+                         for loc, message in fields_absent(data) if dotted(loc) not in seen]
         raise SpecError(problems) from None
     except RecursionError:
         raise SpecError([Problem(smap.file, 1, 1, "", "the document is nested too deeply")]) from None
@@ -111,13 +111,12 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> tuple[dict, lis
                                     + (f"; did you mean {close[0]!r}?" if close else "")))
         raise SpecError(problems, hint=f"an infra outputs file holds {', '.join(known)}; {hint}")
     merged = json.loads(json.dumps(data, default=str))
-    batch = merged.get("backend") == "batch"
     fills = dict(INFRA_FIELDS)
-    if batch:
-        # A batch job runs with its job definition's role; the stack names its queues and job
-        # definitions (`batch.stack`).
-        del fills["role_arn"]
-        fills["stack_name"] = ("batch", "stack")
+    name = merged.get("backend", "sagemaker")
+    from orchestrator import backends
+
+    if isinstance(name, str) and name in backends.names():
+        fills = backends.backend_class(name).infra_fields(fills)
     for out_key, target in fills.items():
         value = outputs.get(out_key)
         if value is None:

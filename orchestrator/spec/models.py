@@ -109,7 +109,7 @@ UriText = Annotated[str, _Check(_bucket_checked, "after")]
 Float = Annotated[float, _NOT_BOOL]
 
 # What a sagemaker spec needs; said by JobSpec's cross-field check and, for fields left out
-# altogether, by `problems.sagemaker_fields_absent`.
+# altogether, by `Backend.missing`.
 NEEDS_ROLE = "the sagemaker backend needs role_arn (or infra: pointing at stack outputs)"
 NEEDS_OUTPUT = "the sagemaker backend needs an s3:// output.uri"
 NEEDS_CACHE = "the sagemaker backend needs an s3:// compile_cache.uri, or mode: off"
@@ -501,25 +501,11 @@ class JobSpec(StrictModel):
     def _coherent(self) -> "JobSpec":
         # Every problem is collected, so that one round of `validate` shows them all.
         found: list[tuple[str, str]] = []
-        if self.backend in ("sagemaker", "batch"):
-            if self.backend == "sagemaker" and self.role_arn is None:
-                found.append(("role_arn", NEEDS_ROLE))
-            if self.backend == "batch" and self.role_arn is not None:
-                found.append(("role_arn", BATCH_ROLE))
-            if self.output.uri is None or not self.output.uri.startswith("s3://"):
-                found.append(("output.uri", NEEDS_OUTPUT.replace("sagemaker", self.backend)))
-            if self.compile_cache.mode == "tarball" and (
-                self.compile_cache.uri is None or not self.compile_cache.uri.startswith("s3://")
-            ):
-                found.append(("compile_cache.uri", NEEDS_CACHE.replace("sagemaker", self.backend)))
-            if self.data.source.startswith("file://"):
-                found.append(("data.source", f"a {self.backend} job cannot read file:// data; use s3://"))
-        if self.backend == "batch":
-            for field in ("job_queue", "job_definition"):
-                place = batch_arn_place(getattr(self.batch, field), self.region)
-                if place:
-                    found.append((f"batch.{field}", place))
-        if self.backend != "batch" and self.batch != BatchSpec.defaults():
+        from orchestrator import backends
+
+        backend = backends.backend_class(self.backend)
+        found += backend.spec_problems(self)
+        if backend.section != "batch" and self.batch != BatchSpec.defaults():
             found.append(("batch", f"batch: is for backend: batch; the {self.backend} backend would ignore it"))
         if len(self.tags) > 40:
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))

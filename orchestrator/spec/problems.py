@@ -17,9 +17,6 @@ from orchestrator.spec.models import (
     DATA_PATTERN,
     INSTANCE_PATTERN,
     NAME_PATTERN,
-    NEEDS_CACHE,
-    NEEDS_OUTPUT,
-    NEEDS_ROLE,
     REGION_PATTERN,
     ROLE_PATTERN,
     SDK_PATTERN,
@@ -148,24 +145,13 @@ def _unquoted_hint(err: dict, raw: str | None, pattern: str | None = None) -> st
 
 
 
-def sagemaker_fields_absent(data: Mapping) -> list[tuple[tuple[str, ...], str]]:
-    """The fields a sagemaker spec needs that `data` leaves out altogether, read from the raw
-    data: pydantic runs JobSpec's cross-field checks only when every field is valid, so with
-    another problem in the file these would otherwise surface one round later."""
-    backend = data.get("backend")
-    if backend not in ("sagemaker", "batch"):
+def fields_absent(data: Mapping) -> list[tuple[tuple[str, ...], str]]:
+    """The fields the spec's backend needs that `data` leaves out altogether, read from the raw
+    data (`Backend.missing`): pydantic runs JobSpec's cross-field checks only when every field
+    is valid, so with another problem in the file these would otherwise surface one round later."""
+    from orchestrator import backends
+
+    backend = data.get("backend", "sagemaker")
+    if not isinstance(backend, str) or backend not in backends.names():
         return []
-
-    def part(name: str) -> Mapping:
-        value = data.get(name)
-        return value if isinstance(value, Mapping) else {}
-
-    found = []
-    if backend == "sagemaker" and data.get("role_arn") is None:
-        found.append((("role_arn",), NEEDS_ROLE))
-    if isinstance(data.get("output", {}), Mapping) and part("output").get("uri") is None:
-        found.append((("output", "uri"), NEEDS_OUTPUT.replace("sagemaker", backend)))
-    cache = data.get("compile_cache", {})
-    if isinstance(cache, Mapping) and cache.get("mode", "tarball") == "tarball" and cache.get("uri") is None:
-        found.append((("compile_cache", "uri"), NEEDS_CACHE.replace("sagemaker", backend)))
-    return found
+    return backends.backend_class(backend).missing(data)

@@ -44,7 +44,7 @@ RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
 #   retry would wait the same way. Checked before capacity, whose word some of them contain.
 # - The instance went away: "Host EC2 (instance i-...) terminated." (a spot reclaim or an
 #   instance failure; the user guide's "Automated job retries" matches it with onStatusReason
-#   "Host EC2*", as our retry strategy does, `batch_request.HOST_TERMINATED`).
+#   "Host EC2*", as our retry strategy does, `backends.batch.request.HOST_TERMINATED`).
 # - No capacity: "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity
 #   requested for instance type ...", and after the time limit "Canceled by JobStateTimeLimit
 #   action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" (user guide, "Jobs stuck in

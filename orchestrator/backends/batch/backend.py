@@ -50,7 +50,7 @@ DEPLOY_HINT = ("create the queue, its compute environments and the job definitio
 # dependencies, then capacity); STARTING pulls the image and starts the container.
 _TABLE = {"SUBMITTED": Status.PENDING, "PENDING": Status.PENDING, "RUNNABLE": Status.PENDING,
           "STARTING": Status.STARTING, "RUNNING": Status.RUNNING, "SUCCEEDED": Status.COMPLETED}
-# The stack's queues are <stack>-inf2-<size>[-spot] (`batch_request.queue_name`).
+# The stack's queues are <stack>-inf2-<size>[-spot] (`backends.batch.request.queue_name`).
 _STACK_QUEUE = "-inf2-"
 _ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 
@@ -80,6 +80,74 @@ class BatchBackend(CloudBackend):
     service_title: ClassVar[str] = "AWS Batch"
     wait_interval_s: ClassVar[float] = 30.0
     sweep_poll_s: ClassVar[float] = 60.0
+    operation: ClassVar[tuple[str, str]] = ("batch", "SubmitJob")
+    section: ClassVar[str | None] = "batch"  # batch.stack, batch.job_queue, batch.job_definition
+    local_run: ClassVar[bool] = True  # `backends.local.batch_task`
+
+    # --- the spec side (`backends.Backend`) -------------------------------------------------
+
+    @classmethod
+    def spec_problems(cls, spec) -> list[tuple[str, str]]:
+        from orchestrator.spec.models import BATCH_ROLE, batch_arn_place
+
+        found = [("role_arn", BATCH_ROLE)] if spec.role_arn is not None else []
+        found += super().spec_problems(spec)
+        for field in ("job_queue", "job_definition"):
+            place = batch_arn_place(getattr(spec.batch, field), spec.region)
+            if place:
+                found.append((f"batch.{field}", place))
+        return found
+
+    @classmethod
+    def infra_fields(cls, fields: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        # A batch job runs with its job definition's role; the stack names its queues and job
+        # definitions (`batch.stack`).
+        fills = {key: path for key, path in fields.items() if key != "role_arn"}
+        fills["stack_name"] = ("batch", "stack")
+        return fills
+
+    @classmethod
+    def runs(cls, spec, facts) -> bool:
+        return bool(facts is not None and facts.batch)
+
+    @classmethod
+    def rules(cls, spec, target, estimate, priced) -> list:
+        from orchestrator.backends.batch import rules
+        from orchestrator.doctor import budget, image, instance
+
+        findings = rules.check(spec, target) + image.image_and_region(spec)
+        findings += budget.within(spec, estimate, findings)
+        return findings + instance.workers(spec, target)
+
+    @classmethod
+    def estimate(cls, spec, target):
+        from orchestrator.backends.batch import billing
+
+        return billing.estimate(spec, target)
+
+    @classmethod
+    def job_file(cls, spec, job: dict, output: str) -> None:
+        from orchestrator import locations
+
+        # A Batch job has no TensorBoardOutputConfig: launch.py uploads rank 0's event files here.
+        job["tensorboard_uri"] = locations.tensorboard_uri(output, job["job_name"])
+
+    @classmethod
+    def build_request(cls, spec, *, job_name: str, source_uri: str, output: str, job: dict,
+                      hyperparameters: dict[str, str], target, choices: tuple = ()) -> dict:
+        from orchestrator.backends.batch import request
+
+        return request.build(spec, job_name=job_name, source_uri=source_uri, job=job,
+                             hyperparameters=hyperparameters, target=target)
+
+    @classmethod
+    def quota_needs(cls, spec) -> list:
+        from orchestrator import catalog, quotas
+
+        facts = catalog.instance(spec.instance.type)
+        vcpus = (facts.vcpus if facts else 0) * spec.instance.count
+        return [quotas.Need(quotas.EC2, quotas.INF_SPOT if spec.instance.spot else quotas.INF_ON_DEMAND,
+                            spec.instance.type, vcpus, "vCPUs")]
 
     @property
     def batch(self):

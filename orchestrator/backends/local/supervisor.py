@@ -1,6 +1,6 @@
 """The local backend's supervisor: one detached process per local job.
 
-`python -m orchestrator.backends.local_runner [--detach] JOB_DIR` runs the job that
+`python -m orchestrator.backends.local.supervisor [--detach] JOB_DIR` runs the job that
 `LocalBackend.submit` laid out in JOB_DIR (`plan.json`): downloads the input channels (the
 source archive among them) into every host's tree, starts the request's container entrypoint
 as every host's first process (a session of its own), copies their output into the logs, stops
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from entrypoints import contract
 from entrypoints.atomic import write_json, write_text
-from orchestrator.backends.local_layout import (
+from orchestrator.backends.local.layout import (
     LOG_DIR,
     MERGED_LOG,
     PID_FILE,
@@ -312,7 +312,7 @@ class Supervisor:
         from entrypoints import storage
 
         if self.plan["output_prefix"] is None:
-            return  # a batch job (local_batch): Batch uploads nothing, launch.py wrote what it keeps
+            return  # a batch job (batch_task): Batch uploads nothing, launch.py wrote what it keeps
         root = Path(self.plan["host"][self.plan["hosts"][0]]["root"])
         store = storage.open_store(self.plan["output_prefix"])
         with tempfile.TemporaryDirectory(dir=self.job_dir) as tmp:

@@ -120,6 +120,55 @@ class SageMakerBackend(CloudBackend):
     service_title: ClassVar[str] = "SageMaker"
     wait_interval_s: ClassVar[float] = 15.0
     sweep_poll_s: ClassVar[float] = 30.0
+    operation: ClassVar[tuple[str, str]] = ("sagemaker", "CreateTrainingJob")
+    preferences: ClassVar[str | None] = "sent"  # ResourceConfig.InstancePreferences
+
+    # --- the spec side (`backends.Backend`) -------------------------------------------------
+
+    @classmethod
+    def spec_problems(cls, spec) -> list[tuple[str, str]]:
+        from orchestrator.spec.models import NEEDS_ROLE
+
+        return ([("role_arn", NEEDS_ROLE)] if spec.role_arn is None else []) + super().spec_problems(spec)
+
+    @classmethod
+    def missing(cls, data) -> list[tuple[tuple[str, ...], str]]:
+        from orchestrator.spec.models import NEEDS_ROLE
+
+        return ([(("role_arn",), NEEDS_ROLE)] if data.get("role_arn") is None else []) + super().missing(data)
+
+    @classmethod
+    def runs(cls, spec, facts) -> bool:
+        from orchestrator import catalog
+
+        return spec.instance.type in catalog.training_instance_types()
+
+    @classmethod
+    def rules(cls, spec, target, estimate, priced) -> list:
+        from orchestrator.backends.sagemaker import rules
+
+        return rules.check(spec, target, estimate, priced)
+
+    @classmethod
+    def estimate(cls, spec, target):
+        from orchestrator.backends.sagemaker import billing
+
+        return billing.estimate(spec, target)
+
+    @classmethod
+    def build_request(cls, spec, **parts) -> dict:
+        from orchestrator.backends.sagemaker import request
+
+        return request.build(spec, **parts)
+
+    @classmethod
+    def quota_needs(cls, spec) -> list:
+        from orchestrator import preferences, quotas
+
+        found = preferences.choices(spec)
+        ways = [(c.type, c.count or spec.instance.count) for c in found] or [(spec.instance.type, spec.instance.count)]
+        usage = "spot training job usage" if spec.instance.spot else "training job usage"
+        return [quotas.Need(quotas.SAGEMAKER, f"{t} for {usage}", t, n, "instances") for t, n in ways]
 
     @property
     def sm(self):

@@ -6,7 +6,7 @@ tree): `plan.json` (what the supervisor runs: hosts, environments, entrypoint, c
 atomically, as every file here, by `entrypoints.atomic`; a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),
 `logs/` (each host's output and the merged `all.log`), and one /opt/ml-like tree per host,
 `algo-N/`, with SageMaker's config files (`host_tree`). The backend (`local.py`) lays the
-folder out; the supervisor (`local_runner.py`) runs it.
+folder out; the supervisor (`supervisor.py`) runs it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from entrypoints import contract
 from entrypoints.atomic import write_json
-from orchestrator.backends import local_capacity
+from orchestrator.backends.local import capacity as local_capacity
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED
 
@@ -34,7 +34,7 @@ STOP_FILE = "stop-requested"
 LOG_DIR = "logs"
 MERGED_LOG = "all.log"
 SUPERVISOR_LOG = "supervisor.log"
-RUNNER_MODULE = "orchestrator.backends.local_runner"
+RUNNER_MODULE = "orchestrator.backends.local.supervisor"
 LOOPBACK = "127.0.0.1"
 # SageMaker's time between the SIGTERM to a container's first process and the SIGKILL to all.
 STOP_GRACE_S = 120.0
@@ -103,7 +103,7 @@ def output_prefix(request: dict, job_name: str) -> str:
 
 def host_tree(root: Path, request: dict, host: str, hosts: list[str], instance_type: str) -> None:
     """Create one host's /opt/ml-like tree under `root` with SageMaker's config files, on a host
-    of `instance_type` (the selected one, `local_capacity.selected`)."""
+    of `instance_type` (the selected one, `capacity.selected`)."""
     for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR, contract.CODE_DIR,
                 "input/config", contract.INPUT_DATA):
         (root / rel).mkdir(parents=True, exist_ok=True)

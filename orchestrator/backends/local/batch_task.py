@@ -2,7 +2,7 @@
 would run it, emulated by the local backend.
 
 `request.prepare(diagnosis, local=True)` builds the spec's exact SubmitJob request
-(`batch_request.build`, the same bootstrap command and environment as `plan` shows) for a job
+(`backends.batch.request.build`, the same bootstrap command and environment as `plan` shows) for a job
 of this machine: the job is named `<name>-<8 hex>-local` (the real job keeps `<name>-<8 hex>`:
 the ledger holds both), the source archive goes to the local store
 (`file://$ORCHESTRATOR_HOME/store/jobs/source/...`, which the bootstrap's fetch copies), and the
@@ -11,7 +11,7 @@ job file names the local store for results.json and the compile cache and says `
 CPU xN`). The spec itself, and so its hash, is the one the real submit sends.
 
 `lay_out(prepared, job_dir, ...)` writes the job folder the local supervisor runs
-(`local_runner`): one container, `algo-1/` standing in for its /opt/ml, whose first process
+(`supervisor`): one container, `algo-1/` standing in for its /opt/ml, whose first process
 is the image's entrypoint with the request's command as its arguments, `bash -m
 start_with_right_hostname.sh <command words>`. `START_SCRIPT` is a minimal equivalent of the
 image's script (aws-neuron/deep-learning-containers common/start_with_right_hostname.sh at
@@ -42,7 +42,7 @@ Stop as ECS stops a task (TerminateJob, the attempt timeout): SIGTERM to the con
 process, SIGKILL to all of it after the stop timeout: `STOP_GRACE_S`, 30 s, ECS's default for
 EC2 container instances (Amazon ECS API Reference, StopTask and ContainerDefinition
 stopTimeout: ECS_CONTAINER_STOP_TIMEOUT, 30 s when unset; the AWS Batch user guide's "Job
-timeouts" says the same of a timed-out attempt); `local_layout.STOP_GRACE_ENV` shortens it, as
+timeouts" says the same of a timed-out attempt); `layout.STOP_GRACE_ENV` shortens it, as
 for SageMaker-style jobs. An attempt that outlives timeout.attemptDurationSeconds is stopped so
 and ends failed, as Batch terminates it (`TIMEOUT_REASON`), not stopped. Nothing is uploaded
 when the job ends (Batch uploads nothing: launch.py wrote results.json and pushed the compile
@@ -61,7 +61,7 @@ from pathlib import Path
 
 from entrypoints import bootstrap, contract
 from entrypoints.atomic import write_json, write_text
-from orchestrator.backends.local_layout import (
+from orchestrator.backends.local.layout import (
     LOG_DIR,
     LOOPBACK,
     PLAN_FILE,

@@ -5,7 +5,7 @@
 `ORCHESTRATOR_HOME/jobs/<job>/algo-N/` (`input/config/hyperparameters.json`,
 `resourceconfig.json`, `inputdataconfig.json`, `input/data/<channel>`, `model`,
 `output/data`, `checkpoints`, `code`) and starts a detached supervisor
-(`orchestrator.backends.local_runner`, its own session), then returns at once. The
+(`orchestrator.backends.local.supervisor`, its own session), then returns at once. The
 supervisor, like SageMaker:
 
 - downloads every input channel (s3:// or file://, FullyReplicated) into each host's
@@ -36,7 +36,7 @@ supervisor, like SageMaker:
   the hosts' failure files, created/started/ended, pids, the stop signals sent and when) and
   the ledger row up to date.
 
-A batch spec's SubmitJob request (`submit SPEC --local`, `local_batch`) runs the same way
+A batch spec's SubmitJob request (`submit SPEC --local`, `batch_task`) runs the same way
 as one container whose first process is the image's start script running the request's
 bootstrap command, stopped as ECS stops a task (30 s between SIGTERM and SIGKILL).
 
@@ -79,11 +79,11 @@ from orchestrator.backends import (
     Progress,
     Submitted,
     UnknownJob,
-    local_batch,
     progress_of,
     record_status,
 )
-from orchestrator.backends.local_layout import (
+from orchestrator.backends.local import batch_task
+from orchestrator.backends.local.layout import (
     LOG_DIR,
     MAX_STATUS_BYTES,
     MERGED_LOG,
@@ -118,6 +118,79 @@ class LocalBackend:
     region = None
     place = "the local backend"
     label = "local"
+    operation: ClassVar[tuple[str, str] | None] = None  # its request never leaves this machine
+    section: ClassVar[str | None] = None
+    preferences: ClassVar[str | None] = "emulated"  # the first type with capacity (`capacity`)
+    local_run: ClassVar[bool] = False  # its jobs run here anyway
+
+    # --- the spec side (`backends.Backend`) -------------------------------------------------
+
+    @classmethod
+    def spec_problems(cls, spec) -> list[tuple[str, str]]:
+        return []
+
+    @classmethod
+    def missing(cls, data) -> list[tuple[tuple[str, ...], str]]:
+        return []
+
+    @classmethod
+    def infra_fields(cls, fields: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        return dict(fields)
+
+    @classmethod
+    def runs(cls, spec, facts) -> bool:
+        return True  # this machine's CPU stands in for any type
+
+    @classmethod
+    def rules(cls, spec, target, estimate, priced) -> list:
+        from orchestrator.doctor import environment, instance
+
+        # The request carries the spot settings (ignored here), and building it refuses spot
+        # without a max wait: said where it is checked.
+        return instance.spot(spec) + environment.local_environment(spec)
+
+    @classmethod
+    def estimate(cls, spec, target):
+        from orchestrator import cost
+
+        return cost.Estimate(usd_max=0.0, hours_max=spec.max_run_minutes / 60, usd_per_hour=None, price=None,
+                             instance_count=spec.instance.count, spot=spec.instance.spot,
+                             note="local backend: no cloud cost")
+
+    @classmethod
+    def job_file(cls, spec, job: dict, output: str) -> None:
+        """Nothing to add: the local supervisor copies what SageMaker would upload."""
+
+    @classmethod
+    def build_request(cls, spec, **parts) -> dict:
+        from orchestrator.backends.sagemaker import request
+
+        # SageMaker's request, with placeholders for what this machine does not use: the
+        # container tree is laid out from it as SageMaker would (`layout`).
+        return request.build(spec, **parts)
+
+    @classmethod
+    def quota_needs(cls, spec) -> list:
+        return []  # this machine has no service quotas
+
+    @staticmethod
+    def store_job(job: dict, name: str) -> str:
+        """Make the job file `job` one of this machine's (a batch spec run here, `submit --local`):
+        results.json and the compile cache in its store, run by the local backend (results.json's
+        backend), and one worker for runtime xla (torch-xla on PJRT's CPU device runs one process;
+        the spec's workers, one per NeuronCore, need the NeuronCores). Returns the output prefix."""
+        from orchestrator import locations
+        from orchestrator.paths import home
+
+        store = f"file://{home()}/store"
+        job["results_uri"] = locations.results_uri(f"{store}/jobs", name)
+        job["compile_cache"]["uri"] = f"{store}/compile-cache"
+        if "tensorboard_uri" in job:
+            job["tensorboard_uri"] = locations.tensorboard_uri(f"{store}/jobs", name)
+        job["backend"] = "local"
+        if job["spec"]["training"]["runtime"] == "xla":
+            job["workers_per_node"] = 1
+        return f"{store}/jobs"
 
     def __init__(self, home: Path | None = None, ledger: Ledger | None = None, s3_client=None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
@@ -201,7 +274,7 @@ class LocalBackend:
             job_dir.mkdir()
             try:
                 # A batch spec's SubmitJob request (`submit --local`) runs as an ECS task would.
-                layout = local_batch.lay_out if local_batch.is_batch_request(prepared.request) else lay_out
+                layout = batch_task.lay_out if batch_task.is_batch_request(prepared.request) else lay_out
                 layout(prepared, job_dir, ledger=self.ledger.path, python=self.python, now=self.clock())
                 self._start_supervisor(job_dir)
             except (OSError, subprocess.SubprocessError, BackendError) as exc:
