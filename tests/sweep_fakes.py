@@ -95,6 +95,9 @@ class FakeCloud:
         self.max_in_flight = 0
         self.submit_calls = 0
 
+    def quota_clients(self, attempts=None):
+        return None  # no service quotas: the quota check reads none
+
     def submit(self, prepared) -> Submitted:
         self.submit_calls += 1
         name = prepared.job_name

@@ -8,6 +8,7 @@ from sweep_fakes import BASE, rig, states  # noqa: F401 - rig is a fixture
 
 from orchestrator.quotas import Need, Quota, Verdict
 from orchestrator.sweep.admission import Admission, ways
+from orchestrator.sweep.router import Router
 
 SWEEP = """\
 sweep: quota
@@ -71,9 +72,14 @@ def test_sweep_admission_reads_quotas_once_and_refuses_a_trial_that_fits_nowhere
         def quota_clients(self, attempts=None):
             return quotas.clients("us-east-1", attempts=attempts)
 
+    class Quotaless:  # a backend without service quotas (the local one)
+        def quota_clients(self, attempts=None):
+            return None
+
     said: list[str] = []
-    assert quota_check.sweep_admission(runner.d, object(), said.append) is None  # a stand-in reads none
-    admission = quota_check.sweep_admission(runner.d, Cloud(), said.append)
+    names = runner.d.backends
+    assert quota_check.sweep_admission(runner.d, Router.of(Quotaless(), names), said.append) is None
+    admission = quota_check.sweep_admission(runner.d, Router.of(Cloud(), names), said.append)
     answers[2].assert_no_pending_responses()  # one ListServiceQuotas walk for the five trials
     assert admission.limits == {"ml.trn1.32xlarge": 2}
     assert said == ['quota: ml.trn1.32xlarge: needs 1 instances of "ml.trn1.32xlarge for training job usage" '
@@ -81,4 +87,4 @@ def test_sweep_admission_reads_quotas_once_and_refuses_a_trial_that_fits_nowhere
     answers = _clients({"ml.trn1.32xlarge for training job usage": ("L-11111111", 0)})
     monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: answers[:2])
     with pytest.raises(InputError, match="L-11111111"):
-        quota_check.sweep_admission(runner.d, Cloud(), said.append)
+        quota_check.sweep_admission(runner.d, Router.of(Cloud(), names), said.append)

@@ -250,6 +250,10 @@ class Backend(Protocol):
     def exists(self, job_name: str) -> bool:
         """Whether the backend has a job of this name."""
 
+    def quota_clients(self, attempts: int | None = None) -> tuple | None:
+        """(Service Quotas client, SageMaker client) in the backend's region, for the quota check
+        before a submit (`orchestrator.quotas`); None for a backend without service quotas."""
+
 
 def names() -> tuple[str, ...]:
     """The backends' names, as job specs give them."""

@@ -13,8 +13,8 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
     raise InputError (exit 2) when the job fits no instance type's quota. Returns the verdicts
     (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
     the endpoint refuses to give (no servicequotas grant in an older stack, an endpoint without
-    the API) are said and skipped, not the submit's failure; the clients are then the submitting `backend`'s
-    (`quota_clients`: a cloud backend's; one without it, such as a test's stand-in, reads none)."""
+    the API) are said and skipped, not the submit's failure; the clients are then the submitting
+    `backend`'s (`Backend.quota_clients`; None from a backend without quotas: none are read)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from orchestrator import aws, quotas
@@ -22,11 +22,11 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
 
     if not quotas.needs(loaded):
         return []
-    if tolerant and not hasattr(backend, "quota_clients"):
-        return []
     try:
-        quota_client, sagemaker_client = (backend.quota_clients(attempts=aws.NO_ANSWER_ATTEMPTS) if tolerant else
-                                          quotas.clients(loaded.region))
+        clients = backend.quota_clients(attempts=aws.NO_ANSWER_ATTEMPTS) if tolerant else quotas.clients(loaded.region)
+        if clients is None:
+            return []
+        quota_client, sagemaker_client = clients
         verdicts = quotas.read(loaded, quota_client, sagemaker_client)
     except (BotoCoreError, ClientError) as exc:
         # An endpoint that does not answer would not take the job either: that stops the submit
@@ -48,19 +48,20 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
     return verdicts
 
 
-def _quota_backend(backend, definition):
-    """The sweep's first backend that can read quotas (`quota_clients`), or None."""
+def _quota_clients(router, definition):
+    """The quota clients of the sweep's first backend that has quotas (`Backend.quota_clients`,
+    tried once), or None."""
     for name in definition.backends:
-        found = backend.get(name) if hasattr(backend, "get") and hasattr(backend, "names") else backend
-        if hasattr(found, "quota_clients"):
-            return found
+        clients = router.get(name).quota_clients(attempts=1)
+        if clients is not None:
+            return clients
     return None
 
 
-def sweep_admission(definition, backend, say: Callable[[str], None] = err):
+def sweep_admission(definition, router, say: Callable[[str], None] = err):
     """The `sweep.admission.Admission` of a saved sweep from the account's quotas (read-only
     calls, tried once, through the sweep's cloud `backend`), or None when none could be read
-    (said) or the backend reads none. InputError (exit 2) before any submit when a trial fits no
+    (said) or its backends have none (`router`: the sweep's `sweep.Router`). InputError (exit 2) before any submit when a trial fits no
     instance type's quota: it would wait forever."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -69,11 +70,13 @@ def sweep_admission(definition, backend, say: Callable[[str], None] = err):
     from orchestrator.sweep.admission import Admission
 
     specs = [t.spec for t in definition.trials]
-    reader = _quota_backend(backend, definition)
-    if reader is None or not any(quotas.needs(s) for s in specs):
+    if not any(quotas.needs(s) for s in specs):
         return None
     try:
-        quota_client, sagemaker_client = reader.quota_clients(attempts=1)
+        clients = _quota_clients(router, definition)
+        if clients is None:
+            return None
+        quota_client, sagemaker_client = clients
         per_trial = quotas.sweep_verdicts(specs, quota_client, sagemaker_client)
     except (BotoCoreError, ClientError) as exc:
         why = aws.describe(exc) or f"{type(exc).__name__}: {exc}"

@@ -173,6 +173,9 @@ class LocalBackend:
     def quota_needs(cls, spec) -> list:
         return []  # this machine has no service quotas
 
+    def quota_clients(self, attempts: int | None = None) -> None:
+        return None  # this machine has no service quotas
+
     @staticmethod
     def store_job(job: dict, name: str) -> str:
         """Make the job file `job` one of this machine's (a batch spec run here, `submit --local`):
