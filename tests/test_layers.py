@@ -111,3 +111,52 @@ def test_the_product_cites_its_own_files_and_primary_sources():
         text = (ROOT / name).read_text()
         found += [f"{name}: {n}" for n in outside if n in text]
     assert found == []
+
+
+BACKEND_NAMES = ("sagemaker", "batch", "local")  # the registry's (`orchestrator.backends.names`)
+
+
+def _name_comparisons(source: str) -> list[int]:
+    """Lines of `source` that compare a backend (a name or attribute that says "backend") with a
+    backend's name written out (==, !=, in, not in; in a tuple, list or set too): a branch on a
+    backend outside its folder. An AWS service's name (`arn["service"] != "batch"`) is not one."""
+    def names_in(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in BACKEND_NAMES
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_in(item) for item in node.elts)
+        return False
+
+    def says_backend(node) -> bool:
+        return any("backend" in (getattr(n, "id", None) or getattr(n, "attr", None) or "").lower()
+                   for n in ast.walk(node))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            parts = (node.left, *node.comparators)
+            if any(names_in(part) for part in parts) and any(says_backend(part) for part in parts):
+                found.append(node.lineno)
+    return found
+
+
+def test_outside_its_folder_no_code_branches_on_a_backends_name():
+    """Issue 24: the spec, the doctor, `request.prepare`, cost, the catalog and the CLI ask the
+    backend (`orchestrator.backends.Backend`'s class-level hooks) instead of comparing names."""
+    from orchestrator import backends
+
+    assert set(backends.names()) == set(BACKEND_NAMES)
+    found = {}
+    for path in _modules("orchestrator"):
+        if (ROOT / "orchestrator" / "backends") in path.parents:
+            continue
+        lines = _name_comparisons(path.read_text())
+        if lines:
+            found[str(path.relative_to(ROOT))] = lines
+    assert found == {}
+
+
+def test_the_name_comparison_reader_sees_each_form():
+    source = ('a = spec.backend == "batch"\nb = backend in ("sagemaker", "batch")\nc = "local" != backend_name\n'
+              'd = kind.cloud\ne = mode == "tarball"\nf = arn["service"] != "batch"\n')
+    assert _name_comparisons(source) == [1, 2, 3]

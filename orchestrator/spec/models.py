@@ -455,6 +455,10 @@ class BudgetSpec(StrictModel):
     max_cost_usd: Float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
 
 
+# The spec's sections that one backend alone reads (`Backend.section`).
+SECTIONS = {"batch": BatchSpec}
+
+
 class JobSpec(StrictModel):
     name: str = Field(
         ...,
@@ -505,8 +509,10 @@ class JobSpec(StrictModel):
 
         backend = backends.backend_class(self.backend)
         found += backend.spec_problems(self)
-        if backend.section != "batch" and self.batch != BatchSpec.defaults():
-            found.append(("batch", f"batch: is for backend: batch; the {self.backend} backend would ignore it"))
+        for section, model in SECTIONS.items():
+            if getattr(self, section) != model.defaults() and backend.section != section:
+                found.append((section, f"{section}: is for backend: {section}; the {self.backend} backend would "
+                              "ignore it"))
         if len(self.tags) > 40:
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
         for key, value in self.tags.items():
