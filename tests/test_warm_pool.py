@@ -114,7 +114,7 @@ def test_the_keep_alive_names_botocores_field_within_its_limits():
     is the developer guide's maximum, inside the model's."""
     import botocore.session
 
-    from orchestrator.doctor import warm_pool as rules
+    from orchestrator.doctor import keep_alive as rules
 
     model = botocore.session.get_session().get_service_model("sagemaker")
     member = model.shape_for("ResourceConfig").members["KeepAlivePeriodInSeconds"]
