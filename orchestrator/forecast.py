@@ -1,10 +1,10 @@
 """Plan forecasts: beside the cost bound, what the stores say a job will find and cost.
 
 Contract:
-- `History.read(spec)` reads the results under the spec's output prefix (`request.output_uri`)
+- `History.read(prefix)` reads the results under a job's output prefix (`Prepared.locations`)
   once: for each spec hash, the latest completed run (results.json, by its end time). No
   backend is asked and no ledger read: it works wherever the prefix can be read.
-- `forecast(spec, estimate, history)` -> `Forecast`:
+- `forecast(prepared, history)` -> `Forecast` (everything it needs of the job, `Prepared` holds):
   - `previous`: the latest completed run of the same spec (same `spec_hash`), if any; then
     `duration_s` is its launcher's duration (cache pull, training and push; on SageMaker the
     provisioning before it is not in it) and `usd` that duration x instance count x the
@@ -21,10 +21,14 @@ Contract:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from entrypoints.results_schema import Results
-from orchestrator import catalog, cost, request
-from orchestrator.spec import JobSpec, spec_hash
+from orchestrator import catalog
+
+if TYPE_CHECKING:
+    from orchestrator.request import Prepared
+    from orchestrator.spec import JobSpec
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,9 @@ class History:
     note: str | None = None
 
     @classmethod
-    def read(cls, spec: JobSpec, s3_client=None) -> History:
+    def read(cls, prefix: str, s3_client=None) -> History:
         from orchestrator.results.read import ResultsPrefix, Unreadable, parse
 
-        prefix = request.output_uri(spec)
         history = cls(prefix)
         try:
             store = ResultsPrefix(prefix, s3_client=s3_client)
@@ -112,18 +115,17 @@ def _matches(fields: dict, spec: JobSpec, target: catalog.Target) -> bool:
     return spec.training.runtime != "xla" or fields.get("target") == target.family
 
 
-def cache_state(spec: JobSpec, key: str | None, s3_client=None) -> CacheState | None:
+def cache_state(prepared: Prepared, key: str | None, s3_client=None) -> CacheState | None:
     """The cache's entries for `key` (the previous run's), else for the newest matching key."""
     from orchestrator import cache
 
-    uri = request.compile_cache_uri(spec)
+    spec, target, uri = prepared.spec, prepared.target, prepared.locations.compile_cache
     if uri is None or spec.compile_cache.mode == "off":
         return None
     candidates = [key] if key else []
     if not candidates:
         _, keys = cache.list_keys(uri, s3_client=s3_client)
         candidates = [k.key for k in sorted(keys, key=lambda k: k.updated_at or "", reverse=True) if k.entries]
-    target = catalog.resolve(spec)
     for candidate in candidates:
         try:
             detail = cache.show(uri, candidate, s3_client=s3_client)
@@ -138,9 +140,10 @@ def cache_state(spec: JobSpec, key: str | None, s3_client=None) -> CacheState | 
     return None
 
 
-def forecast(spec: JobSpec, estimate: cost.Estimate, history: History, s3_client=None) -> Forecast:
-    """The forecast of one spec (see the module docstring)."""
-    found = history.runs.get(spec_hash(spec))
+def forecast(prepared: Prepared, history: History, s3_client=None) -> Forecast:
+    """The forecast of one prepared job (see the module docstring)."""
+    found = history.runs.get(prepared.spec_hash)
+    estimate = prepared.estimate
     note = history.note
     previous = duration = usd = None
     key = None
@@ -151,16 +154,16 @@ def forecast(spec: JobSpec, estimate: cost.Estimate, history: History, s3_client
         if duration is not None and estimate.usd_per_hour is not None:
             usd = duration / 3600 * estimate.instance_count * estimate.usd_per_hour
     try:
-        state = cache_state(spec, key, s3_client)
+        state = cache_state(prepared, key, s3_client)
     except Exception as exc:  # noqa: BLE001 - a forecast never fails a plan
         state = None
         note = "; ".join(filter(None, (note, f"compile cache not read: {type(exc).__name__}: {exc}")))
     return Forecast(previous=previous, duration_s=duration, usd=usd, cache=state, note=note)
 
 
-def readable(spec: JobSpec, asked: bool) -> bool:
-    """Whether a plan reads this spec's stores: always for file://, for s3:// when asked."""
-    uris = [request.output_uri(spec), request.compile_cache_uri(spec) or ""]
+def readable(prepared: Prepared, asked: bool) -> bool:
+    """Whether a plan reads this job's stores: always for file://, for s3:// when asked."""
+    uris = [prepared.locations.output, prepared.locations.compile_cache or ""]
     return asked or all(not uri.startswith("s3://") for uri in uris)
 
 
@@ -177,14 +180,14 @@ def for_trials(trials, asked: bool) -> dict[str, Forecast]:
     clients: dict[str, object] = {}
     predicted = {}
     for trial in trials:
-        spec = trial.trial.spec
-        if not readable(spec, asked):
+        prepared, spec = trial.prepared, trial.trial.spec
+        if not readable(prepared, asked):
             continue
         if asked and spec.region not in clients:
             clients[spec.region] = s3_client_for(spec)
         s3 = clients.get(spec.region)
-        prefix = request.output_uri(spec)
+        prefix = prepared.locations.output
         if prefix not in histories:
-            histories[prefix] = History.read(spec, s3)
-        predicted[trial.job_name] = forecast(spec, trial.prepared.estimate, histories[prefix], s3)
+            histories[prefix] = History.read(prefix, s3)
+        predicted[trial.job_name] = forecast(prepared, histories[prefix], s3)
     return predicted

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     attempt    INTEGER NOT NULL DEFAULT 0,
     detail     TEXT,
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    locations  TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep_id, trial_id);
 CREATE TABLE IF NOT EXISTS kv (
@@ -63,6 +64,9 @@ class Entry:
     detail: str | None
     created_at: float
     updated_at: float
+    # Where the job's objects go (`locations.Locations.to_json`), as it was prepared; None for a
+    # row written before the ledger kept them.
+    locations: dict | None = None
 
 
 class Ledger:
@@ -84,6 +88,7 @@ class Ledger:
         self.path = Path(path) if path else home() / "ledger.sqlite3"
         self.busy_timeout_s = busy_timeout_s
         self.writable = True
+        self._select: str | None = None  # the SELECT list of an Entry (`_columns`)
         self._may_read_only = read_only
         if self.path.is_dir():
             raise InputError(f"{self.path}: cannot open the ledger for writing: it is a folder, not the ledger (an "
@@ -167,9 +172,21 @@ class Ledger:
                     for statement in _SCHEMA.strip().split(";"):
                         if statement.strip():
                             self._db.execute(statement)
+                    if "locations" not in self._job_columns():
+                        # A ledger from before the column: added in place (SQLite keeps the rows).
+                        self._db.execute("ALTER TABLE jobs ADD COLUMN locations TEXT")
             except BaseException:
                 self._db.close()
                 raise
+
+    def _job_columns(self) -> set[str]:
+        return {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+
+    def _columns(self) -> str:
+        """The SELECT list of an `Entry` (a read-only ledger from before `locations` reads None)."""
+        if self._select is None:
+            self._select = _COLUMNS if "locations" in self._job_columns() else _COLUMNS.replace(", locations", ", NULL")
+        return self._select
 
     def _use_wal(self) -> None:
         """Put the file in WAL mode, once. Switching the journal mode needs the whole file:
@@ -236,7 +253,7 @@ class Ledger:
 
     def record_intent(self, job_name: str, *, backend: str, region: str, spec_hash: str, request: dict,
                       state: str = "submitting", sweep_id: str | None = None, trial_id: str | None = None,
-                      attempt: int = 0) -> Entry:
+                      attempt: int = 0, locations: dict | None = None) -> Entry:
         """Write the row before acting. If the row exists already, it is returned unchanged
         (the caller reconciles it), so a retried intent never forgets an earlier one."""
         state = _check_state(state)
@@ -248,9 +265,10 @@ class Ledger:
         with self._tx() as db:
             db.execute(
                 "INSERT OR IGNORE INTO jobs (job_name, backend, region, spec_hash, state, request, sweep_id,"
-                " trial_id, attempt, detail, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " trial_id, attempt, detail, created_at, updated_at, locations) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job_name, backend, region, spec_hash, state, json.dumps(request, sort_keys=True, default=str),
-                 sweep_id, trial_id, attempt, None, now, now),
+                 sweep_id, trial_id, attempt, None, now, now,
+                 None if locations is None else json.dumps(locations, sort_keys=True)),
             )
         entry = self.get(job_name)
         assert entry is not None  # inserted or present: an internal invariant, not user input
@@ -281,7 +299,7 @@ class Ledger:
 
     def get(self, job_name: str) -> Entry | None:
         with self._translated():
-            row = self._db.execute(f"SELECT {_COLUMNS} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
+            row = self._db.execute(f"SELECT {self._columns()} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
         return _entry(row) if row else None
 
     def entries(self, *, sweep_id: str | None = None, states: tuple[str, ...] | None = None,
@@ -297,7 +315,7 @@ class Ledger:
         if backend is not None:
             where.append("backend=?")
             args.append(backend)
-        sql = f"SELECT {_COLUMNS} FROM jobs"
+        sql = f"SELECT {self._columns()} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_at, job_name"
@@ -319,12 +337,12 @@ class Ledger:
 
 
 _COLUMNS = ("job_name, backend, region, spec_hash, state, request, sweep_id, trial_id, attempt, detail,"
-            " created_at, updated_at")
+            " created_at, updated_at, locations")
 
 
 def _entry(row: tuple) -> Entry:
     return Entry(row[0], row[1], row[2], row[3], Status(row[4]), json.loads(row[5]), row[6], row[7], row[8], row[9],
-                 row[10], row[11])
+                 row[10], row[11], json.loads(row[12]) if row[12] else None)
 
 
 # SQLite's primary result codes (the low byte of an extended code) that are about the file.

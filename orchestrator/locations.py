@@ -1,14 +1,19 @@
-"""Where a job's objects go: its output prefix (`output_uri`), results.json, the source archive,
-the TensorBoard files and checkpoints under it, the compile cache; and every S3 location a job
-of a spec reads or writes (`object_uris`), which `validate`, `plan` and `submit` hold to S3's
-key limit (`aws_contract.check_uris`). Pure string work: light enough for `validate`'s fast
-path, which does not import `request` (tarfile, the source archive).
+"""Where a job's objects go, built in this one place: its output prefix, results.json, the source
+archive, the TensorBoard files and checkpoints under it, the compile cache. `Locations` is the
+value a backend makes when the job is prepared (`Backend.locations`); `Prepared` carries it, the
+ledger records it, and the job file, the request, forecasts, results and the backends read it.
+`object_uris` lists every S3 location a job of a spec may read or write, which `validate`,
+`plan` and `submit` hold to S3's key limit (`aws_contract.check_uris`). Pure string work: light
+enough for `validate`'s fast path.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from entrypoints.results_schema import RESULTS_FILE
 from orchestrator import names
 from orchestrator.paths import home
 
@@ -18,28 +23,69 @@ if TYPE_CHECKING:
 # The source archive's name, in the store and in the code channel.
 ARCHIVE_NAME = "sourcedir.tar.gz"
 TENSORBOARD_DIR = "tensorboard"
+RESULTS_DIR = "results"  # <output>/results/<job>/results.json (docs/RESULTS.md)
+SOURCE_DIR = "source"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Where one job's objects are (URIs, no trailing slash). `source` is known once the
+    archive is built (`with_source`)."""
+
+    output: str
+    results: str
+    tensorboard: str
+    checkpoints: str
+    compile_cache: str | None
+    source: str | None = None
+
+    @classmethod
+    def under(cls, output: str, job_name: str, compile_cache: str | None) -> Locations:
+        """A job's locations under its `output` prefix, with its `compile_cache` prefix."""
+        output = output.rstrip("/")
+        return cls(output=output, results=results_uri(output, job_name),
+                   tensorboard=tensorboard_uri(output, job_name),
+                   checkpoints=f"{output}/{CHECKPOINTS_DIR}/{job_name}",
+                   compile_cache=compile_cache.rstrip("/") if compile_cache else None)
+
+    def with_source(self, archive_sha: str) -> Locations:
+        return dataclasses.replace(self, source=source_uri(self.output, archive_sha))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Locations:
+        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+
+
+def of(spec: JobSpec, job_name: str) -> Locations:
+    """The locations of job `job_name` of `spec`, as its backend puts them (`Backend.locations`)."""
+    from orchestrator import backends
+
+    return backends.backend_class(spec.backend).locations(spec, job_name)
 
 
 def output_uri(spec: JobSpec) -> str:
-    """The job's output prefix: output.uri, or the local store for a local spec without one."""
-    if spec.output.uri:
-        return spec.output.uri.rstrip("/")
-    return f"file://{home()}/store/jobs"
+    """The output prefix of the spec's jobs (`of`)."""
+    return of(spec, "-").output
 
 
 def compile_cache_uri(spec: JobSpec) -> str | None:
-    """compile_cache.uri, or the local store's cache for a local spec without one."""
-    if spec.compile_cache.uri:
-        return spec.compile_cache.uri.rstrip("/")
-    from orchestrator import backends
+    """The compile cache prefix of the spec's jobs (`of`); None without one."""
+    return of(spec, "-").compile_cache
 
-    if not backends.backend_class(spec.backend).cloud:
-        return f"file://{home()}/store/compile-cache"
-    return None
+
+def store(job_name: str) -> Locations:
+    """A job's locations in this machine's store (`$ORCHESTRATOR_HOME/store`)."""
+    root = f"file://{home()}/store"
+    return Locations.under(f"{root}/jobs", job_name, f"{root}/compile-cache")
 
 
 def results_uri(output: str, name: str) -> str:
-    return f"{output}/results/{name}/results.json"
+    """Where a job's results.json is: `<output>/results/<job>/results.json`."""
+    return f"{output.rstrip('/')}/{RESULTS_DIR}/{name}/{RESULTS_FILE}"
 
 
 def tensorboard_uri(output: str, name: str) -> str:
@@ -61,7 +107,7 @@ def object_uris(spec: JobSpec, job_name: str | None = None) -> dict[str, list[tu
         # (CreateTrainingJob API reference, OutputDataConfig.S3OutputPath).
         ("SageMaker model artifact", f"{out}/{name}/output/model.tar.gz"),
         ("TensorBoard prefix", f"{tensorboard_uri(out, name)}/"),
-        ("checkpoint prefix", f"{out}/checkpoints/{name}/"),
+        ("checkpoint prefix", f"{out}/{CHECKPOINTS_DIR}/{name}/"),
     ]}
     cache = compile_cache_uri(spec)
     if cache:
@@ -73,4 +119,10 @@ def object_uris(spec: JobSpec, job_name: str | None = None) -> dict[str, list[tu
 
 def source_uri(output: str, archive_sha: str) -> str:
     """Where the archive is stored: content-addressed, so an upload can be skipped when present."""
-    return f"{output}/source/{archive_sha[:16]}/{ARCHIVE_NAME}"
+    return f"{output}/{SOURCE_DIR}/{archive_sha[:16]}/{ARCHIVE_NAME}"
+
+
+def output_of_source(uri: str) -> str:
+    """The output prefix of a source archive's URI (`source_uri`'s inverse): for a job submitted
+    from another machine, whose request names no other location (an AWS Batch job's)."""
+    return uri.rsplit(f"/{SOURCE_DIR}/", 1)[0]

@@ -23,19 +23,8 @@ import json
 from dataclasses import dataclass
 
 from entrypoints import contract
-from orchestrator import backends, catalog, cost, doctor, names, preferences, sourcedir
+from orchestrator import backends, catalog, cost, doctor, locations, names, preferences, sourcedir
 from orchestrator.errors import InputError
-
-# Where a job's objects go (its own module, so `validate` checks them without this one's imports).
-from orchestrator.locations import (  # noqa: F401 - callers use them as request.X
-    TENSORBOARD_DIR,
-    compile_cache_uri,
-    object_uris,
-    output_uri,
-    results_uri,
-    source_uri,
-    tensorboard_uri,
-)
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.spec import JobSpec, spec_hash
 
@@ -44,12 +33,13 @@ CONTAINER_LOG_LEVEL = 20
 
 def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
                  target: catalog.Target | None = None, varied: dict | None = None,
-                 choices: list | tuple | None = None) -> dict:
+                 choices: list | tuple | None = None, where: locations.Locations | None = None) -> dict:
     """The job file (`job.json`, schema `contract.JOB_FILE_SCHEMA`) with every default resolved,
     from the spec's `target` (`catalog.resolve(spec)` when not given). `varied` (a sweep
     trial's values, dotted path -> value) travels as the file's "varied" object, so the
     job's results.json names them; a job outside a sweep has no such key."""
     target = target or catalog.resolve(spec)
+    where = where or locations.of(spec, job_name)
     digest = spec_hash(spec)
     facts = target.facts
     instance = {
@@ -71,9 +61,9 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         "spec": spec.model_dump(mode="json"),
         "instance": instance,
         "workers_per_node": target.workers_per_node,
-        "compile_cache": {"uri": compile_cache_uri(spec), "mode": spec.compile_cache.mode,
+        "compile_cache": {"uri": where.compile_cache, "mode": spec.compile_cache.mode,
                           "push_interval_s": spec.compile_cache.push_interval_s},
-        "results_uri": results_uri(output_uri(spec), job_name),
+        "results_uri": where.results,
         "environment": dict(target.environment),
         "tags": dict(sorted(tags.items())),
     }
@@ -81,7 +71,7 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         # What the container needs of each type SageMaker may select (entrypoints/ cannot ask
         # the catalog): launch.py adapts to the selected one's row.
         job["preferences"] = preferences.table(list(choices) if choices else preferences.choices(spec))
-    backends.backend_class(spec.backend).job_file(spec, job, output_uri(spec))
+    backends.backend_class(spec.backend).job_file(spec, job, where)
     if varied:
         job["varied"] = dict(varied)
     return job
@@ -111,11 +101,15 @@ class Prepared:
     job: dict
     archive: bytes
     archive_sha256: str
-    source_uri: str
+    locations: locations.Locations  # where its objects go, the archive's included
     request: dict
     estimate: cost.Estimate
     findings: list[doctor.Finding]
     target: catalog.Target
+
+    @property
+    def source_uri(self) -> str:
+        return self.locations.source
 
 
 def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
@@ -127,7 +121,7 @@ def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
     operation = backends.backend_class(spec.backend).operation
     if operation is None:
         return
-    aws_contract.check_uris(spec, object_uris(spec))
+    aws_contract.check_uris(spec, locations.object_uris(spec))
     service, name = operation
     found = aws_contract.violations(service, name, request)
     aws_contract.raise_for(spec, found, lambda path: provenance.field(spec, name, request, path),
@@ -147,7 +141,7 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
 
     `local` (a batch spec run on this machine, `submit --local`): the same request, for the job
     `names.local_job_name(spec)`, with the archive, results.json and the compile cache in this
-    machine's store (`LocalBackend.store_job`); the local backend runs it.
+    machine's store (`locations.store`, `LocalBackend.run_here`); the local backend runs it.
     """
     diagnosis = source if isinstance(source, doctor.Diagnosis) else doctor.diagnose(source)
     spec, target = diagnosis.spec, diagnosis.target
@@ -155,15 +149,18 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     if name is None:
         name = names.local_job_name(spec) if local else names.job_name(spec)
     names.check_job_name(name)
-    job = resolved_job(spec, name, extra_tags, target, varied, diagnosis.choices)
-    output = backends.backend_class("local").store_job(job, name) if local else output_uri(spec)
+    # Where the job's objects go: decided here, once, by the backend (or this machine's store).
+    where = locations.store(name) if local else locations.of(spec, name)
+    job = resolved_job(spec, name, extra_tags, target, varied, diagnosis.choices, where)
+    if local:
+        backends.backend_class("local").run_here(job)
     archive = sourcedir.build_archive(job)
     digest = sourcedir.archive_sha256(archive)
-    src = source_uri(output, digest)
+    where = where.with_source(digest)
     try:
         request = backends.backend_class(spec.backend).build_request(
-            spec, job_name=name, source_uri=src, output=output, job=job,
-            hyperparameters=hyperparameters(spec, name), target=target, choices=diagnosis.choices)
+            spec, job_name=name, where=where, job=job, hyperparameters=hyperparameters(spec, name), target=target,
+            choices=diagnosis.choices)
     except InputError:
         doctor.raise_for(spec, diagnosis.findings)
         raise
@@ -172,6 +169,6 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     if not local and not doctor.errors(diagnosis.findings):
         check_contract(spec, request, name)
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
-                    archive_sha256=digest, source_uri=src, request=request, estimate=diagnosis.estimate,
+                    archive_sha256=digest, locations=where, request=request, estimate=diagnosis.estimate,
                     findings=diagnosis.findings, target=target)
 

@@ -166,7 +166,8 @@ def test_source_archive_is_uploaded_once_per_content_hash(backend, prepared, cal
 def test_a_source_uri_outside_s3_is_refused_before_any_call(backend, prepared, calls):
     import dataclasses
 
-    local = dataclasses.replace(prepared, source_uri="file:///tmp/jobs/source/0123/sourcedir.tar.gz")
+    where = dataclasses.replace(prepared.locations, source="file:///tmp/jobs/source/0123/sourcedir.tar.gz")
+    local = dataclasses.replace(prepared, locations=where)
     with pytest.raises(InputError, match="not an s3://bucket/key URI") as info:
         backend.upload_source(local)
     assert "output: {uri: s3://my-bucket/jobs}" in info.value.hint

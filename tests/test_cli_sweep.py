@@ -24,6 +24,7 @@ from orchestrator import spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import BackendError, InputError, SpecError
 from orchestrator.ledger import Ledger
+from orchestrator.sweep.router import Router
 
 # --- the command line: status, resume and stop of a saved sweep ----------------------------------
 
@@ -76,7 +77,7 @@ def test_sigterm_ends_a_runner_like_a_stop_it_noticed(rig, monkeypatch, capsys, 
 
     make, cloud, _ = rig
     runner = make()
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: cloud)
+    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     real_status = cloud.status
 
     def status(name):  # the runner polls its jobs in flight: the signal comes now
@@ -232,7 +233,7 @@ def test_cli_stop_says_when_a_resume_would_run_nothing(rig, monkeypatch):
     make, cloud, _ = rig
     runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
     runner.step()
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: cloud)
+    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     done = invoke("sweep", "stop", runner.d.sweep_id)
     assert done.exit_code == 0, (done.output, done.exception)
     assert "1 job(s) stopping" in done.output and "a resume would run nothing (budget or retries used up" in done.output

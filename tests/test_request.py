@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -17,7 +18,7 @@ from botocore.validate import ParamValidator
 from cli_harness import run_cli as _cli
 
 from entrypoints import contract
-from orchestrator import catalog, names, request, sourcedir, spec
+from orchestrator import catalog, locations, names, request, sourcedir, spec
 from orchestrator.backends.sagemaker import request as sagemaker_request
 from orchestrator.errors import InputError, SpecError
 
@@ -216,7 +217,8 @@ def test_the_compile_cache_key_follows_the_flags_as_sent():
 def _build(s, source="s3://orchestrator-example-bucket/jobs/source/0123456789abcdef/sourcedir.tar.gz"):
     name = names.job_name(s)
     job = request.resolved_job(s, name)
-    return sagemaker_request.build(s, job_name=name, source_uri=source, output=request.output_uri(s), job=job,
+    where = dataclasses.replace(locations.of(s, name), source=source)
+    return sagemaker_request.build(s, job_name=name, where=where, job=job,
                                    hyperparameters=request.hyperparameters(s, name), target=catalog.resolve(s))
 
 

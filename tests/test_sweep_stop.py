@@ -15,6 +15,7 @@ from sweep_fakes import (
 
 from orchestrator import sweep as sweeps
 from orchestrator.ledger import Ledger
+from orchestrator.sweep.router import Router
 
 
 def test_stop_cancels_planned_trials_and_stops_jobs_in_flight(rig):
@@ -192,7 +193,7 @@ def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig
         return result
 
     monkeypatch.setattr(cloud, "submit", submit_and_finish)
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: cloud)
+    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     done = invoke("sweep", "resume", runner.d.sweep_id, "--poll", "0.1")
     assert done.exit_code == 0, (done.output, done.exception)
     assert f"took budget.max_total_cost_usd 3.0 -> 10.0 from {sweep_file.resolve()}" in done.output

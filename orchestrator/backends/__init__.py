@@ -182,13 +182,17 @@ class Backend(Protocol):
         """The spec's cost bound on this backend (`cost.Estimate`) at the target's price."""
 
     @classmethod
-    def job_file(cls, spec, job: dict, output: str) -> None:
+    def locations(cls, spec, job_name: str):
+        """Where the job's objects go (`locations.Locations`), made once when it is prepared."""
+
+    @classmethod
+    def job_file(cls, spec, job: dict, where) -> None:
         """Add what this backend's container needs to the job file `job` (in place)."""
 
     @classmethod
-    def build_request(cls, spec, *, job_name: str, source_uri: str, output: str, job: dict,
-                      hyperparameters: dict[str, str], target, choices: tuple) -> dict:
-        """The exact request the backend sends for the job (pure, deterministic)."""
+    def build_request(cls, spec, *, job_name: str, where, job: dict, hyperparameters: dict[str, str], target,
+                      choices: tuple) -> dict:
+        """The exact request the backend sends for the job at its locations `where` (pure)."""
 
     @classmethod
     def quota_needs(cls, spec) -> list:

@@ -108,7 +108,14 @@ class CloudBackend:
         return dict(fields)
 
     @classmethod
-    def job_file(cls, spec, job: dict, output: str) -> None:
+    def locations(cls, spec, job_name: str):
+        """Under the spec's own prefixes: output.uri and compile_cache.uri."""
+        from orchestrator.locations import Locations
+
+        return Locations.under(spec.output.uri or "", job_name, spec.compile_cache.uri)
+
+    @classmethod
+    def job_file(cls, spec, job: dict, where) -> None:
         """Nothing to add: the service uploads what the job writes."""
 
     def quota_clients(self, attempts: int | None = None):
@@ -170,7 +177,8 @@ class CloudBackend:
         and the caller goes on. InputError when the name is the ledger's for another spec."""
         name = prepared.job_name
         entry = self.ledger.record_intent(name, backend=self.name, region=self.region,
-                                          spec_hash=prepared.spec_hash, request=prepared.request)
+                                          spec_hash=prepared.spec_hash, request=prepared.request,
+                                          locations=prepared.locations.to_json())
         if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
             raise InputError(f"the job name {name} is already in the ledger for another spec "
                              f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
@@ -220,6 +228,14 @@ class CloudBackend:
     # --- progress -----------------------------------------------------------------------------
 
     def _results_uri(self, job_name: str) -> str:
+        """Where the job writes results.json: its locations in the ledger, as it was prepared;
+        for a job submitted elsewhere, what the service's record says (`_recorded_results_uri`)."""
+        entry = self.ledger.get(job_name)
+        if entry is not None and entry.locations:
+            return entry.locations["results"]
+        return self._recorded_results_uri(job_name)
+
+    def _recorded_results_uri(self, job_name: str) -> str:
         raise NotImplementedError
 
     def progress(self, job_name: str) -> Progress | None:

@@ -27,10 +27,10 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
     if prefix is not None:
         return res.check_prefix(prefix, "--prefix"), region
     if spec_path is not None:
-        from orchestrator import request, spec
+        from orchestrator import locations, spec
 
         loaded = spec.load(spec_path)
-        return request.output_uri(loaded), region or loaded.region
+        return locations.output_uri(loaded), region or loaded.region
     local = res.local_store_uri()
     if not res.has_results(local):
         raise InputError(f"no --prefix given, and the local store ({local}) holds no results",

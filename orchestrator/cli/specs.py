@@ -90,9 +90,10 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
     predicted = None
-    if forecast.readable(loaded, read_stores):
+    if forecast.readable(prepared, read_stores):
         s3 = forecast.s3_client_for(loaded) if read_stores else None
-        predicted = forecast.forecast(loaded, prepared.estimate, forecast.History.read(loaded, s3), s3)
+        history = forecast.History.read(prepared.locations.output, s3)
+        predicted = forecast.forecast(prepared, history, s3)
     elif not as_json:
         err("forecast: not read (s3:// stores are read with --forecast)")
     if as_json:

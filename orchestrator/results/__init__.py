@@ -23,7 +23,6 @@ from orchestrator.results.read import (
     has_results,
     local_store_uri,
     parse,
-    results_uri,
 )
 from orchestrator.results.render import COLUMNS, render_csv, render_json, render_plot, render_table
 from orchestrator.results.rows import ERROR, MISSING, UNREADABLE, Collection, Row, build_row, in_sweep, rank
@@ -32,5 +31,5 @@ __all__ = [
     "COLUMNS", "DEFAULT_SORT", "DEFAULT_WORKERS", "ERROR", "MISSING", "RESULTS_DIR", "RESULTS_FILE", "SCHEMA", "UNREADABLE",
     "Collection", "ResultsPrefix", "Row", "Unreadable", "build_row", "check_prefix", "client_config",
     "collect", "has_results", "in_sweep", "local_store_uri", "parse", "rank", "render_csv", "render_json",
-    "render_html", "render_plot", "render_table", "results_uri", "select_columns", "sort_rows", "table_columns", "varied_paths",
+    "render_html", "render_plot", "render_table", "select_columns", "sort_rows", "table_columns", "varied_paths",
 ]

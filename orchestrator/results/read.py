@@ -28,8 +28,8 @@ from urllib.parse import unquote
 from entrypoints.results_schema import RESULTS_FILE, SCHEMA, Results
 from entrypoints.storage import FileStore, StorageError, open_store
 from orchestrator.errors import InputError
+from orchestrator.locations import RESULTS_DIR, results_uri
 
-RESULTS_DIR = "results"
 MAX_RESULTS_BYTES = 4 * 1024 * 1024
 
 
@@ -89,10 +89,6 @@ def local_store_uri() -> str:
 def has_results(file_prefix: str) -> bool:
     """Whether a file:// prefix holds any job's results folder."""
     return bool(ResultsPrefix(file_prefix).jobs())
-
-
-def results_uri(prefix: str, job: str) -> str:
-    return f"{prefix.rstrip('/')}/{RESULTS_DIR}/{job}/{RESULTS_FILE}"
 
 
 def _store_uri(prefix: str) -> str:

@@ -1,7 +1,7 @@
 """TensorBoard runs of a sweep or a job: its jobs' event files fetched into one local folder.
 
 Contract:
-- Each job's event files live at `<output.uri>/tensorboard/<job>/` (`request.tensorboard_uri`:
+- Each job's event files live at `<output.uri>/tensorboard/<job>/` (`locations.tensorboard_uri`:
   the request's TensorBoardOutputConfig.S3OutputPath, which SageMaker fills while the job runs
   and the local backend when it ends; a Batch job's launch.py uploads them when it ends, to
   the job file's `tensorboard_uri`).
@@ -23,12 +23,11 @@ from pathlib import Path
 
 from entrypoints.storage import open_store
 from orchestrator.errors import InputError
+from orchestrator.locations import TENSORBOARD_DIR
 from orchestrator.results.collect import collect
 from orchestrator.results.columns import shown_value
 from orchestrator.results.read import _store_uri
 from orchestrator.results.rows import Row
-
-TENSORBOARD_DIR = "tensorboard"  # request.TENSORBOARD_DIR: results read no request module
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,8 @@ def save(planned: Plan, ledger: Ledger) -> Definition:
                 ledger.record_intent(t.job_name, backend=t.trial.spec.backend, region=definition.region,
                                      spec_hash=t.prepared.spec_hash, request=t.prepared.request,
                                      state="planned", sweep_id=definition.sweep_id,
-                                     trial_id=t.trial.trial_id, attempt=0)
+                                     trial_id=t.trial.trial_id, attempt=0,
+                                     locations=t.prepared.locations.to_json())
     except RunnerBusy as exc:
         sweep_id = definition.sweep_id
         raise RunnerBusy(sweep_id, exc.pid, hint=(

@@ -258,7 +258,8 @@ class Runner(History):
         """The attempt's `planned` ledger row: from here on `step` submits it."""
         self.ledger.record_intent(name, backend=trial.backend, region=self.d.region,
                                   spec_hash=prepared.spec_hash, request=prepared.request, state=Status.PLANNED,
-                                  sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt)
+                                  sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt,
+                                  locations=prepared.locations.to_json())
         self._acted += 1
 
     def plan_retries(self) -> None:

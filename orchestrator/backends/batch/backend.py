@@ -126,18 +126,16 @@ class BatchBackend(CloudBackend):
         return billing.estimate(spec, target)
 
     @classmethod
-    def job_file(cls, spec, job: dict, output: str) -> None:
-        from orchestrator import locations
-
+    def job_file(cls, spec, job: dict, where) -> None:
         # A Batch job has no TensorBoardOutputConfig: launch.py uploads rank 0's event files here.
-        job["tensorboard_uri"] = locations.tensorboard_uri(output, job["job_name"])
+        job["tensorboard_uri"] = where.tensorboard
 
     @classmethod
-    def build_request(cls, spec, *, job_name: str, source_uri: str, output: str, job: dict,
-                      hyperparameters: dict[str, str], target, choices: tuple = ()) -> dict:
+    def build_request(cls, spec, *, job_name: str, where, job: dict, hyperparameters: dict[str, str], target,
+                      choices: tuple = ()) -> dict:
         from orchestrator.backends.batch import request
 
-        return request.build(spec, job_name=job_name, source_uri=source_uri, job=job,
+        return request.build(spec, job_name=job_name, source_uri=where.source, job=job,
                              hyperparameters=hyperparameters, target=target)
 
     @classmethod
@@ -370,10 +368,10 @@ class BatchBackend(CloudBackend):
             tags=tags,
         )
 
-    def _results_uri(self, job_name: str) -> str:
-        """From the job's request in the ledger (its environment names the output prefix)."""
-        entry = self.ledger.get(job_name)
-        return results_uri({e["name"]: e["value"] for e in entry.request["containerOverrides"]["environment"]})
+    def _recorded_results_uri(self, job_name: str) -> str:
+        """From the job's environment, as AWS Batch keeps it (`results_uri`)."""
+        container = self._describe(job_name).get("container") or {}
+        return results_uri({e["name"]: e["value"] for e in container.get("environment") or []})
 
     # --- logs -------------------------------------------------------------------------------
 
@@ -450,8 +448,9 @@ class BatchBackend(CloudBackend):
 
 
 def results_uri(env: dict[str, str]) -> str:
-    """Where the job writes results.json: <output>/results/<job>/results.json, read back from
-    the request's environment (the source archive's prefix is <output>/source/...)."""
-    output = env[CODE_URI_ENV].split("/source/", 1)[0]
+    """Where a job submitted elsewhere writes results.json, from its environment: SubmitJob
+    names no output prefix but the source archive's (`locations.output_of_source`)."""
+    from orchestrator import locations
+
     job = json.loads(json.loads(env[HYPERPARAMETERS_ENV])["sagemaker_job_name"])
-    return f"{output}/results/{job}/results.json"
+    return locations.results_uri(locations.output_of_source(env[CODE_URI_ENV]), job)

@@ -158,7 +158,16 @@ class LocalBackend:
                              note="local backend: no cloud cost")
 
     @classmethod
-    def job_file(cls, spec, job: dict, output: str) -> None:
+    def locations(cls, spec, job_name: str):
+        """Under the spec's prefixes, else in this machine's store (`locations.store`)."""
+        from orchestrator import locations
+
+        here = locations.store(job_name)
+        return locations.Locations.under(spec.output.uri or here.output, job_name,
+                                         spec.compile_cache.uri or here.compile_cache)
+
+    @classmethod
+    def job_file(cls, spec, job: dict, where) -> None:
         """Nothing to add: the local supervisor copies what SageMaker would upload."""
 
     @classmethod
@@ -177,23 +186,14 @@ class LocalBackend:
         return None  # this machine has no service quotas
 
     @staticmethod
-    def store_job(job: dict, name: str) -> str:
-        """Make the job file `job` one of this machine's (a batch spec run here, `submit --local`):
-        results.json and the compile cache in its store, run by the local backend (results.json's
-        backend), and one worker for runtime xla (torch-xla on PJRT's CPU device runs one process;
-        the spec's workers, one per NeuronCore, need the NeuronCores). Returns the output prefix."""
-        from orchestrator import locations
-        from orchestrator.paths import home
-
-        store = f"file://{home()}/store"
-        job["results_uri"] = locations.results_uri(f"{store}/jobs", name)
-        job["compile_cache"]["uri"] = f"{store}/compile-cache"
-        if "tensorboard_uri" in job:
-            job["tensorboard_uri"] = locations.tensorboard_uri(f"{store}/jobs", name)
+    def run_here(job: dict) -> None:
+        """Make the job file `job` (laid out at `locations.store`) one of this machine's: a
+        batch spec run here (`submit --local`), run by the local backend (results.json's
+        backend), with one worker for runtime xla (torch-xla on PJRT's CPU device runs one
+        process; the spec's workers, one per NeuronCore, need the NeuronCores)."""
         job["backend"] = "local"
         if job["spec"]["training"]["runtime"] == "xla":
             job["workers_per_node"] = 1
-        return f"{store}/jobs"
 
     def __init__(self, home: Path | None = None, ledger: Ledger | None = None, s3_client=None,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
@@ -251,7 +251,8 @@ class LocalBackend:
         entry = self.ledger.record_intent(name, backend=self.name, region=prepared.spec.region,
                                           spec_hash=prepared.spec_hash, request=prepared.request,
                                           sweep_id=tags.get("orchestrator:sweep"),
-                                          trial_id=tags.get("orchestrator:trial"))
+                                          trial_id=tags.get("orchestrator:trial"),
+                                          locations=prepared.locations.to_json())
         if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
             raise InputError(f"the job name {name} is already in the ledger for another spec "
                              f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
@@ -296,13 +297,12 @@ class LocalBackend:
         """InputError (exit 2) naming the spec field when a file:// URI the job reads or writes
         (data.source, output.uri, compile_cache.uri) names something that is not a folder, or
         lies below a file: the job could only fail on it later."""
-        from orchestrator import request as requests
         from orchestrator.paths import unusable
 
         data = [uri for channel, uri in channels_of(prepared.request).items() if channel != contract.CODE_CHANNEL]
         uris = {"data.source": data,
-                "output.uri": [requests.output_uri(prepared.spec)],
-                "compile_cache.uri": [requests.compile_cache_uri(prepared.spec)]}
+                "output.uri": [prepared.locations.output],
+                "compile_cache.uri": [prepared.locations.compile_cache]}
         for field_name, found in uris.items():
             for uri in found:
                 if not uri or not uri.startswith("file://"):

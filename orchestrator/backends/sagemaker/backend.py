@@ -323,10 +323,11 @@ class SageMakerBackend(CloudBackend):
         )
         return status
 
-    def _results_uri(self, job_name: str) -> str:
-        """`<S3OutputPath>/results/<job>/results.json`, where launch.py writes it."""
-        prefix = self._describe(job_name)["OutputDataConfig"]["S3OutputPath"].rstrip("/")
-        return f"{prefix}/results/{job_name}/results.json"
+    def _recorded_results_uri(self, job_name: str) -> str:
+        """Under the job's S3OutputPath, its output prefix (`locations.results_uri`)."""
+        from orchestrator import locations
+
+        return locations.results_uri(self._describe(job_name)["OutputDataConfig"]["S3OutputPath"], job_name)
 
     def _record(self, status: JobStatus) -> None:
         record_status(self.ledger, self.name, status, expect=tuple(IN_FLIGHT))

@@ -54,16 +54,15 @@ def code_channel(source_uri: str) -> dict:
     }
 
 
-def build(spec: JobSpec, *, job_name: str, source_uri: str, output: str, job: dict, hyperparameters: dict[str, str],
+def build(spec: JobSpec, *, job_name: str, where: locations.Locations, job: dict, hyperparameters: dict[str, str],
           target: catalog.Target, choices: list | tuple = ()) -> dict:
     """The exact CreateTrainingJob request (pure; see the module docstring), from the spec's
-    resolved `target`, under the job's `output` prefix.
+    resolved `target`, at the job's locations `where`.
 
     Raises only for what cannot be expressed at all, which the doctor reports first with its
     location: an unknown image version (InputError) and spot without a max wait (SpecError at
     instance.max_wait_minutes, for callers that build without the doctor).
     """
-    out = output
     inst = spec.instance
     stopping = {"MaxRuntimeInSeconds": spec.max_run_minutes * 60}
     if inst.spot:
@@ -90,9 +89,9 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, output: str, job: di
         },
         "RoleArn": spec.role_arn or LOCAL_ROLE_ARN,
         "HyperParameters": dict(hyperparameters),
-        "InputDataConfig": [code_channel(source_uri)],
+        "InputDataConfig": [code_channel(where.source)],
         "Environment": dict(job["environment"]),
-        "OutputDataConfig": {"S3OutputPath": out},
+        "OutputDataConfig": {"S3OutputPath": where.output},
         "ResourceConfig": resource_config(spec, choices),
         "StoppingCondition": stopping,
         "EnableManagedSpotTraining": inst.spot,
@@ -112,10 +111,10 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, output: str, job: di
             }},
         })
     if inst.spot or spec.training.checkpoint_every > 0:
-        request["CheckpointConfig"] = {"S3Uri": f"{out}/checkpoints/{job_name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
+        request["CheckpointConfig"] = {"S3Uri": where.checkpoints, "LocalPath": CHECKPOINT_LOCAL_PATH}
     # Rank 0's TensorBoard scalars (entrypoints.scalars), which SageMaker uploads while the job runs.
     request["TensorBoardOutputConfig"] = {"LocalPath": TENSORBOARD_LOCAL_PATH,
-                                          "S3OutputPath": locations.tensorboard_uri(out, job_name)}
+                                          "S3OutputPath": where.tensorboard}
     if inst.keep_alive_minutes > 0:
         # A managed warm pool (botocore: ResourceConfig.KeepAlivePeriodInSeconds).
         request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = inst.keep_alive_minutes * 60
