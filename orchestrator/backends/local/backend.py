@@ -1,59 +1,10 @@
 """The local backend: the SageMaker training container, emulated on this machine.
 
-`submit(prepared)` writes the ledger intent, puts the source archive at its content-addressed
-`source_uri` (as the sagemaker backend does), lays out one container tree per host under
-`ORCHESTRATOR_HOME/jobs/<job>/algo-N/` (`input/config/hyperparameters.json`,
-`resourceconfig.json`, `inputdataconfig.json`, `input/data/<channel>`, `model`,
-`output/data`, `checkpoints`, `code`) and starts a detached supervisor
-(`orchestrator.backends.local.supervisor`, its own session), then returns at once. The
-supervisor, like SageMaker:
-
-- downloads every input channel (s3:// or file://, FullyReplicated) into each host's
-  `input/data/<channel>`: the `code` channel (the source archive) and the data channel;
-- starts the request's `AlgorithmSpecification.ContainerEntrypoint` as each host's first
-  process (a session of its own), with the request's Environment, `SAGEMAKER_BASE_DIR` set to
-  the host's tree (where the training toolkit and launch.py find /opt/ml), `TRAINING_JOB_NAME`,
-  `SM_STUDIO_LOCAL_MODE=true` (the toolkit's switch for hosts whose names do not resolve),
-  `python3` resolving to this backend's Python, none of the caller's compiler settings
-  (TORCHINDUCTOR_*, TORCHDYNAMO_*, TRITON_CACHE_DIR, NEURON_CC_FLAGS, NEURON_COMPILE_CACHE_URL:
-  only the spec's `environment` sets those), and the rendezvous on loopback: with
-  `instance.count: 2`, two hosts algo-1 and algo-2, ORCHESTRATOR_MASTER_ADDR 127.0.0.1 and one
-  free ORCHESTRATOR_MASTER_PORT. The entrypoint unpacks the code and execs launch.py, which
-  reads the SM_* variables through the real SageMaker training toolkit's library when it is
-  installed (else its own emulation of them: results.json's `container` says which ran);
-- writes each host's output to `jobs/<job>/logs/algo-N.log` and all of it, prefixed
-  "[algo-N] ", to `jobs/<job>/logs/all.log` in arrival order (what `logs` shows);
-- stops as SageMaker stops a container (`stop`, StoppingCondition.MaxRuntimeInSeconds:
-  Stopped, MaxRuntimeExceeded; and, after one host failed, the others once a grace period
-  has passed): SIGTERM to each host's first process only, SIGKILL to all of its processes
-  `stop_grace_s` later (SageMaker's 120 s; `STOP_GRACE_ENV` shortens it, e.g. in tests). A
-  program that is not the first process learns of a stop only if that process passes it on;
-- uploads algo-1's `model/` as `model.tar.gz` and `output/data/` as `output.tar.gz` to
-  `<S3OutputPath>/<job>/output/`, also after a failure or a stop, and the files of the
-  TensorBoardOutputConfig's LocalPath to its S3OutputPath (SageMaker uploads those while the
-  job runs; here they arrive when it ends);
-- keeps `jobs/<job>/status.json` (written atomically: state, secondary, failure_reason from
-  the hosts' failure files, created/started/ended, pids, the stop signals sent and when) and
-  the ledger row up to date.
-
-A batch spec's SubmitJob request (`submit SPEC --local`, `batch_task`) runs the same way
-as one container whose first process is the image's start script running the request's
-bootstrap command, stopped as ECS stops a task (30 s between SIGTERM and SIGKILL).
-
-`status`, `logs` (with follow) and `stop` read and act on that tree; `progress` reads the
-first host's results.json. Submitting a job name that exists already returns
-`Submitted(created=False)` and runs nothing.
-
-Not emulated: IAM roles and permissions, VPC/network isolation, the training image (the job
-runs with this Python and its packages; no /changehostname.c, so no host name override), PID
-namespaces (the first process is not PID 1; launch.py makes itself a child subreaper instead),
-instance hardware (no Neuron devices: runtime xla runs on PJRT_DEVICE=CPU, SM_NUM_NEURONS is
-0, NeuronCore counts are not enforced), EFA, resource limits (CPU, memory, volume size),
-managed spot and its interruptions (the spot flag is ignored; MaxWaitTimeInSeconds too),
-RetryStrategy, SageMaker-managed checkpoint sync to S3 (checkpoints stay in each host's tree),
-the warm pool, metric parsing into CloudWatch (MetricDefinitions are not evaluated; the lines
-are in the log), CloudWatch Logs, billing (billable_seconds is None), SageMaker's
-Debugger/Profiler, and ARNs.
+`submit(prepared)` writes the ledger intent, stores the source archive at its locations, lays
+out one container tree per host under `ORCHESTRATOR_HOME/jobs/<job>/algo-N/` (`layout`) and
+starts a detached supervisor (`supervisor`), which runs, logs, stops and uploads as SageMaker
+does; `status`, `logs` and `stop` read and act on that tree. What is emulated and what is not:
+docs/ARCHITECTURE.md, "The local backend: what it emulates".
 """
 
 from __future__ import annotations

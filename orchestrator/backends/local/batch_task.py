@@ -1,57 +1,9 @@
-"""A batch spec run on this machine (`submit SPEC --local`): the AWS Batch job as an ECS task
-would run it, emulated by the local backend.
-
-`request.prepare(diagnosis, local=True)` builds the spec's exact SubmitJob request
-(`backends.batch.request.build`, the same bootstrap command and environment as `plan` shows) for a job
-of this machine: the job is named `<name>-<8 hex>-local` (the real job keeps `<name>-<8 hex>`:
-the ledger holds both), the source archive goes to the local store
-(`file://$ORCHESTRATOR_HOME/store/jobs/source/...`, which the bootstrap's fetch copies), and the
-job file names the local store for results.json and the compile cache and says `"backend":
-"local"` (results.json then says the job ran on this machine: no cloud price, no MFU, `local
-CPU xN`). The spec itself, and so its hash, is the one the real submit sends.
-
-`lay_out(prepared, job_dir, ...)` writes the job folder the local supervisor runs
-(`supervisor`): one container, `algo-1/` standing in for its /opt/ml, whose first process
-is the image's entrypoint with the request's command as its arguments, `bash -m
-start_with_right_hostname.sh <command words>`. `START_SCRIPT` is a minimal equivalent of the
-image's script (aws-neuron/deep-learning-containers common/start_with_right_hostname.sh at
-2be9ed1, the ENTRYPOINT of pytorch/training/2.9.0/Dockerfile.neuronx): for anything but
-`train` it runs `eval "$@"`, which is all a Batch job reaches; `train` (the SageMaker
-toolkit's path, with its host-name library) is not emulated and exits 127. So the command's
-quoting, its `exec`s and the bootstrap (lay out /opt/ml, fetch the archive, exec launch.py)
-run as in the container, and launch.py becomes the first process.
-
-The environment is containerOverrides.environment as sent, with what places the container
-on this machine (each listed here, nothing else changed):
-- paths private to a container are moved into the job folder: /opt/ml (the SM_* paths, and
-  SAGEMAKER_BASE_DIR set to `algo-1/`, as for the training toolkit) and the Neuron compile
-  cache the request names (`catalog.NEURON_CACHE_DIR`, under `algo-1/var-tmp/`);
-- this machine's CPUs stand in for the instance: SM_NUM_CPUS is this machine's count,
-  SM_NUM_NEURONS 0 (no NeuronCores here), PJRT_DEVICE=CPU for runtime xla; the workers per
-  node stay the spec's for runtime native (the doctor's N004 holds: a local run of an
-  inf2.xlarge spec runs its 2 workers as 2 CPU processes), and are 1 for runtime xla, whose
-  PJRT CPU device runs one process (the job file says so: `request.local_store`);
-- an ECS task has its own network namespace; here the rendezvous port is a free one on
-  loopback (ORCHESTRATOR_MASTER_PORT) and GLOO_SOCKET_IFNAME defaults to lo;
-- what Batch sets in every container: AWS_BATCH_JOB_ID (the job name here),
-  AWS_BATCH_JOB_ATTEMPT (1), AWS_BATCH_JQ_NAME (the request's queue).
-Nothing else: in particular no stop timeout; launch.py learns ECS's 30 s from the request
-(`bootstrap.environment`), as the real job does.
-
-Stop as ECS stops a task (TerminateJob, the attempt timeout): SIGTERM to the container's first
-process, SIGKILL to all of it after the stop timeout: `STOP_GRACE_S`, 30 s, ECS's default for
-EC2 container instances (Amazon ECS API Reference, StopTask and ContainerDefinition
-stopTimeout: ECS_CONTAINER_STOP_TIMEOUT, 30 s when unset; the AWS Batch user guide's "Job
-timeouts" says the same of a timed-out attempt); `layout.STOP_GRACE_ENV` shortens it, as
-for SageMaker-style jobs. An attempt that outlives timeout.attemptDurationSeconds is stopped so
-and ends failed, as Batch terminates it (`TIMEOUT_REASON`), not stopped. Nothing is uploaded
-when the job ends (Batch uploads nothing: launch.py wrote results.json and pushed the compile
-cache itself).
-
-Not emulated: the image and its packages (this Python runs), the job queue and compute
-environment (the job starts at once), retries (retryStrategy: one attempt), the job
-definition's devices, limits and shared memory, the resource requirements, CloudWatch Logs
-(the log is the job folder's), and the ECS task's network namespace.
+"""A batch spec run on this machine (`submit SPEC --local`): the spec's exact SubmitJob request
+(`request.prepare(diagnosis, local=True)`, at `locations.store`, as `<name>-<8 hex>-local`) run
+as an ECS task would run it: `lay_out` writes the job folder the supervisor runs, one container
+whose first process is the image's start script with the request's command; stopped as ECS
+stops a task (`STOP_GRACE_S`). Details and what is not emulated: docs/ARCHITECTURE.md, "A
+batch spec run here".
 """
 
 from __future__ import annotations
