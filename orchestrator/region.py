@@ -14,6 +14,10 @@ import re
 
 from orchestrator.errors import InputError
 
+# An AWS region's name (us-east-1, ap-southeast-2, us-gov-west-1): what a spec's `region` and a
+# command's --region take.
+REGION_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d+$"
+
 FALLBACK_REGION = "us-east-1"
 REGION_DEFAULTS = ("AWS_REGION, else AWS_DEFAULT_REGION, else the region of your AWS config profile "
                    "(AWS_PROFILE), else us-east-1")
@@ -40,8 +44,6 @@ def default_region(region: str | None = None) -> str:
     counts as unset. Imports botocore only to read the profile's region. InputError for an
     environment or profile value that is not a region name, or an AWS config that cannot be
     read."""
-    from orchestrator.spec import REGION_PATTERN
-
     if region:
         return region
     for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
+from orchestrator.region import REGION_PATTERN
 from orchestrator.spec.source import SourceMap, split_path
 
 # SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
@@ -36,7 +37,6 @@ URI_PATTERN = rf"^(s3://{S3_BUCKET}(/.*)?|{FILE_URI})$"
 ROLE_PATTERN = r"^arn:aws[a-z\-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]+$"
 # Two letters, one or more words, a number: us-east-1, us-gov-west-1, cn-north-1, eu-isoe-west-1.
 # The CLI's --region and `prices refresh` check with this one pattern too.
-REGION_PATTERN = r"^[a-z]{2}(-[a-z]+)+-\d+$"
 # SageMaker's types carry the ml. prefix (ml.trn1.2xlarge); AWS Batch runs EC2 types (inf2.xlarge).
 INSTANCE_PATTERN = r"^(ml\.)?[a-z0-9]+\.[a-z0-9]+$"
 ARCH_PATTERN = r"^vit_[a-z0-9_]+$"
