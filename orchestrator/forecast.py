@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from entrypoints.results_schema import Results
+from entrypoints.shared.results_schema import Results
 from orchestrator import catalog, cost, request
 from orchestrator.spec import JobSpec, spec_hash
 

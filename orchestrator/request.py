@@ -2,7 +2,7 @@
 
 Contract:
 - A job is named by `names.job_name(spec)` unless the caller names it.
-- `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.contract`)
+- `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.shared.contract`)
   with every default filled in: worker count, cache and output locations, the environment
   the container gets, and the tags.
 - `build(...)` is pure: the request dict, exactly what `plan` shows and what the sagemaker
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator import catalog, cost, doctor, names, preferences, sourcedir
 from orchestrator.errors import InputError, Problem, SpecError
 
@@ -181,7 +181,7 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
             # launch.py as the container's first process, so SageMaker's stop signal reaches it
-            # (the image's own entrypoint passes none on: see entrypoints/container.py).
+            # (the image's own entrypoint passes none on: see entrypoints/launcher/container.py).
             "ContainerEntrypoint": contract.container_entrypoint(),
         },
         "RoleArn": spec.role_arn or LOCAL_ROLE_ARN,
@@ -209,7 +209,7 @@ def build(spec: JobSpec, *, job_name: str, source_uri: str, job: dict, target: c
         })
     if inst.spot or spec.training.checkpoint_every > 0:
         request["CheckpointConfig"] = {"S3Uri": f"{out}/checkpoints/{job_name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
-    # Rank 0's TensorBoard scalars (entrypoints.scalars), which SageMaker uploads while the job runs.
+    # Rank 0's TensorBoard scalars (entrypoints.trainer.scalars), which SageMaker uploads while the job runs.
     request["TensorBoardOutputConfig"] = {"LocalPath": TENSORBOARD_LOCAL_PATH,
                                           "S3OutputPath": tensorboard_uri(out, job_name)}
     if inst.keep_alive_minutes > 0:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from job_waits import wait_for
 
-from entrypoints import storage
+from entrypoints.shared import storage
 from orchestrator import names, processes, request, spec
 from orchestrator.backends import local_layout
 from orchestrator.backends.local import LocalBackend

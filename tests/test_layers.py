@@ -88,7 +88,7 @@ def test_no_module_holds_more_than_one_concepts_worth_of_lines():
 
 def test_the_import_reader_sees_imports_inside_functions_and_relative_ones():
     """The rules above are only as good as this reader: it must not miss a lazy import."""
-    assert "entrypoints.results_schema" in _imports(ROOT / "orchestrator" / "results" / "read.py")
+    assert "entrypoints.shared.results_schema" in _imports(ROOT / "orchestrator" / "results" / "read.py")
     source = "def f():\n    from orchestrator.backends import sagemaker\n    from . import rows\n    import json\n"
     assert _imports_of(source, "orchestrator.results") >= {
         "orchestrator.backends.sagemaker", "orchestrator.results.rows", "json"}

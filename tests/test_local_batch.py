@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from job_waits import wait_for
 
-from entrypoints import bootstrap, contract, storage, torchrun
+from entrypoints.launcher import bootstrap, torchrun
+from entrypoints.shared import contract, storage
 from orchestrator import catalog, request, spec
 from orchestrator.backends import local_batch, local_layout
 from orchestrator.backends.local import LocalBackend
