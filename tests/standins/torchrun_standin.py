@@ -1,7 +1,7 @@
 """A stand-in for `python -m torch.distributed.run` (torchrun) that starts without importing torch.
 
 The launcher's tests run it through `ORCHESTRATOR_TORCHRUN_MODULE` (the `fake_train` fixture
-sets it); `tests/test_torchrun_real.py` holds the same process contract on the real torchrun.
+sets it); `tests/test_torchrun_standin.py` holds the same process contract on the real torchrun.
 What it keeps of torchrun's contract (torch/distributed/run.py and
 torch/distributed/elastic/{agent/server,multiprocessing}/api.py in torch 2.9), and nothing more:
 
