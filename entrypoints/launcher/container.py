@@ -1,43 +1,13 @@
 """launch.py as the container's first process: what the image's start script and the training
-toolkit did before, done by the process that receives SageMaker's stop signal.
+toolkit did before, done by the process that receives SageMaker's stop signal (why:
+docs/ARCHITECTURE.md, "One host: inside the container").
 
-Why. SageMaker stops a job (StopTrainingJob, MaxRuntime, spot reclaim) with SIGTERM to the
-container's first process and SIGKILL to everything 120 s later ("How Amazon SageMaker Runs Your
-Training Image": `docker stop -t120`). In the PyTorch Neuron training image that process is
-`bash -m start_with_right_hostname.sh` (aws-neuron/deep-learning-containers,
-pytorch/training/2.9.0/Dockerfile.neuronx, common/start_with_right_hostname.sh): it runs the
-training toolkit as a child and passes no signal on, and the toolkit has no handler either
-(aws/sagemaker-training-toolkit src/sagemaker_training/process.py; its issues #125 and #173).
-So the request replaces the image's entrypoint (`contract.container_entrypoint()`, sent as
-AlgorithmSpecification.ContainerEntrypoint): a shell line unpacks the code channel into
-/opt/ml/code and `exec`s `python3 launch.py --container`, which makes launch.py the first
-process. It then forwards the SIGTERM to torchrun, pushes the compile cache and writes its
-final results.json within the grace period. The SageMaker SDK v3 `ModelTrainer` delivers its
-code as a channel the same way, but keeps bash as the first process (no `exec`), which would
-lose the signal again.
-
-What `adopt_sm_environment()` and `prepare()` take over, in order (recorded in results.json's
-`container`):
-
-1. The SM_* variables: the toolkit's own `sagemaker_training.environment.Environment()
-   .to_env_vars()` (the library is in the image; it reads /opt/ml/input/config/*.json and
-   honours SAGEMAKER_BASE_DIR), or, where it is not installed (`TOOLKIT_ENV`=off forces this),
-   `contract.sm_environment` computed from the same files ("emulated"). A variable already in
-   the environment wins: a real container has none, the local backend presets its per-host
-   share of the CPUs.
-2. The host name: the start script compiles the image's /changehostname.c (gethostname()
-   returns the current host, algo-N) into a library it preloads for the training processes;
-   prepare() builds the same library from the same file and preloads it for torchrun only.
-3. `requirements.txt` in the code directory, pip-installed as the toolkit does (its
-   `modules.install_requirements`, else `python -m pip install -r`).
-4. With several hosts: waits until every host name resolves, as the toolkit does (not with
-   SM_STUDIO_LOCAL_MODE=true, as in the toolkit).
-5. Orphans: as PID 1, launch.py inherits every orphaned process of the container and must
-   reap them; `Reaper` waits for zombie children that are not launch.py's own. Outside a
-   container launch.py makes itself a child subreaper (Linux), so orphans come to it as they
-   would to PID 1.
-
-Stdlib only (the toolkit is imported when present); nothing here imports `orchestrator`.
+`adopt_sm_environment()` sets the SM_* variables (the toolkit's own when it is installed, else
+`contract.sm_environment`; a variable already set wins); `prepare()` builds and preloads the
+image's host-name fix for torchrun, installs `requirements.txt` from the code directory and,
+with several hosts, waits until every host resolves; `Reaper` reaps orphaned zombies that are
+not launch.py's own. What was done is recorded in results.json's `container`. Stdlib only (the
+toolkit is imported when present); nothing here imports `orchestrator`.
 """
 
 from __future__ import annotations

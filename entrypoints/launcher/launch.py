@@ -1,68 +1,16 @@
 """The per-host driver of a training job: the container's first process.
 
-One process per host. On SageMaker (and under the local backend) it runs as the container's
-entrypoint, `python3 launch.py --container` (`contract.container_entrypoint`), so that it
-receives SageMaker's SIGTERM; it then first does what the image's start script and the training
-toolkit would have done (`entrypoints.launcher.container`: the SM_* variables, the host name,
-requirements, reaping orphans). Without `--container` it expects the SM_* variables from
-whoever started it. Contract, in order:
-
-1. Read the container contract once (`contract.Contract.from_env()`) and the resolved job
-   file (`job.json` next to this script or in the code directory, or `--job PATH`); with
-   instance preferences, take the job file as the selected type runs it (`entrypoints.launcher.selection`:
-   workers, LNC, environment, so the EFA variables and the cache key too), and
-   write `results.json` with status "running" (below, 6.): a record exists from the start.
-2. Build the runtime environment: the job's `environment` (EFA variables included by the
-   request; added here too for multi-node jobs on EFA instances when missing), plus the per-host
-   compile cache directory: the one the job's settings name (`--cache_dir` in
-   `NEURON_CC_FLAGS` for runtime xla, which SageMaker requests set to the Neuron
-   compiler's default /var/tmp/neuron-compile-cache (Neuron docs, "Neuron Persistent Cache"); `TORCHINDUCTOR_CACHE_DIR` for native), else a fresh
-   temporary one (`TRITON_CACHE_DIR` below it for native). In a fresh container either is
-   empty, so a warm start can only come from the pulled cache. On a SageMaker warm pool
-   (`entrypoints.launcher.warm_pool`: its persistent cache directory exists) the compile cache lives
-   there instead, one folder per key, unless the user named another directory, and pip's
-   cache too (`PIP_CACHE_DIR`, set before the requirements are installed): a job on a reused
-   instance starts with the entries earlier jobs left, pulls only what is missing, and never
-   deletes the folder. Native ranks
-   also get `TORCHINDUCTOR_COMPILE_THREADS` = CPUs // workers (`entrypoints.launcher.environment`).
-3. Pull the compile cache (mode tarball) and finish before any rank starts.
-4. With `training.precompile` (runtime xla, where `neuron_parallel_compile` is on PATH:
-   `entrypoints.launcher.precompile`), first a short graph-extraction pass of the same torchrun command
-   under it, its compiled entries pushed at once; its time goes to results.json's `precompile`.
-   Then run `torchrun` (`entrypoints.launcher.torchrun`: nproc = workers per node; nnodes and node rank
-   from SM_HOSTS and SM_CURRENT_HOST; master address from the contract, port
-   `contract.MASTER_PORT` unless ORCHESTRATOR_MASTER_PORT is set), streaming its output line by
-   line. Each rank writes
-   `<stats dir>/rank-<global rank>.json` at its end; the first rank of the host also while it
-   trains (`contract.PROGRESS_REPORT_ENV`).
-5. While torchrun runs (`entrypoints.launcher.heartbeat`): push the new complete cache entries right
-   after the warmup steps, then every `compile_cache.push_interval_s` seconds when there are
-   new ones, and rewrite results.json (status "running", the step figures so far) every
-   `HEARTBEAT_S` seconds (or push interval, if shorter). A SIGKILL at any moment loses at most
-   one interval of compiling and of progress. Beside torchrun, `neuron-monitor` when it is on
-   PATH (`entrypoints.launcher.utilization`): each heartbeat also prints the utilization metric line,
-   and results.json carries the figures so far (or why there are none).
-6. Whether training succeeded or not: push what is still new; on node rank 0 of a job whose
-   file names a `tensorboard_uri` (Batch, which has no TensorBoardOutputConfig), upload the
-   TensorBoard files there (a failure is a warning in results.json); build `results.json`
-   (`entrypoints.launcher.report`; schema `entrypoints.shared.results_schema`, docs/RESULTS.md) from the rank
-   stats, write it to
-   SM_OUTPUT_DATA_DIR and, on node rank 0, atomically to `job["results_uri"]` (if that
-   fails, the job fails and the local copy is rewritten with status "failed").
-7. On any failure, write a short reason (which rank, last error: `entrypoints.launcher.failure`) to the
-   contract's failure file (/opt/ml/output/failure) and exit non-zero.
-
-A stop signal (SIGTERM, SIGINT) is forwarded to torchrun, which stops its workers; if torchrun
-still runs after half the grace period (`torchrun.STOP_GRACE_ENV`, default SageMaker's 120 s),
-its tree is killed. Then 6. and 7. run as after any failure, with status "stopped".
-
-A corrupted or hostile cache archive never stops the job: the pull reports it as a warning
-(in the log and in `results.json` under cache.warnings) and training runs cold.
-
-Runs as `python launch.py` from the unpacked source archive (where `entrypoints/` sits
-beside it) and as `python -m entrypoints.launcher.launch`. Stdlib only (boto3 lazily through
-`entrypoints.shared.storage`; torch only inside `compile_cache.key_for`, for its version); never
-imports `orchestrator`. `ORCHESTRATOR_TRAIN_MODULE` names another per-rank module (tests).
+Runs as `python3 launch.py --container` from the unpacked source archive (a copy of this file
+at its root, `entrypoints/` beside it) and as `python -m entrypoints.launcher.launch`; without
+`--container` it expects the SM_* variables from whoever started it. Contract: read the job
+file (`--job`, else `job.json` beside it or in the code directory) and write results.json
+"running"; pull the compile cache; run torchrun over `TRAIN_MODULE` (or
+`ORCHESTRATOR_TRAIN_MODULE`), pushing new cache entries and rewriting results.json meanwhile;
+then, whatever happened, push, write the final results.json (to `results_uri` on node rank 0)
+and on failure the failure file, and exit non-zero. SIGTERM/SIGINT stop torchrun within half
+the grace period and end "stopped"; a bad cache archive is a warning, never a failure. Stdlib
+only (boto3 lazily); never imports `orchestrator`. Step by step: docs/ARCHITECTURE.md, "One
+host: inside the container".
 """
 
 from __future__ import annotations

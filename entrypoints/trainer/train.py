@@ -1,46 +1,16 @@
 """The per-rank training loop: `torchrun ... -m entrypoints.trainer.train --job job.json --stats-dir DIR`.
 
-Runs with cwd = the code directory that holds `entrypoints/`. Without torchrun's variables
-it is rank 0 of 1 (tests, smoke).
-
-Contract:
-- Reads the resolved job file (`contract.load_job`) and the container contract once; rank
-  and world size come from `runtime.Dist.from_env()`.
-- Trains `training.steps` optimizer steps with the spec's runtime, precision and optimizer.
-  Step time is measured around each step with a device sync; the first `warmup_steps`
-  steps of this process are left out of the statistics.
-- Rank 0 prints `contract.metric_line(METRICS_TAG, step, loss, step_time_s, samples_per_s)`
-  every `log_every` steps and one `SUMMARY_TAG` line at the end (samples/s are global:
-  batch x world size / step time), each in one write, flushed (`contract.write_line`), and
-  writes the same figures and the learning rate as TensorBoard scalars (`entrypoints.trainer.scalars`)
-  into `<SM_OUTPUT_DIR>/tensorboard` (when SM_OUTPUT_DIR is set); without the tensorboard
-  package, a warning instead.
-- Checkpoints (`checkpoint_every` > 0): the first rank of each host writes
-  `ckpt-<step>.pt` (model, optimizer, step, RNG and loss-scaler state) into the checkpoint
-  dir atomically (temporary file in a hidden sibling folder, fsync, rename in: SageMaker
-  uploads whatever appears in the checkpoint dir, so nothing half-written may appear there)
-  and keeps the newest `KEEP_CHECKPOINTS`.
-  On start every rank resumes from the newest checkpoint that loads and matches this model,
-  the ranks agreeing on the step. On CPU a resumed run ends with exactly the weights of an
-  uninterrupted one.
-- With `contract.PROGRESS_REPORT_ENV` set (launch.py sets it), the first rank of each host also
-  writes its `<stats-dir>/rank-<rank>.json` while it trains: right after the warmup steps (at
-  least one step), then every that many seconds, so launch.py can push the compile cache once
-  the graphs exist and keep `results.json` current.
-- At the end rank 0 writes the final weights to `<model_dir>/model.pt`, and every rank writes
-  `<stats-dir>/rank-<rank>.json` (fields in `RankStats`). On an exception the stats file
-  carries "error" and the exception propagates (non-zero exit); launch.py reports it.
-  SIGTERM (torchrun passes it on when a job is stopped) takes the same path: exit status 1,
-  "error": "SystemExit: terminated by SIGTERM".
-- Checkpoints are written by the first rank of every host (not only global rank 0) so that
-  each host of a multi-node job can resume from its own checkpoint dir; a checkpoint holds
-  that rank's RNG state, restored exactly on the rank that wrote it (other ranks reseed from
-  seed, rank and step: the model has no dropout by default, and data follows the step).
-- `contract.PRECOMPILE_STEPS_ENV=<n>` (launch.py's precompile pass under neuron_parallel_compile):
-  run min(n, steps) steps from step 0 with no checkpoint read or written, no model saved and no
-  progress reports (the tool's graph-extraction mode executes nothing real).
-- `ORCHESTRATOR_TEST_STOP_AT_STEP=<n>` kills the process with SIGKILL right after step n
-  (and its checkpoint): the spot-interruption drill the resume tests use.
+Runs with cwd = the code directory that holds `entrypoints/`; without torchrun's variables it
+is rank 0 of 1 (tests, smoke). Contract: reads the job file (`contract.load_job`) and trains
+`training.steps` optimizer steps, leaving the first `warmup_steps` out of the statistics; rank
+0 prints `METRICS_TAG` lines every `log_every` steps and one `SUMMARY_TAG` line, and writes
+TensorBoard scalars; the first rank of each host writes checkpoints atomically (keeping
+`KEEP_CHECKPOINTS`) and every rank resumes from the newest that matches; at the end rank 0
+writes `<model_dir>/model.pt` and every rank `<stats-dir>/rank-<rank>.json` (`RankStats`), with
+"error" set on an exception or SIGTERM (exit non-zero). `contract.PROGRESS_REPORT_ENV` adds
+stats files while training, `contract.PRECOMPILE_STEPS_ENV` runs a few steps that keep
+nothing, `STOP_AT_STEP_ENV` SIGKILLs after a step (the resume tests' drill). Why each:
+docs/ARCHITECTURE.md, "One host: inside the container".
 """
 
 from __future__ import annotations
