@@ -20,7 +20,7 @@ With `--s3` it also times push + pull through a moto S3 server on 127.0.0.1 (inf
 moto keeps objects in its own process, so that figure measures moto as much as us).
 All generated data (about 3x the tree size at the peak) is removed at the end.
 
-With `--library` it instead compares the hand-written pieces of `entrypoints.storage` with the
+With `--library` it instead compares the hand-written pieces of `entrypoints.shared.storage` with the
 libraries that do the same work (`bench/library_comparisons.py`): S3 multipart upload and
 ranged GETs against boto3's transfer manager through a moto server subprocess, and `fcntl`
 against `filelock` locks, and prints that JSON object.
@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from entrypoints import compile_cache  # noqa: E402
+from entrypoints.shared import compile_cache  # noqa: E402
 
 FILES_PER_MODULE = 4
 
@@ -255,7 +255,7 @@ def _run_s3(tree: Path, work: Path, key: compile_cache.CacheKey, repeats: int) -
     from loopback_aws import use_fake_credentials
     from moto.server import ThreadedMotoServer
 
-    from entrypoints.storage import open_store
+    from entrypoints.shared.storage import open_store
 
     use_fake_credentials()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one JSON object is all we print

@@ -36,7 +36,7 @@ GOAL = 0.2
 
 def run_job(backend, prepared, timeout_s: float) -> dict:
     """Submit, wait until terminal, and return the job's results.json from the store."""
-    from entrypoints import storage
+    from entrypoints.shared import storage
 
     submitted = backend.submit(prepared)
     if not submitted.created:

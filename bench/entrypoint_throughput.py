@@ -4,12 +4,12 @@ Both sides train the same small ViT (64 px, patch 8, depth 4, width 192, 3 heads
 patch embedding) with the same batch, AdamW and precision, on the native runtime without
 torch.compile, in this one process:
 
-- entrypoint: `entrypoints.train.Trainer` built from a job dict exactly as train.py builds it
+- entrypoint: `entrypoints.trainer.train.Trainer` built from a job dict exactly as train.py builds it
   (synthetic pool on the device, runtime, autocast), driven through `Trainer.run_steps`, the
   loop train.py runs: batch selection by step, per-step timing with its device sync, log lines
   (to a sink), statistics, and its progress reports (a stats file rewritten every `--beat`
   seconds, as launch.py asks). Timed from outside around each chunk of steps. Alongside it
-  runs what launch.py runs while training (`entrypoints.heartbeat`, in a process of its own
+  runs what launch.py runs while training (`entrypoints.launcher.heartbeat`, in a process of its own
   as in a job): periodic compile cache pushes every `--push-interval` seconds (5 s by default,
   twelve times as often as a job's default of 60 s), each finding `--new-entries` (20) fresh
   entries of 64 KiB (written by that process just before, standing in for the compiler; after
@@ -17,7 +17,7 @@ torch.compile, in this one process:
   results.json rewritten from the stats file every `--beat` seconds (5; a job's: 30).
   That process is stopped (SIGSTOP) while the bare loop runs, so its cost lands on the
   entrypoint side only.
-- bare: the model from `entrypoints.vit.build` with the same seed, one pre-made batch, and
+- bare: the model from `entrypoints.trainer.vit.build` with the same seed, one pre-made batch, and
   `zero_grad / forward / loss / backward / step` in a plain loop.
 
 After warmup on both, the two alternate in chunks of `--chunk` steps for `--rounds` rounds
@@ -66,7 +66,7 @@ class Bare:
     def __init__(self, spec: dict) -> None:
         import torch
 
-        from entrypoints import vit
+        from entrypoints.trainer import vit
 
         training = spec["training"]
         torch.manual_seed(training["seed"])
@@ -99,7 +99,8 @@ def heartbeat_process(folder: str, push_interval: float, beat: float, new_entrie
     import signal
     from pathlib import Path
 
-    from entrypoints import atomic, compile_cache, heartbeat
+    from entrypoints.launcher import heartbeat
+    from entrypoints.shared import atomic, compile_cache
 
     root = Path(folder)
     cache_dir, store, stats_file = root / "cache", (root / "store").as_uri(), root / "stats" / "rank-0.json"
@@ -171,7 +172,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
 
-    from entrypoints import runtime, train
+    from entrypoints.trainer import runtime, train
 
     work = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
     helper = None

@@ -1,4 +1,4 @@
-"""Hand-written pieces of entrypoints.storage against the libraries that do the same work
+"""Hand-written pieces of entrypoints.shared.storage against the libraries that do the same work
 (issue 11; run by `bench/cache_transfer.py --library`).
 
 - S3 transfers: the multipart upload (parts uploaded by a thread pool, aborted on failure)

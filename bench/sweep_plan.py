@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 def per_trial_archive(job: dict) -> bytes:
     """The archive as it was built before: one tar stream, gzipped whole, per job."""
-    from entrypoints import contract
+    from entrypoints.shared import contract
     from orchestrator import sourcedir
 
     files = sourcedir._sources(sourcedir.entrypoints_dir())

@@ -1,6 +1,6 @@
 """Inspect and prune compile caches in a store: `orchestrator cache ls | show | prune`.
 
-Reads the layout `entrypoints.compile_cache` writes: under the store URI one folder per
+Reads the layout `entrypoints.shared.compile_cache` writes: under the store URI one folder per
 cache key, `<key>/manifest.json` plus content-addressed `<key>/archives/<sha256>.tar`.
 Nothing here prints; `cli.py` renders the values these functions return.
 
@@ -36,8 +36,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from entrypoints import compile_cache
-from entrypoints.storage import FileStore, ObjectInfo, S3Store, StorageError, Store, open_store
+from entrypoints.shared import compile_cache
+from entrypoints.shared.storage import FileStore, ObjectInfo, S3Store, StorageError, Store, open_store
 from orchestrator.errors import BackendError, InputError
 
 DEFAULT_GRACE_S = 3600.0
@@ -57,7 +57,7 @@ def default_s3_client():
     endpoint (another partition's, for cn-/us-gov- buckets). An AWS config that cannot be
     read (an unknown AWS_PROFILE) is an InputError, as for every other command. The client
     settings are storage.py's own, with the timeouts of every client (`aws.client`)."""
-    from entrypoints.storage import s3_client_config
+    from entrypoints.shared.storage import s3_client_config
     from orchestrator import aws
     from orchestrator.region import default_region
 

@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from entrypoints import atomic
+from entrypoints.shared import atomic
 from orchestrator.errors import InputError
 from orchestrator.paths import home, read_regular
 
@@ -545,7 +545,7 @@ def _environment(spec: JobSpec, family: str, lnc: int, *, neuron: bool, efa: boo
             env.setdefault("NEURON_LOGICAL_NC_CONFIG", str(lnc))
         env["NEURON_CC_FLAGS"] = " ".join(flags)
     if efa:
-        from entrypoints.contract import EFA_ENV  # only then: the contract is not on validate's path
+        from entrypoints.shared.contract import EFA_ENV  # only then: the contract is not on validate's path
 
         for key, value in EFA_ENV.items():
             env.setdefault(key, value)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from entrypoints.results_schema import Results
+from entrypoints.shared.results_schema import Results
 from orchestrator import catalog
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from entrypoints.results_schema import RESULTS_FILE
+from entrypoints.shared.results_schema import RESULTS_FILE
 from orchestrator import names
 from orchestrator.paths import home
 

@@ -1,5 +1,5 @@
 """Where the orchestrator keeps its local state (ledger, local store, caches), and reading and
-writing files there safely. Files are written through `entrypoints.atomic`, the one
+writing files there safely. Files are written through `entrypoints.shared.atomic`, the one
 atomic-write helper of both sides; what is not a regular file is named as it names it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from entrypoints.atomic import NotRegularFile, kind_of, not_a_file
+from entrypoints.shared.atomic import NotRegularFile, kind_of, not_a_file
 from orchestrator.errors import InputError
 
 

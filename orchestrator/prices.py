@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from entrypoints import atomic
+from entrypoints.shared import atomic
 from orchestrator import catalog
 from orchestrator.errors import BackendError, InputError, service_message
 from orchestrator.paths import home

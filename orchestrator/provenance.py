@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from entrypoints import bootstrap, contract
+from entrypoints.launcher import bootstrap
+from entrypoints.shared import contract
 
 # CreateTrainingJob: the first segment of a parameter path -> the spec field it came from.
 _SAGEMAKER = {

@@ -2,7 +2,7 @@
 
 Contract:
 - A job is named by `names.job_name(spec)` unless the caller names it.
-- `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.contract`)
+- `resolved_job(spec, name)` is the job file (`job.json`, schema in `entrypoints.shared.contract`)
   with every default filled in: worker count, cache and output locations, the environment
   the container gets, and the tags.
 - The request itself is the backend's (`Backend.build_request`: SageMaker's CreateTrainingJob,
@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator import backends, catalog, cost, doctor, locations, names, preferences, sourcedir
 from orchestrator.errors import InputError
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH

@@ -1,7 +1,7 @@
 """`orchestrator smoke SPEC`: a few training steps here, failing if graphs keep compiling.
 
 Contract: `run(spec, steps)` writes the spec's resolved job file to a temporary directory and
-runs `python -m entrypoints.smoke --job <it> --steps N` in a subprocess (the orchestrator
+runs `python -m entrypoints.trainer.smoke --job <it> --steps N` in a subprocess (the orchestrator
 never imports torch), with `PJRT_DEVICE=CPU` unless the caller's environment names another
 PJRT device. It returns a `SmokeResult` when no graph was compiled after warmup, and raises
 `JobFailed` (exit 1) whose message names the step that recompiled, or why the run broke
@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator.errors import InputError, JobFailed
 
-# Must equal entrypoints.smoke.SMOKE_TAG / EXIT_RECOMPILED / DEFAULT_WARMUP (a test checks;
+# Must equal entrypoints.trainer.smoke.SMOKE_TAG / EXIT_RECOMPILED / DEFAULT_WARMUP (a test checks;
 # importing that module here is not allowed: it belongs to the torch side).
 SMOKE_TAG = "orchestrator-smoke"
 EXIT_RECOMPILED = 3
@@ -38,7 +38,7 @@ CODE_DIR = Path(contract.__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class SmokeResult:
-    """The entrypoint's verdict (see entrypoints/smoke.py for the fields)."""
+    """The entrypoint's verdict (see entrypoints/trainer/smoke.py for the fields)."""
 
     ok: bool
     runtime: str
@@ -71,7 +71,7 @@ def run_job(job: dict, steps: int = DEFAULT_STEPS, *, vary_batch: bool = False,
     with tempfile.TemporaryDirectory(prefix="orchestrator-smoke-") as tmp:
         job_path = Path(tmp) / contract.JOB_FILE
         job_path.write_text(json.dumps(job))
-        cmd = [python, "-m", "entrypoints.smoke", "--job", str(job_path), "--steps", str(steps),
+        cmd = [python, "-m", "entrypoints.trainer.smoke", "--job", str(job_path), "--steps", str(steps),
                "--warmup", str(WARMUP)]
         if vary_batch:
             cmd.append("--vary-batch")
@@ -90,7 +90,7 @@ def run_job(job: dict, steps: int = DEFAULT_STEPS, *, vary_batch: bool = False,
                              "no .item() or data-dependent branches in the step), then run smoke again")
     lines = "\n".join(tail)
     raise JobFailed(f"smoke run of {job['job_name']} failed (exit status {rc}); its last output:\n{lines}",
-                    hint="run `python -m entrypoints.smoke --job job.json` by hand for the full traceback")
+                    hint="run `python -m entrypoints.trainer.smoke --job job.json` by hand for the full traceback")
 
 
 def _watch(cmd: list[str], env: dict, on_progress: Callable[[str], None] | None,

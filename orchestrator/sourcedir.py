@@ -6,9 +6,9 @@ into /opt/ml/code and execs `python3 launch.py --container` there (`contract.con
 which pip-installs `requirements.txt` as the training toolkit would. So the archive holds, at its
 root:
 
-- `launch.py`: a copy of `entrypoints/launch.py` (the container's first process);
+- `launch.py`: a copy of `entrypoints/launcher/launch.py` (the container's first process);
 - `entrypoints/`: every `*.py` of the entrypoints package (launch.py imports it from its folder);
-- `job.json`: the resolved job (`entrypoints.contract`), which is too large for hyperparameters;
+- `job.json`: the resolved job (`entrypoints.shared.contract`), which is too large for hyperparameters;
 - `requirements.txt`: what the Neuron training image lacks (it has torch and torch-xla).
 
 Same inputs, same bytes: entries are sorted, every mtime is 0, owners are 0/"" and modes are
@@ -27,11 +27,13 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator.errors import OrchestratorError
 from orchestrator.locations import ARCHIVE_NAME  # noqa: F401 - sourcedir.ARCHIVE_NAME
 
 PACKAGE = "entrypoints"
+# The program inside the package; the archive carries it again at its root as contract.PROGRAM.
+LAUNCHER = f"launcher/{contract.PROGRAM}"
 # The training image already has torch and torch-xla; timm is the one library it lacks.
 REQUIREMENTS = "timm>=1.0,<2\n"
 
@@ -147,10 +149,10 @@ def _code(root: Path) -> _Code:
     if code is not None:
         return code
     files = _sources(root)
-    launch = files.get(f"{PACKAGE}/{contract.PROGRAM}")
+    launch = files.get(f"{PACKAGE}/{LAUNCHER}")
     if launch is None:
         raise OrchestratorError(
-            f"{root / contract.PROGRAM} is missing: the training job would have no program to run",
+            f"{root / LAUNCHER} is missing: the training job would have no program to run",
             hint="reinstall the package, or run from a complete checkout of the project",
         )
     files[contract.PROGRAM] = launch
@@ -177,7 +179,7 @@ def build_archive(job: dict, root: Path | None = None) -> bytes:
     RFC 1952 section 2.2; tar -xzf and Python's gzip read them as one stream): the shared code
     before `job.json` and after it, built once (`_code`), and this job's `job.json` and the
     tar's end blocks, built here. `root` is the entrypoints package directory to pack (default:
-    the installed one). Raises OrchestratorError when it holds no `launch.py`, since the
+    the installed one). Raises OrchestratorError when it holds no `launcher/launch.py`, since the
     container would have nothing to run.
     """
     code = _code(entrypoints_dir() if root is None else Path(root))

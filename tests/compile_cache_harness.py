@@ -10,8 +10,8 @@ import os
 import tarfile
 from pathlib import Path
 
-from entrypoints import compile_cache as cc
-from entrypoints import storage
+from entrypoints.shared import compile_cache as cc
+from entrypoints.shared import storage
 
 KEY = cc.CacheKey("neuronx-cc", "2.22.1", "xla", "--model-type=transformer", "trn1", 2)
 

@@ -146,7 +146,7 @@ def moto_change_set_outputs(monkeypatch):
 
 
 FAKE_TRAIN_SOURCE = '''
-"""A stand-in for entrypoints.train: the launcher's contract without torch.
+"""A stand-in for entrypoints.trainer.train: the launcher's contract without torch.
 
 Writes <stats-dir>/rank-<RANK>.json with fixed step times, records what it saw at start
 (the compile cache dir's files, some variables), and obeys:
@@ -240,7 +240,7 @@ STANDINS = ROOT / "tests" / "standins"
 
 @pytest.fixture
 def fake_train(tmp_path, monkeypatch, request) -> str:
-    """A fake per-rank module (no torch) that launch.py runs instead of entrypoints.train:
+    """A fake per-rank module (no torch) that launch.py runs instead of entrypoints.trainer.train:
     sets ORCHESTRATOR_TRAIN_MODULE and PYTHONPATH for this test; returns the module name.
     torchrun is the stand-in `tests/standins/torchrun_standin.py` (no torch import either),
     unless the test is marked `real_torchrun`. TMPDIR points into the test's folder, so what a

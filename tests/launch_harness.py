@@ -1,5 +1,5 @@
 """What the launcher's tests share: a job made from a small local spec, and one host's
-container tree with the launcher run on it (`python -m entrypoints.launch`)."""
+container tree with the launcher run on it (`python -m entrypoints.launcher.launch`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from entrypoints import compile_cache, contract, environment, torchrun
+from entrypoints.launcher import environment, torchrun
+from entrypoints.shared import compile_cache, contract
 from orchestrator import names, request, spec
 from orchestrator.backends.local.layout import free_port
 
@@ -50,7 +51,7 @@ class Host:
 
     def run(self, *args: str, cwd: Path = ROOT, argv: list[str] | None = None, **extra: str):
         env = {**self.env, **extra}
-        command = argv or [sys.executable, "-m", "entrypoints.launch", "--job", str(self.job_file), *args]
+        command = argv or [sys.executable, "-m", "entrypoints.launcher.launch", "--job", str(self.job_file), *args]
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
 
     @property

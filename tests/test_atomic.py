@@ -1,4 +1,4 @@
-"""entrypoints.atomic: the one atomic-write helper of both sides."""
+"""entrypoints.shared.atomic: the one atomic-write helper of both sides."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import atomic
+from entrypoints.shared import atomic
 
 
 @pytest.fixture

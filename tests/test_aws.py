@@ -175,7 +175,7 @@ def test_every_client_of_the_orchestrator_has_timeouts(monkeypatch, orch_home, m
 
 
 def test_the_stores_client_config_has_timeouts():
-    from entrypoints.storage import S3_CONNECT_TIMEOUT_S, S3_READ_TIMEOUT_S, s3_client_config
+    from entrypoints.shared.storage import S3_CONNECT_TIMEOUT_S, S3_READ_TIMEOUT_S, s3_client_config
 
     config = s3_client_config()
     assert (config.connect_timeout, config.read_timeout) == (S3_CONNECT_TIMEOUT_S, S3_READ_TIMEOUT_S)

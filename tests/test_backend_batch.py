@@ -13,7 +13,7 @@ import pytest
 from aws_calls import Calls
 from botocore.config import Config
 
-from entrypoints import bootstrap
+from entrypoints.launcher import bootstrap
 from orchestrator import backends, request, spec
 from orchestrator.backends.batch.backend import STOP_REASON, BatchBackend, status_of
 from orchestrator.errors import InputError

@@ -1,7 +1,7 @@
 """The local backend: the container tree, the detached supervisor, status/logs/stop, outputs.
 
 Fast tests run launch.py with the `fake_train` module (no torch); the slow ones train the
-real entrypoints.train end to end, one host through the CLI and two hosts on loopback.
+real entrypoints.trainer.train end to end, one host through the CLI and two hosts on loopback.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import contract, storage
+from entrypoints.shared import contract, storage
 from orchestrator import names, processes, request, spec
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.local import layout as local_layout
@@ -132,7 +132,7 @@ def test_submit_lays_out_container_tree_and_runs_to_completion(orch_home, tmp_pa
     for rel in (contract.MODEL_DIR, contract.OUTPUT_DATA_DIR, contract.CHECKPOINT_DIR):
         assert (root / rel).is_dir()
     # The code dir is the unpacked source archive, with launch.py at its root.
-    assert (root / "code" / "launch.py").read_bytes() == (ROOT / "entrypoints" / "launch.py").read_bytes()
+    assert (root / "code" / "launch.py").read_bytes() == (ROOT / "entrypoints" / "launcher" / "launch.py").read_bytes()
     assert json.loads((root / "code" / "job.json").read_text()) == prepared.job
 
     # What the rank saw: the SM_* contract and the loopback rendezvous.
@@ -274,7 +274,7 @@ def test_stop_reaches_the_entrypoint_which_pushes_the_cache_and_reports_stopped(
     what was compiled and writes its final results.json, all within the grace period. With the
     real toolkit's SM_* variables (on) and with the emulation that stands in where the toolkit
     is not installed (off)."""
-    from entrypoints import compile_cache
+    from entrypoints.shared import compile_cache
 
     if toolkit == "on":
         pytest.importorskip("sagemaker_training")

@@ -16,7 +16,8 @@ import pytest
 from botocore.validate import ParamValidator
 from cli_harness import run_cli as _cli
 
-from entrypoints import bootstrap, contract
+from entrypoints.launcher import bootstrap
+from entrypoints.shared import contract
 from orchestrator import request, spec
 
 BATCH = """\
@@ -137,7 +138,7 @@ def test_the_archive_fetch_takes_the_jobs_region(tmp_path):
 def test_the_request_tells_launch_py_ecs_stop_timeout():
     """ECS sends SIGKILL 30 s after its SIGTERM (StopTask); launch.py would assume SageMaker's
     120 s and give torchrun 60 s, so the request says 30 and torchrun gets 15."""
-    from entrypoints import torchrun
+    from entrypoints.launcher import torchrun
 
     env = _env(_prepared().request)
     assert env[torchrun.STOP_GRACE_ENV] == "30" and torchrun.STOP_GRACE_S == 120.0
@@ -222,7 +223,7 @@ def test_the_archive_path_in_the_request_is_where_submit_uploads_it():
 def test_a_batch_job_uploads_its_tensorboard_files_where_tensorboard_reads_them(tmp_path):
     # QA: Batch jobs' TensorBoard events never reached the store (a SubmitJob has no
     # TensorBoardOutputConfig, and nothing uploaded them), while `tensorboard` said they would come.
-    from entrypoints import report
+    from entrypoints.launcher import report
     from orchestrator.results import tensorboard as boards
 
     prepared = _prepared()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from cli_harness import run_cli as _cli
 
-from entrypoints import compile_cache as cc
-from entrypoints import storage
+from entrypoints.shared import compile_cache as cc
+from entrypoints.shared import storage
 from orchestrator import cache
 from orchestrator.errors import BackendError, InputError
 

@@ -8,7 +8,7 @@ import botocore
 import botocore.session
 import pytest
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator import catalog
 from orchestrator.errors import InputError
 

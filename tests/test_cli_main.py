@@ -67,8 +67,8 @@ def test_validate_loads_the_spec_side_only(tmp_path):
     loaded = set(report["modules"])
     # The plain `validate PATH` runs without typer (cli.quick): no CLI framework, no command module.
     assert "orchestrator.cli.quick" in loaded
-    unwanted = {"typer", "click", "rich", "orchestrator.cli.root", "orchestrator.cli.specs","orchestrator.results", "orchestrator.results.read", "entrypoints.results_schema",
-                "entrypoints.storage", "orchestrator.sweep", "orchestrator.backends", "orchestrator.ledger",
+    unwanted = {"typer", "click", "rich", "orchestrator.cli.root", "orchestrator.cli.specs","orchestrator.results", "orchestrator.results.read", "entrypoints.shared.results_schema",
+                "entrypoints.shared.storage", "orchestrator.sweep", "orchestrator.backends", "orchestrator.ledger",
                 "orchestrator.cli.jobs", "orchestrator.cli.sweep", "orchestrator.cli.results",
                 "orchestrator.cli.cache", "orchestrator.cli.infra", "orchestrator.cli.schedule"}
     assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)

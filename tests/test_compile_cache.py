@@ -1,4 +1,4 @@
-"""entrypoints.compile_cache pull and push (docs/COMPILE_CACHE.md): round trips on file:// and
+"""entrypoints.shared.compile_cache pull and push (docs/COMPILE_CACHE.md): round trips on file:// and
 S3 (loopback moto), concurrent and killed pushes, checksums, missing archives. The key,
 entries, the tar stream and the manifest have test files of their own."""
 
@@ -27,8 +27,8 @@ from compile_cache_harness import (
     neuron_entry,
 )
 
-from entrypoints import compile_cache as cc
-from entrypoints import storage
+from entrypoints.shared import compile_cache as cc
+from entrypoints.shared import storage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -228,7 +228,7 @@ def test_push_dying_between_archive_and_manifest_leaves_no_dangling_reference(st
 PUSH_LOOP = """
 import os, sys
 from pathlib import Path
-from entrypoints import compile_cache as cc
+from entrypoints.shared import compile_cache as cc
 uri, cache = sys.argv[1], Path(sys.argv[2])
 key = cc.CacheKey(**{k: (int(v) if k == "world_size" else v) for k, v in
                      (item.split("=", 1) for item in sys.argv[3:])})

@@ -1,4 +1,4 @@
-"""entrypoints.compile_cache.entries: which local files and folders are complete entries."""
+"""entrypoints.shared.compile_cache.entries: which local files and folders are complete entries."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from compile_cache_harness import inductor_tree, neuron_entry
 
-from entrypoints import compile_cache as cc
+from entrypoints.shared import compile_cache as cc
 
 
 def test_only_complete_neuron_entries_count(tmp_path):

@@ -1,4 +1,4 @@
-"""entrypoints.compile_cache.key: what decides whether compiled artifacts are reusable."""
+"""entrypoints.shared.compile_cache.key: what decides whether compiled artifacts are reusable."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from entrypoints import compile_cache as cc
+from entrypoints.shared import compile_cache as cc
 
 
 def test_digest_is_sanitised_and_depends_on_every_field():

@@ -1,4 +1,4 @@
-"""entrypoints.compile_cache.manifest: read strictly, published by conditional writes that
+"""entrypoints.shared.compile_cache.manifest: read strictly, published by conditional writes that
 merge with a concurrent push."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from compile_cache_harness import (
     tar_bytes,
 )
 
-from entrypoints import compile_cache as cc
-from entrypoints import storage
+from entrypoints.shared import compile_cache as cc
+from entrypoints.shared import storage
 
 
 @pytest.fixture(params=["file", "s3"])

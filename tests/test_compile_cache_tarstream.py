@@ -1,4 +1,4 @@
-"""entrypoints.compile_cache.tarstream: archives written deterministically and read by a strict
+"""entrypoints.shared.compile_cache.tarstream: archives written deterministically and read by a strict
 reader that refuses anything unsafe, truncated or too large, and writes nothing then."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from compile_cache_harness import (
     tar_bytes,
 )
 
-from entrypoints import compile_cache as cc
-from entrypoints.compile_cache import tarstream
+from entrypoints.shared import compile_cache as cc
+from entrypoints.shared.compile_cache import tarstream
 
 
 def test_archives_read_by_tar_tools_and_long_names_survive(tmp_path):

@@ -1,4 +1,4 @@
-"""entrypoints/container.py: launch.py as the container's first process.
+"""entrypoints/launcher/container.py: launch.py as the container's first process.
 
 The SM_* variables are checked against the real SageMaker training toolkit's own (a dev
 dependency), the gethostname() override is built and preloaded for real, orphans are reaped for
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import container, contract
+from entrypoints.launcher import container
+from entrypoints.shared import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 # What launch.py and train.py read (contract.Contract, data channels): the fallback must agree
@@ -48,7 +49,7 @@ def test_the_emulated_sm_variables_are_the_toolkits(tmp_path):
     pytest.importorskip("sagemaker_training")
     root = host_tree(tmp_path / "ml")
     # The toolkit reads SAGEMAKER_BASE_DIR when imported: a fresh interpreter per tree.
-    script = ("import json; from entrypoints import container; "
+    script = ("import json; from entrypoints.launcher import container; "
               "print(json.dumps(container.toolkit_sm_environment()))")
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(root), "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
@@ -146,7 +147,7 @@ def test_as_a_subreaper_launch_py_inherits_orphans_and_reaps_them(tmp_path):
     # In a process of its own: a subreaper keeps that role for life.
     script = """
 import subprocess, sys, time
-from entrypoints import container
+from entrypoints.launcher import container
 assert container.become_subreaper()
 # sh starts a background sleep and exits at once: the sleep is orphaned, and comes to us.
 subprocess.run(["sh", "-c", "sleep 0.5 & echo $!"], stdout=open(sys.argv[1], "w"), check=True)

@@ -10,7 +10,7 @@ import botocore.session
 import pytest
 from cli_harness import run_cli as _cli
 
-from entrypoints.contract import EFA_ENV
+from entrypoints.shared.contract import EFA_ENV
 from orchestrator import catalog, doctor, spec
 from orchestrator.doctor import environment as environment_rules
 from orchestrator.errors import SpecError

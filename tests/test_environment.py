@@ -1,4 +1,4 @@
-"""entrypoints.environment: what every rank's environment holds (EFA, compile cache dir, compile pool)."""
+"""entrypoints.launcher.environment: what every rank's environment holds (EFA, compile cache dir, compile pool)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 from launch_harness import contract_for, make_job
 
-from entrypoints import contract, environment
+from entrypoints.launcher import environment
+from entrypoints.shared import contract
 
 
 def test_efa_variables_for_multi_node_jobs_on_efa_instances_only(orch_home):

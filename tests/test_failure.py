@@ -1,8 +1,9 @@
-"""entrypoints.failure: the reason a job failed, and the failure file SageMaker shows."""
+"""entrypoints.launcher.failure: the reason a job failed, and the failure file SageMaker shows."""
 
 from __future__ import annotations
 
-from entrypoints import contract, failure
+from entrypoints.launcher import failure
+from entrypoints.shared import contract
 
 TORCHRUN_REPORT = """\
 E1129 22:21:34.382000 16272 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1) local_rank: 1
@@ -10,7 +11,7 @@ Traceback (most recent call last):
   File "torch/distributed/run.py", line 940, in <module>
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-entrypoints.train FAILED
+entrypoints.trainer.train FAILED
 ------------------------------------------------------------
 Root Cause (first observed failure):
 [0]:

@@ -1,11 +1,12 @@
-"""FLOPs per training sample (entrypoints.flops), the peaks (orchestrator.peak_flops) and the
+"""FLOPs per training sample (entrypoints.trainer.flops), the peaks (orchestrator.peak_flops) and the
 MFU a results row shows, each against a count by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from entrypoints import flops, results_schema
+from entrypoints.shared import results_schema
+from entrypoints.trainer import flops
 from orchestrator import catalog, peak_flops
 from orchestrator.results import build_row
 from orchestrator.results.render import render_table

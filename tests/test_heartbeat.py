@@ -1,4 +1,4 @@
-"""entrypoints/heartbeat.py: when the launcher pushes the compile cache and rewrites results.json
+"""entrypoints/launcher/heartbeat.py: when the launcher pushes the compile cache and rewrites results.json
 while torchrun trains. The thread runs for real, with a clock the test moves."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import json
 import threading
 from pathlib import Path
 
-from entrypoints import compile_cache, heartbeat
+from entrypoints.launcher import heartbeat
+from entrypoints.shared import compile_cache
 
 
 class Clock:

@@ -367,7 +367,7 @@ class Layout:
 
 
 def layout(tmp_path: Path) -> Layout:
-    from entrypoints import compile_cache as cc
+    from entrypoints.shared import compile_cache as cc
 
     path = tmp_path / "job.yaml"
     path.write_text(f"""\
@@ -571,7 +571,7 @@ def client_services() -> set[str]:
 
 # Method calls that share a name with an AWS operation but call no AWS API.
 NOT_AWS = {
-    ("entrypoints/vit.py", "create_model"): "timm.create_model",
+    ("entrypoints/trainer/vit.py", "create_model"): "timm.create_model",
     ("*", "search"): "re.search / re.Pattern.search (the tool never calls SageMaker's Search)",
 }
 
@@ -739,8 +739,8 @@ def needs_of_request(principal: str, service: str, operation: str, params: dict)
 
 
 def test_requests_the_laptop_and_the_job_really_send_are_granted(moto_server, orch_home, tmp_path):
-    from entrypoints import compile_cache as cc
-    from entrypoints import storage
+    from entrypoints.shared import compile_cache as cc
+    from entrypoints.shared import storage
     from orchestrator import cache, results
     from orchestrator.backends.sagemaker import SageMakerBackend
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from entrypoints import atomic
+from entrypoints.shared import atomic
 from orchestrator import infra, spec
 from orchestrator.errors import BackendError, InputError
 

@@ -537,7 +537,7 @@ def test_operator_policy_allows_every_s3_call_of_cache_push_ls_show_and_prune(mo
     # the stack (resolved for this bucket) whether it allows that action on that object.
     import boto3
 
-    from entrypoints import compile_cache as cc
+    from entrypoints.shared import compile_cache as cc
     from orchestrator import cache
 
     s3 = boto3.client("s3", region_name=REGION)

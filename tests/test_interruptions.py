@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from job_waits import wait_for
 
-from entrypoints import storage
+from entrypoints.shared import storage
 from orchestrator import names, processes, request, spec
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.local import layout as local_layout

@@ -1,4 +1,4 @@
-"""entrypoints/isa_probe.py: inductor's CPU vector-ISA probes remembered in the compile cache."""
+"""entrypoints/trainer/isa_probe.py: inductor's CPU vector-ISA probes remembered in the compile cache."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import compile_cache as cc
-from entrypoints import isa_probe
+from entrypoints.shared import compile_cache as cc
+from entrypoints.trainer import isa_probe
 
 AVX_CODE = "extern \"C\" void __avx_chk_kernel() {}"
 FEATURES = "avx2 avx512f fma sse4_2"

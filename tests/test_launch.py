@@ -1,7 +1,7 @@
-"""entrypoints/launch.py: the per-host driver.
+"""entrypoints/launcher/launch.py: the per-host driver.
 
 Most tests run the launcher for real (a subprocess, real torchrun) with the `fake_train`
-module standing in for entrypoints.train, so the ordering of pull / torchrun / push, the
+module standing in for entrypoints.trainer.train, so the ordering of pull / torchrun / push, the
 failure file and results.json are checked on the real process tree in seconds.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from launch_harness import Host, make_job
 from pydantic import TypeAdapter
 
-from entrypoints import compile_cache, contract, results_schema, storage
+from entrypoints.shared import compile_cache, contract, results_schema, storage
 from orchestrator import sourcedir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def start_launcher(host: Host, **extra: str) -> subprocess.Popen:
     """The launcher in a session of its own, its output drained by a thread (into .lines)."""
     import threading
 
-    proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launch", "--job", str(host.job_file)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launcher.launch", "--job", str(host.job_file)], cwd=ROOT,
                             env={**host.env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     proc.lines = []
@@ -284,7 +284,7 @@ def test_sigterm_stops_training_and_still_pushes_and_reports(orch_home, tmp_path
     job = make_job()
     host = Host(tmp_path, job)
     env = {**host.env, "FAKE_TRAIN_SLEEP": "120", "FAKE_TRAIN_NEW_ENTRY": "fxgraph/dd/before-stop"}
-    proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launch", "--job", str(host.job_file)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "entrypoints.launcher.launch", "--job", str(host.job_file)], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # Read on a thread: a silent child would block this loop, and the deadline must hold.
@@ -338,7 +338,7 @@ def test_unreadable_job_file_still_writes_the_failure_file(tmp_path):
     root = tmp_path / "ml"
     env = {**os.environ, **contract.sm_environment(root, ["algo-1"], "algo-1", "ml.trn1.2xlarge", {}, [])}
     (tmp_path / "job.json").write_text('{"schema": 99}')
-    done = subprocess.run([sys.executable, "-m", "entrypoints.launch", "--job", str(tmp_path / "job.json")],
+    done = subprocess.run([sys.executable, "-m", "entrypoints.launcher.launch", "--job", str(tmp_path / "job.json")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert "job file schema 99" in (root / contract.FAILURE_FILE).read_text()

@@ -1,9 +1,13 @@
-"""The layout's rules (docs/ARCHITECTURE.md), read from the source: what may import what, and
-how long a module may grow. Every import counts, including those inside functions."""
+"""The layout's rules (docs/ARCHITECTURE.md), read from the source: what may import what, how
+long a module may grow, and that what the source cites exists. Every import counts, including
+those inside functions."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -66,6 +70,28 @@ def test_the_container_side_never_imports_the_orchestrator():
     assert _offenders("entrypoints", lambda name: name == "orchestrator" or name.startswith("orchestrator.")) == {}
 
 
+# The container side's three parts (docs/ARCHITECTURE.md) and which of them each may import.
+ENTRYPOINT_PARTS = {"launcher": {"launcher", "shared"}, "trainer": {"trainer", "shared"}, "shared": {"shared"}}
+
+
+def test_the_container_side_is_its_three_parts():
+    """Every module of entrypoints/ lives in the launcher, the trainer or their shared part."""
+    top = ROOT / "entrypoints"
+    loose = sorted(p.name for p in top.glob("*.py") if p.name != "__init__.py")
+    folders = {p.name for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert (loose, folders) == ([], set(ENTRYPOINT_PARTS))
+
+
+@pytest.mark.parametrize("part", sorted(ENTRYPOINT_PARTS))
+def test_the_launcher_and_the_trainer_meet_only_in_the_shared_part(part):
+    """The launcher starts the trainer by its module name (torchrun's `-m`), never by importing
+    it, nor the trainer the launcher; both import the shared part, which imports neither."""
+    def forbidden(name: str) -> bool:
+        parts = name.split(".")
+        return parts[0] == "entrypoints" and (len(parts) == 1 or parts[1] not in ENTRYPOINT_PARTS[part])
+    assert _offenders(f"entrypoints/{part}", forbidden) == {}
+
+
 def test_results_reach_neither_the_sweep_runner_nor_a_backend_implementation():
     """results joins jobs by their names and the backend protocol only (issue 11)."""
     def forbidden(name: str) -> bool:
@@ -88,11 +114,13 @@ def test_no_module_holds_more_than_one_concepts_worth_of_lines():
 
 def test_the_import_reader_sees_imports_inside_functions_and_relative_ones():
     """The rules above are only as good as this reader: it must not miss a lazy import."""
-    assert "entrypoints.results_schema" in _imports(ROOT / "orchestrator" / "results" / "read.py")
+    assert "entrypoints.shared.results_schema" in _imports(ROOT / "orchestrator" / "results" / "read.py")
     source = "def f():\n    from orchestrator.backends import sagemaker\n    from . import rows\n    import json\n"
     assert _imports_of(source, "orchestrator.results") >= {
         "orchestrator.backends.sagemaker", "orchestrator.results.rows", "json"}
     assert _imports_of("from ..backends import local\n", "orchestrator.results") >= {"orchestrator.backends.local"}
+    assert _imports_of("def f():\n    from ..launcher import torchrun\n", "entrypoints.trainer") >= {
+        "entrypoints.launcher.torchrun"}
 
 
 def test_the_product_cites_its_own_files_and_primary_sources():
@@ -111,6 +139,93 @@ def test_the_product_cites_its_own_files_and_primary_sources():
         text = (ROOT / name).read_text()
         found += [f"{name}: {n}" for n in outside if n in text]
     assert found == []
+
+
+# A cited path: a file or folder of this repository's code, tests, benchmarks, docs or infra.
+CITED_PATH = re.compile(r"(?<![\w./-])((?:orchestrator|entrypoints|tests|bench|docs|infra)/[\w./-]*[\w/])(?![\w*])")
+# A cited container module, `entrypoints.<part>.<module>[.<name>]`.
+CITED_MODULE = re.compile(r"(?<![\w./-])(entrypoints(?:\.[A-Za-z_]\w*)+)")
+# Written when a wheel is built (setup.py copies infra/stack.yaml there), so not in a checkout.
+BUILT = {"orchestrator/data/stack.yaml"}
+
+
+def _prose(text: str, suffix: str) -> str:
+    """What a file says to a reader: a Python file's comments and docstrings (its string
+    literals are data, such as the made-up trees tests build), any other file whole."""
+    if suffix != ".py":
+        return text
+    said = [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            said += [doc] if doc else []
+    return "\n".join(said)
+
+
+def _defined_names(module: str) -> set[str]:
+    """The top-level names a module of this repository defines or imports."""
+    path = ROOT.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+def _unresolved_module(dotted: str) -> str | None:
+    """`dotted` if it names no module of this repository or no name in one, else None."""
+    parts = dotted.split(".")
+    known = max(i for i in range(len(parts) + 1) if i == 0 or _is_module(".".join(parts[:i])))
+    if known == len(parts) or (known and parts[known].startswith("__")):
+        return None
+    if known and parts[known] in _defined_names(".".join(parts[:known])):
+        return None
+    return dotted
+
+
+def _prose_files() -> list[Path]:
+    files = [ROOT / name for name in ("README.md", "Makefile", "pyproject.toml", "setup.py", "MANIFEST.in")]
+    for top in ("orchestrator", "entrypoints", "configs", "infra", "tests", "docs", "bench"):
+        files += [p for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and "golden" not in p.parts and p.suffix in (".py", ".md", ".yaml", ".yml", ".toml", ".sh")]
+    return files
+
+
+def test_every_file_and_container_module_the_source_cites_exists():
+    """Issue 24, item 6: a docstring, comment or doc that names a file or folder under docs/,
+    orchestrator/, entrypoints/, tests/, bench/ or infra/, or a container module by its dotted
+    name, names something this checkout has: a module moved or a doc renamed leaves no stale
+    pointer behind."""
+    missing = []
+    for path in _prose_files():
+        text = _prose(path.read_text(errors="replace"), path.suffix)
+        where = path.relative_to(ROOT)
+        missing += [f"{where}: {cited}" for cited in {m.group(1).rstrip("./") for m in CITED_PATH.finditer(text)}
+                    if cited not in BUILT and not (ROOT / cited).exists()]
+        missing += [f"{where}: {cited}" for cited in {m.group(1).rstrip(".") for m in CITED_MODULE.finditer(text)}
+                    if _unresolved_module(cited)]
+    assert sorted(missing) == []
+
+
+def test_the_citation_reader_finds_paths_and_modules_and_tells_a_stale_one():
+    """The check above is only as good as its reader."""
+    source = '"""See docs/ARCHITECTURE.md and `entrypoints.launch`."""\nX = "docs/nowhere.md"  # entrypoints/shared/\n'
+    text = _prose(source, ".py")
+    assert {m.group(1) for m in CITED_PATH.finditer(text)} == {"docs/ARCHITECTURE.md", "entrypoints/shared/"}
+    assert [m.group(1) for m in CITED_MODULE.finditer(text)] == ["entrypoints.launch"]
+    assert _unresolved_module("entrypoints.launch") == "entrypoints.launch"
+    assert _unresolved_module("entrypoints.launcher.launch") is None
+    assert _unresolved_module("entrypoints.shared.results_schema.Results") is None
+    assert _unresolved_module("entrypoints.shared.compile_cache.key_for") is None
+    assert _unresolved_module("entrypoints.shared.results_schema.NoSuchThing") is not None
+
 
 
 BACKEND_NAMES = ("sagemaker", "batch", "local")  # the registry's (`orchestrator.backends.names`)

@@ -45,7 +45,7 @@ def test_the_ledger_takes_recorded_statuses_only_and_reads_them_back_as_statuses
 def test_results_json_statuses_are_lifecycle_statuses_and_rows_carry_them():
     """results.json's statuses (its schema's, docs/RESULTS.md) are words of the one vocabulary:
     a row made from a document alone carries the Status member."""
-    from entrypoints import results_schema
+    from entrypoints.shared import results_schema
     from orchestrator import results
 
     assert {Status(s) for s in results_schema.STATUSES} == {Status.RUNNING} | TERMINAL

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from job_waits import wait_for
 
-from entrypoints import bootstrap, contract, storage, torchrun
+from entrypoints.launcher import bootstrap, torchrun
+from entrypoints.shared import contract, storage
 from orchestrator import catalog, request, spec
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.local import batch_task as local_batch

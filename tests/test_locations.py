@@ -7,7 +7,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from entrypoints import bootstrap
+from entrypoints.launcher import bootstrap
 from orchestrator import locations, request, spec
 from orchestrator.ledger import Ledger
 

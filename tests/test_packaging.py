@@ -112,8 +112,8 @@ print(json.dumps({"orchestrator": orchestrator.__file__, "entrypoints": entrypoi
     assert found["template"].endswith("orchestrator/data/stack.yaml")
     assert "OperatorPolicy" in found["resources"]
     names = set(found["names"])
-    assert {"launch.py", "job.json", "requirements.txt", "entrypoints/launch.py", "entrypoints/contract.py",
-            "entrypoints/train.py"} <= names
+    assert {"launch.py", "job.json", "requirements.txt", "entrypoints/launcher/launch.py", "entrypoints/shared/contract.py",
+            "entrypoints/trainer/train.py"} <= names
     shipped = {f"entrypoints/{p.relative_to(ROOT / 'entrypoints').as_posix()}" for p in (ROOT / "entrypoints").rglob("*.py")
                if "__pycache__" not in p.parts}
     assert {n for n in names if n.startswith("entrypoints/") and n.endswith(".py")} == shipped

@@ -1,4 +1,4 @@
-"""The precompile pass (`training.precompile`, entrypoints/precompile.py): launch.py runs the
+"""The precompile pass (`training.precompile`, entrypoints/launcher/precompile.py): launch.py runs the
 job's torchrun command under a stand-in neuron_parallel_compile (tests/standins/) that
 extracts and "compiles" graphs as the Neuron docs describe, pushes what it compiled, and
 records the pass apart from training; the doctor and the cost bound say where it applies."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from launch_harness import Host, make_job
 
-from entrypoints import compile_cache, contract
+from entrypoints.shared import compile_cache, contract
 from orchestrator import doctor, request, spec
 
 STANDIN = Path(__file__).parent / "standins" / "neuron_parallel_compile"
@@ -211,8 +211,8 @@ def test_a_stop_during_the_pass_reaches_every_process_of_it(tmp_path):
 
     import psutil
 
-    from entrypoints import precompile
-    from entrypoints.torchrun import StopSignals
+    from entrypoints.launcher import precompile
+    from entrypoints.launcher.torchrun import StopSignals
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -17,7 +17,7 @@ import pytest
 from botocore.validate import ParamValidator
 from cli_harness import run_cli as _cli
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator import catalog, locations, names, request, sourcedir, spec
 from orchestrator.backends.sagemaker import request as sagemaker_request
 from orchestrator.errors import InputError, SpecError
@@ -200,7 +200,7 @@ def test_extra_tags_are_added():
 
 
 def test_the_compile_cache_key_follows_the_flags_as_sent():
-    from entrypoints import compile_cache
+    from entrypoints.shared import compile_cache
 
     def key(s):
         job = request.prepare(s).job

@@ -185,10 +185,10 @@ def test_parse_names_a_bad_field():
 
 
 def test_parse_validates_through_the_one_schema():
-    """The reader's object is the writer's class (`entrypoints.results_schema.Results`), fields
+    """The reader's object is the writer's class (`entrypoints.shared.results_schema.Results`), fields
     the table does not show included, and a field an earlier writer had not added reads as its
     default."""
-    from entrypoints import results_schema
+    from entrypoints.shared import results_schema
 
     doc = results_doc("j-1")
     doc["container"] = {"entrypoint": True, "sm_environment": "emulated", "hostname": None,
@@ -864,7 +864,7 @@ def test_cli_results_local_default_table_csv_json_and_plot(prices, tmp_path):
     assert result.exit_code == 0, result.output
     assert "c-1" in result.stdout and "c-3" in result.stdout and "unreadable" in result.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from entrypoints.atomic import current_umask
+    from entrypoints.shared.atomic import current_umask
 
     assert out.stat().st_mode & 0o777 == 0o666 & ~current_umask()  # as open() makes it, not 0600
 
@@ -985,8 +985,9 @@ def test_cli_results_takes_the_prefix_and_region_from_a_spec(prices, tmp_path):
 
 
 def test_reads_what_the_entrypoint_writes(prices):
-    """The launcher's own results document (entrypoints/report.py) parses and becomes a row."""
-    from entrypoints import contract, report
+    """The launcher's own results document (entrypoints/launcher/report.py) parses and becomes a row."""
+    from entrypoints.launcher import report
+    from entrypoints.shared import contract
 
     job = {"schema": 1, "job_name": "ep-1", "spec_hash": "cd" * 32,
            "spec": {"backend": "local", "region": "us-east-1", "training": {"batch_size": 8, "runtime": "native",

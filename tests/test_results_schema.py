@@ -1,4 +1,4 @@
-"""entrypoints.results_schema: results.json defined once, for the writer, a reader and the doc."""
+"""entrypoints.shared.results_schema: results.json defined once, for the writer, a reader and the doc."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from entrypoints import results_schema as schema
+from entrypoints.shared import results_schema as schema
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "RESULTS.md"
-BEGIN = "<!-- generated from entrypoints/results_schema.py"
+BEGIN = "<!-- generated from entrypoints/shared/results_schema.py"
 END = "<!-- end of the generated part -->"
 
 READER = TypeAdapter(schema.Results)
@@ -160,13 +160,13 @@ def test_the_writer_can_neither_misname_nor_forget_a_field():
 
 def test_the_schema_module_is_stdlib_only_and_loads_without_pydantic():
     """The container imports it (launch.py): no pydantic, nothing from orchestrator."""
-    tree = ast.parse((ROOT / "entrypoints" / "results_schema.py").read_text())
+    tree = ast.parse((ROOT / "entrypoints" / "shared" / "results_schema.py").read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
                 for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
-    code = ("import sys; sys.modules['pydantic'] = None; from entrypoints import results_schema as s; "
+    code = ("import sys; sys.modules['pydantic'] = None; from entrypoints.shared import results_schema as s; "
             "print(s.Results(schema=s.SCHEMA, job_name='x', status='running', "
             "instance=s.Instance(type='t', count=1)).status)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)

@@ -287,7 +287,8 @@ def test_the_container_makes_the_placeholders_job_file_the_runs(nightly, tmp_pat
     """Every run shares the placeholder's archive; launch.py renames its job.json to the job
     SageMaker runs (the request's job-name hyperparameter): results.json then lands where
     `results` looks for the run's job, tagged with the run's sweep."""
-    from entrypoints import container, contract
+    from entrypoints.launcher import container
+    from entrypoints.shared import contract
 
     loaded, plan = nightly
     assert names.tick_label(sm.PLACEHOLDER_TICK) == sm.PLACEHOLDER_LABEL

@@ -1,5 +1,5 @@
 """The container adapts to the instance type SageMaker selected from the preferences
-(entrypoints.selection), and the local backend, told that the first preferences have no
+(entrypoints.launcher.selection), and the local backend, told that the first preferences have no
 capacity, runs a job as the next one: its resourceconfig.json, status, results.json and
 `results` row name that type and its price."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from cli_harness import run_cli
 
-from entrypoints import compile_cache, contract, environment, selection
+from entrypoints.launcher import environment, selection
+from entrypoints.shared import compile_cache, contract
 from orchestrator import request, spec
 from orchestrator.backends.local import LocalBackend
 from orchestrator.backends.local import capacity as local_capacity

@@ -1,4 +1,4 @@
-"""`orchestrator smoke`: orchestrator/smoke.py (laptop side) and entrypoints/smoke.py (the check)."""
+"""`orchestrator smoke`: orchestrator/smoke.py (laptop side) and entrypoints/trainer/smoke.py (the check)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import smoke as entry_smoke
+from entrypoints.trainer import smoke as entry_smoke
 from orchestrator import names, request, spec
 from orchestrator import smoke as orch_smoke
 from orchestrator.errors import InputError, JobFailed
@@ -73,7 +73,7 @@ def test_native_compile_recompilation_is_caught(tmp_path):
     job["spec"]["training"].update(runtime="native", compile=True, precision="fp32")
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job))
-    proc = subprocess.run([sys.executable, "-m", "entrypoints.smoke", "--job", str(path), "--steps", "2",
+    proc = subprocess.run([sys.executable, "-m", "entrypoints.trainer.smoke", "--job", str(path), "--steps", "2",
                            "--warmup", "1", "--vary-batch"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == entry_smoke.EXIT_RECOMPILED, proc.stdout + proc.stderr[-2000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator import sourcedir
 from orchestrator.errors import OrchestratorError
 
@@ -25,11 +25,11 @@ JOB = {"schema": 1, "job_name": "vit-abc-1a2b3c4d", "spec_hash": "f" * 64, "spec
 @pytest.fixture
 def fake_root(tmp_path) -> Path:
     root = tmp_path / "entrypoints"
-    (root / "sub").mkdir(parents=True)
-    (root / "__pycache__").mkdir()
+    for folder in ("sub", "launcher", "trainer", "__pycache__"):
+        (root / folder).mkdir(parents=True)
     (root / "__init__.py").write_text("")
-    (root / "launch.py").write_text("print('launch')\n")
-    (root / "train.py").write_text("print('train')\n")
+    (root / "launcher" / "launch.py").write_text("print('launch')\n")
+    (root / "trainer" / "train.py").write_text("print('train')\n")
     (root / "sub" / "__init__.py").write_text("")
     (root / "sub" / "helper.py").write_text("X = 1\n")
     (root / "__pycache__" / "train.cpython-312.pyc").write_bytes(b"\0junk")
@@ -80,12 +80,13 @@ def test_contents_layout(fake_root):
     names = {m.name for m in _members(data) if m.isfile()}
     assert names == {
         "launch.py", "job.json", "requirements.txt",
-        "entrypoints/__init__.py", "entrypoints/launch.py", "entrypoints/train.py",
+        "entrypoints/__init__.py", "entrypoints/launcher/launch.py", "entrypoints/trainer/train.py",
         "entrypoints/sub/__init__.py", "entrypoints/sub/helper.py",
     }
     dirs = {m.name for m in _members(data) if m.isdir()}
-    assert dirs == {"entrypoints", "entrypoints/sub"}
-    assert _read(data, "launch.py") == (fake_root / "launch.py").read_bytes()
+    assert dirs == {"entrypoints", "entrypoints/launcher", "entrypoints/sub", "entrypoints/trainer"}
+    # The container runs the archive root's launch.py: a copy of the package's.
+    assert _read(data, "launch.py") == (fake_root / "launcher" / "launch.py").read_bytes()
     assert json.loads(_read(data, contract.JOB_FILE)) == JOB
     requirements = _read(data, "requirements.txt").decode().split()
     assert any(r.startswith("timm>=") and "<" in r for r in requirements)
@@ -95,16 +96,16 @@ def test_contents_layout(fake_root):
 def test_content_changes_change_the_hash(fake_root):
     base = sourcedir.archive_sha256(sourcedir.build_archive(JOB, root=fake_root))
     other_job = sourcedir.archive_sha256(sourcedir.build_archive(dict(JOB, job_name="vit-abc-other"), root=fake_root))
-    (fake_root / "train.py").write_text("print('changed')\n")
+    (fake_root / "trainer" / "train.py").write_text("print('changed')\n")
     other_source = sourcedir.archive_sha256(sourcedir.build_archive(JOB, root=fake_root))
     assert len({base, other_job, other_source}) == 3
 
 
 def test_missing_launch_py_is_a_clear_error(fake_root):
-    (fake_root / "launch.py").unlink()
+    (fake_root / "launcher" / "launch.py").unlink()
     with pytest.raises(OrchestratorError) as info:
         sourcedir.build_archive(JOB, root=fake_root)
-    assert "launch.py" in info.value.message and info.value.hint
+    assert str(fake_root / "launcher" / "launch.py") in info.value.message and info.value.hint
 
 
 def test_real_entrypoints_package_is_packed_whole(tmp_path):
@@ -114,23 +115,32 @@ def test_real_entrypoints_package_is_packed_whole(tmp_path):
     expected = {f"entrypoints/{p.relative_to(root).as_posix()}" for p in root.rglob("*.py")
                 if "__pycache__" not in p.parts}
     assert expected <= names
-    assert "entrypoints/contract.py" in names
+    assert "entrypoints/shared/contract.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
-    assert _read(data, "launch.py") == (root / "launch.py").read_bytes()
+    assert _read(data, "launch.py") == (root / "launcher" / "launch.py").read_bytes()
     # Unpacked as the container entrypoint does, the program imports its package from its folder.
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         tar.extractall(tmp_path, filter="data")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    found = subprocess.run([sys.executable, "-c", "import entrypoints.contract as c; print(c.__file__)"],
+    found = subprocess.run([sys.executable, "-c", "import entrypoints.shared.contract as c; print(c.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True)
-    assert Path(found.stdout.strip()).resolve() == (tmp_path / "entrypoints" / "contract.py").resolve()
+    assert Path(found.stdout.strip()).resolve() == (tmp_path / "entrypoints" / "shared" / "contract.py").resolve()
+    # The container runs `python3 <code>/launch.py` from another folder and with no PYTHONPATH
+    # (contract.container_entrypoint, bootstrap.script): the copy at the root finds the package
+    # beside it, whose launcher lives one folder down.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    started = subprocess.run([sys.executable, str(tmp_path / contract.PROGRAM), "--help"], cwd=elsewhere, env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    assert "--container" in started.stdout
 
 
 def _reference_tar(job: dict, root: Path) -> bytes:
     """The tar stream as tarfile writes it for these files (how the archive was built before
     its shared code was compressed once): what the multi-member archive must decompress to."""
     files = sourcedir._sources(root)
-    files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/{contract.PROGRAM}"]
+    files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/launcher/{contract.PROGRAM}"]
     files[contract.JOB_FILE] = sourcedir.job_bytes(job)
     files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
     entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
@@ -161,10 +171,10 @@ def test_the_shared_code_is_compressed_once_for_many_jobs(fake_root, monkeypatch
         sourcedir.build_archive(dict(JOB, job_name=f"vit-abc-{i}"), root=fake_root)
     assert len(sizes) == 2 + 50 * 2  # 2 shared members once; job.json and the end blocks per job
     # An edited file is packed anew (its size and mtime are the key).
-    (fake_root / "train.py").write_text("print('changed!')\n")
+    (fake_root / "trainer" / "train.py").write_text("print('changed!')\n")
     sizes.clear()
     data = sourcedir.build_archive(JOB, root=fake_root)
-    assert len(sizes) == 4 and _read(data, "entrypoints/train.py") == b"print('changed!')\n"
+    assert len(sizes) == 4 and _read(data, "entrypoints/trainer/train.py") == b"print('changed!')\n"
 
 
 def test_gnu_tar_unpacks_the_multi_member_archive(fake_root, tmp_path):

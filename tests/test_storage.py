@@ -1,4 +1,4 @@
-"""entrypoints/storage/: the same semantics on file:// and on S3 (a loopback moto server)."""
+"""entrypoints/shared/storage/: the same semantics on file:// and on S3 (a loopback moto server)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from entrypoints import storage
-from entrypoints.storage import PreconditionFailed, StorageError, open_store
+from entrypoints.shared import storage
+from entrypoints.shared.storage import PreconditionFailed, StorageError, open_store
 
 MiB = 2**20
 
@@ -304,7 +304,7 @@ def test_the_s3_client_takes_the_jobs_region(monkeypatch, variables, region):
 
 def test_a_key_past_s3s_limit_is_refused_before_any_call(monkeypatch):
     """1,024 bytes of UTF-8 in all, the store's prefix included (the contract's table says the same)."""
-    from entrypoints.storage.s3_store import S3_MAX_KEY_BYTES
+    from entrypoints.shared.storage.s3_store import S3_MAX_KEY_BYTES
     from orchestrator import aws_contract
 
     assert S3_MAX_KEY_BYTES == aws_contract.limit("s3-object-key")["max_bytes"]

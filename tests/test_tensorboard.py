@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_harness import run_cli
 
-from entrypoints import scalars as scalars_module
+from entrypoints.trainer import scalars as scalars_module
 from orchestrator.results import tensorboard as boards
 from orchestrator.results.rows import Row
 

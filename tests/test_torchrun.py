@@ -1,4 +1,4 @@
-"""entrypoints.torchrun: the command line of one host's torchrun."""
+"""entrypoints.launcher.torchrun: the command line of one host's torchrun."""
 
 from __future__ import annotations
 
@@ -6,19 +6,20 @@ import sys
 
 from launch_harness import make_job
 
-from entrypoints import contract, torchrun
+from entrypoints.launcher import torchrun
+from entrypoints.shared import contract
 
 
 def test_torchrun_command_from_the_contract(orch_home, tmp_path):
     job = make_job(itype="ml.trn1n.32xlarge", count=2, workers=3)
     ctr = contract.Contract.from_env({**contract.sm_environment(tmp_path, ["algo-1", "algo-2"], "algo-2",
                                                                 "ml.trn1n.32xlarge", {}, [])})
-    command = torchrun.torchrun_command(job, ctr, {}, tmp_path / "job.json", tmp_path / "ranks", "entrypoints.train")
+    command = torchrun.torchrun_command(job, ctr, {}, tmp_path / "job.json", tmp_path / "ranks", "entrypoints.trainer.train")
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     flags = dict(zip(command[3:13:2], command[4:14:2], strict=True))
     assert flags == {"--nnodes": "2", "--node_rank": "1", "--nproc_per_node": "3", "--master_addr": "algo-1",
                      "--master_port": str(contract.MASTER_PORT)}
-    assert command[13:] == ["-m", "entrypoints.train", "--job", str(tmp_path / "job.json"),
+    assert command[13:] == ["-m", "entrypoints.trainer.train", "--job", str(tmp_path / "job.json"),
                             "--stats-dir", str(tmp_path / "ranks")]
     port = torchrun.torchrun_command(job, ctr, {torchrun.MASTER_PORT_ENV: "4242"}, tmp_path, tmp_path, "m")
     assert port[port.index("--master_port") + 1] == "4242"

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from job_waits import wait_for
 
-from entrypoints import contract, torchrun
+from entrypoints.launcher import torchrun
+from entrypoints.shared import contract
 from orchestrator.backends.local.layout import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,6 @@ def test_a_stop_signal_reaches_every_worker_and_torchrun_exits_1(tmp_path, modul
 
 def test_the_standin_refuses_the_real_trainer(tmp_path):
     done = subprocess.run([sys.executable, "-m", "torchrun_standin", "--nproc_per_node", "1", "-m",
-                           "entrypoints.train", "--job", "x"], env=dict(os.environ, PYTHONPATH=str(STANDINS)),
+                           "entrypoints.trainer.train", "--job", "x"], env=dict(os.environ, PYTHONPATH=str(STANDINS)),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "mark the test real_torchrun" in done.stderr

@@ -1,4 +1,4 @@
-"""entrypoints/train.py, runtime.py, data.py: the per-rank loop, as launch.py runs it."""
+"""entrypoints/trainer/train.py, runtime.py, data.py: the per-rank loop, as launch.py runs it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import contract
+from entrypoints.shared import contract
 
 # torch and the modules that import it are imported when the first test here runs, not at
 # collection: every test process collects this file, most never run it.
@@ -26,7 +26,7 @@ def _torch_modules():
     global torch, data, flops, runtime, train
     import torch
 
-    from entrypoints import data, flops, runtime, train
+    from entrypoints.trainer import data, flops, runtime, train
 
 ROOT = Path(__file__).resolve().parents[1]
 STATS_FIELDS = {"rank", "world_size", "local_rank", "steps_done", "start_step", "resumed_from", "step_times_s",
@@ -70,14 +70,14 @@ class Job:
         self.env = dict(os.environ, PYTHONPATH=str(ROOT), SM_MODEL_DIR=str(self.model),
                         SM_CHECKPOINT_DIR=str(self.checkpoints), SM_OUTPUT_DATA_DIR=str(root / "output"),
                         SM_CHANNELS=json.dumps(sorted(channels or {})))
-        from entrypoints.train import STOP_AT_STEP_ENV  # (test_tensorboard uses Job too)
+        from entrypoints.trainer.train import STOP_AT_STEP_ENV  # (test_tensorboard uses Job too)
 
         self.env.pop(STOP_AT_STEP_ENV, None)
         for name, path in (channels or {}).items():
             self.env[contract.channel_env(name)] = str(path)
 
     def run(self, *, torchrun_procs: int = 0, extra_env: dict | None = None, timeout: int = 300):
-        args = ["-m", "entrypoints.train", "--job", str(self.job), "--stats-dir", str(self.stats)]
+        args = ["-m", "entrypoints.trainer.train", "--job", str(self.job), "--stats-dir", str(self.stats)]
         if torchrun_procs:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
@@ -110,7 +110,7 @@ def test_native_single_process_trains_and_reports(tmp_path):
     assert (stats["runtime"], stats["precision"], stats["batch_size"]) == ("native", "fp32", 4)
     assert set(stats["versions"]) == {"python", "torch", "torch_xla", "timm", "neuronx_cc"}
     assert stats["versions"]["torch"] == torch.__version__
-    # The host's first rank counted the model's FLOPs per training sample (entrypoints.flops).
+    # The host's first rank counted the model's FLOPs per training sample (entrypoints.trainer.flops).
     assert stats["flops_per_sample"] == flops.training_flops_per_sample(tiny_spec()["model"]) > 0
     # Every metric the request's MetricDefinitions name is in the log, as SageMaker parses it.
     for name, (tag, key) in contract.METRIC_NAMES.items():
@@ -267,7 +267,7 @@ def test_an_exception_writes_stats_with_the_error_and_exits_non_zero(tmp_path):
 
 def test_sigterm_ends_through_the_error_path(tmp_path):
     job = Job(tmp_path, tiny_spec(steps=1_000_000, log_every=1))
-    args = [sys.executable, "-m", "entrypoints.train", "--job", str(job.job), "--stats-dir", str(job.stats)]
+    args = [sys.executable, "-m", "entrypoints.trainer.train", "--job", str(job.job), "--stats-dir", str(job.stats)]
     proc = subprocess.Popen(args, cwd=ROOT, env=job.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         for line in proc.stdout:
@@ -331,7 +331,7 @@ DDP_SYNC_CHECK = """
 import sys
 import torch
 import torch.distributed as dist
-from entrypoints import runtime, vit
+from entrypoints.trainer import runtime, vit
 d = runtime.Dist.from_env()
 rt = runtime.create("native", d, "fp32")
 rt.setup()

@@ -1,4 +1,4 @@
-"""neuron-monitor beside training (entrypoints.utilization): its reports read as the Neuron
+"""neuron-monitor beside training (entrypoints.launcher.utilization): its reports read as the Neuron
 docs describe them, through a stand-in on PATH (tests/standins/neuron-monitor), into
 results.json, the metric line and the results table's input-bound flag."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints import contract, results_schema, utilization
+from entrypoints.launcher import utilization
+from entrypoints.shared import contract, results_schema
 from orchestrator.results import build_row
 from orchestrator.results.render import render_table
 from orchestrator.results.rows import Collection

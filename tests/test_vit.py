@@ -1,4 +1,4 @@
-"""entrypoints/vit.py: the timm ViT and the conv-free patch embedding."""
+"""entrypoints/trainer/vit.py: the timm ViT and the conv-free patch embedding."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def _torch_modules():
     from timm.layers import PatchEmbed
     from torch import nn
 
-    from entrypoints import vit
+    from entrypoints.trainer import vit
 
 TINY = {"arch": "vit_tiny_patch16_224", "image_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 48,
         "num_heads": 3, "num_classes": 7}

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from launch_harness import Host, make_job
 
-from entrypoints import compile_cache, environment, storage, warm_pool
+from entrypoints.launcher import environment, warm_pool
+from entrypoints.shared import compile_cache, storage
 
 
 def _manifest(job: dict, digest: str) -> dict:

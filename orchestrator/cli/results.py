@@ -41,7 +41,7 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
 
 def _write(path: Path, option: str, data: bytes, example: str) -> None:
     """Write one output file atomically (a failed write leaves no truncated file behind)."""
-    from entrypoints.atomic import write_bytes
+    from entrypoints.shared.atomic import write_bytes
     from orchestrator.errors import InputError
     from orchestrator.paths import write_hint
 

@@ -104,7 +104,7 @@ def efa(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     """N018, N019: the EFA variables the orchestrator adds on multi-node EFA instances."""
     if not target.efa:
         return []
-    from entrypoints.contract import EFA_ENV
+    from entrypoints.shared.contract import EFA_ENV
 
     out = [Finding(
         "N018-efa-env-added", "info",

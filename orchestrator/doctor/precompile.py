@@ -1,6 +1,6 @@
 """Rules about `training.precompile` (N060-N069): where the neuron_parallel_compile pass does not apply.
 
-The pass itself is the container's (entrypoints/precompile.py); it runs within the job, so
+The pass itself is the container's (entrypoints/launcher/precompile.py); it runs within the job, so
 the cost bound (max_run_minutes) already covers it, and `cost.estimate` says so.
 """
 

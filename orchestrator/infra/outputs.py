@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from entrypoints import atomic
+from entrypoints.shared import atomic
 from orchestrator.errors import BackendError, InputError
 from orchestrator.infra.cloudformation import describe_stack, region_of
 from orchestrator.infra.template import check_stack_name

@@ -1,7 +1,7 @@
 """Price-performance results: read `results.json` objects, join the jobs' backends and prices,
 render.
 
-- `read`: a results.json object validated against `entrypoints.results_schema`, and where
+- `read`: a results.json object validated against `entrypoints.shared.results_schema`, and where
   results live;
 - `rows`: one row per job, the arithmetic, the ranking, sweep membership;
 - `collect`: every job under a prefix, in parallel, into a `Collection`;

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
-from entrypoints.results_schema import Results
+from entrypoints.shared.results_schema import Results
 from orchestrator import backends, catalog, names
 from orchestrator.backends import Backend, JobStatus
 from orchestrator.errors import BackendError, InputError, OrchestratorError

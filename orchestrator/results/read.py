@@ -4,9 +4,9 @@ objects live.
 Contract:
 - Results live at `<prefix>/results/<job>/results.json` (schema "orchestrator.results/v1",
   docs/RESULTS.md), the prefix being the jobs' output.uri. `ResultsPrefix` reads them through
-  `entrypoints.storage`, the store the entrypoint writes them with: botocore alone retries
+  `entrypoints.shared.storage`, the store the entrypoint writes them with: botocore alone retries
   throttling, 5xx and dropped connections (the client's retry config).
-- `parse` validates an object with pydantic over `entrypoints.results_schema.Results`, the
+- `parse` validates an object with pydantic over `entrypoints.shared.results_schema.Results`, the
   classes the writer builds it with: extra keys are ignored (a newer v1 writer may add some),
   a field an earlier writer had not added yet reads as its default, and every field present
   must have the schema's type and values. Anything else is `Unreadable`, with a reason a
@@ -25,8 +25,8 @@ import json
 import re
 from urllib.parse import unquote
 
-from entrypoints.results_schema import RESULTS_FILE, SCHEMA, Results
-from entrypoints.storage import FileStore, StorageError, open_store
+from entrypoints.shared.results_schema import RESULTS_FILE, SCHEMA, Results
+from entrypoints.shared.storage import FileStore, StorageError, open_store
 from orchestrator.errors import InputError
 from orchestrator.locations import RESULTS_DIR, results_uri
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from entrypoints.results_schema import Results
+from entrypoints.shared.results_schema import Results
 from orchestrator import backends, catalog, cost, names, peak_flops
 from orchestrator.backends import JobStatus
 from orchestrator.errors import InputError

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from entrypoints.storage import open_store
+from entrypoints.shared.storage import open_store
 from orchestrator.errors import InputError
 from orchestrator.locations import TENSORBOARD_DIR
 from orchestrator.results.collect import collect

@@ -24,7 +24,7 @@ Contract:
   runner's backoff (2 s doubling to 300 s, full jitter). A trial's job that ends Failed or
   Stopped ends its iteration with that status, not the Map: the other trials run on.
 - The source archive (and its job.json) is the placeholder's, shared by every run; the
-  container renames the job file to the run's job (`entrypoints.contract.for_run`, from the
+  container renames the job file to the run's job (`entrypoints.shared.contract.for_run`, from the
   request's job-name hyperparameter), so each run's results.json lands under its own name.
 - Only SageMaker trials are compiled; a plan with AWS Batch or local trials is refused
   (InputError): see `UNSUPPORTED`.
@@ -37,7 +37,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator.errors import InputError
 
 PLACEHOLDER_TICK = datetime(2000, 1, 1, 0, 0, tzinfo=timezone.utc)

@@ -28,7 +28,7 @@ from orchestrator.spec.source import SourceMap, split_path
 # SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
 MAX_NAME = 54
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
-# S3's bucket naming rule, as entrypoints/storage.py checks it. A file URI names an absolute
+# S3's bucket naming rule, as entrypoints/shared/storage/ checks it. A file URI names an absolute
 # path, file:///PATH (`file://relative/x` would read `relative` as a host name; the job's data
 # reader takes what follows file:// as the path, so file://localhost/PATH is refused too).
 S3_BUCKET = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
@@ -69,7 +69,7 @@ def _not_bool(value: Any) -> Any:
 
 
 def valid_bucket(name: str) -> bool:
-    """An S3 bucket name as entrypoints/storage.py accepts it: S3_BUCKET, and no '..'."""
+    """An S3 bucket name as entrypoints/shared/storage/ accepts it: S3_BUCKET, and no '..'."""
     return re.fullmatch(S3_BUCKET, name) is not None and ".." not in name
 
 

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from entrypoints.atomic import write_json
+from entrypoints.shared.atomic import write_json
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.paths import check_write_target, home_folder
 from orchestrator.processes import process_alive

@@ -1,7 +1,7 @@
 """A stand-in for `python -m torch.distributed.run` (torchrun) that starts without importing torch.
 
 The launcher's tests run it through `ORCHESTRATOR_TORCHRUN_MODULE` (the `fake_train` fixture
-sets it); `tests/test_torchrun_real.py` holds the same process contract on the real torchrun.
+sets it); `tests/test_torchrun_standin.py` holds the same process contract on the real torchrun.
 What it keeps of torchrun's contract (torch/distributed/run.py and
 torch/distributed/elastic/{agent/server,multiprocessing}/api.py in torch 2.9), and nothing more:
 
@@ -14,7 +14,7 @@ torch/distributed/elastic/{agent/server,multiprocessing}/api.py in torch 2.9), a
   ROLE_RANK, ROLE_WORLD_SIZE, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_*,
   and OMP_NUM_THREADS=1 for more than one worker unless set;
 - it runs fake trainers only: it hosts no c10d store for the workers, so a trainer that calls
-  `init_process_group` (entrypoints.train) is refused with exit 2;
+  `init_process_group` (entrypoints.trainer.train) is refused with exit 2;
 - each worker in a session (and process group) of its own, signalled as a group; the workers
   share its stdout and stderr;
 - a worker that fails: the others get SIGTERM, then SIGKILL after 30 s; exit code 1;

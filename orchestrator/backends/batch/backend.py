@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterator
 from typing import ClassVar
 
-from entrypoints.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
+from entrypoints.launcher.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
 from orchestrator.backends import JobStatus, Submitted, UnknownJob, record_status
 from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.sagemaker_errors import code_of, is_definite_refusal, translate

@@ -8,7 +8,7 @@ backend is batch, `plan` prints it and the batch backend sends it as it is.
 - Queue and job definition: batch.job_queue / batch.job_definition, else the stack's names
   (`queue_name`, `job_definition_name`): one queue per inf2 size (and per spot or on-demand),
   one job definition per chip count (its /dev/neuronN devices).
-- containerOverrides: the bootstrap command (`entrypoints.bootstrap`: lays out /opt/ml,
+- containerOverrides: the bootstrap command (`entrypoints.launcher.bootstrap`: lays out /opt/ml,
   fetches the source archive, runs launch.py), the environment (the job's own, the SM_*
   contract variables, the hyperparameters and where the archive is), and the whole instance's
   vCPUs and memory (`resources`), so that Batch places one job per instance.
@@ -21,7 +21,7 @@ backend is batch, `plan` prints it and the batch backend sends it as it is.
 
 from __future__ import annotations
 
-from entrypoints import bootstrap
+from entrypoints.launcher import bootstrap
 from orchestrator import catalog
 from orchestrator.spec import JobSpec
 

@@ -22,8 +22,8 @@ from typing import ClassVar
 
 from filelock import FileLock
 
-from entrypoints import contract
-from entrypoints.atomic import write_json
+from entrypoints.shared import contract
+from entrypoints.shared.atomic import write_json
 from orchestrator.backends import (
     DamagedStatus,
     JobStatus,
@@ -240,7 +240,7 @@ class LocalBackend:
         return Submitted(name, created=True)
 
     def _store(self, uri: str):
-        from entrypoints import storage
+        from entrypoints.shared import storage
 
         return storage.open_store(uri, s3_client=self._s3)
 
@@ -274,7 +274,7 @@ class LocalBackend:
         for channel, uri in channels_of(request).items():
             if channel == contract.CODE_CHANNEL:
                 continue  # the source archive: this submit uploads it
-            from entrypoints.storage import StorageError
+            from entrypoints.shared.storage import StorageError
 
             try:
                 empty = not self._store(uri).list(with_etags=False)
@@ -290,7 +290,7 @@ class LocalBackend:
     def _upload_source(self, prepared) -> None:
         """Put the archive at `source_uri` (the code channel) unless that content is there.
         A store that fails (no such bucket, credentials) is a BackendError."""
-        from entrypoints.storage import StorageError
+        from entrypoints.shared.storage import StorageError
 
         prefix, _, key = prepared.source_uri.rpartition("/")
         try:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from entrypoints import bootstrap, contract
-from entrypoints.atomic import write_json, write_text
+from entrypoints.launcher import bootstrap
+from entrypoints.shared import contract
+from entrypoints.shared.atomic import write_json, write_text
 from orchestrator.backends.local.layout import (
     LOG_DIR,
     LOOPBACK,

@@ -3,7 +3,7 @@
 One folder per job under `ORCHESTRATOR_HOME/jobs/<job>/` (docs/USAGE.md, "Running locally" shows the
 tree): `plan.json` (what the supervisor runs: hosts, environments, entrypoint, channels),
 `status.json` (what `status` reads: state, secondary, failure reason, times, pids; written
-atomically, as every file here, by `entrypoints.atomic`; a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),
+atomically, as every file here, by `entrypoints.shared.atomic`; a few hundred bytes), `supervisor.pid`, `stop-requested` (a stop was asked),
 `logs/` (each host's output and the merged `all.log`), and one /opt/ml-like tree per host,
 `algo-N/`, with SageMaker's config files (`host_tree`). The backend (`local.py`) lays the
 folder out; the supervisor (`supervisor.py`) runs it.
@@ -17,8 +17,8 @@ import socket
 import tarfile
 from pathlib import Path
 
-from entrypoints import contract
-from entrypoints.atomic import write_json
+from entrypoints.shared import contract
+from entrypoints.shared.atomic import write_json
 from orchestrator.backends.local import capacity as local_capacity
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED

@@ -30,8 +30,8 @@ import time
 import traceback
 from pathlib import Path
 
-from entrypoints import contract
-from entrypoints.atomic import write_json, write_text
+from entrypoints.shared import contract
+from entrypoints.shared.atomic import write_json, write_text
 from orchestrator.backends.local.layout import (
     LOG_DIR,
     MERGED_LOG,
@@ -157,7 +157,7 @@ class Supervisor:
         """Every channel into each host's input/data/<channel>, FullyReplicated. A channel whose
         URI names one object (the code channel's source archive) gets that object under its
         name, as an S3Prefix channel of the object's whole key does."""
-        from entrypoints import storage
+        from entrypoints.shared import storage
 
         for channel, uri in self.plan["channels"].items():
             first = None
@@ -309,7 +309,7 @@ class Supervisor:
     def upload(self) -> None:
         """model.tar.gz and output.tar.gz from the first host, as SageMaker uploads them
         (nothing for a batch job: its plan has no output prefix)."""
-        from entrypoints import storage
+        from entrypoints.shared import storage
 
         if self.plan["output_prefix"] is None:
             return  # a batch job (batch_task): Batch uploads nothing, launch.py wrote what it keeps

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from entrypoints import contract
+from entrypoints.shared import contract
 from orchestrator import catalog, locations, preferences
 from orchestrator.errors import Problem, SpecError
 
@@ -84,7 +84,7 @@ def build(spec: JobSpec, *, job_name: str, where: locations.Locations, job: dict
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
             # launch.py as the container's first process, so SageMaker's stop signal reaches it
-            # (the image's own entrypoint passes none on: see entrypoints/container.py).
+            # (the image's own entrypoint passes none on: see entrypoints/launcher/container.py).
             "ContainerEntrypoint": contract.container_entrypoint(),
         },
         "RoleArn": spec.role_arn or LOCAL_ROLE_ARN,
@@ -112,7 +112,7 @@ def build(spec: JobSpec, *, job_name: str, where: locations.Locations, job: dict
         })
     if inst.spot or spec.training.checkpoint_every > 0:
         request["CheckpointConfig"] = {"S3Uri": where.checkpoints, "LocalPath": CHECKPOINT_LOCAL_PATH}
-    # Rank 0's TensorBoard scalars (entrypoints.scalars), which SageMaker uploads while the job runs.
+    # Rank 0's TensorBoard scalars (entrypoints.trainer.scalars), which SageMaker uploads while the job runs.
     request["TensorBoardOutputConfig"] = {"LocalPath": TENSORBOARD_LOCAL_PATH,
                                           "S3OutputPath": where.tensorboard}
     if inst.keep_alive_minutes > 0:
