@@ -71,7 +71,8 @@ def test_the_container_side_never_imports_the_orchestrator():
 
 
 # The container side's three parts (docs/ARCHITECTURE.md) and which of them each may import.
-ENTRYPOINT_PARTS = {"launcher": {"launcher", "shared"}, "trainer": {"trainer", "shared"}, "shared": {"shared"}}
+ENTRYPOINT_PARTS = {"launcher": {"launcher", "shared"}, "trainer": {"trainer", "shared"},
+                    "shared": {"shared"}}
 
 
 def test_the_container_side_is_its_three_parts():
@@ -142,7 +143,8 @@ def test_the_product_cites_its_own_files_and_primary_sources():
 
 
 # A cited path: a file or folder of this repository's code, tests, benchmarks, docs or infra.
-CITED_PATH = re.compile(r"(?<![\w./-])((?:orchestrator|entrypoints|tests|bench|docs|infra)/[\w./-]*[\w/])(?![\w*])")
+CITED_PATH = re.compile(
+    r"(?<![\w./-])((?:orchestrator|entrypoints|tests|bench|docs|infra)/[\w./-]*[\w/])(?![\w*])")
 # A cited container module, `entrypoints.<part>.<module>[.<name>]`.
 CITED_MODULE = re.compile(r"(?<![\w./-])(entrypoints(?:\.[A-Za-z_]\w*)+)")
 # Written when a wheel is built (setup.py copies infra/stack.yaml there), so not in a checkout.
@@ -154,7 +156,8 @@ def _prose(text: str, suffix: str) -> str:
     literals are data, such as the made-up trees tests build), any other file whole."""
     if suffix != ".py":
         return text
-    said = [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline) if tok.type == tokenize.COMMENT]
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    said = [tok.string for tok in tokens if tok.type == tokenize.COMMENT]
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node, clean=False)
@@ -207,16 +210,17 @@ def test_every_file_and_container_module_the_source_cites_exists():
     for path in _prose_files():
         text = _prose(path.read_text(errors="replace"), path.suffix)
         where = path.relative_to(ROOT)
-        missing += [f"{where}: {cited}" for cited in {m.group(1).rstrip("./") for m in CITED_PATH.finditer(text)}
-                    if cited not in BUILT and not (ROOT / cited).exists()]
-        missing += [f"{where}: {cited}" for cited in {m.group(1).rstrip(".") for m in CITED_MODULE.finditer(text)}
-                    if _unresolved_module(cited)]
+        paths = {m.group(1).rstrip("./") for m in CITED_PATH.finditer(text)}
+        modules = {m.group(1).rstrip(".") for m in CITED_MODULE.finditer(text)}
+        missing += [f"{where}: {cited}" for cited in paths if cited not in BUILT and not (ROOT / cited).exists()]
+        missing += [f"{where}: {cited}" for cited in modules if _unresolved_module(cited)]
     assert sorted(missing) == []
 
 
 def test_the_citation_reader_finds_paths_and_modules_and_tells_a_stale_one():
     """The check above is only as good as its reader."""
-    source = '"""See docs/ARCHITECTURE.md and `entrypoints.launch`."""\nX = "docs/nowhere.md"  # entrypoints/shared/\n'
+    source = ('"""See docs/ARCHITECTURE.md and `entrypoints.launch`."""\n'
+              'X = "docs/nowhere.md"  # entrypoints/shared/\n')
     text = _prose(source, ".py")
     assert {m.group(1) for m in CITED_PATH.finditer(text)} == {"docs/ARCHITECTURE.md", "entrypoints/shared/"}
     assert [m.group(1) for m in CITED_MODULE.finditer(text)] == ["entrypoints.launch"]

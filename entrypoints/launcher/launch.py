@@ -26,7 +26,8 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 # The code directory is the one holding the `entrypoints` package: the archive root when this
 # file is the archive's launch.py, the package's parent when run as `-m entrypoints.launcher.launch`.
-CODE_DIR = next((d for d in (_HERE, _HERE.parents[1]) if (d / "entrypoints" / "__init__.py").is_file()), _HERE)
+CODE_DIR = next((d for d in (_HERE, _HERE.parents[1]) if (d / "entrypoints" / "__init__.py").is_file()),
+                _HERE)
 if str(CODE_DIR) not in sys.path[:1]:
     sys.path.insert(0, str(CODE_DIR))
 
