@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from launch_harness import Host, make_job
 
-from entrypoints.launcher import environment, warm_pool
+from entrypoints.launcher import environment, persistent_cache
 from entrypoints.shared import compile_cache, storage
 
 
@@ -23,7 +23,7 @@ def test_a_job_given_a_prefilled_persistent_cache_pulls_nothing_and_starts_warm(
     pool = tmp_path / "warmpoolcache"  # what SageMaker mounts at /opt/ml/sagemaker/warmpoolcache
     pool.mkdir()
     first = Host(tmp_path / "first", job)
-    done = first.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/entry-one", **{warm_pool.PERSISTENT_CACHE_ENV: str(pool)})
+    done = first.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/entry-one", **{persistent_cache.PERSISTENT_CACHE_ENV: str(pool)})
     assert done.returncode == 0, done.stdout + done.stderr
     digest = first.cache_key().digest()
     folder = pool / "orchestrator" / "compile-cache" / digest
@@ -33,7 +33,7 @@ def test_a_job_given_a_prefilled_persistent_cache_pulls_nothing_and_starts_warm(
 
     # The next job on the same (reused) instance: a fresh container, the same persistent directory.
     second = Host(tmp_path / "second", job)
-    done = second.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/bb/entry-two", **{warm_pool.PERSISTENT_CACHE_ENV: str(pool)})
+    done = second.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/bb/entry-two", **{persistent_cache.PERSISTENT_CACHE_ENV: str(pool)})
     assert done.returncode == 0, done.stdout + done.stderr
     cache = second.results["cache"]
     assert (cache["pull_bytes"], cache["hit_entries"], cache["local_entries"]) == (0, 0, 1)  # nothing downloaded
@@ -47,7 +47,7 @@ def test_a_job_given_a_prefilled_persistent_cache_pulls_nothing_and_starts_warm(
 
 def test_without_a_persistent_directory_nothing_changes(orch_home, tmp_path, fake_train):
     host = Host(tmp_path / "h", make_job(workers=1))
-    done = host.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/x", **{warm_pool.PERSISTENT_CACHE_ENV: str(tmp_path / "absent")})
+    done = host.run(FAKE_TRAIN_NEW_ENTRY="fxgraph/aa/x", **{persistent_cache.PERSISTENT_CACHE_ENV: str(tmp_path / "absent")})
     assert done.returncode == 0, done.stdout + done.stderr
     cache = host.results["cache"]
     assert cache["persistent_dir"] is None and cache["local_entries"] == 0
@@ -57,22 +57,22 @@ def test_without_a_persistent_directory_nothing_changes(orch_home, tmp_path, fak
 
 def test_persistent_root_takes_the_variable_then_the_documented_path(tmp_path):
     opt_ml = tmp_path / "opt-ml"
-    assert warm_pool.persistent_root({}, opt_ml) is None
+    assert persistent_cache.persistent_root({}, opt_ml) is None
     mounted = opt_ml / "sagemaker" / "warmpoolcache"
     mounted.mkdir(parents=True)
-    assert warm_pool.persistent_root({}, opt_ml) == mounted
+    assert persistent_cache.persistent_root({}, opt_ml) == mounted
     named = tmp_path / "named"
     named.mkdir()
-    assert warm_pool.persistent_root({warm_pool.PERSISTENT_CACHE_ENV: str(named)}, opt_ml) == named
-    assert warm_pool.persistent_root({warm_pool.PERSISTENT_CACHE_ENV: str(tmp_path / "gone")}, opt_ml) == mounted
+    assert persistent_cache.persistent_root({persistent_cache.PERSISTENT_CACHE_ENV: str(named)}, opt_ml) == named
+    assert persistent_cache.persistent_root({persistent_cache.PERSISTENT_CACHE_ENV: str(tmp_path / "gone")}, opt_ml) == mounted
 
 
 def test_only_the_orchestrators_default_neuron_cache_dir_moves_to_the_persistent_one():
     from orchestrator import catalog
 
-    assert warm_pool.DEFAULT_NEURON_CACHE_DIR == catalog.NEURON_CACHE_DIR
-    assert warm_pool.replaceable_cache_dir(Path(catalog.NEURON_CACHE_DIR))
-    assert not warm_pool.replaceable_cache_dir(Path("/home/me/my-cache"))
+    assert persistent_cache.DEFAULT_NEURON_CACHE_DIR == catalog.NEURON_CACHE_DIR
+    assert persistent_cache.replaceable_cache_dir(Path(catalog.NEURON_CACHE_DIR))
+    assert not persistent_cache.replaceable_cache_dir(Path("/home/me/my-cache"))
     env = {"NEURON_CC_FLAGS": f"--model-type=transformer --cache_dir={catalog.NEURON_CACHE_DIR} -O1"}
     moved = environment.with_cache_dir("xla", environment.without_cache_dir("xla", env), Path("/pool/cc/abc"))
     assert moved["NEURON_CC_FLAGS"] == "--model-type=transformer -O1 --cache_dir=/pool/cc/abc"

@@ -36,11 +36,11 @@ from entrypoints.launcher import (  # noqa: E402
     environment,
     failure,
     heartbeat,
+    persistent_cache,
     precompile,
     report,
     selection,
     utilization,
-    warm_pool,
 )
 from entrypoints.launcher.torchrun import StopSignals, run_torchrun, torchrun_command  # noqa: E402
 from entrypoints.shared import compile_cache, contract  # noqa: E402
@@ -80,9 +80,9 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     ctr = contract.Contract.from_env()
     # A warm pool's persistent cache: pip's cache lives there (the user's PIP_CACHE_DIR wins),
     # before the requirements are installed; the compile cache below.
-    persistent = warm_pool.persistent_root(os.environ, Path(os.environ.get(contract.BASE_DIR_ENV) or contract.OPT_ML))
+    persistent = persistent_cache.persistent_root(os.environ, Path(os.environ.get(contract.BASE_DIR_ENV) or contract.OPT_ML))
     if persistent is not None:
-        os.environ.setdefault("PIP_CACHE_DIR", str(warm_pool.pip_cache_dir(persistent)))
+        os.environ.setdefault("PIP_CACHE_DIR", str(persistent_cache.pip_cache_dir(persistent)))
     warnings: list[str] = []
     job_file = find_job_file(args.job)
     # A scheduled cloud run's archive was made for the schedule's placeholder tick: take the
@@ -133,10 +133,10 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
             cache["key"] = key.digest()
         except Exception as exc:  # noqa: BLE001 - without a key the job runs cold, not never
             cache["warnings"].append(f"no cache key, running cold: {type(exc).__name__}: {exc}")
-    if persistent is not None and (cache_dir_is_ours or warm_pool.replaceable_cache_dir(cache_dir)):
+    if persistent is not None and (cache_dir_is_ours or persistent_cache.replaceable_cache_dir(cache_dir)):
         if cache_dir_is_ours:
             shutil.rmtree(cache_dir, ignore_errors=True)
-        cache_dir, cache_dir_is_ours = warm_pool.compile_cache_dir(persistent, cache["key"], runtime), False
+        cache_dir, cache_dir_is_ours = persistent_cache.compile_cache_dir(persistent, cache["key"], runtime), False
         env = environment.without_cache_dir(runtime, env)
         cache["persistent_dir"] = str(cache_dir)
         if key is not None:
