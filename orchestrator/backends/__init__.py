@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.errors import InputError
 from orchestrator.lifecycle import Status
 
 # name -> "module:class". The order is the order `locate` asks them whether they hold a job.
@@ -246,17 +246,6 @@ def locate(job_name: str, *, region: str | None, ledger) -> Located:
     from orchestrator.region import default_region
 
     return Located(create(DEFAULT, region=default_region(region), ledger=ledger), None, guessed=True)
-
-
-def could_not_ask(error: OrchestratorError) -> bool:
-    """Whether `error` (raised from a botocore error) means the backend was never really
-    asked: no usable credentials (none, partial, expired, rejected), no connection to the
-    endpoint, or no answer from it (`aws.classify`). An answer about the request (access
-    denied, not found, throttled) is not such an error."""
-    from orchestrator import aws
-
-    failure = aws.classify(error)
-    return failure is not None and failure.kind in ("credentials", "unreachable", "no-answer")
 
 
 def record_status(ledger, backend_name: str, status: JobStatus, *, expect: tuple[str, ...]) -> None:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import ClassVar
 
-from orchestrator import aws
+from orchestrator import aws, aws_errors
 from orchestrator.backends import Progress, Submitted, progress_of
-from orchestrator.backends.sagemaker_errors import FORBIDDEN, code_of, is_not_found, translate
+from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import InputError
 from orchestrator.ledger import Ledger
 
@@ -156,7 +156,7 @@ class CloudBackend:
                 # the stack's may grant only object access. The put below is conditional
                 # (IfNoneMatch), so "maybe absent" is safe: it writes only if the key is not there,
                 # and a caller really denied is told so by the put's own AccessDenied.
-                if not is_not_found(exc) and code_of(exc) not in FORBIDDEN:
+                if not aws_errors.is_not_found(exc) and aws_errors.kind_of(exc) != "denied":
                     raise
         digest = bytes.fromhex(prepared.archive_sha256)
         with self._aws("PutObject"):
@@ -166,7 +166,7 @@ class CloudBackend:
                                    ChecksumSHA256=base64.b64encode(digest).decode(),
                                    Metadata={"sha256": prepared.archive_sha256})
             except ClientError as exc:
-                if code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                if aws_errors.code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
                     return False  # someone uploaded the same content-addressed object meanwhile
                 raise
         return True

@@ -32,7 +32,7 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
     (exit 1: a network failure is not bad input), saying the name is not known here.
     `read_only` (status, logs): a ledger this process cannot write is read as it is (noted on
     stderr), and what the backend says is not recorded in it."""
-    from orchestrator import aws, backends
+    from orchestrator import aws_errors, backends
     from orchestrator.errors import BackendError, InputError
     from orchestrator.ledger import Ledger
     from orchestrator.paths import home
@@ -61,10 +61,9 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
         raise InputError(f"{exc.message}; the ledger records {job} ({entry.backend}, {entry.region}) as "
                          f"{ledger_state(entry)}", hint=_ledger_hint(entry, exc)) from exc
     except BackendError as exc:
-        if not found.guessed or not backends.could_not_ask(exc):
+        if not found.guessed or not aws_errors.never_asked(exc):
             raise
-        failure = aws.classify(exc)
-        if failure is None or failure.kind != "credentials":
+        if aws_errors.kind_of(exc) != "credentials":
             # No connection or no answer: a failure of the network or the endpoint (exit 1),
             # whatever the name; say too that it is not known here.
             raise BackendError(f"{exc.message}; {job} is in neither the ledger ({ledger.path}) nor the local "
@@ -164,7 +163,7 @@ def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
     when there is one, so that a dry run writes nothing) and in the backend, which knows the
     jobs other machines submitted. A dry run that cannot ask the backend says so and uses the
     ledger alone."""
-    from orchestrator import backends, reruns
+    from orchestrator import aws_errors, reruns
     from orchestrator.errors import BackendError
     from orchestrator.ledger import Ledger
     from orchestrator.paths import home
@@ -173,7 +172,7 @@ def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
     try:
         return reruns.rerun_name(loaded, names, backend, local=local)
     except BackendError as exc:
-        if not dry_run or not backends.could_not_ask(exc):
+        if not dry_run or not aws_errors.never_asked(exc):
             raise
         err(f"note: {backend.place} could not be asked which rerun names are taken ({exc.message}); the name "
             "below is free in this machine's ledger only")
