@@ -92,7 +92,7 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
     predicted = None
     if forecast.readable(loaded, read_stores):
         s3 = forecast.s3_client_for(loaded) if read_stores else None
-        predicted = forecast.forecast(loaded, prepared.estimate, forecast.History.read(loaded, s3), s3)
+        predicted = forecast.forecast(loaded, prepared.estimate, forecast.PriorRuns.read(loaded, s3), s3)
     elif not as_json:
         err("forecast: not read (s3:// stores are read with --forecast)")
     if as_json:
