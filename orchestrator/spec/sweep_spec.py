@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from orchestrator.errors import Problem, SpecError
-from orchestrator.spec.files import Unreadable, close_spec_name, read_spec_file, read_text
+from orchestrator.spec.files import UnreadableSpec, close_spec_name, read_spec_file, read_text
 from orchestrator.spec.loading import document_kind, job_from_data, validate
 from orchestrator.spec.models import (
     INSTANCE_PATTERN,
@@ -300,7 +300,7 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     line, col = smap.find(("base",))
     try:
         base_text = read_text(base_path)
-    except Unreadable as exc:
+    except UnreadableSpec as exc:
         close = close_spec_name(base_path, referrer=filename) if exc.missing else None
         where = f"did you mean base: {Path(sweep.base).parent / close}? " if close else ""
         raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} {exc}")],
