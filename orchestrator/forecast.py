@@ -82,7 +82,7 @@ class PriorRuns:
 
     @classmethod
     def read(cls, spec: JobSpec, s3_client=None) -> PriorRuns:
-        from orchestrator.results.read import ResultsPrefix, Unreadable, parse
+        from orchestrator.results.read import ResultsPrefix, UnreadableResults, parse
 
         prefix = request.output_uri(spec)
         prior = cls(prefix)
@@ -92,7 +92,7 @@ class PriorRuns:
                 try:
                     data = store.get(job)
                     results = parse(data) if data else None
-                except Unreadable:
+                except UnreadableResults:
                     continue
                 if results is None or results.status != "completed" or not results.spec_hash:
                     continue

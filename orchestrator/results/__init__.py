@@ -18,7 +18,7 @@ from orchestrator.results.read import (
     RESULTS_FILE,
     SCHEMA,
     ResultsPrefix,
-    Unreadable,
+    UnreadableResults,
     check_prefix,
     has_results,
     local_store_uri,
@@ -30,7 +30,7 @@ from orchestrator.results.rows import ERROR, MISSING, UNREADABLE, Collection, Ro
 
 __all__ = [
     "COLUMNS", "DEFAULT_SORT", "DEFAULT_WORKERS", "ERROR", "MISSING", "RESULTS_DIR", "RESULTS_FILE", "SCHEMA", "UNREADABLE",
-    "Collection", "ResultsPrefix", "Row", "Unreadable", "build_row", "check_prefix", "client_config",
+    "Collection", "ResultsPrefix", "Row", "UnreadableResults", "build_row", "check_prefix", "client_config",
     "collect", "has_results", "in_sweep", "local_store_uri", "parse", "rank", "render_csv", "render_json",
     "render_html", "render_plot", "render_table", "results_uri", "select_columns", "sort_rows", "table_columns", "varied_paths",
 ]
