@@ -218,14 +218,14 @@ def test_logs_follow_ends_with_the_final_status_and_reason(orch_home, monkeypatc
 
 def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys):
     from orchestrator.cli.sweep import SweepDisplay
-    from orchestrator.sweep import Progress
+    from orchestrator.sweep import SweepProgress
 
     clock = Clock()
     display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
     assert not display.interactive
 
-    def progress(events: tuple[str, ...], count: int) -> Progress:
-        return Progress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, events, False, event_count=count)
+    def progress(events: tuple[str, ...], count: int) -> SweepProgress:
+        return SweepProgress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, events, False, event_count=count)
 
     display(progress(("10:00:00 demo-1a2b3c4d-t1: submitted",), 1))
     for _ in range(8):  # a runner's polls, 30 s apart, with nothing new

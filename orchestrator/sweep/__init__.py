@@ -53,11 +53,11 @@ from orchestrator.sweep.process import (
     tell,
 )
 from orchestrator.sweep.router import Router
-from orchestrator.sweep.runner import Progress, Runner
+from orchestrator.sweep.runner import Runner, SweepProgress
 from orchestrator.sweep.stop import StopReport, stop
 
 __all__ = [
-    "Definition", "History", "Plan", "PlannedTrial", "Progress", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY",
+    "Definition", "History", "Plan", "PlannedTrial", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY", "SweepProgress",
     "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "classify", "clear_stop", "completed_elsewhere",
     "expand", "identify", "load_definition", "lock_holder", "log_path", "plan", "record_runner", "reload_policy",
     "request_stop", "resolve_id", "resolve_target", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",

@@ -80,7 +80,7 @@ MAX_TRANSIENT_RETRIES = 10
 
 
 @dataclass(frozen=True)
-class Progress:
+class SweepProgress:
     """Where a run stands after a step: counts by state, what is in flight, recent events."""
 
     sweep_id: str
@@ -113,7 +113,7 @@ class Runner(History):
     def __init__(self, definition: Definition, backend: Router | Backend | None, ledger: Ledger, *,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
-                 backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
+                 backoff_cap: float = 300.0, on_progress: Callable[[SweepProgress], None] | None = None,
                  count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None,
                  max_transient_retries: int = MAX_TRANSIENT_RETRIES, admission=None):
         super().__init__(definition, backend, ledger)
@@ -553,7 +553,7 @@ class Runner(History):
         self._event(f"{entry.job_name}: {verb}" + (" after a crash" if reconcile and result.created else ""))
         return True
 
-    def step(self) -> Progress:
+    def step(self) -> SweepProgress:
         """One round: reopen what `sweep stop` stopped, refresh in-flight jobs, plan retries,
         submit what fits."""
         self._last_elsewhere = 0
@@ -568,7 +568,7 @@ class Runner(History):
         self.submit_ready()
         return self.progress()
 
-    def progress(self, stopped: bool = False) -> Progress:
+    def progress(self, stopped: bool = False) -> SweepProgress:
         views = self.views()
         counts: dict[str, int] = {}
         for view in views:
@@ -576,11 +576,11 @@ class Runner(History):
         in_flight = sum(1 for v in views if v.state in IN_FLIGHT)
         waiting = self._not_before if self._not_before > self.clock() else None
         reason = self._waiting_reason if waiting else self.quota_wait
-        return Progress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
+        return SweepProgress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
                         waiting, reason, tuple(self._events),
                         done=all(v.final for v in views), stopped=stopped, event_count=self._event_count)
 
-    def run(self, *, max_steps: int | None = None) -> Progress:
+    def run(self, *, max_steps: int | None = None) -> SweepProgress:
         """Step until every trial is final or the sweep is stopped, sleeping between rounds."""
         steps = 0
         while True:
