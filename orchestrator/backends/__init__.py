@@ -67,7 +67,7 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
-class Progress:
+class JobProgress:
     """The job's last word on its training, from its results.json (`docs/RESULTS.md`): while it
     runs a heartbeat (`record` "running"), at its end the final record. After a SIGKILL the last
     heartbeat stays: the job's last known step."""
@@ -79,8 +79,8 @@ class Progress:
     uri: str
 
 
-def progress_of(data: bytes, uri: str) -> Progress | None:
-    """The Progress in a results.json object; None when it is not one (a reader of record:
+def progress_of(data: bytes, uri: str) -> JobProgress | None:
+    """The JobProgress in a results.json object; None when it is not one (a reader of record:
     `orchestrator.results` says why, `status` only shows what it can)."""
     import json
 
@@ -96,7 +96,7 @@ def progress_of(data: bytes, uri: str) -> Progress | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     at = doc.get("heartbeat_at") or doc.get("ended_at")
-    return Progress(record=doc["status"], steps_done=number("steps_done"), steps=number("steps"),
+    return JobProgress(record=doc["status"], steps_done=number("steps_done"), steps=number("steps"),
                     at=at if isinstance(at, str) else None, uri=uri)
 
 
@@ -175,7 +175,7 @@ class Backend(Protocol):
         """The job's status as the backend reports it, read only (no tags, nothing recorded);
         None when the backend has no job of that name."""
 
-    def progress(self, job_name: str) -> Progress | None:
+    def progress(self, job_name: str) -> JobProgress | None:
         """The job's results.json as it stands (None when there is none yet, or it cannot be
         read: this never fails a `status`)."""
 

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import ClassVar
 
 from orchestrator import aws, aws_errors
-from orchestrator.backends import Progress, Submitted, progress_of
+from orchestrator.backends import JobProgress, Submitted, progress_of
 from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import InputError
 from orchestrator.ledger import Ledger
@@ -176,7 +176,7 @@ class CloudBackend:
     def _results_uri(self, job_name: str) -> str:
         raise NotImplementedError
 
-    def progress(self, job_name: str) -> Progress | None:
+    def progress(self, job_name: str) -> JobProgress | None:
         """The job's results.json (launch.py's heartbeat while it runs, its final record after);
         None when absent or unreadable."""
         try:

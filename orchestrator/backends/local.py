@@ -75,8 +75,8 @@ from entrypoints import contract
 from entrypoints.atomic import write_json
 from orchestrator.backends import (
     DamagedStatus,
+    JobProgress,
     JobStatus,
-    Progress,
     Submitted,
     UnknownJob,
     local_batch,
@@ -411,7 +411,7 @@ class LocalBackend:
             return  # the submit that wrote the intent moves it on
         record_status(self.ledger, self.name, status, expect=_RECORDED_FROM)
 
-    def progress(self, job_name: str) -> Progress | None:
+    def progress(self, job_name: str) -> JobProgress | None:
         """The first host's results.json in the job's tree (launch.py rewrites it at every
         heartbeat; it is also what travels in output.tar.gz); None when there is none yet."""
         path = self.job_dir(job_name) / host_names(1)[0] / contract.OUTPUT_DATA_DIR / "results.json"
