@@ -4,8 +4,6 @@ error is `aws_errors.classify`'s)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from orchestrator.errors import BackendError, InputError
 from orchestrator.infra.template import DEFAULT_STACK
 
@@ -32,10 +30,6 @@ def describe_stack(cfn, stack_name: str) -> dict | None:
             return None
         raise translate(exc, f"reading stack {stack_name}", cfn, stack_name) from None
     return stacks[0] if stacks else None
-
-
-def status_of(stack: Mapping | None) -> str | None:
-    return None if stack is None else stack["StackStatus"]
 
 
 def is_missing_stack(exc: BaseException) -> bool:
