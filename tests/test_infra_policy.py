@@ -353,7 +353,7 @@ def test_deployed_policies_pass_the_walk_and_match_infra_policy(moto_server, mot
     from orchestrator import cli
 
     cfn = boto3.client("cloudformation", region_name=REGION)
-    plan = infra.prepare(cfn, STACK, {}, sleep=lambda s: None)
+    plan = infra.plan_change_set(cfn, STACK, {}, sleep=lambda s: None)
     outputs = infra.execute(cfn, plan, sleep=lambda s: None)
     iam = boto3.client("iam")
     role_name = outputs.role_arn.rsplit("/", 1)[1]

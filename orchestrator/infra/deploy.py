@@ -92,7 +92,7 @@ def stack_status(cfn, stack_name: str) -> str | None:
     return None if stack is None else stack["StackStatus"]
 
 
-def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_path: Path = TEMPLATE,
+def plan_change_set(cfn, stack_name: str, parameters: Mapping[str, str], *, template_path: Path = TEMPLATE,
             template: Mapping | None = None, description: str = DESCRIPTION,
             sleep: Callable[[float], None] = time.sleep, poll_s: float = 2.0, timeout_s: float = 600.0,
             clock: Callable[[], float] = time.monotonic) -> ChangeSetPlan:
