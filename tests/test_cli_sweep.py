@@ -35,22 +35,22 @@ def test_a_sweep_file_names_its_saved_sweep_or_its_scheduled_ticks(tmp_path, orc
     path = write(tmp_path, "sweep: nightly\nbase: base.yaml\n")
     ledger = Ledger()
     with pytest.raises(InputError) as info:
-        sweeps.resolve_target(ledger, str(path))  # never run
+        sweeps.find_sweep(ledger, str(path))  # never run
     assert info.value.message.startswith(f"{path}: no saved sweep nightly-")
     assert "edited since it ran" in info.value.message and f"sweep run {path}" in info.value.hint
     tick = sweeps.save(sweeps.plan(spec.load_sweep(path), tick=datetime(2026, 11, 30, 2, 39, tzinfo=timezone.utc)),
                        ledger)
     assert tick.sweep_id.endswith("-202611300239")
-    assert sweeps.resolve_target(ledger, str(path)) == tick.sweep_id  # what `sweep status nightly.yaml` shows
+    assert sweeps.find_sweep(ledger, str(path)) == tick.sweep_id  # what `sweep status nightly.yaml` shows
     later = sweeps.save(sweeps.plan(spec.load_sweep(path), tick=datetime(2026, 12, 1, 2, 39, tzinfo=timezone.utc)),
                         ledger)
     with pytest.raises(InputError) as info:
-        sweeps.resolve_target(ledger, str(path))
+        sweeps.find_sweep(ledger, str(path))
     assert info.value.exit_code == 2 and info.value.message.startswith(f"{path}: ")
     assert tick.sweep_id in info.value.message and later.sweep_id in info.value.message
     path.write_text("sweep: nightly\nbase: base.yaml\ngrid: {training.batch_size: [8]}\n")  # edited since
     with pytest.raises(InputError) as info:
-        sweeps.resolve_target(ledger, str(path))
+        sweeps.find_sweep(ledger, str(path))
     assert "no saved sweep" in info.value.message and "edited since it ran" in info.value.message
     assert tick.sweep_id in info.value.hint and later.sweep_id in info.value.hint
 
@@ -58,7 +58,7 @@ def test_a_sweep_file_names_its_saved_sweep_or_its_scheduled_ticks(tmp_path, orc
 def test_a_missing_sweep_file_says_what_to_give_instead(orch_home):
 
     with pytest.raises(SpecError) as info:
-        sweeps.resolve_target(Ledger(), "nope.yaml")
+        sweeps.find_sweep(Ledger(), "nope.yaml")
     assert info.value.message == "nope.yaml: does not exist" and info.value.exit_code == 2
     assert info.value.hint.endswith("give a sweep id or name instead (`python -m orchestrator sweep status` lists the sweeps)")
 

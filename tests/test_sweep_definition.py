@@ -118,17 +118,17 @@ def test_a_sweep_is_found_by_its_id_or_by_a_name_only_one_sweep_has(rig):
     make, _, _ = rig
     runner = make()
     ledger = runner.ledger
-    assert sweeps.resolve_id(ledger, runner.d.sweep_id) == runner.d.sweep_id
-    assert sweeps.resolve_id(ledger, "demo") == runner.d.sweep_id
+    assert sweeps.find_sweep_id(ledger, runner.d.sweep_id) == runner.d.sweep_id
+    assert sweeps.find_sweep_id(ledger, "demo") == runner.d.sweep_id
     edited = make(SWEEP.replace("concurrency: 2", "concurrency: 3").replace("[16, 32]", "[16, 48]"))
     assert edited.d.sweep_id != runner.d.sweep_id
     with pytest.raises(InputError) as info:
-        sweeps.resolve_id(ledger, "demo")
+        sweeps.find_sweep_id(ledger, "demo")
     assert "'demo' names 2 sweeps" in info.value.message
     assert runner.d.sweep_id in info.value.message and edited.d.sweep_id in info.value.message
     assert "give the sweep id" in info.value.hint
     with pytest.raises(InputError) as info:
-        sweeps.resolve_id(ledger, "dem")
+        sweeps.find_sweep_id(ledger, "dem")
     assert "no sweep 'dem'" in info.value.message and runner.d.sweep_id in info.value.hint
 
 

@@ -361,7 +361,7 @@ def sweep_resume(
     from orchestrator.ledger import Ledger
 
     ledger = Ledger()
-    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
     # A budget (or concurrency, max_retries) changed in the sweep's file counts, as for `sweep run`.
     try:
         definition, note = sweeps.reload_policy(ledger, definition)
@@ -402,7 +402,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
                 counts[entry.state] = counts.get(entry.state, 0) + 1
             out(f"{sweep_id}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + " (jobs)")
         return
-    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
     runner = sweeps.Runner(definition, sweep_backend(definition, ledger) if refresh else None, ledger)
     if refresh:
         runner.refresh()
@@ -446,7 +446,7 @@ def sweep_stop(
     from orchestrator.ledger import Ledger
 
     ledger = Ledger()
-    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
     sweep_id = definition.sweep_id
     sweeps.request_stop(ledger, sweep_id)
     with sweeps.take_over(sweep_id, sweeps.runner_pid(ledger, sweep_id), wait):
