@@ -41,7 +41,7 @@ def doctor(
     from orchestrator import spec
 
     loaded = spec.load(path)
-    findings = doctor_rules.check(loaded)
+    findings = doctor_rules.findings(loaded)
     for finding in findings:
         out(finding_text(loaded, finding))
     bad = doctor_rules.errors(findings)

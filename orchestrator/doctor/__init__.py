@@ -4,7 +4,7 @@ Contract: `diagnose(spec)` resolves the spec's target once (`catalog.resolve`), 
 its cost once (`cost.estimate`) and runs every rule on them: a `Diagnosis` that
 `request.prepare` takes on, so nothing is derived twice. It is pure (no network, no clock;
 the catalog's price files are read) and its findings come errors first, then warnings, then
-infos, each in rule order. `check(spec)` is its findings. Every finding has a rule id, a
+infos, each in rule order. `findings(spec)` is its findings. Every finding has a rule id, a
 severity, a message saying what is wrong, a fix saying what to change, and the dotted spec
 field it is about (which `raise_for` turns into file:line:column). Errors stop `plan` and
 `submit`; warnings and infos are printed.
@@ -108,7 +108,7 @@ from orchestrator.errors import Problem, SpecError
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
 
-__all__ = ["Diagnosis", "Finding", "Severity", "check", "diagnose", "errors", "raise_for"]
+__all__ = ["Diagnosis", "Finding", "Severity", "diagnose", "errors", "findings", "raise_for"]
 
 
 class Diagnosis(NamedTuple):
@@ -146,7 +146,7 @@ NOT_THE_BACKENDS_TYPE = frozenset({"N001-instance-not-trainable", "N025-neuron-i
                                    "N040-batch-instance-type"})
 
 
-def check(spec: JobSpec) -> list[Finding]:
+def findings(spec: JobSpec) -> list[Finding]:
     """All findings for `spec`, errors first (`diagnose(spec).findings`)."""
     return diagnose(spec).findings
 
