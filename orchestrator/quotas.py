@@ -164,7 +164,7 @@ def increase_hint(verdict: Verdict, region: str) -> str:
             f"https://{region}.console.aws.amazon.com/servicequotas/home/services/{n.service}/quotas/{code}")
 
 
-def check(verdicts: list[Verdict], region: str) -> None:
+def require_fit(verdicts: list[Verdict], region: str) -> None:
     """InputError (exit 2) when every way of running the job needs more than its known quota."""
     if not verdicts or not all(v.fits is False for v in verdicts):
         return
