@@ -66,7 +66,7 @@ def default_types() -> list[str]:
     return sorted(t for t in catalog.instances() if t in accepted)
 
 
-def check(types: Iterable[str], regions: Iterable[str]) -> None:
+def check_known(types: Iterable[str], regions: Iterable[str]) -> None:
     """InputError naming the first instance type SageMaker training does not accept, or the
     first region that is not a region name."""
     import difflib
