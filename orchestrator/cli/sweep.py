@@ -175,7 +175,7 @@ def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None)
 
 class SweepDisplay:
     """Progress of a running sweep: a live rich table on a terminal, event lines elsewhere, and
-    there a heartbeat line when nothing was printed for `waiting.heartbeat_seconds()` (a
+    there a heartbeat line when nothing was printed for `follow.heartbeat_seconds()` (a
     sweep of two-hour jobs must not look dead to a CI log)."""
 
     def __init__(self, runner, *, clock=None, heartbeat_s: float | None = None):
@@ -183,7 +183,7 @@ class SweepDisplay:
 
         from rich.console import Console
 
-        from orchestrator import waiting
+        from orchestrator.follow import heartbeat_seconds
 
         self.runner = runner
         self.console = Console()
@@ -191,7 +191,7 @@ class SweepDisplay:
         self.printed = 0
         self.interactive = self.console.is_terminal
         self.clock = clock or time.monotonic
-        self.heartbeat_s = None if self.interactive else (heartbeat_s or waiting.heartbeat_seconds())
+        self.heartbeat_s = None if self.interactive else (heartbeat_s or heartbeat_seconds())
         self.last_line = self.clock()
 
     def __enter__(self):

@@ -8,8 +8,8 @@ Contract:
   two-hour "running" still prints a line a minute.
 - A status that cannot be read for a reason that says nothing about the job
   (`aws_errors.is_transient`: no connection, a timeout, throttling, a 5xx after botocore's own
-  retries) does not end the wait: the job keeps running in SageMaker. `on_unreachable(message, elapsed, retry_in)` is
-  called and the next read waits with exponential backoff (interval x 2^n, at most
+  retries) does not end the wait: the job keeps running in SageMaker.
+  `on_transient(message, elapsed, retry_in)` is called and the next read waits with exponential backoff (interval x 2^n, at most
   `max_backoff_s`): a laptop that sleeps or changes Wi-Fi picks the job up again. The first
   read that works is reported as a change. Any other error (access denied, no such job) is
   raised.
@@ -50,7 +50,7 @@ def heartbeat_seconds() -> float:
 
 def follow(read_status: Callable[[], JobStatus], *, interval: float,
            on_status: Callable[[JobStatus, float, str], None],
-           on_unreachable: Callable[[str, float, float], None],
+           on_transient: Callable[[str, float, float], None],
            heartbeat_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic, max_backoff_s: float = MAX_BACKOFF_S) -> JobStatus:
     """Poll until the job is terminal (see the module docstring); returns its last status."""
@@ -66,7 +66,7 @@ def follow(read_status: Callable[[], JobStatus], *, interval: float,
                 raise
             failures += 1
             delay = min(max_backoff_s, interval * 2 ** failures)
-            on_unreachable(exc.message, clock() - start, delay)
+            on_transient(exc.message, clock() - start, delay)
             last, last_line = None, clock()  # the first status read again is shown
             sleep(delay)
             continue
