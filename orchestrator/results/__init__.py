@@ -11,7 +11,14 @@ render.
 """
 
 from orchestrator.results.collect import DEFAULT_WORKERS, client_config, collect
-from orchestrator.results.columns import DEFAULT_SORT, select_columns, sort_rows, table_columns, varied_paths
+from orchestrator.results.columns import (
+    COLUMNS,
+    DEFAULT_SORT,
+    select_columns,
+    sort_rows,
+    table_columns,
+    varied_paths,
+)
 from orchestrator.results.page import render_html
 from orchestrator.results.read import (
     RESULTS_DIR,
@@ -25,7 +32,7 @@ from orchestrator.results.read import (
     parse,
     results_uri,
 )
-from orchestrator.results.render import COLUMNS, render_csv, render_json, render_plot, render_table
+from orchestrator.results.render import render_csv, render_json, render_plot, render_table
 from orchestrator.results.rows import ERROR, MISSING, UNREADABLE, Collection, Row, build_row, in_sweep, rank
 
 __all__ = [
