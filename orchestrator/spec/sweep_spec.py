@@ -7,7 +7,7 @@ with `instance.type`; crossed with the grid and the draws). `load_sweep(path)` r
 loaded) or raises SpecError with located problems: unknown paths (with "did you mean"),
 paths that may not vary, duplicate or overlapping axes, a variant that sets `backend` without
 `instance.type`, zero trials, a bad cron (checked by
-`orchestrator.schedule.cron`). Expanding the axes into trials (and checking each trial's
+`spec.cron_syntax`). Expanding the axes into trials (and checking each trial's
 values) is `orchestrator.sweep`'s job.
 """
 
@@ -270,15 +270,15 @@ def _variant_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
 
 
 def _schedule_problems(schedule: ScheduleSpec, smap: SourceMap) -> list[Problem]:
-    """The cron and time zone, checked by what reads them (`orchestrator.schedule.cron`)."""
-    from orchestrator.schedule import cron
+    """The cron and time zone, checked by `spec.cron_syntax`."""
+    from orchestrator.spec.cron_syntax import cron_problem, timezone_problem
 
     problems = []
-    why = cron.cron_problem(schedule.cron.strip())
+    why = cron_problem(schedule.cron.strip())
     if why:
         line, col = smap.find(("schedule", "cron"))
         problems.append(Problem(smap.file, line, col, "schedule.cron", why))
-    why = cron.timezone_problem(schedule.timezone)
+    why = timezone_problem(schedule.timezone)
     if why:
         line, col = smap.find(("schedule", "timezone"))
         problems.append(Problem(smap.file, line, col, "schedule.timezone", why))
