@@ -145,7 +145,7 @@ def test_cli_sweep_stop_from_another_terminal_ends_a_foreground_run_cleanly(
     ledger = Ledger()
     try:
         deadline = time.monotonic() + 90
-        while sum(e.state in ("submitted", "running") for e in ledger.entries(sweep_id=definition.sweep_id)) < 2:
+        while sum(e.status in ("submitted", "running") for e in ledger.entries(sweep_id=definition.sweep_id)) < 2:
             assert run.poll() is None and time.monotonic() < deadline, b"".join(chunks).decode(errors="replace")
             time.sleep(0.2)
         stopped = cli_run("sweep", "stop", definition.sweep_id, env=env)
@@ -161,7 +161,7 @@ def test_cli_sweep_stop_from_another_terminal_ends_a_foreground_run_cleanly(
     assert output.rfind("\x1b[?25h") > output.rfind("\x1b[?25l") >= 0  # the cursor is shown again
     backend = LocalBackend(ledger=ledger)
     deadline = time.monotonic() + 60
-    for entry in ledger.entries(sweep_id=definition.sweep_id, states=("stopped",)):
+    for entry in ledger.entries(sweep_id=definition.sweep_id, statuses=("stopped",)):
         if (backend.job_dir(entry.job_name) / "status.json").exists():
             while backend.status(entry.job_name).status != "stopped":
                 assert time.monotonic() < deadline, f"{entry.job_name} did not stop"
@@ -264,7 +264,7 @@ def test_the_runner_says_whether_a_step_would_act(rig):
     cloud.stop(job + "-r1")  # `orchestrator stop JOB`: not the sweep's stop
     roomy.step()
     [view] = roomy.views()
-    assert view.state == "stopped" and not roomy.has_work()
+    assert view.status == "stopped" and not roomy.has_work()
     assert roomy.step().done and len(cloud.jobs) == 2
 
 

@@ -193,7 +193,7 @@ def test_each_trial_is_submitted_refreshed_and_stopped_on_its_own_backend(mixed)
     first_batch = sorted(batch.jobs)[0]
     batch.finish(first_batch)
     runner.step()
-    assert runner.ledger.get(first_batch).state == "completed"
+    assert runner.ledger.get(first_batch).status == "completed"
     assert len(sagemaker.jobs) + len(batch.jobs) == 4
     report = sweeps.stop(runner)
     assert set(report.stopped_jobs) == {n for c in (sagemaker, batch) for n in c.jobs if n != first_batch}

@@ -85,7 +85,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
     runner.step()
     key = f"sweep:{runner.d.sweep_id}"
     saved = runner.ledger.get_value(key)
-    jobs = {v.job_name: v.state for v in runner.views()}
+    jobs = {v.job_name: v.status for v in runner.views()}
     for schema, advice in ((sweeps.definition.DEFINITION_SCHEMA + 1, "upgrade this orchestrator to the version that saved the sweep"),
                            (None, "use the orchestrator version that saved the sweep")):
         runner.ledger.put_value(key, {**saved, "schema": schema})
@@ -98,7 +98,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
     sweeps.save(sweeps.plan(spec.load_sweep(saved["file"])), runner.ledger)
     again = sweeps.load_definition(runner.ledger, runner.d.sweep_id)
     assert again.to_json() == saved
-    assert {v.job_name: v.state for v in sweeps.Runner(again, None, runner.ledger).views()} == jobs
+    assert {v.job_name: v.status for v in sweeps.Runner(again, None, runner.ledger).views()} == jobs
     # A scheduled tick's definition is written by the schedule only: no `sweep run` to offer.
     runner.ledger.put_value(key, {**saved, "schema": sweeps.definition.DEFINITION_SCHEMA + 1, "tick": "202601010300"})
     with pytest.raises(InputError) as info:

@@ -253,6 +253,6 @@ def record_status(ledger, backend_name: str, status: JobStatus, *, expect: tuple
     row is this backend's, is in one of the states `expect`, and differs."""
     entry = ledger.get(status.job_name)
     target = Status(status.status).recorded()
-    if entry is None or entry.state == target or entry.backend != backend_name:
+    if entry is None or entry.status == target or entry.backend != backend_name:
         return
     ledger.transition(status.job_name, target, detail=status.failure_reason, expect=expect)

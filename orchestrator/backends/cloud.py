@@ -127,11 +127,11 @@ class CloudBackend:
                                           spec_hash=prepared.spec_hash, request=prepared.request)
         if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
             raise InputError(f"the job name {name} is already in the ledger for another spec "
-                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.status})",
                              hint="change the spec's name so the job name differs")
-        if entry.state not in ("planned", "submitting"):
+        if entry.status not in ("planned", "submitting"):
             return Submitted(name, created=False)
-        if entry.state == "planned":  # recorded ahead (a sweep), or refused earlier
+        if entry.status == "planned":  # recorded ahead (a sweep), or refused earlier
             self.ledger.transition(name, "submitting", expect=("planned",))
         return None
 

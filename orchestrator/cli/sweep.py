@@ -224,7 +224,7 @@ class SweepDisplay:
             table.add_column(column)
         for view in self.runner.views():
             table.add_row(*map(plain, (view.trial.trial_id, view.job_name, *((view.trial.backend,) if mixed else ()),
-                                        view.instance_type, view.state, (view.detail or "")[:80])))
+                                        view.instance_type, view.status, (view.detail or "")[:80])))
         events = Text("\n".join(progress.events[-5:]), style="dim")
         return Group(Text(head), table, events)
 
@@ -399,7 +399,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
         for sweep_id in ids:
             counts: dict[str, int] = {}
             for entry in ledger.entries(sweep_id=sweep_id):
-                counts[entry.state] = counts.get(entry.state, 0) + 1
+                counts[entry.status] = counts.get(entry.status, 0) + 1
             out(f"{sweep_id}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + " (jobs)")
         return
     definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
@@ -410,7 +410,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     if as_json:
         out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
             "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
-            "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.state, "final": v.final,
+            "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.status, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
 
@@ -422,7 +422,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
         # Folded, never cut with "…": the table must show what each trial is in any width.
         table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try", "backend", "instance"))
     for v in views:
-        state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
+        state = v.status + ("" if v.final or v.status != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
             v.instance_type, state,

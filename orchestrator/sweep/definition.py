@@ -149,7 +149,7 @@ def save(planned: Plan, ledger: Ledger) -> Definition:
             for t in planned.trials:
                 ledger.record_intent(t.job_name, backend=t.trial.spec.backend, region=definition.region,
                                      spec_hash=t.prepared.spec_hash, request=t.prepared.request,
-                                     state="planned", sweep_id=definition.sweep_id,
+                                     status="planned", sweep_id=definition.sweep_id,
                                      trial_id=t.trial.trial_id, attempt=0)
     except RunnerBusy as exc:
         sweep_id = definition.sweep_id
@@ -212,7 +212,7 @@ def completed_elsewhere(ledger: Ledger, sweep_id: str, spec_hashes: dict[str, st
     if not spec_hashes:
         return {}
     by_hash: dict[str, str] = {}
-    for entry in ledger.entries(states=("completed",)):
+    for entry in ledger.entries(statuses=("completed",)):
         if entry.sweep_id != sweep_id:
             by_hash.setdefault(entry.spec_hash, entry.job_name)
     return {tid: by_hash[digest] for tid, digest in spec_hashes.items() if digest in by_hash}
