@@ -503,7 +503,7 @@ def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_tr
     assert status.status == "failed" and "supervisor" in status.failure_reason
     from orchestrator import sweep as sweeps
 
-    assert sweeps.classify(status.failure_reason) == "internal"  # a sweep retries it as -rN
+    assert sweeps.failure_kind(status.failure_reason) == "internal"  # a sweep retries it as -rN
     for pid in tree:
         wait_until(lambda pid=pid: not processes.process_alive(pid), 10, f"process {pid} outlived its supervisor", 0.1)
 

@@ -133,9 +133,9 @@ def test_a_sweep_is_found_by_its_id_or_by_a_name_only_one_sweep_has(rig):
 
 
 def test_classify_failure_reasons():
-    assert sweeps.classify("[capacity] CreateTrainingJob refused") == "capacity"
-    assert sweeps.classify("CapacityError: Unable to provision requested ML compute capacity") == "capacity"
-    assert sweeps.classify("Job was interrupted by a spot interruption") == "spot"
-    assert sweeps.classify("InternalServerError: We encountered an internal error") == "internal"
-    assert sweeps.classify("AlgorithmError: see logs") == "user"
-    assert sweeps.classify(None) == "user"
+    assert sweeps.failure_kind("[capacity] CreateTrainingJob refused") == "capacity"
+    assert sweeps.failure_kind("CapacityError: Unable to provision requested ML compute capacity") == "capacity"
+    assert sweeps.failure_kind("Job was interrupted by a spot interruption") == "spot"
+    assert sweeps.failure_kind("InternalServerError: We encountered an internal error") == "internal"
+    assert sweeps.failure_kind("AlgorithmError: see logs") == "user"
+    assert sweeps.failure_kind(None) == "user"

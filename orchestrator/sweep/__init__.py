@@ -37,7 +37,7 @@ from orchestrator.sweep.failures import (
     STOPPED_IN_FLIGHT,
     STOPPED_LEGACY,
     WAIT_KINDS,
-    classify,
+    failure_kind,
     submit_error_kind,
 )
 from orchestrator.sweep.history import History, TrialView
@@ -58,7 +58,7 @@ from orchestrator.sweep.stop import StopReport, stop
 
 __all__ = [
     "Definition", "History", "Plan", "PlannedTrial", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY", "SweepProgress",
-    "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "classify", "clear_stop", "completed_elsewhere",
+    "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "clear_stop", "failure_kind", "completed_elsewhere",
     "expand", "identify", "load_definition", "lock_holder", "log_path", "plan", "record_runner", "reload_policy",
     "request_stop", "find_sweep_id", "find_sweep", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",
     "submit_error_kind", "sweep_ids", "WAIT_KINDS", "STOPPED_BEFORE_SUBMISSION", "STOPPED_IN_FLIGHT", "Sigterm", "spawn", "take_over", "tell",

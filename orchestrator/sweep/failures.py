@@ -1,14 +1,14 @@
 """Why a sweep's job failed, and what the runner does about it.
 
 Contract:
-- `classify(detail)` reads a failure from its ledger detail: a failure the runner decided
+- `failure_kind(detail)` reads a failure from its ledger detail: a failure the runner decided
   starts with "[kind] "; one the backend reported is classified from its reason text
   (SageMaker's FailureReason; AWS Batch's status reason, container reason and exit code).
   capacity, spot, internal and lost are retryable (`RETRYABLE`); user errors (validation,
   access denied, an algorithm error) never are; budget marks a retry the budget refused.
 - `submit_error_kind(exc)` sorts an error of the runner's own calls by its
   `aws_errors.classify` kind (an AWS error, not a job's reason: a different concept from
-  `classify` above): setup (no usable credentials, or access denied: the run stops at once),
+  `failure_kind` above): setup (no usable credentials, or access denied: the run stops at once),
   throttled, quota and transient (wait and try again: `WAIT_KINDS`), capacity (fail over), user
   (this request is refused).
 - `STOPPED_*` are the details `sweep stop` leaves on the rows it stops; a runner step
@@ -74,7 +74,7 @@ STOPPED_IN_FLIGHT = "[stopped] by sweep stop while in flight"
 STOPPED_LEGACY = "[stopped] by sweep stop"
 
 
-def classify(detail: str | None) -> str:
+def failure_kind(detail: str | None) -> str:
     """The kind of a failure: capacity, spot, internal, lost (retryable) or user, budget."""
     text = detail or ""
     found = _KIND_PREFIX.match(text)

@@ -29,7 +29,7 @@ from orchestrator.sweep.failures import (
     STOPPED_IN_FLIGHT,
     STOPPED_LEGACY,
     budget_refused_reason,
-    classify,
+    failure_kind,
 )
 from orchestrator.sweep.router import Router
 
@@ -92,7 +92,7 @@ class History:
         the budget (raised since, maybe) again."""
         latest = history[-1]
         refused = budget_refused_reason(latest.detail) if reopen_budget else None
-        kind = classify(refused if refused is not None else latest.detail)
+        kind = failure_kind(refused if refused is not None else latest.detail)
         if latest.status != Status.FAILED:
             return "not failed"
         if kind not in RETRYABLE:
