@@ -191,7 +191,7 @@ def run(workdir: Path, trials: int) -> dict:
     refresh_stats, _ = phase(timer, trials, runner.refresh)
 
     first = job_names(backend)
-    states = Counter(v.state for v in runner.views())
+    states = Counter(v.status for v in runner.views())
     if first != {v.job_name for v in runner.views()} or states != {"completed": trials}:
         raise SystemExit(f"submitted {len(first)} jobs, expected {trials}; states {dict(states)}")
 

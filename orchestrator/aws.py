@@ -16,10 +16,8 @@ Clients (`client`):
   `set_notifier`'s callback, so a waiting command says what it waits for. Everything else
   (throttling, 5xx) keeps botocore's retries (`retry_config`).
 
-Errors (`classify`): one table says whether a botocore error (or one of our errors raised from
-one) is permanent (no credentials, rejected credentials, access denied, a request the service
-refuses) or transient (throttling, 5xx, no connection, no answer). Sweeps, submits and results
-decide whether to try again from it; `describe` words the "no answer" and "cannot reach" cases.
+What an error means is `aws_errors`' (`classify`); `describe` and `tries_said` word the
+"no answer" and "cannot reach" cases, which this module's timeouts and tries shape.
 """
 
 from __future__ import annotations
@@ -28,9 +26,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from orchestrator.aws_errors import botocore_cause
 from orchestrator.errors import InputError, service_message
 
 CONNECT_TIMEOUT_S = 10.0
@@ -225,104 +223,14 @@ def limit_no_answer(built) -> None:
     built.meta.events.register_first(event, needs_retry, unique_id=f"orchestrator-no-answer-{event}")
 
 
-# --- what an error means ----------------------------------------------------------------------
-
-# Error codes of an answer that rejects the caller's credentials, not the request.
-BAD_CREDENTIAL_CODES = frozenset({
-    "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredToken", "ExpiredTokenException",
-    "InvalidSignatureException", "SignatureDoesNotMatch", "IncompleteSignature", "MissingAuthenticationToken",
-    "MissingAuthenticationTokenException", "AuthFailure", "InvalidAccessKeyId", "InvalidToken",
-    "RequestExpired",
-})
-ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "Forbidden",
-                                 "UnauthorizedAccess", "AllAccessDisabled"})
-THROTTLE_CODES = frozenset({"ThrottlingException", "Throttling", "ThrottledException", "TooManyRequestsException",
-                            "RequestLimitExceeded",
-                            "SlowDown", "ProvisionedThroughputExceededException", "RequestThrottled",
-                            "RequestThrottledException", "BandwidthLimitExceeded", "EC2ThrottledException",
-                            "PriorRequestNotComplete", "TransactionInProgressException"})
-# 4xx answers that say "try again" rather than "this request is wrong".
-TRANSIENT_CODES = THROTTLE_CODES | frozenset({"RequestTimeout", "RequestTimeoutException", "InternalError",
-                                              "InternalFailure", "InternalServerError", "ServiceUnavailable",
-                                              "ServiceUnavailableException", "InternalServerException"})
-
-
-class Failure(NamedTuple):
-    """What went wrong with a call, in one word, and whether trying again can help.
-
-    kind: credentials (none, partial, expired or rejected), denied (no permission), invalid
-    (the service refused this request: validation, not found, conflict, any other 4xx),
-    throttled, server (5xx), unreachable (no connection), no-answer (connected, no reply in
-    time), dropped (a connection lost mid-answer), client (an SDK-side problem: bad
-    parameters, unreadable config).
-    """
-
-    kind: str
-    permanent: bool
-
-    @property
-    def account_wide(self) -> bool:
-        """Whether every call with these credentials fails the same way (credentials, denied):
-        the same call for another job would not do better."""
-        return self.kind in ("credentials", "denied")
-
-
-def _botocore_cause(exc: BaseException) -> BaseException | None:
-    """`exc` if it is a botocore error, else the first botocore error in its cause chain."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, (BotoCoreError, ClientError)):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return None
-
-
-def classify(exc: BaseException) -> Failure | None:
-    """The Failure a botocore error stands for, looked up through `exc`'s causes (our errors
-    are raised `from` the botocore error); None when no botocore error is behind it."""
-    from botocore import exceptions as aws
-
-    cause = _botocore_cause(exc)
-    if cause is None:
-        return None
-    if isinstance(cause, aws.ClientError):
-        response = getattr(cause, "response", None) or {}
-        code = str(response.get("Error", {}).get("Code", ""))
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        status = status if isinstance(status, int) else 0
-        if code in BAD_CREDENTIAL_CODES:
-            return Failure("credentials", True)
-        if code in ACCESS_DENIED_CODES:
-            return Failure("denied", True)
-        if code in THROTTLE_CODES or status == 429:
-            return Failure("throttled", False)
-        if code in TRANSIENT_CODES or status >= 500:
-            return Failure("server", False)
-        if status == 403:
-            return Failure("denied", True)
-        return Failure("invalid", True)
-    if isinstance(cause, (aws.NoCredentialsError, aws.PartialCredentialsError, aws.CredentialRetrievalError,
-                          aws.TokenRetrievalError, aws.NoAuthTokenError, aws.SSOError,
-                          aws.UnknownCredentialError)):
-        return Failure("credentials", True)
-    if isinstance(cause, (aws.ReadTimeoutError, aws.ConnectTimeoutError)):
-        return Failure("no-answer", False)
-    if isinstance(cause, aws.ConnectionError):
-        return Failure("unreachable", False)
-    if isinstance(cause, aws.HTTPClientError):  # a connection dropped mid-answer
-        return Failure("dropped", False)
-    return Failure("client", True)
-
+# --- words for a silent endpoint --------------------------------------------------------------
 
 def describe(exc: BaseException, operation: str | None = None) -> str | None:
     """Words for an endpoint that was not reached or did not answer (None for other errors),
     e.g. "the endpoint http://... does not answer DescribeTrainingJob (no reply within 20 s)"."""
     from botocore import exceptions as aws
 
-    cause = _botocore_cause(exc)
+    cause = botocore_cause(exc)
     url = getattr(cause, "kwargs", {}).get("endpoint_url") if cause is not None else None
     parts = urlsplit(str(url)) if url else None
     # botocore names the whole request URL (bucket, key, query): the endpoint is its start.
@@ -343,7 +251,7 @@ def describe(exc: BaseException, operation: str | None = None) -> str | None:
 def tries_said(exc: BaseException | None = None) -> str:
     """How many times the call that raised `exc` (a silent or unreachable endpoint) was tried,
     in words ("tried twice"): as counted when it gave up, else as configured."""
-    cause = _botocore_cause(exc) if exc is not None else None
+    cause = botocore_cause(exc) if exc is not None else None
     tries = getattr(cause, "orchestrator_tries", None)
     if not isinstance(tries, int):
         try:

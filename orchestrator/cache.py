@@ -104,7 +104,7 @@ def _check_key(store: Store, key: str, option: str | None = None) -> str:
 
 
 def _backend(exc: StorageError) -> BackendError:
-    from orchestrator import aws
+    from orchestrator import aws, aws_errors
 
     silent = aws.describe(exc)
     if silent is not None:
@@ -115,7 +115,7 @@ def _backend(exc: StorageError) -> BackendError:
     if sep and rest.endswith(")"):
         return BackendError(message, hint=rest[:-1])
     cause = exc.__cause__
-    if isinstance(cause, OSError) and aws.classify(exc) is None:
+    if isinstance(cause, OSError) and aws_errors.classify(exc) is None:
         # A file:// store: no credentials or network involved, the folder itself is at fault.
         if cause.errno == errno.EISDIR or (cause.errno == errno.EINVAL and "not a regular file" in str(cause)):
             what = "a folder" if cause.errno == errno.EISDIR else "something that is not a file"

@@ -1,10 +1,10 @@
 """Plan forecasts: beside the cost bound, what the stores say a job will find and cost.
 
 Contract:
-- `History.read(prefix)` reads the results under a job's output prefix (`Prepared.locations`)
+- `PriorRuns.read(prefix)` reads the results under a job's output prefix (`Prepared.locations`)
   once: for each spec hash, the latest completed run (results.json, by its end time). No
   backend is asked and no ledger read: it works wherever the prefix can be read.
-- `forecast(prepared, history)` -> `Forecast` (everything it needs of the job, `Prepared` holds):
+- `forecast(prepared, prior)` -> `Forecast` (everything it needs of the job, `Prepared` holds):
   - `previous`: the latest completed run of the same spec (same `spec_hash`), if any; then
     `duration_s` is its launcher's duration (cache pull, training and push; on SageMaker the
     provisioning before it is not in it) and `usd` that duration x instance count x the
@@ -77,7 +77,7 @@ class Forecast:
 
 
 @dataclass
-class History:
+class PriorRuns:
     """The latest completed run of each spec hash under one output prefix."""
 
     prefix: str
@@ -85,26 +85,26 @@ class History:
     note: str | None = None
 
     @classmethod
-    def read(cls, prefix: str, s3_client=None) -> History:
-        from orchestrator.results.read import ResultsPrefix, Unreadable, parse
+    def read(cls, prefix: str, s3_client=None) -> PriorRuns:
+        from orchestrator.results.read import ResultsPrefix, UnreadableResults, parse
 
-        history = cls(prefix)
+        prior = cls(prefix)
         try:
             store = ResultsPrefix(prefix, s3_client=s3_client)
             for job in store.jobs():
                 try:
                     data = store.get(job)
                     results = parse(data) if data else None
-                except Unreadable:
+                except UnreadableResults:
                     continue
                 if results is None or results.status != "completed" or not results.spec_hash:
                     continue
-                known = history.runs.get(results.spec_hash)
+                known = prior.runs.get(results.spec_hash)
                 if known is None or (results.ended_at or "") > (known[1].ended_at or ""):
-                    history.runs[results.spec_hash] = (job, results)
+                    prior.runs[results.spec_hash] = (job, results)
         except Exception as exc:  # noqa: BLE001 - a forecast never fails a plan
-            history.note = f"results under {prefix} not read: {type(exc).__name__}: {exc}"
-        return history
+            prior.note = f"results under {prefix} not read: {type(exc).__name__}: {exc}"
+        return prior
 
 
 def _matches(fields: dict, spec: JobSpec, target: catalog.Target) -> bool:
@@ -140,11 +140,11 @@ def cache_state(prepared: Prepared, key: str | None, s3_client=None) -> CacheSta
     return None
 
 
-def forecast(prepared: Prepared, history: History, s3_client=None) -> Forecast:
+def forecast(prepared: Prepared, prior: PriorRuns, s3_client=None) -> Forecast:
     """The forecast of one prepared job (see the module docstring)."""
-    found = history.runs.get(prepared.spec_hash)
+    found = prior.runs.get(prepared.spec_hash)
     estimate = prepared.estimate
-    note = history.note
+    note = prior.note
     previous = duration = usd = None
     key = None
     if found is not None:
@@ -175,8 +175,8 @@ def s3_client_for(spec: JobSpec):
 
 def for_trials(trials, asked: bool) -> dict[str, Forecast]:
     """{job name: Forecast} of the sweep's planned `trials` whose stores may be read (`readable`);
-    each output prefix's history is read once, each region's S3 client made once."""
-    histories: dict[str, History] = {}
+    each output prefix's prior runs are read once, each region's S3 client made once."""
+    priors: dict[str, PriorRuns] = {}
     clients: dict[str, object] = {}
     predicted = {}
     for trial in trials:
@@ -187,7 +187,7 @@ def for_trials(trials, asked: bool) -> dict[str, Forecast]:
             clients[spec.region] = s3_client_for(spec)
         s3 = clients.get(spec.region)
         prefix = prepared.locations.output
-        if prefix not in histories:
-            histories[prefix] = History.read(prefix, s3)
-        predicted[trial.job_name] = forecast(prepared, histories[prefix], s3)
+        if prefix not in priors:
+            priors[prefix] = PriorRuns.read(prefix, s3)
+        predicted[trial.job_name] = forecast(prepared, priors[prefix], s3)
     return predicted

@@ -4,8 +4,9 @@ SQLite in WAL mode under `ORCHESTRATOR_HOME/ledger.sqlite3`. Every change is one
 `BEGIN IMMEDIATE` transaction, so two CLI processes (a sweep runner and a `status`, two
 sweep runners) can use it at once; readers never block the writer.
 
-Rows are keyed by job name; a row's state is one of `lifecycle.RECORDED`. The protocol for anything that creates a cloud resource is
-"intent first": write the row in state `submitting` (with the exact request), then call the
+Rows are keyed by job name; a row's status is one of `lifecycle.RECORDED` (stored in the column
+`state`, which existing ledgers keep). The protocol for anything that creates a cloud resource
+is "intent first": write the row in status `submitting` (with the exact request), then call the
 cloud, then move the row to `submitted`. A process killed in between leaves `submitting`
 behind, and the next run reconciles it by asking the backend whether the job exists, never
 by creating a second one.
@@ -56,7 +57,7 @@ class Entry:
     backend: str
     region: str
     spec_hash: str
-    state: Status
+    status: Status  # stored in the column `state` (existing ledgers keep their schema)
     request: dict
     sweep_id: str | None
     trial_id: str | None
@@ -252,11 +253,11 @@ class Ledger:
                 raise
 
     def record_intent(self, job_name: str, *, backend: str, region: str, spec_hash: str, request: dict,
-                      state: str = "submitting", sweep_id: str | None = None, trial_id: str | None = None,
+                      status: str = "submitting", sweep_id: str | None = None, trial_id: str | None = None,
                       attempt: int = 0, locations: dict | None = None) -> Entry:
         """Write the row before acting. If the row exists already, it is returned unchanged
         (the caller reconciles it), so a retried intent never forgets an earlier one."""
-        state = _check_state(state)
+        status = _check_status(status)
         if not self.writable:
             raise InputError(f"{self.path}: the ledger cannot be written here, so {job_name} cannot be recorded",
                              hint="make the ledger, its folder and disk writable, or point ORCHESTRATOR_HOME at a "
@@ -266,7 +267,7 @@ class Ledger:
             db.execute(
                 "INSERT OR IGNORE INTO jobs (job_name, backend, region, spec_hash, state, request, sweep_id,"
                 " trial_id, attempt, detail, created_at, updated_at, locations) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (job_name, backend, region, spec_hash, state, json.dumps(request, sort_keys=True, default=str),
+                (job_name, backend, region, spec_hash, status, json.dumps(request, sort_keys=True, default=str),
                  sweep_id, trial_id, attempt, None, now, now,
                  None if locations is None else json.dumps(locations, sort_keys=True)),
             )
@@ -274,11 +275,11 @@ class Ledger:
         assert entry is not None  # inserted or present: an internal invariant, not user input
         return entry
 
-    def transition(self, job_name: str, state: str, *, detail: str | None = None,
+    def transition(self, job_name: str, status: str, *, detail: str | None = None,
                    expect: tuple[str, ...] | None = None) -> bool:
-        """Move a row to `state`. With `expect`, only if its current state is one of those;
+        """Move a row to `status`. With `expect`, only if its current status is one of those;
         returns whether the row changed (never, on a ledger opened for reading only)."""
-        state = _check_state(state)
+        status = _check_status(status)
         if not self.writable:
             return False
         with self._unless_read_only(), self._tx() as db:
@@ -287,12 +288,12 @@ class Ledger:
                 cur = db.execute(
                     f"UPDATE jobs SET state=?, detail=COALESCE(?, detail), updated_at=? "
                     f"WHERE job_name=? AND state IN ({marks})",
-                    (state, detail, time.time(), job_name, *map(_check_state, expect)),
+                    (status, detail, time.time(), job_name, *map(_check_status, expect)),
                 )
             else:
                 cur = db.execute(
                     "UPDATE jobs SET state=?, detail=COALESCE(?, detail), updated_at=? WHERE job_name=?",
-                    (state, detail, time.time(), job_name),
+                    (status, detail, time.time(), job_name),
                 )
             return cur.rowcount > 0
         return False
@@ -302,16 +303,16 @@ class Ledger:
             row = self._db.execute(f"SELECT {self._columns()} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
         return _entry(row) if row else None
 
-    def entries(self, *, sweep_id: str | None = None, states: tuple[str, ...] | None = None,
+    def entries(self, *, sweep_id: str | None = None, statuses: tuple[str, ...] | None = None,
                 backend: str | None = None) -> list[Entry]:
-        """Rows, oldest first, filtered by sweep, states and backend."""
+        """Rows, oldest first, filtered by sweep, statuses and backend."""
         where, args = [], []
         if sweep_id is not None:
             where.append("sweep_id=?")
             args.append(sweep_id)
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args.extend(map(_check_state, states))
+        if statuses:
+            where.append(f"state IN ({','.join('?' * len(statuses))})")
+            args.extend(map(_check_status, statuses))
         if backend is not None:
             where.append("backend=?")
             args.append(backend)
@@ -397,8 +398,8 @@ def _disk_full(path: Path) -> bool:
         return False
 
 
-def _check_state(state: str) -> str:
-    """`state` as stored: the value of a `lifecycle.RECORDED` status."""
-    if state not in RECORDED:
-        raise ValueError(f"unknown ledger state {state!r}")
-    return Status(state).value
+def _check_status(status: str) -> str:
+    """`status` as stored: the value of a `lifecycle.RECORDED` status."""
+    if status not in RECORDED:
+        raise ValueError(f"unknown ledger state {status!r}")
+    return Status(status).value

@@ -66,7 +66,7 @@ def default_types() -> list[str]:
     return sorted(t for t in catalog.instances() if t in accepted)
 
 
-def check(types: Iterable[str], regions: Iterable[str]) -> None:
+def check_known(types: Iterable[str], regions: Iterable[str]) -> None:
     """InputError naming the first instance type SageMaker training does not accept, or the
     first region that is not a region name."""
     import difflib
@@ -148,6 +148,8 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
     """
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from orchestrator import aws_errors
+
     refresh = Refresh(as_of=(today or dt.date.today()).isoformat())
     for region in regions:
         for type_ in types:
@@ -170,7 +172,7 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
                 error = exc.response.get("Error", {})
                 status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
                 detail = service_message(f"{error.get('Code')}: {error.get('Message')}")
-                if status >= 500 or status == 429 or "Throttl" in str(error.get("Code")):
+                if aws_errors.kind_of(exc) in aws_errors.TRANSIENT_KINDS:
                     raise BackendError(f"Price List API failed on GetProducts for {type_} in {region} "
                                        f"(HTTP {status}): {detail}",
                                        hint="try again later; the catalog's prices stay as they were") from None

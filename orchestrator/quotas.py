@@ -11,7 +11,7 @@ Contract:
   ListServiceQuotas (the applied values, matched by quota name; its code comes from the same
   answer) and, for SageMaker, the training jobs in progress (ListTrainingJobs, then
   DescribeTrainingJob for each one's selected type and count). Read-only calls that cost nothing.
-- `check(verdicts, region)`: InputError (exit 2) when the job needs more than the quota of
+- `require_fit(verdicts, region)`: InputError (exit 2) when the job needs more than the quota of
   every type it could run on, naming each quota, its code and how to request an increase.
   A quota that is known and large enough, but taken by running jobs, is not an error: the
   job would wait or fail for capacity, which `Verdict.free_now` says.
@@ -157,7 +157,7 @@ def increase_hint(verdict: Verdict, region: str) -> str:
             f"https://{region}.console.aws.amazon.com/servicequotas/home/services/{n.service}/quotas/{code}")
 
 
-def check(verdicts: list[Verdict], region: str) -> None:
+def require_fit(verdicts: list[Verdict], region: str) -> None:
     """InputError (exit 2) when every way of running the job needs more than its known quota."""
     if not verdicts or not all(v.fits is False for v in verdicts):
         return

@@ -103,7 +103,7 @@ class FakeCloud:
         name = prepared.job_name
         entry = self.ledger.record_intent(name, backend=self.name, region="us-east-1", spec_hash=prepared.spec_hash,
                                           request=prepared.request)
-        if entry.state not in ("planned", "submitting"):
+        if entry.status not in ("planned", "submitting"):
             return Submitted(name, created=False)
         self.ledger.transition(name, "submitting", expect=("planned",))
         if name in self.jobs:
@@ -183,7 +183,7 @@ def rig(tmp_path, orch_home):
 
 
 def states(runner: sweeps.Runner) -> dict[str, str]:
-    return {v.job_name: v.state for v in runner.views()}
+    return {v.job_name: v.status for v in runner.views()}
 
 
 def sweep_stop(runner):

@@ -1,5 +1,5 @@
 """orchestrator.aws: every client's endpoint check and timeouts, a silent endpoint's bounded wait,
-and the one table of permanent and transient AWS errors.
+and the words for it (what an error means is tests/test_aws_errors.py's).
 
 The silent endpoint is a socket on 127.0.0.1 that accepts connections and never answers; each
 test configures a read timeout of a fraction of a second, so no test waits long, and counts the
@@ -14,12 +14,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import (
     ClientError,
-    ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
-    NoCredentialsError,
-    ParamValidationError,
-    PartialCredentialsError,
     ReadTimeoutError,
 )
 from cli_harness import run_cli
@@ -234,43 +230,6 @@ def _client_error(code: str, status: int) -> ClientError:
                        "CreateTrainingJob")
 
 
-@pytest.mark.parametrize("error, kind, permanent", [
-    (NoCredentialsError(), "credentials", True),
-    (PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"), "credentials", True),
-    (_client_error("UnrecognizedClientException", 400), "credentials", True),
-    (_client_error("ExpiredTokenException", 400), "credentials", True),
-    (_client_error("InvalidAccessKeyId", 403), "credentials", True),
-    (_client_error("AccessDeniedException", 400), "denied", True),
-    (_client_error("AccessDenied", 403), "denied", True),
-    (_client_error("SomethingForbidden", 403), "denied", True),
-    (_client_error("ValidationException", 400), "invalid", True),
-    (_client_error("ResourceInUse", 400), "invalid", True),
-    (ParamValidationError(report="bad"), "client", True),
-    (_client_error("ThrottlingException", 400), "throttled", False),
-    (_client_error("SlowDown", 503), "throttled", False),
-    (_client_error("Anything", 429), "throttled", False),
-    (_client_error("InternalServerError", 500), "server", False),
-    (_client_error("ServiceUnavailable", 503), "server", False),
-    (_client_error("RequestTimeout", 400), "server", False),
-    (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), "unreachable", False),
-    (ConnectTimeoutError(endpoint_url="http://127.0.0.1:9"), "no-answer", False),
-    (ReadTimeoutError(endpoint_url="http://127.0.0.1:9"), "no-answer", False),
-    (ConnectionClosedError(endpoint_url="http://127.0.0.1:9"), "dropped", False),
-])
-def test_classify_tells_permanent_from_transient(error, kind, permanent):
-    assert aws.classify(error) == aws.Failure(kind, permanent)
-    # Our errors raised from a botocore error mean the same.
-    try:
-        raise BackendError("wrapped") from error
-    except BackendError as ours:
-        assert aws.classify(ours) == aws.Failure(kind, permanent)
-
-
-def test_classify_is_none_for_errors_no_aws_call_raised():
-    assert aws.classify(BackendError("the local supervisor did not start")) is None
-    assert aws.classify(ValueError("x")) is None
-
-
 def test_describe_words_no_answer_and_no_connection(monkeypatch):
     monkeypatch.setenv(aws.READ_TIMEOUT_VARIABLE, "5")
     assert aws.describe(ReadTimeoutError(endpoint_url="http://h:1/"), "GetObject") == \
@@ -280,26 +239,6 @@ def test_describe_words_no_answer_and_no_connection(monkeypatch):
     assert aws.describe(EndpointConnectionError(endpoint_url="http://h:1/")).startswith(
         "the endpoint http://h:1 cannot be reached (")
     assert aws.describe(_client_error("AccessDenied", 403)) is None
-
-
-@pytest.mark.parametrize("error", [
-    NoCredentialsError(), _client_error("AccessDeniedException", 400), _client_error("ValidationException", 400),
-    _client_error("ThrottlingException", 400), _client_error("InternalServerError", 500),
-    EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), ReadTimeoutError(endpoint_url="http://127.0.0.1:9"),
-])
-def test_waiting_and_sweeps_decide_by_the_one_table(error):
-    # submit --wait waits out what is transient; a sweep waits it out too, and stops (setup) or
-    # fails the trial (user) on what is permanent.
-    from orchestrator import sweep, waiting
-
-    try:
-        raise BackendError("wrapped") from error
-    except BackendError as ours:
-        failure = aws.classify(ours)
-        assert waiting.unreachable(ours) is (not failure.permanent)
-        kind = sweep.submit_error_kind(ours)
-        assert (kind in sweep.WAIT_KINDS) is (not failure.permanent)
-        assert (kind == "setup") is failure.account_wide
 
 
 @pytest.mark.timeout(120)

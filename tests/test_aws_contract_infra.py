@@ -34,7 +34,7 @@ def test_a_body_past_the_limit_stops_before_any_aws_call(tmp_path):
     big.write_text(text)
     cfn = infra.make_client("cloudformation", "us-east-1")
     with Stubber(cfn), pytest.raises(InputError) as info:  # no response queued: any call would fail the stub
-        infra.prepare(cfn, "orchestrator", {}, template_path=big, sleep=lambda s: None)
+        infra.plan_change_set(cfn, "orchestrator", {}, template_path=big, sleep=lambda s: None)
     message = info.value.message
     assert "TemplateBody" in message and "at most 51200" in message and "API_CreateChangeSet.html" in message
 

@@ -95,7 +95,7 @@ def test_submit_sends_the_prepared_request_once_intent_first(clients, backend):
     key = prepared.source_uri.split("/", 3)[3]
     body = clients["s3"].get_object(Bucket="orchestrator-example-bucket", Key=key)["Body"].read()
     assert body == prepared.archive
-    assert backend.ledger.get(prepared.job_name).state == "submitted"
+    assert backend.ledger.get(prepared.job_name).status == "submitted"
     again = backend.submit(prepared)  # the row is submitted: nothing is sent again
     assert not again.created and len(calls.named("SubmitJob")) == 1
 
@@ -108,7 +108,7 @@ def test_a_submit_killed_after_submitjob_is_adopted_not_duplicated(clients, back
     calls = Calls(clients["batch"])
     done = backend.submit(prepared)
     assert not done.created and calls.named("SubmitJob") == []
-    assert backend.ledger.get(prepared.job_name).state == "submitted"
+    assert backend.ledger.get(prepared.job_name).status == "submitted"
 
 
 def test_a_missing_queue_is_an_input_error_naming_infra_deploy(clients, backend):
@@ -116,7 +116,7 @@ def test_a_missing_queue_is_an_input_error_naming_infra_deploy(clients, backend)
     with pytest.raises(InputError) as err:
         backend.submit(prepared)
     assert "nope" in err.value.message and "infra deploy" in err.value.hint
-    assert backend.ledger.get(prepared.job_name).state == "planned"
+    assert backend.ledger.get(prepared.job_name).status == "planned"
 
 
 def test_an_invalid_compute_environment_is_an_input_error(clients, backend, monkeypatch):
@@ -146,7 +146,7 @@ def test_status_maps_batch_states_with_the_reason_and_times(clients, backend):
         job.status = batch_state
         seen = backend.status(prepared.job_name)
         assert (seen.status, seen.secondary) == (ours, batch_state)
-    assert backend.ledger.get(prepared.job_name).state == "running"
+    assert backend.ledger.get(prepared.job_name).status == "running"
     job.status = "FAILED"
     job.job_stopped = True
     job.job_stopped_reason = "Essential container in task exited"
@@ -155,7 +155,7 @@ def test_status_maps_batch_states_with_the_reason_and_times(clients, backend):
     assert seen.status == Status.FAILED and "Essential container in task exited" in seen.failure_reason
     assert seen.tags["team"] == "vision" and seen.instance_type == "inf2.xlarge" and seen.created
     assert seen.output_uri == f"s3://orchestrator-example-bucket/jobs/results/{prepared.job_name}/results.json"
-    assert backend.ledger.get(prepared.job_name).state == "failed"
+    assert backend.ledger.get(prepared.job_name).status == "failed"
 
 
 def test_status_table():
@@ -329,7 +329,7 @@ def test_a_missing_job_definition_is_an_input_error_before_anything_is_sent(clie
     assert "no active AWS Batch job definition 'orchestrator-neuron-9chip'" in info.value.message
     assert "infra deploy" in info.value.hint
     assert not calls.named("SubmitJob") and not calls.named("PutObject")
-    assert backend.ledger.get(prepared.job_name).state == "planned"
+    assert backend.ledger.get(prepared.job_name).status == "planned"
 
 
 def test_status_of_a_job_refused_for_a_missing_queue_says_what_the_ledger_recorded(clients, tmp_path, monkeypatch,

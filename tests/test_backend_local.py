@@ -149,7 +149,7 @@ def test_submit_lays_out_container_tree_and_runs_to_completion(orch_home, tmp_pa
     assert results["status"] == "completed" and results["backend"] == "local"
     assert results["job_name"] == prepared.job_name
 
-    assert Ledger().get(prepared.job_name).state == "completed"
+    assert Ledger().get(prepared.job_name).status == "completed"
     lines = list(backend.logs(prepared.job_name))
     assert any(line.startswith("[algo-1] fake-train rank 0/1 started") for line in lines)
     assert any(line.startswith("[local] Uploaded model.tar.gz") for line in lines)
@@ -215,7 +215,7 @@ def test_a_failing_rank_fails_the_job_with_its_reason_and_outputs_still_upload(o
     status = wait_terminal(backend, prepared.job_name)
     assert status.status == "failed" and status.secondary == "Failed"
     assert status.failure_reason == "AlgorithmError: algo-1: rank 1: RuntimeError: boom on purpose"
-    assert Ledger().get(prepared.job_name).state == "failed"
+    assert Ledger().get(prepared.job_name).status == "failed"
     out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{prepared.job_name}/output"
     assert "results.json" in store_tar_names(f"{out}/output.tar.gz")
     assert results_of(prepared)["status"] == "failed"
@@ -257,7 +257,7 @@ def test_stop_terminates_every_process_and_marks_stopped(orch_home, tmp_path, fa
     assert backend.status(prepared.job_name).status in ("stopping", "stopped")
     status = wait_terminal(backend, prepared.job_name, timeout=90)
     assert status.status == "stopped" and status.secondary == "Stopped"
-    assert Ledger().get(prepared.job_name).state == "stopped"
+    assert Ledger().get(prepared.job_name).status == "stopped"
     assert not any(processes.process_alive(pid) for pid in pids)
     # As SageMaker does after a stop, what the job wrote is uploaded.
     out = f"{prepared.request['OutputDataConfig']['S3OutputPath']}/{prepared.job_name}/output"
@@ -419,7 +419,7 @@ def test_an_output_bucket_that_does_not_exist_fails_the_submit_cleanly(orch_home
     assert "could not upload the job's source to s3://no-such-bucket/" in info.value.message
     assert "bucket exists" in info.value.hint
     entry = Ledger().get(prepared.job_name)
-    assert entry.state == "planned" and "no-such-bucket" in entry.detail
+    assert entry.status == "planned" and "no-such-bucket" in entry.detail
     assert not (orch_home / "jobs" / prepared.job_name).exists()
 
 
@@ -503,7 +503,7 @@ def test_a_vanished_supervisor_makes_the_job_failed(orch_home, tmp_path, fake_tr
     assert status.status == "failed" and "supervisor" in status.failure_reason
     from orchestrator import sweep as sweeps
 
-    assert sweeps.classify(status.failure_reason) == "internal"  # a sweep retries it as -rN
+    assert sweeps.failure_kind(status.failure_reason) == "internal"  # a sweep retries it as -rN
     for pid in tree:
         wait_until(lambda pid=pid: not processes.process_alive(pid), 10, f"process {pid} outlived its supervisor", 0.1)
 

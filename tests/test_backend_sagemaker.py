@@ -110,7 +110,7 @@ def test_submit_sends_our_request_and_writes_the_ledger(backend, prepared, calls
     assert {"Key": "orchestrator:spec-hash", "Value": prepared.spec_hash} in sent[0]["Tags"]
 
     entry = ledger.get(prepared.job_name)
-    assert (entry.state, entry.backend, entry.region) == ("submitted", "sagemaker", REGION)
+    assert (entry.status, entry.backend, entry.region) == ("submitted", "sagemaker", REGION)
     assert entry.spec_hash == prepared.spec_hash
     assert entry.request == prepared.request
 
@@ -129,7 +129,7 @@ def test_intent_is_written_before_the_create_call(backend, prepared, clients, le
         "before-call.sagemaker.CreateTrainingJob",
         lambda **_: seen.append(ledger.get(prepared.job_name)))
     backend.submit(prepared)
-    assert seen[0] is not None and seen[0].state == "submitting"
+    assert seen[0] is not None and seen[0].status == "submitting"
     assert seen[0].request == prepared.request
 
 
@@ -143,11 +143,11 @@ def test_a_failed_source_upload_leaves_the_job_planned_and_a_later_submit_create
     with pytest.raises(BackendError, match="PutObject|HeadObject"):
         backend.submit(prepared)
     entry = ledger.get(prepared.job_name)
-    assert entry.state == "planned" and entry.detail
+    assert entry.status == "planned" and entry.detail
     assert calls.named("CreateTrainingJob") == []
     s3.create_bucket(Bucket=bucket)
     assert backend.submit(prepared).created
-    assert ledger.get(prepared.job_name).state == "submitted"
+    assert ledger.get(prepared.job_name).status == "submitted"
 
 
 def test_source_archive_is_uploaded_once_per_content_hash(backend, prepared, calls):
@@ -227,13 +227,13 @@ def test_crash_after_intent_before_create_creates_exactly_one_job(backend, prepa
     clients["sagemaker"].meta.events.register("before-call.sagemaker.CreateTrainingJob", die)
     with pytest.raises(KeyboardInterrupt):
         backend.submit(prepared)
-    assert ledger.get(prepared.job_name).state == "submitting"
+    assert ledger.get(prepared.job_name).status == "submitting"
     assert prepared.job_name not in moto_jobs()
 
     clients["sagemaker"].meta.events.unregister("before-call.sagemaker.CreateTrainingJob", die)
     result = backend.submit(prepared)
     assert result.created
-    assert ledger.get(prepared.job_name).state == "submitted"
+    assert ledger.get(prepared.job_name).status == "submitted"
     assert len(calls.named("PutObject")) == 1  # the archive from the first run was kept
 
 
@@ -245,7 +245,7 @@ def test_crash_after_create_is_reconciled_not_duplicated(backend, prepared, clie
     with pytest.raises(KeyboardInterrupt):
         backend.submit(prepared)
     clients["sagemaker"].meta.events.unregister("after-call.sagemaker.CreateTrainingJob", die)
-    assert ledger.get(prepared.job_name).state == "submitting"
+    assert ledger.get(prepared.job_name).status == "submitting"
     assert prepared.job_name in moto_jobs()
 
     # The next run (a new process: new ledger handle, new backend) adopts it.
@@ -254,7 +254,7 @@ def test_crash_after_create_is_reconciled_not_duplicated(backend, prepared, clie
     assert not result.created
     assert result.arn == moto_job(prepared.job_name).arn
     assert len(calls.named("CreateTrainingJob")) == 1
-    assert Ledger().get(prepared.job_name).state == "submitted"
+    assert Ledger().get(prepared.job_name).status == "submitted"
 
 
 def test_a_foreign_job_under_our_name_is_refused(backend, prepared, clients, ledger):
@@ -265,7 +265,7 @@ def test_a_foreign_job_under_our_name_is_refused(backend, prepared, clients, led
         backend.submit(prepared)
     assert "change the spec's name" in err.value.hint
     # Nothing of ours exists: the row is back to planned, so it does not look in flight.
-    assert ledger.get(prepared.job_name).state == "planned"
+    assert ledger.get(prepared.job_name).status == "planned"
 
 
 def test_resource_in_use_on_create_reconciles_our_own_job(ledger, prepared, clients):
@@ -284,7 +284,7 @@ def test_resource_in_use_on_create_reconciles_our_own_job(ledger, prepared, clie
         result = SageMakerBackend(client, clients["s3"], clients["logs"], ledger=ledger).submit(prepared)
     stub.assert_no_pending_responses()
     assert (result.created, result.arn) == (False, arn)
-    assert ledger.get(name).state == "submitted"
+    assert ledger.get(name).status == "submitted"
 
 
 def test_a_refused_create_returns_the_row_to_planned_and_a_retry_creates(ledger, prepared, clients, calls):
@@ -300,12 +300,12 @@ def test_a_refused_create_returns_the_row_to_planned_and_a_retry_creates(ledger,
     assert err.value.code == "ResourceLimitExceeded"
     assert "ml.trn1.2xlarge for training job usage" in err.value.hint and REGION in err.value.hint
     entry = ledger.get(name)
-    assert entry.state == "planned" and "quota" in entry.detail
+    assert entry.status == "planned" and "quota" in entry.detail
 
     # After the quota is raised, the same command creates the job.
     result = SageMakerBackend(clients["sagemaker"], clients["s3"], clients["logs"], ledger=ledger).submit(prepared)
     assert result.created
-    assert ledger.get(name).state == "submitted"
+    assert ledger.get(name).status == "submitted"
 
 
 def test_an_ambiguous_create_failure_keeps_the_intent(ledger, prepared, clients):
@@ -317,15 +317,15 @@ def test_an_ambiguous_create_failure_keeps_the_intent(ledger, prepared, clients)
     with stub, pytest.raises(BackendError, match="InternalFailure"):
         SageMakerBackend(client, clients["s3"], clients["logs"], ledger=ledger).submit(prepared)
     # The job may exist: the row stays in submitting, and the next submit asks SageMaker first.
-    assert ledger.get(prepared.job_name).state == "submitting"
+    assert ledger.get(prepared.job_name).status == "submitting"
 
 
 def test_a_row_planned_ahead_is_submitted_and_keeps_its_sweep_ids(backend, prepared, ledger, calls):
     ledger.record_intent(prepared.job_name, backend="sagemaker", region=REGION, spec_hash=prepared.spec_hash,
-                         request=prepared.request, state="planned", sweep_id="instances", trial_id="t3")
+                         request=prepared.request, status="planned", sweep_id="instances", trial_id="t3")
     assert backend.submit(prepared).created
     entry = ledger.get(prepared.job_name)
-    assert (entry.state, entry.sweep_id, entry.trial_id) == ("submitted", "instances", "t3")
+    assert (entry.status, entry.sweep_id, entry.trial_id) == ("submitted", "instances", "t3")
     assert len(calls.named("CreateTrainingJob")) == 1
 
 
@@ -335,7 +335,7 @@ def test_an_unreachable_service_during_submit_keeps_the_intent(ledger, prepared,
     backend = backends.create("sagemaker", region=REGION, ledger=ledger)
     with pytest.raises(BackendError, match="DescribeTrainingJob: cannot reach the AWS endpoint"):
         backend.submit(prepared)
-    assert ledger.get(prepared.job_name).state == "submitting"
+    assert ledger.get(prepared.job_name).status == "submitting"
 
 
 def test_a_job_name_reused_by_another_spec_is_refused(backend, prepared, ledger):
@@ -381,12 +381,12 @@ def test_simulated_transitions_show_in_status_and_the_ledger(backend, prepared, 
     job.training_job_status, job.secondary_status = "InProgress", "Downloading"
     got = backend.status(prepared.job_name)
     assert (got.status, got.secondary, got.terminal) == ("starting", "Downloading", False)
-    assert ledger.get(prepared.job_name).state == "submitted"
+    assert ledger.get(prepared.job_name).status == "submitted"
 
     job.secondary_status = "Training"
     got = backend.status(prepared.job_name)
     assert (got.status, got.secondary) == ("running", "Training")
-    assert ledger.get(prepared.job_name).state == "running"
+    assert ledger.get(prepared.job_name).status == "running"
 
     job.training_job_status, job.secondary_status = "Failed", "Failed"
     job.failure_reason = "AlgorithmError: NEFF is invalid"
@@ -399,12 +399,12 @@ def test_simulated_transitions_show_in_status_and_the_ledger(backend, prepared, 
     assert got.tags["team"] == "vision"
     assert got.output_uri == f"s3://orchestrator-example-bucket/jobs/{prepared.job_name}/output/model.tar.gz"
     entry = ledger.get(prepared.job_name)
-    assert (entry.state, entry.detail) == ("failed", "AlgorithmError: NEFF is invalid")
+    assert (entry.status, entry.detail) == ("failed", "AlgorithmError: NEFF is invalid")
 
     # A terminal row is not moved back by a later, stale read.
     job.training_job_status, job.secondary_status = "InProgress", "Training"
     backend.status(prepared.job_name)
-    assert ledger.get(prepared.job_name).state == "failed"
+    assert ledger.get(prepared.job_name).status == "failed"
 
 
 def test_status_of_spot_job_reports_savings(ledger):
@@ -492,13 +492,13 @@ def test_describe_reads_without_tags_or_ledger_and_says_none_for_an_unknown_job(
     stub.add_response("describe_training_job", described, {"TrainingJobName": "d-1"})
     stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found")
     ledger.record_intent("d-1", backend="sagemaker", region=REGION, spec_hash="0" * 64, request={},
-                         state="submitted")
+                         status="submitted")
     with stub:  # no ListTags: the stub would fail on an unexpected call
         backend = SageMakerBackend(client, None, None, ledger=ledger)
         got = backend.describe("d-1")
         assert backend.describe("d-2") is None
     assert got.status == "starting" and got.billable_seconds == 5 and got.tags == {}
-    assert ledger.get("d-1").state == "submitted"  # nothing recorded
+    assert ledger.get("d-1").status == "submitted"  # nothing recorded
 
 
 def test_job_names_in_flight_asks_for_jobs_in_progress_only(ledger):

@@ -7,11 +7,9 @@ import json
 import os
 
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
 from orchestrator import backends
 from orchestrator.backends import Backend
-from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import InputError
 from orchestrator.ledger import Ledger
 
@@ -73,17 +71,3 @@ def test_the_local_backend_names_lists_and_describes_its_jobs(orch_home):
     assert local.exists("other-1") and local.describe("other-1").status == "failed"
     assert local.describe("nope-1") is None
     assert local.has_logs("other-1") and local.no_logs("other-1") == "no log lines for other-1"
-
-
-@pytest.mark.parametrize("cause, asked", [
-    (NoCredentialsError(), False),
-    (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), False),
-    (ClientError({"Error": {"Code": "UnrecognizedClientException", "Message": "bad token"}}, "DescribeTrainingJob"),
-     False),
-    (ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "DescribeTrainingJob"), True),
-    (ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "DescribeTrainingJob"), True),
-])
-def test_could_not_ask_tells_a_missing_connection_from_an_answer(cause, asked):
-    error = translate(cause, operation="DescribeTrainingJob", job_name="vit-1", region="us-east-1")
-    error.__cause__ = cause
-    assert backends.could_not_ask(error) is (not asked)

@@ -211,7 +211,7 @@ def test_the_doctor_refuses_what_batch_cannot_run():
         loaded = spec.with_overrides(spec.loads(BATCH, "job.yaml"), overrides)
         from orchestrator import doctor
 
-        assert rule in {f.rule for f in doctor.errors(doctor.check(loaded))}
+        assert rule in {f.rule for f in doctor.errors(doctor.findings(loaded))}
 
 
 def test_the_archive_path_in_the_request_is_where_submit_uploads_it():

@@ -34,12 +34,12 @@ def _spec(**overrides):
 
 
 def _rules(s) -> dict[str, doctor.Finding]:
-    return {f.rule: f for f in doctor.check(s)}
+    return {f.rule: f for f in doctor.findings(s)}
 
 
 def _fires(s, rule: str, severity: str = "error") -> doctor.Finding:
-    found = [f for f in doctor.check(s) if f.rule == rule]
-    assert found, f"{rule} did not fire; got {[f.rule for f in doctor.check(s)]}"
+    found = [f for f in doctor.findings(s) if f.rule == rule]
+    assert found, f"{rule} did not fire; got {[f.rule for f in doctor.findings(s)]}"
     assert found[0].severity == severity and found[0].message and found[0].fix and found[0].path
     return found[0]
 
@@ -124,7 +124,7 @@ def test_the_cost_bound_counts_every_attempt_and_the_instance_overhead():
 # --- doctor --------------------------------------------------------------------------------
 
 def test_the_reference_batch_spec_is_clean():
-    assert doctor.errors(doctor.check(_spec())) == []
+    assert doctor.errors(doctor.findings(_spec())) == []
 
 
 def test_n040_a_sagemaker_name_is_told_its_ec2_name():
@@ -156,7 +156,7 @@ def test_n043_max_wait_is_sagemakers():
 
 def test_n044_trn_only_options_are_refused():
     assert _fires(_spec(**{"instance.lnc": 1}), "N044-batch-trn-option").path == "instance.lnc"
-    found = [f for f in doctor.check(_spec(**{"instance.volume_gb": 200})) if f.rule == "N044-batch-trn-option"]
+    found = [f for f in doctor.findings(_spec(**{"instance.volume_gb": 200})) if f.rule == "N044-batch-trn-option"]
     assert found and found[0].path == "instance.volume_gb"
 
 

@@ -104,7 +104,7 @@ def test_doctor_hint_lists_trainium_types_after_a_damaged_cache(orch_home):
     configs = Path(__file__).resolve().parents[1] / "configs"
     text = (configs / "vit-trn1-2xlarge.yaml").read_text().replace("ml.trn1.2xlarge", "ml.trn1.3xlarge")
     loaded = spec.loads(text, "vit.yaml", base_dir=configs)
-    found = [f for f in doctor.check(loaded) if f.path == "instance.type"]
+    found = [f for f in doctor.findings(loaded) if f.path == "instance.type"]
     assert any("Trainium types: ml.trn1.2xlarge, ml.trn1.32xlarge" in f"{f.message} {f.fix}" for f in found), found
 
 

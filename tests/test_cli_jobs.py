@@ -74,7 +74,7 @@ def test_submit_creates_the_job_plan_showed(aws, prepared, monkeypatch, capsys):
     assert aws == [json.loads(json.dumps(prepared.request))]
     assert prepared.estimate.describe() in err
     assert f"submitted to sagemaker in {REGION}" in err
-    assert Ledger().get(prepared.job_name).state == "submitted"
+    assert Ledger().get(prepared.job_name).status == "submitted"
     # What to do next: look at it, follow its output, or wait for it.
     assert (f"next: `python -m orchestrator status {prepared.job_name}` shows it, `python -m orchestrator logs -f "
             f"{prepared.job_name}` follows its output to the end, `python -m orchestrator submit {CONFIG} --wait` "
@@ -178,7 +178,7 @@ def test_submit_wait_exits_1_with_the_failure_reason(aws, prepared, monkeypatch,
     shown = [line.split("] ", 1)[1] for line in err.splitlines() if line.startswith("[") and "m" in line[:8]]
     assert shown == [f"{prepared.job_name}: starting (Downloading)", f"{prepared.job_name}: running (Training)",
                      f"{prepared.job_name}: failed (Failed)"]
-    assert Ledger().get(prepared.job_name).state == "failed"
+    assert Ledger().get(prepared.job_name).status == "failed"
 
 
 # --- status, logs, stop ------------------------------------------------------------------------
@@ -437,7 +437,7 @@ def test_live_sweep_display_shows_bracketed_text_verbatim():
     from orchestrator.cli.sweep import SweepDisplay
 
     views = [types.SimpleNamespace(trial=types.SimpleNamespace(trial_id=f"t{i}", backend="[be]"), job_name=f"[job]-{i}",
-                                   instance_type="ml.[/x]", state="failed", detail=detail)
+                                   instance_type="ml.[/x]", status="failed", detail=detail)
              for i, detail in enumerate(BRACKETED_DETAILS)]
     # Trials on two backends: the backend column is shown, verbatim too.
     display = SweepDisplay(types.SimpleNamespace(views=lambda: views, d=types.SimpleNamespace(backends=("a", "b"))))
@@ -479,7 +479,7 @@ def test_cli_end_to_end_in_subprocesses(moto_server, orch_home, prepared):
     done = _run("status", prepared.job_name, "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert (json.loads(done.stdout)["status"], json.loads(done.stdout)["secondary"]) == ("running", "Training")
-    assert Ledger().get(prepared.job_name).state == "running"
+    assert Ledger().get(prepared.job_name).status == "running"
 
     _seed(prepared.job_name, {"algo-1": ["step 10 loss=6.9"], "algo-2": ["step 10 loss=6.8"]},
           order=["step 10 loss=6.8", "step 10 loss=6.9"])
@@ -656,7 +656,7 @@ def test_real_region_shapes_are_accepted(no_backend, monkeypatch, capsys, region
     from orchestrator import prices
     from orchestrator import spec as specs
 
-    prices.check([], [region])
+    prices.check_known([], [region])
     assert specs.loads(f"name: x\nbackend: local\nregion: {region}\n").region == region
 
 
@@ -792,7 +792,7 @@ def test_a_plain_submit_that_failed_says_it_was_never_created_and_to_submit_agai
 def _queued_trial(job: str) -> None:
     """A sweep trial waiting for its turn, as the sweep runner plans it: planned, no detail."""
     Ledger().record_intent(job, backend="sagemaker", region=REGION, spec_hash="0" * 64, request={},
-                           state="planned", sweep_id="sw-1a2b3c4d", trial_id=job.rsplit("-", 1)[-1])
+                           status="planned", sweep_id="sw-1a2b3c4d", trial_id=job.rsplit("-", 1)[-1])
 
 
 def test_a_queued_sweep_trial_reads_as_not_submitted_yet(aws, monkeypatch, capsys):
@@ -813,7 +813,7 @@ def test_stop_of_a_trial_cancelled_before_submission_has_nothing_to_stop(aws, no
     assert code == 0, err
     assert out.strip() == ("sw-1a2b3c4d-t0000000b: the ledger records it as stopped: [stopped] by sweep stop before "
                            "submission, and the sagemaker backend has no job of this name; nothing to stop")
-    assert Ledger().get("sw-1a2b3c4d-t0000000b").state == "stopped"
+    assert Ledger().get("sw-1a2b3c4d-t0000000b").status == "stopped"
     # A trial still to come is not "nothing to stop": the backend has no job to stop yet (exit 2).
     _queued_trial("sw-1a2b3c4d-t0000000c")
     assert _cli(monkeypatch, capsys, "stop", "sw-1a2b3c4d-t0000000c")[0] == 2

@@ -36,22 +36,22 @@ def test_a_sweep_file_names_its_saved_sweep_or_its_scheduled_ticks(tmp_path, orc
     path = write(tmp_path, "sweep: nightly\nbase: base.yaml\n")
     ledger = Ledger()
     with pytest.raises(InputError) as info:
-        sweeps.resolve_target(ledger, str(path))  # never run
+        sweeps.find_sweep(ledger, str(path))  # never run
     assert info.value.message.startswith(f"{path}: no saved sweep nightly-")
     assert "edited since it ran" in info.value.message and f"sweep run {path}" in info.value.hint
     tick = sweeps.save(sweeps.plan(spec.load_sweep(path), tick=datetime(2026, 11, 30, 2, 39, tzinfo=timezone.utc)),
                        ledger)
     assert tick.sweep_id.endswith("-202611300239")
-    assert sweeps.resolve_target(ledger, str(path)) == tick.sweep_id  # what `sweep status nightly.yaml` shows
+    assert sweeps.find_sweep(ledger, str(path)) == tick.sweep_id  # what `sweep status nightly.yaml` shows
     later = sweeps.save(sweeps.plan(spec.load_sweep(path), tick=datetime(2026, 12, 1, 2, 39, tzinfo=timezone.utc)),
                         ledger)
     with pytest.raises(InputError) as info:
-        sweeps.resolve_target(ledger, str(path))
+        sweeps.find_sweep(ledger, str(path))
     assert info.value.exit_code == 2 and info.value.message.startswith(f"{path}: ")
     assert tick.sweep_id in info.value.message and later.sweep_id in info.value.message
     path.write_text("sweep: nightly\nbase: base.yaml\ngrid: {training.batch_size: [8]}\n")  # edited since
     with pytest.raises(InputError) as info:
-        sweeps.resolve_target(ledger, str(path))
+        sweeps.find_sweep(ledger, str(path))
     assert "no saved sweep" in info.value.message and "edited since it ran" in info.value.message
     assert tick.sweep_id in info.value.hint and later.sweep_id in info.value.hint
 
@@ -59,7 +59,7 @@ def test_a_sweep_file_names_its_saved_sweep_or_its_scheduled_ticks(tmp_path, orc
 def test_a_missing_sweep_file_says_what_to_give_instead(orch_home):
 
     with pytest.raises(SpecError) as info:
-        sweeps.resolve_target(Ledger(), "nope.yaml")
+        sweeps.find_sweep(Ledger(), "nope.yaml")
     assert info.value.message == "nope.yaml: does not exist" and info.value.exit_code == 2
     assert info.value.hint.endswith("give a sweep id or name instead (`python -m orchestrator sweep status` lists the sweeps)")
 
@@ -146,7 +146,7 @@ def test_cli_sweep_stop_from_another_terminal_ends_a_foreground_run_cleanly(
     ledger = Ledger()
     try:
         deadline = time.monotonic() + 90
-        while sum(e.state in ("submitted", "running") for e in ledger.entries(sweep_id=definition.sweep_id)) < 2:
+        while sum(e.status in ("submitted", "running") for e in ledger.entries(sweep_id=definition.sweep_id)) < 2:
             assert run.poll() is None and time.monotonic() < deadline, b"".join(chunks).decode(errors="replace")
             time.sleep(0.2)
         stopped = cli_run("sweep", "stop", definition.sweep_id, env=env)
@@ -162,7 +162,7 @@ def test_cli_sweep_stop_from_another_terminal_ends_a_foreground_run_cleanly(
     assert output.rfind("\x1b[?25h") > output.rfind("\x1b[?25l") >= 0  # the cursor is shown again
     backend = LocalBackend(ledger=ledger)
     deadline = time.monotonic() + 60
-    for entry in ledger.entries(sweep_id=definition.sweep_id, states=("stopped",)):
+    for entry in ledger.entries(sweep_id=definition.sweep_id, statuses=("stopped",)):
         if (backend.job_dir(entry.job_name) / "status.json").exists():
             while backend.status(entry.job_name).status != "stopped":
                 assert time.monotonic() < deadline, f"{entry.job_name} did not stop"
@@ -265,7 +265,7 @@ def test_the_runner_says_whether_a_step_would_act(rig):
     cloud.stop(job + "-r1")  # `orchestrator stop JOB`: not the sweep's stop
     roomy.step()
     [view] = roomy.views()
-    assert view.state == "stopped" and not roomy.has_work()
+    assert view.status == "stopped" and not roomy.has_work()
     assert roomy.step().done and len(cloud.jobs) == 2
 
 

@@ -75,7 +75,7 @@ def test_the_reference_configs_exist():
 @pytest.mark.parametrize("path", JOB_CONFIGS, ids=lambda p: p.stem)
 def test_job_config_loads_and_has_no_doctor_errors(path):
     loaded = spec.load(path)
-    assert doctor.errors(doctor.check(loaded)) == []
+    assert doctor.errors(doctor.findings(loaded)) == []
 
 
 @pytest.mark.parametrize("path", SWEEP_CONFIGS, ids=lambda p: p.stem)

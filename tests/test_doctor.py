@@ -44,19 +44,19 @@ def _spec(base: str = GOOD, **overrides):
 
 
 def _rules(s) -> dict[str, doctor.Finding]:
-    return {f.rule: f for f in doctor.check(s)}
+    return {f.rule: f for f in doctor.findings(s)}
 
 
 def _fires(s, rule: str, severity: str = "error") -> doctor.Finding:
-    found = [f for f in doctor.check(s) if f.rule == rule]
-    assert found, f"{rule} did not fire; got {[f.rule for f in doctor.check(s)]}"
+    found = [f for f in doctor.findings(s) if f.rule == rule]
+    assert found, f"{rule} did not fire; got {[f.rule for f in doctor.findings(s)]}"
     assert found[0].severity == severity
     assert found[0].message and found[0].fix and found[0].path
     return found[0]
 
 
 def test_good_spec_has_no_findings():
-    assert doctor.check(_spec()) == []
+    assert doctor.findings(_spec()) == []
 
 
 # --- N001 / N002: what SageMaker training accepts ---------------------------------------
@@ -86,7 +86,7 @@ def test_a_type_that_does_not_train_gets_no_price_finding(budget):
         rules = _rules(s)
         assert "N001-instance-not-trainable" in rules and "N017-price-unknown" not in rules
         with pytest.raises(SpecError) as info:
-            doctor.raise_for(s, doctor.check(s))
+            doctor.raise_for(s, doctor.findings(s))
         assert "prices refresh" not in info.value.hint
 
 
@@ -170,7 +170,7 @@ def test_deprecated_bf16_variables(name):
     f = _fires(_spec(environment={name: "1"}), "N008-deprecated-bf16-env", "warning")
     assert f.fix == "use precision: bf16 (torch.autocast)"
     assert f.path == f"environment.{name}"
-    assert doctor.errors(doctor.check(_spec(environment={name: "1"}))) == []
+    assert doctor.errors(doctor.findings(_spec(environment={name: "1"}))) == []
     _fires(_spec(LOCAL, environment={name: "1"}), "N008-deprecated-bf16-env", "warning")
     assert "N008-deprecated-bf16-env" not in _rules(_spec(environment={"XLA_FLAGS": "--xla_dump_to=/tmp"}))
 
@@ -281,7 +281,7 @@ def test_unknown_price_refuses_a_budget_and_warns_without_one(orch_home):
     rows = [{"type": "ml.trn2.48xlarge", "region": "us-east-1", "usd_per_hour": 10.0, "source": "test",
              "as_of": "2026-09-01", "kind": "sagemaker-training"}]
     (orch_home / "prices.json").write_text(json.dumps({"prices": rows}))
-    assert doctor.check(_spec(**trn2)) == []
+    assert doctor.findings(_spec(**trn2)) == []
 
 
 # --- N018 / N019: EFA --------------------------------------------------------------
@@ -415,7 +415,7 @@ def test_volume_size_set_on_an_instance_storage_type_is_noted():
 def test_local_backend_skips_aws_only_rules():
     s = _spec(LOCAL, **{"instance.type": "ml.inf2.xlarge", "instance.spot": True, "instance.max_wait_minutes": 180,
                         "region": "ap-east-1", "image.neuron_sdk": "2.24.0", "budget.max_cost_usd": 0.01})
-    assert doctor.check(s) == []
+    assert doctor.findings(s) == []
 
 
 def test_spot_rules_apply_to_local_specs_too():
@@ -427,16 +427,16 @@ def test_spot_rules_apply_to_local_specs_too():
 
 def test_errors_come_first():
     s = _spec(**{"training.checkpoint_every": 600, "model.image_size": 100, "data.num_workers": 8})
-    severities = [f.severity for f in doctor.check(s)]
+    severities = [f.severity for f in doctor.findings(s)]
     assert severities == sorted(severities, key=["error", "warning", "info"].index)
     assert severities[0] == "error" and "warning" in severities
-    assert [f.rule for f in doctor.errors(doctor.check(s))] == ["N014-patch-divisibility"]
+    assert [f.rule for f in doctor.errors(doctor.findings(s))] == ["N014-patch-divisibility"]
 
 
 def test_raise_for_locates_each_error_in_the_file():
     text = GOOD.replace("image_size: 224", "image_size: 100").replace("precision: bf16", "precision: fp16")
     s = _spec(text)
-    findings = doctor.check(s)
+    findings = doctor.findings(s)
     with pytest.raises(SpecError) as info:
         doctor.raise_for(s, findings)
     err = info.value
@@ -455,7 +455,7 @@ def test_raise_for_locates_each_error_in_the_file():
 
 def test_raise_for_ignores_warnings_and_infos():
     s = _spec(**{"training.checkpoint_every": 600})
-    doctor.raise_for(s, doctor.check(s))
+    doctor.raise_for(s, doctor.findings(s))
 
 
 # --- `orchestrator doctor` ---------------------------------------------------------

@@ -91,7 +91,7 @@ def resolved_templates() -> list[tuple[str, dict]]:
     for values in itertools.product([False, True], repeat=len(names)):
         conditions = dict(zip(names, values, strict=True))
         label = ",".join(f"{n}={v}" for n, v in conditions.items())
-        out.append((label, infra.resolve(template, placeholder_context(template), conditions)))
+        out.append((label, infra.evaluate(template, placeholder_context(template), conditions)))
     return out
 
 

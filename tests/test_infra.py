@@ -216,7 +216,7 @@ def test_check_stack_name_takes_what_cloudformation_takes():
     for name in ("orchestrator", "a", "Vit-2", "a" * 128):
         assert infra.check_stack_name(name) == name
     for call in (lambda: infra.read_outputs(cfn_client(), ""), lambda: infra.stack_status(cfn_client(), "-x"),
-                 lambda: infra.prepare(cfn_client(), "x_y", {}), lambda: infra.operator_policy(None, stack_name="")):
+                 lambda: infra.plan_change_set(cfn_client(), "x_y", {}), lambda: infra.operator_policy(None, stack_name="")):
         with pytest.raises(InputError, match="not a CloudFormation stack name"):
             call()
 
@@ -225,7 +225,7 @@ def test_outputs_with_an_empty_stack_name_do_not_read_another_stack(
         moto_server, moto_change_set_outputs, monkeypatch, capsys, tmp_path):
     # DescribeStacks without a name lists every stack; "" must not fall through to the first one.
     cfn = cfn_client()
-    infra.execute(cfn, infra.prepare(cfn, "other", {}, sleep=lambda s: None), sleep=lambda s: None)
+    infra.execute(cfn, infra.plan_change_set(cfn, "other", {}, sleep=lambda s: None), sleep=lambda s: None)
     target = tmp_path / "x.yaml"
     code, out, err = run_cli(monkeypatch, capsys, "infra", "outputs", "--stack-name", "", "--write", str(target))
     assert code == 2
@@ -426,7 +426,7 @@ def test_update_change_set_keeps_parameters_not_given():
         stub.add_response("describe_change_set", change_set_response("CREATE_COMPLETE", changes=[
             {"Type": "Resource", "ResourceChange": {"Action": "Modify", "LogicalResourceId": "Bucket",
                                                     "ResourceType": "AWS::S3::Bucket", "Replacement": "False"}}]))
-        plan = infra.prepare(stubbed, "orchestrator", {"UseKms": "true"}, sleep=lambda s: None)
+        plan = infra.plan_change_set(stubbed, "orchestrator", {"UseKms": "true"}, sleep=lambda s: None)
     assert plan.kind == "UPDATE"
     assert plan.changes == (infra.Change("Modify", "Bucket", "AWS::S3::Bucket", "False"),)
 
@@ -500,7 +500,7 @@ def test_deploy_follows_the_stack_of_its_change_set_not_the_name(
     # A deploy killed before executing leaves a REVIEW_IN_PROGRESS stack; moto then makes a second
     # stack of that name for the next change set. Polling by name saw the stale one forever.
     cfn = cfn_client()
-    infra.prepare(cfn, "qa3", {}, sleep=lambda s: None)
+    infra.plan_change_set(cfn, "qa3", {}, sleep=lambda s: None)
     assert infra.stack_status(cfn, "qa3") == "REVIEW_IN_PROGRESS"
     code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--stack-name", "qa3", "--yes")
     assert code == 0, err
@@ -561,7 +561,7 @@ def test_rollback_names_the_failed_resource_and_its_reason():
     seen = []
     with Stubber(cfn) as stub:
         planned_create(stub)
-        plan = infra.prepare(cfn, "orchestrator", {"BucketName": "taken"}, sleep=lambda s: None)
+        plan = infra.plan_change_set(cfn, "orchestrator", {"BucketName": "taken"}, sleep=lambda s: None)
         stub.add_response("describe_stack_events", {"StackEvents": [
             event(0, "orchestrator", "AWS::CloudFormation::Stack", "REVIEW_IN_PROGRESS", "User Initiated")]})
         stub.add_response("execute_change_set", {})
@@ -607,7 +607,7 @@ def executing_create(cfn, stub: Stubber, by_id: dict | None = None):
     """A computed CREATE change set, and its ExecuteChangeSet accepted: the plan to execute.
     `by_id`: the parameters the event read before the execute must carry (the StackId)."""
     planned_create(stub, pending=False)
-    plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+    plan = infra.plan_change_set(cfn, "orchestrator", {}, sleep=lambda s: None)
     stub.add_response("describe_stack_events", {"StackEvents": []}, by_id)
     stub.add_response("execute_change_set", {},
                       {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID} if by_id else None)
@@ -678,7 +678,7 @@ def test_a_long_quiet_deploy_reports_its_status_every_heartbeat():
 def failed_execute(cfn, stub: Stubber):
     """A computed CREATE change set whose ExecuteChangeSet is refused: the plan to execute."""
     planned_create(stub, pending=False)
-    plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+    plan = infra.plan_change_set(cfn, "orchestrator", {}, sleep=lambda s: None)
     stub.add_response("describe_stack_events", {"StackEvents": []})
     stub.add_client_error("execute_change_set", "InsufficientCapabilitiesException",
                           "Requires capabilities : [CAPABILITY_NAMED_IAM]", 400)
@@ -774,7 +774,7 @@ def test_no_updates_from_cloudformation_is_nothing_to_do():
             "FAILED", reason="The submitted information didn't contain changes. Submit different information to "
                              "create a change set."))
         stub.add_response("delete_change_set", {}, {"StackName": "orchestrator", "ChangeSetName": CHANGE_SET_ID})
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        plan = infra.plan_change_set(cfn, "orchestrator", {}, sleep=lambda s: None)
         stub.assert_no_pending_responses()
     assert plan.nothing_to_do and plan.kind == "UPDATE"
 
@@ -791,7 +791,7 @@ def test_a_change_set_that_fails_for_another_reason_is_an_input_error():
         # The stack the change set made, by its id: never another stack of that name.
         stub.add_response("delete_stack", {}, {"StackName": STACK_ID})
         with pytest.raises(InputError, match="Parameter 'BucketName' must match pattern"):
-            infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+            infra.plan_change_set(cfn, "orchestrator", {}, sleep=lambda s: None)
         stub.assert_no_pending_responses()
 
 
@@ -805,7 +805,7 @@ def test_a_stack_that_cannot_take_a_change_set_is_a_backend_error(status, messag
     with Stubber(cfn) as stub:
         stub.add_response("describe_stacks", stack(status))
         with pytest.raises(BackendError, match=message) as caught:
-            infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+            infra.plan_change_set(cfn, "orchestrator", {}, sleep=lambda s: None)
     assert hint in caught.value.hint
 
 
@@ -813,7 +813,7 @@ def test_a_deploy_still_running_after_the_timeout_says_how_to_follow_it():
     cfn = cfn_client()
     with Stubber(cfn) as stub:
         planned_create(stub)
-        plan = infra.prepare(cfn, "orchestrator", {}, sleep=lambda s: None)
+        plan = infra.plan_change_set(cfn, "orchestrator", {}, sleep=lambda s: None)
         stub.add_response("describe_stack_events", {"StackEvents": []})
         stub.add_response("execute_change_set", {})
         add_polls(stub, "CREATE_IN_PROGRESS", 3)
@@ -939,7 +939,7 @@ def test_ctrl_c_while_a_deploy_runs_says_the_stack_goes_on(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(infra, "make_client", lambda service, region: cfn)
-    monkeypatch.setattr(infra, "prepare", lambda *args, **kwargs: plan)
+    monkeypatch.setattr(infra, "plan_change_set", lambda *args, **kwargs: plan)
     monkeypatch.setattr(infra, "execute", interrupted)
     code, out, err = run_cli(monkeypatch, capsys, "infra", "deploy", "--yes")
     assert code == 130 and "Traceback" not in err

@@ -57,7 +57,7 @@ def resolved(use_kms: bool = False) -> dict:
         context.setdefault(logical_id, f"<{logical_id}>")
         for attribute in ("Arn", "LatestVersionNumber"):
             context[f"{logical_id}.{attribute}"] = f"<{logical_id}.{attribute}>"
-    return infra.resolve(raw, context, {"UseKmsKey": use_kms, "HasBucketName": False, "BatchEnabled": True,
+    return infra.evaluate(raw, context, {"UseKmsKey": use_kms, "HasBucketName": False, "BatchEnabled": True,
                                         "HasBatchServiceRole": False, "HasBatchImageId": False,
                                         "BatchLogsUseKms": use_kms})
 

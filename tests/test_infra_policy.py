@@ -84,7 +84,7 @@ def context() -> dict[str, str]:
 
 
 def resolved_template(use_kms: bool, batch: bool = True) -> dict:
-    return infra.resolve(infra.load_template(), context(), {
+    return infra.evaluate(infra.load_template(), context(), {
         "UseKmsKey": use_kms, "HasBucketName": False, "BatchEnabled": batch, "HasBatchServiceRole": False,
         "HasBatchImageId": False, "BatchLogsUseKms": batch and use_kms})
 
@@ -353,7 +353,7 @@ def test_deployed_policies_pass_the_walk_and_match_infra_policy(moto_server, mot
     from orchestrator import cli
 
     cfn = boto3.client("cloudformation", region_name=REGION)
-    plan = infra.prepare(cfn, STACK, {}, sleep=lambda s: None)
+    plan = infra.plan_change_set(cfn, STACK, {}, sleep=lambda s: None)
     outputs = infra.execute(cfn, plan, sleep=lambda s: None)
     iam = boto3.client("iam")
     role_name = outputs.role_arn.rsplit("/", 1)[1]
@@ -461,7 +461,7 @@ def test_bucket_policy_denies_every_request_without_tls():
     template = infra.load_template()
     policy = template["Resources"]["BucketPolicy"]
     assert policy["Properties"]["Bucket"] == {"Ref": "Bucket"}
-    doc = infra.resolve(policy["Properties"]["PolicyDocument"], context(), {})
+    doc = infra.evaluate(policy["Properties"]["PolicyDocument"], context(), {})
     assert doc == {"Version": "2012-10-17", "Statement": [{
         "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
         "Resource": [f"arn:aws:s3:::{BUCKET}", f"arn:aws:s3:::{BUCKET}/*"],
@@ -472,7 +472,7 @@ def test_outputs_name_what_the_tool_reads():
     outputs = infra.load_template()["Outputs"]
     assert set(infra.REQUIRED_OUTPUTS) <= set(outputs)
     assert set(outputs) <= set(infra.OUTPUT_KEYS)
-    resolved = infra.resolve(outputs, context(), {"UseKmsKey": True})
+    resolved = infra.evaluate(outputs, context(), {"UseKmsKey": True})
     assert resolved["CompileCacheUri"]["Value"] == f"s3://{BUCKET}/compile-cache"
     assert resolved["OutputUri"]["Value"] == f"s3://{BUCKET}/jobs"
     assert resolved["RoleArn"]["Value"] == ROLE_ARN

@@ -107,6 +107,35 @@ def test_callers_use_the_backend_protocol_not_an_implementation(package):
     assert _offenders(package, lambda name: name.startswith("orchestrator.backends.")) == {}
 
 
+def test_the_spec_imports_nothing_above_it():
+    """What the user writes is read below everything that acts on it: spec/ imports only itself,
+    errors and names (the cron syntax a schedule must have lives in spec/, issue 24)."""
+    allowed = ("orchestrator.spec", "orchestrator.errors", "orchestrator.names")
+    assert _offenders("orchestrator/spec", lambda name: name.startswith("orchestrator")
+                      and not any(name == a or name.startswith(a + ".") for a in allowed)) == {}
+
+
+def test_results_columns_and_render_import_one_way():
+    """render shows the columns that columns.py chooses; columns.py knows nothing of render
+    (issue 24: they imported each other, one through a function-level import)."""
+    assert "orchestrator.results.render" not in _imports(ROOT / "orchestrator" / "results" / "columns.py")
+
+
+def test_one_module_classifies_aws_errors():
+    """What a botocore error means is aws_errors' alone (issue 24): no other module of the
+    orchestrator keeps a table of error codes (a *_CODES set) or matches throttling by its words.
+    (schedule/statemachine's RETRY_ERRORS are Step Functions' own error names for the retries it
+    runs in AWS, not a reading of a botocore error.)"""
+    found = []
+    for path in _modules("orchestrator"):
+        if path.name == "aws_errors.py":
+            continue
+        text = path.read_text()
+        found += [f"{path.relative_to(ROOT)}: {word}" for word in ("_CODES = ", "\"Throttl\" in")
+                  if word in text]
+    assert found == []
+
+
 def test_no_module_holds_more_than_one_concepts_worth_of_lines():
     lengths = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
                for package in ("orchestrator", "entrypoints") for p in _modules(package)}
@@ -219,12 +248,12 @@ def test_every_file_and_container_module_the_source_cites_exists():
 
 def test_the_citation_reader_finds_paths_and_modules_and_tells_a_stale_one():
     """The check above is only as good as its reader."""
-    source = ('"""See docs/ARCHITECTURE.md and `entrypoints.launch`."""\n'
+    source = ('"""See docs/ARCHITECTURE.md and `entrypoints.launcher.launch`."""\n'
               'X = "docs/nowhere.md"  # entrypoints/shared/\n')
     text = _prose(source, ".py")
     assert {m.group(1) for m in CITED_PATH.finditer(text)} == {"docs/ARCHITECTURE.md", "entrypoints/shared/"}
-    assert [m.group(1) for m in CITED_MODULE.finditer(text)] == ["entrypoints.launch"]
-    assert _unresolved_module("entrypoints.launch") == "entrypoints.launch"
+    assert [m.group(1) for m in CITED_MODULE.finditer(text)] == ["entrypoints.launcher.launch"]
+    assert _unresolved_module("entrypoints.launcher.launch") == "entrypoints.launcher.launch"
     assert _unresolved_module("entrypoints.launcher.launch") is None
     assert _unresolved_module("entrypoints.shared.results_schema.Results") is None
     assert _unresolved_module("entrypoints.shared.compile_cache.key_for") is None

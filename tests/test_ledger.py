@@ -95,13 +95,13 @@ def test_a_ledger_locked_past_the_busy_timeout_is_a_backend_error_and_recovers(t
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert _intent(ledger).state == "submitting"  # no transaction left open by the failure
+    assert _intent(ledger).status == "submitting"  # no transaction left open by the failure
 
 
 def test_intent_is_written_first_with_the_exact_request(orch_home):
     ledger = Ledger()
     entry = _intent(ledger)
-    assert entry.state == "submitting"
+    assert entry.status == "submitting"
     assert entry.request == REQUEST
     assert Ledger().get("vit-abc") == entry  # visible to a second handle (another process)
 
@@ -111,7 +111,7 @@ def test_intent_is_idempotent_and_never_forgets_the_first(orch_home):
     first = _intent(ledger)
     ledger.transition("vit-abc", "submitted")
     again = _intent(ledger, spec_hash="cd" * 32, request={"other": True})
-    assert again.state == "submitted"
+    assert again.status == "submitted"
     assert again.spec_hash == first.spec_hash
     assert again.request == REQUEST
     assert again.created_at == first.created_at
@@ -127,7 +127,7 @@ def test_transition_with_expect_only_moves_matching_rows(orch_home):
     # A terminal row is not moved back by a stale status read.
     assert not ledger.transition("vit-abc", "running", expect=("submitting", "submitted", "running"))
     entry = ledger.get("vit-abc")
-    assert (entry.state, entry.detail) == ("failed", "OOM")
+    assert (entry.status, entry.detail) == ("failed", "OOM")
     # detail is kept when a later transition gives none.
     ledger.transition("vit-abc", "stopped")
     assert ledger.get("vit-abc").detail == "OOM"
@@ -142,11 +142,11 @@ def test_transition_of_a_missing_row_changes_nothing(orch_home):
 def test_unknown_states_are_refused(orch_home):
     ledger = Ledger()
     with pytest.raises(ValueError, match="unknown ledger state"):
-        _intent(ledger, state="bogus")
+        _intent(ledger, status="bogus")
     _intent(ledger)
     with pytest.raises(ValueError, match="unknown ledger state"):
         ledger.transition("vit-abc", "exploded")
-    assert ledger.get("vit-abc").state == "submitting"
+    assert ledger.get("vit-abc").status == "submitting"
 
 
 def test_entries_filter_by_sweep_state_and_backend(orch_home):
@@ -157,7 +157,7 @@ def test_entries_filter_by_sweep_state_and_backend(orch_home):
     ledger.transition("b", "completed")
     assert [e.job_name for e in ledger.entries()] == ["a", "b", "c"]
     assert [e.job_name for e in ledger.entries(sweep_id="s1")] == ["a", "b"]
-    assert [e.job_name for e in ledger.entries(states=("completed",))] == ["b"]
+    assert [e.job_name for e in ledger.entries(statuses=("completed",))] == ["b"]
     assert [e.job_name for e in ledger.entries(backend="sagemaker")] == ["a", "c"]
     assert [e.job_name for e in ledger.entries(sweep_id="s1", backend="sagemaker")] == ["a"]
 
@@ -224,9 +224,9 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     for worker in (0, 1):
         rows = ledger.entries(sweep_id=f"sweep-{worker}")
         assert sorted(int(e.trial_id) for e in rows) == list(range(JOBS_PER_WORKER))
-        assert {e.state for e in rows} == {"completed"}
+        assert {e.status for e in rows} == {"completed"}
         assert ledger.get_value(f"count-{worker}") == JOBS_PER_WORKER
-    assert ledger.get("shared-job").state == "running"
+    assert ledger.get("shared-job").status == "running"
 
 
 def _open_and_read(path: str) -> str:

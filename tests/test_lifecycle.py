@@ -35,8 +35,8 @@ def test_the_ledger_takes_recorded_statuses_only_and_reads_them_back_as_statuses
     ledger.record_intent("j-1", backend="local", region="us-east-1", spec_hash="0" * 64, request={})
     assert ledger.transition("j-1", Status.RUNNING, expect=(Status.SUBMITTING,))
     entry = ledger.get("j-1")
-    assert entry.state is Status.RUNNING and entry.state.in_flight()
-    assert [e.job_name for e in ledger.entries(states=(Status.RUNNING,))] == ["j-1"]
+    assert entry.status is Status.RUNNING and entry.status.in_flight()
+    assert [e.job_name for e in ledger.entries(statuses=(Status.RUNNING,))] == ["j-1"]
     for reported_only in ("pending", "starting", "stopping", "bogus"):
         with pytest.raises(ValueError, match="unknown ledger state"):
             ledger.transition("j-1", reported_only)

@@ -182,7 +182,7 @@ def test_a_local_batch_job_runs_the_bootstrap_to_the_end(orch_home, tmp_path, fa
     results = stored(prepared.job["results_uri"])
     assert (results["status"], results["backend"], results["job_name"]) == ("completed", "local", prepared.job_name)
     assert results["container"]["entrypoint"] is True and results["instance"]["workers_per_node"] == 2
-    assert Ledger().get(prepared.job_name).state == "completed"
+    assert Ledger().get(prepared.job_name).status == "completed"
     lines = list(backend.logs(prepared.job_name))
     assert not any("Uploaded model.tar.gz" in line for line in lines)  # Batch uploads nothing
 
@@ -342,7 +342,7 @@ def test_local_rerun_takes_the_next_free_local_name(tmp_path, orch_home, monkeyp
     first = names.local_job_name(loaded)
     code, out, _ = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--rerun", "--dry-run")
     assert code == 0 and f'"jobName": "{first}"' in out  # nothing ran here yet: the plain local name
-    Ledger().record_intent(first, backend="local", region="local", spec_hash="0" * 64, request={}, state="completed")
+    Ledger().record_intent(first, backend="local", region="local", spec_hash="0" * 64, request={}, status="completed")
     code, out, _ = run_cli(monkeypatch, capsys, "submit", str(path), "--local", "--rerun", "--dry-run")
     assert code == 0 and f'"jobName": "{first}-r1"' in out
     assert names.local_job_name(loaded, 1) == f"{first}-r1" and not names.job_name(loaded).endswith("-local")

@@ -89,7 +89,7 @@ def test_a_ledger_from_before_gains_the_column_and_keeps_its_rows(tmp_path):
     path = tmp_path / "ledger.sqlite3"
     _old_ledger(path)
     ledger = Ledger(path)
-    assert ledger.get("old-1").locations is None and ledger.get("old-1").state == "completed"
+    assert ledger.get("old-1").locations is None and ledger.get("old-1").status == "completed"
     ledger.record_intent("new-1", backend="local", region="us-east-1", spec_hash="h", request={},
                          locations={"output": "file:///x", "results": "r", "tensorboard": "t", "checkpoints": "c",
                                     "compile_cache": None, "source": None})

@@ -171,7 +171,7 @@ def test_a_local_job_with_the_stand_ins_shows_precompile_utilization_and_mfu_in_
     path = tmp_path / "standins.yaml"
     path.write_text(LOCAL)
     loaded = spec.load(path)
-    assert [f.rule for f in doctor.check(loaded) if f.rule.startswith("N06")] == ["N061-precompile-local"]
+    assert [f.rule for f in doctor.findings(loaded) if f.rule.startswith("N06")] == ["N061-precompile-local"]
     prepared = request.prepare(loaded)
     backend = LocalBackend()
     backend.submit(prepared)

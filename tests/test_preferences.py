@@ -37,7 +37,7 @@ def _spec(instance_yaml: str, extra: str = ""):
 
 
 def _findings(loaded, rule: str) -> list[doctor.Finding]:
-    return [f for f in doctor.check(loaded) if f.rule == rule]
+    return [f for f in doctor.findings(loaded) if f.rule == rule]
 
 
 def test_preferences_set_the_type_and_count_of_the_first_choice():
@@ -103,7 +103,7 @@ def test_a_count_that_cannot_train_the_same_batch_is_an_error():
     (finding,) = _findings(loaded, "N075-preference-global-batch")
     assert finding.severity == "error" and finding.path == "instance.preferences.1.type"
     with pytest.raises(SpecError) as caught:
-        doctor.raise_for(loaded, doctor.check(loaded))
+        doctor.raise_for(loaded, doctor.findings(loaded))
     lines = _text("instance:\n  preferences:\n    - {type: ml.trn1.32xlarge}\n    - {type: ml.trn2.48xlarge}\n").splitlines()
     assert caught.value.problems[0].line == lines.index("    - {type: ml.trn2.48xlarge}") + 1
 
@@ -140,7 +140,7 @@ def test_a_later_type_sagemaker_does_not_train_on_is_refused_at_its_entry():
 
 def test_an_lnc_a_later_type_lacks_is_refused_at_its_entry():
     loaded = _spec("instance:\n  lnc: 2\n  preferences:\n    - {type: ml.trn2.48xlarge}\n    - {type: ml.trn1.32xlarge}\n")
-    rules = {f.rule: f for f in doctor.check(loaded)}
+    rules = {f.rule: f for f in doctor.findings(loaded)}
     assert "N005-lnc-unsupported" in rules and "preference 2" in rules["N005-lnc-unsupported"].message
 
 

@@ -222,14 +222,14 @@ def test_write_where_the_file_cannot_be_written_is_an_input_error(tmp_path):
 
 def test_check_names_bad_types_and_regions():
     with pytest.raises(InputError) as info:
-        prices.check(["ml.inf2.xlarge"], ["us-east-1"])
+        prices.check_known(["ml.inf2.xlarge"], ["us-east-1"])
     assert "not a SageMaker training instance type" in info.value.message
     assert "ml.trn1.2xlarge has the same NeuronCore-v2" in info.value.hint
     with pytest.raises(InputError) as info:
-        prices.check(["ml.trn1.2xlarg"], ["us-east-1"])
+        prices.check_known(["ml.trn1.2xlarg"], ["us-east-1"])
     assert info.value.hint == "did you mean ml.trn1.2xlarge?"
     with pytest.raises(InputError, match="not an AWS region"):
-        prices.check(["ml.trn1.2xlarge"], ["US East"])
+        prices.check_known(["ml.trn1.2xlarge"], ["US East"])
 
 
 def test_default_types_are_the_catalogs_training_types():

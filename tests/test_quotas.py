@@ -92,14 +92,14 @@ def test_read_matches_quotas_by_name_and_counts_running_jobs():
     assert (trn1n.fits, trn1n.in_use) == (False, 0)
     assert trn2.quota is None and trn2.fits is None  # not among the applied quotas: unknown, not 0
     assert "waits for running jobs" in trn1.describe() and "quota unknown" in trn2.describe()
-    quotas.check(verdicts, "us-east-1")  # one type fits: no error
+    quotas.require_fit(verdicts, "us-east-1")  # one type fits: no error
 
 
 def test_a_zero_quota_for_every_type_is_exit_2_naming_quota_code_and_the_way_to_raise_it():
     sq, sm, _, _ = _clients(_named(dict.fromkeys(TYPES, 0)))
     verdicts = quotas.read(spec.load(CONFIG), sq, sm)
     with pytest.raises(InputError) as caught:
-        quotas.check(verdicts, "us-east-1")
+        quotas.require_fit(verdicts, "us-east-1")
     error = caught.value
     assert error.exit_code == 2
     text = f"{error} {error.hint}"
@@ -116,7 +116,7 @@ def test_batch_checks_the_ec2_inf_vcpu_quota():
     (verdict,) = quotas.read(batch, sq, None)
     assert verdict.quota.value == 2 and verdict.in_use is None and verdict.fits is False
     with pytest.raises(InputError, match="Running On-Demand Inf instances"):
-        quotas.check([verdict], "us-east-1")
+        quotas.require_fit([verdict], "us-east-1")
 
 
 def test_submit_with_no_quota_exits_2_before_any_paid_call(monkeypatch, capsys):

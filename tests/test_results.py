@@ -148,16 +148,16 @@ def test_parse_reads_v1_and_ignores_unknown_keys():
     (b'{"job_name": "x"}', "unknown schema None"),
 ])
 def test_parse_rejects_with_a_reason(data, reason):
-    with pytest.raises(res.Unreadable, match=None) as info:
+    with pytest.raises(res.UnreadableResults, match=None) as info:
         res.parse(data)
     assert reason in str(info.value)
 
 
 def test_a_json_error_reads_once_with_its_position():
-    with pytest.raises(res.Unreadable) as info:
+    with pytest.raises(res.UnreadableResults) as info:
         res.parse(b'{"schema": "orchestrator.results/v1", "job_na')
     assert str(info.value) == "not valid JSON (truncated?): Unterminated string starting at: line 1 column 39"
-    with pytest.raises(res.Unreadable) as info:
+    with pytest.raises(res.UnreadableResults) as info:
         res.parse(b'{"schema": }')
     assert str(info.value) == "not valid JSON: Expecting value: line 1 column 12"
 
@@ -179,7 +179,7 @@ def test_non_finite_numbers_keep_the_row_and_are_named(prices):
 def test_parse_names_a_bad_field():
     doc = results_doc("j-1")
     doc["instance"]["count"] = "two"
-    with pytest.raises(res.Unreadable) as info:
+    with pytest.raises(res.UnreadableResults) as info:
         res.parse(json.dumps(doc).encode())
     assert "field instance.count" in str(info.value)
 
@@ -639,10 +639,10 @@ def test_cli_results_job_must_be_a_job_name_and_nothing_outside_the_prefix_is_re
 def test_listed_folders_never_lead_outside_the_prefix(prices, tmp_path):
     store = res.ResultsPrefix(res.local_store_uri())
     for name in ("..", ".", "a/../..", ""):
-        with pytest.raises(res.Unreadable, match="not a job folder name"):
+        with pytest.raises(res.UnreadableResults, match="not a job folder name"):
             store.get(name)
     s3 = res.ResultsPrefix("s3://bb-bucket/jobs", s3_client=None)
-    with pytest.raises(res.Unreadable):
+    with pytest.raises(res.UnreadableResults):
         s3.get("../other")
 
 

@@ -230,7 +230,7 @@ def test_two_machines_submit_each_tick_job_once(tmp_path, orch_home, moto_server
         # Laptop b finds laptop a's jobs in SageMaker (moto completes them at once) and takes
         # their state from there instead of submitting them again.
         expected = {"submitted"} if laptop == "a" else {"completed"}
-        assert {e.state for e in ledger.entries(sweep_id=reports[-1].planned[0])} == expected
+        assert {e.status for e in ledger.entries(sweep_id=reports[-1].planned[0])} == expected
     assert reports[0].planned == reports[1].planned
     assert len(creates) == 2 and set(creates.values()) == {1}
 
@@ -437,7 +437,7 @@ def test_cli_schedule_tick_submits_the_current_minute_once(tmp_path, orch_home, 
     ledger = Ledger(orch_home / "ledger.sqlite3")
     entries = ledger.entries(sweep_id=sweep_id)
     assert {e.job_name for e in entries} == {n for n in names if n.startswith(sweep_id)}
-    assert {e.state for e in entries} == {"completed"}
+    assert {e.status for e in entries} == {"completed"}
 
 
 # --- characters cron treats specially in the command field (crontab(5), cronie do_command.c) ------

@@ -537,7 +537,7 @@ def test_validating_a_job_spec_builds_only_the_job_models(tmp_path):
     # sweep model, no cron rules, no error translation for a spec without errors, and no
     # botocore once the catalog's cache of its service model is written (the first run).
     probe = ("import json, sys; from orchestrator import doctor, spec; loaded = spec.load(sys.argv[1]); "
-             "doctor.raise_for(loaded, doctor.check(loaded)); "
+             "doctor.raise_for(loaded, doctor.findings(loaded)); "
              "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('orchestrator', 'botocore')))))")
     argv = [sys.executable, "-c", probe, str(ROOT / "configs" / "vit-trn1-2xlarge.yaml")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ORCHESTRATOR_HOME": str(tmp_path)}
@@ -572,7 +572,7 @@ def test_validate_builds_one_validator_and_only_its_backends_rules(tmp_path):
     # `validate` of a SageMaker spec that leaves sections out builds JobSpec's validator only (not one
     # per section left out), loads no batch rules, and no shlex (a hint about a file not UTF-8 needs it).
     probe = ("import json, sys; from orchestrator import doctor, spec; from orchestrator.spec import models; "
-             "loaded = spec.load(sys.argv[1]); doctor.raise_for(loaded, doctor.check(loaded)); "
+             "loaded = spec.load(sys.argv[1]); doctor.raise_for(loaded, doctor.findings(loaded)); "
              "built = sorted(n for n, c in vars(models).items() if isinstance(c, type) and "
              "issubclass(c, models.StrictModel) and c.__pydantic_complete__); "
              "print(json.dumps({'built': built, 'modules': sorted(sys.modules)}))")

@@ -193,7 +193,7 @@ def test_each_trial_is_submitted_refreshed_and_stopped_on_its_own_backend(mixed)
     first_batch = sorted(batch.jobs)[0]
     batch.finish(first_batch)
     runner.step()
-    assert runner.ledger.get(first_batch).state == "completed"
+    assert runner.ledger.get(first_batch).status == "completed"
     assert len(sagemaker.jobs) + len(batch.jobs) == 4
     report = sweeps.stop(runner)
     assert set(report.stopped_jobs) == {n for c in (sagemaker, batch) for n in c.jobs if n != first_batch}
@@ -305,7 +305,7 @@ def test_sweep_status_shows_each_trial_backend(mixed, monkeypatch):
     ("Job attempt duration exceeded timeout; exit code 143", "user"),
 ])
 def test_batch_failure_reasons_are_classified(reason, kind):
-    assert sweeps.classify(reason) == kind
+    assert sweeps.failure_kind(reason) == kind
     assert (kind in sweeps.failures.RETRYABLE) == (kind in ("spot", "capacity", "internal"))
 
 
@@ -317,7 +317,7 @@ def test_a_time_limit_cancel_reads_as_failed_not_stopped():
     d = {"jobName": "j", "status": "FAILED", "isCancelled": True, "attempts": [],
          "statusReason": "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"}
     status = backend._job_status(d, tags={})
-    assert status.status == "failed" and sweeps.classify(status.failure_reason) == "capacity"
+    assert status.status == "failed" and sweeps.failure_kind(status.failure_reason) == "capacity"
     # TerminateJob of ours, or anyone's cancel, is a stop.
     assert backend._job_status({**d, "statusReason": "cancelled in the console"}, tags={}).status == "stopped"
 

@@ -171,7 +171,7 @@ def test_sigkilled_runner_never_duplicates_or_loses_a_trial(tmp_path, orch_home,
         # their first create), then rounds of every kind.
         schedule = [(1.0, 0.0), (0.0, 1.0)] + [(0.05, 0.1) if i % 3 == 0 else (0.0, 0.0) for i in range(KILLS - 2)]
         for seed, (before, after) in enumerate(schedule):
-            unfinished = sum(1 for e in ledger.entries(sweep_id=planned.sweep_id) if e.state != "completed")
+            unfinished = sum(1 for e in ledger.entries(sweep_id=planned.sweep_id) if e.status != "completed")
             proc = runner(seed, before, after, log)
             try:
                 proc.wait(timeout=60 if seed < 2 else rng.uniform(0.3, 2.5))
@@ -200,6 +200,6 @@ def test_sigkilled_runner_never_duplicates_or_loses_a_trial(tmp_path, orch_home,
     # No lost trial: each one's only job completed, and the ledger says so.
     entries = ledger.entries(sweep_id=planned.sweep_id)
     assert {e.job_name for e in entries} == expected
-    assert {e.state for e in entries} == {"completed"}
+    assert {e.status for e in entries} == {"completed"}
     # The cap held across crashes (jobs in flight are counted from the ledger and from moto).
     assert over_cap == []

@@ -85,7 +85,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
     runner.step()
     key = f"sweep:{runner.d.sweep_id}"
     saved = runner.ledger.get_value(key)
-    jobs = {v.job_name: v.state for v in runner.views()}
+    jobs = {v.job_name: v.status for v in runner.views()}
     for schema, advice in ((sweeps.definition.DEFINITION_SCHEMA + 1, "upgrade this orchestrator to the version that saved the sweep"),
                            (None, "use the orchestrator version that saved the sweep")):
         runner.ledger.put_value(key, {**saved, "schema": schema})
@@ -98,7 +98,7 @@ def test_a_definition_of_another_schema_says_how_to_go_on(rig):
     sweeps.save(sweeps.plan(spec.load_sweep(saved["file"])), runner.ledger)
     again = sweeps.load_definition(runner.ledger, runner.d.sweep_id)
     assert again.to_json() == saved
-    assert {v.job_name: v.state for v in sweeps.Runner(again, None, runner.ledger).views()} == jobs
+    assert {v.job_name: v.status for v in sweeps.Runner(again, None, runner.ledger).views()} == jobs
     # A scheduled tick's definition is written by the schedule only: no `sweep run` to offer.
     runner.ledger.put_value(key, {**saved, "schema": sweeps.definition.DEFINITION_SCHEMA + 1, "tick": "202601010300"})
     with pytest.raises(InputError) as info:
@@ -118,24 +118,24 @@ def test_a_sweep_is_found_by_its_id_or_by_a_name_only_one_sweep_has(rig):
     make, _, _ = rig
     runner = make()
     ledger = runner.ledger
-    assert sweeps.resolve_id(ledger, runner.d.sweep_id) == runner.d.sweep_id
-    assert sweeps.resolve_id(ledger, "demo") == runner.d.sweep_id
+    assert sweeps.find_sweep_id(ledger, runner.d.sweep_id) == runner.d.sweep_id
+    assert sweeps.find_sweep_id(ledger, "demo") == runner.d.sweep_id
     edited = make(SWEEP.replace("concurrency: 2", "concurrency: 3").replace("[16, 32]", "[16, 48]"))
     assert edited.d.sweep_id != runner.d.sweep_id
     with pytest.raises(InputError) as info:
-        sweeps.resolve_id(ledger, "demo")
+        sweeps.find_sweep_id(ledger, "demo")
     assert "'demo' names 2 sweeps" in info.value.message
     assert runner.d.sweep_id in info.value.message and edited.d.sweep_id in info.value.message
     assert "give the sweep id" in info.value.hint
     with pytest.raises(InputError) as info:
-        sweeps.resolve_id(ledger, "dem")
+        sweeps.find_sweep_id(ledger, "dem")
     assert "no sweep 'dem'" in info.value.message and runner.d.sweep_id in info.value.hint
 
 
 def test_classify_failure_reasons():
-    assert sweeps.classify("[capacity] CreateTrainingJob refused") == "capacity"
-    assert sweeps.classify("CapacityError: Unable to provision requested ML compute capacity") == "capacity"
-    assert sweeps.classify("Job was interrupted by a spot interruption") == "spot"
-    assert sweeps.classify("InternalServerError: We encountered an internal error") == "internal"
-    assert sweeps.classify("AlgorithmError: see logs") == "user"
-    assert sweeps.classify(None) == "user"
+    assert sweeps.failure_kind("[capacity] CreateTrainingJob refused") == "capacity"
+    assert sweeps.failure_kind("CapacityError: Unable to provision requested ML compute capacity") == "capacity"
+    assert sweeps.failure_kind("Job was interrupted by a spot interruption") == "spot"
+    assert sweeps.failure_kind("InternalServerError: We encountered an internal error") == "internal"
+    assert sweeps.failure_kind("AlgorithmError: see logs") == "user"
+    assert sweeps.failure_kind(None) == "user"

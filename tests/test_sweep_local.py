@@ -33,7 +33,7 @@ def test_local_sweep_runs_to_completion_and_results_tabulate_it(tmp_path, orch_h
     sweep_id = re.search(r"sweep (local-[0-9a-f]{8})", run.stderr + run.stdout).group(1)
     ledger = Ledger(orch_home / "ledger.sqlite3")
     entries = ledger.entries(sweep_id=sweep_id)
-    assert len(entries) == 4 and {e.state for e in entries} == {"completed"}
+    assert len(entries) == 4 and {e.status for e in entries} == {"completed"}
     status = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "status", sweep_id, "--json"],
                             capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert status.returncode == 0, status.stderr
@@ -130,7 +130,7 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
         time.sleep(0.2)
     assert "submitted" in log.read_text() and "stopped (sweep stop)" in log.read_text()  # it ended cleanly
     ledger = Ledger(orch_home / "ledger.sqlite3")
-    jobs = [e.job_name for e in ledger.entries(sweep_id=sweep_id) if e.state == "stopped"]
+    jobs = [e.job_name for e in ledger.entries(sweep_id=sweep_id) if e.status == "stopped"]
     backend = LocalBackend(ledger=ledger)
     deadline = time.monotonic() + 60
     for name in jobs:

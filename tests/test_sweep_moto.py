@@ -34,7 +34,7 @@ def test_moto_lost_create_answer_is_reconciled_by_describe(tmp_path, orch_home, 
                            rng=random.Random(1))
     sm.lose_next_answer = True
     runner.step()
-    lost = [v for v in runner.views() if v.state == "submitting"]
+    lost = [v for v in runner.views() if v.status == "submitting"]
     assert len(lost) == 1
     final = runner.run(max_steps=20)
     assert final.done and set(states(runner).values()) == {"completed"}
@@ -64,7 +64,7 @@ def test_moto_quota_and_user_errors_are_told_apart_through_the_backend(tmp_path,
     sm.refuse = ["ValidationException"]
     final = runner.run(max_steps=10)
     assert final.done and len(creates) == 1
-    [failed] = [v for v in runner.views() if v.state == "failed"]
+    [failed] = [v for v in runner.views() if v.status == "failed"]
     assert failed.detail.startswith("[user]") and "ValidationException" in failed.detail
 
 
@@ -161,7 +161,7 @@ def test_moto_a_fresh_home_continues_each_trial_from_its_latest_attempt_in_sagem
     fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[failing]
     fake.training_job_status, fake.failure_reason = "Failed", "InternalServerError: try again"
     assert runner_a.run(max_steps=10).done
-    assert {v.job_name: v.state for v in runner_a.views()} == {firsts[0] + "-r1": "completed",
+    assert {v.job_name: v.status for v in runner_a.views()} == {firsts[0] + "-r1": "completed",
                                                               firsts[1] + "-r2": "completed"}
     made = dict(creates)
 
@@ -171,10 +171,10 @@ def test_moto_a_fresh_home_continues_each_trial_from_its_latest_attempt_in_sagem
                              poll_seconds=0)
     final = runner_b.run(max_steps=5)
     assert final.done and final.counts == {"completed": 2}
-    assert {v.job_name: (v.state, v.attempt) for v in runner_b.views()} == {
+    assert {v.job_name: (v.status, v.attempt) for v in runner_b.views()} == {
         firsts[0] + "-r1": ("completed", 1), firsts[1] + "-r2": ("completed", 2)}
     assert dict(creates) == made  # nothing created twice
-    rows = {e.job_name: e.state for e in ledger_b.entries(sweep_id=runner_b.d.sweep_id)}
+    rows = {e.job_name: e.status for e in ledger_b.entries(sweep_id=runner_b.d.sweep_id)}
     assert rows == {firsts[0]: "stopped", firsts[1]: "stopped", firsts[0] + "-r1": "completed",
                     firsts[1] + "-r1": "failed", firsts[1] + "-r2": "completed"}
     assert not runner_b.has_work()
@@ -208,7 +208,7 @@ def test_moto_cli_resume_continues_a_stopped_sweep(tmp_path, orch_home, bucket, 
     assert f"sweep {definition.sweep_id}: 4 completed" in done.stdout
     for name in report.stopped_jobs:
         assert f"resubmitting as {name}-r1" in done.stdout
-    states_now = {e.job_name: e.state for e in ledger.entries(sweep_id=definition.sweep_id)}
+    states_now = {e.job_name: e.status for e in ledger.entries(sweep_id=definition.sweep_id)}
     assert {n: states_now[n] for n in report.stopped_jobs} == {n: "stopped" for n in report.stopped_jobs}
     assert all(states_now[n] == "completed" for n in report.cancelled)
     assert all(states_now[n + "-r1"] == "completed" for n in report.stopped_jobs)

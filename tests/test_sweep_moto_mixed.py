@@ -96,7 +96,7 @@ def test_moto_a_mixed_sweep_runs_each_trial_on_its_backend_and_a_fresh_home_adop
     assert calls.named("CreateTrainingJob") == [trn1.prepared.request]
     assert calls.named("SubmitJob") == [inf2.prepared.request]
     rows = {e.job_name: e for e in ledger_a.entries(sweep_id=runner_a.d.sweep_id)}
-    assert {n: (e.backend, e.state) for n, e in rows.items()} == {
+    assert {n: (e.backend, e.status) for n, e in rows.items()} == {
         trn1.job_name: ("sagemaker", "submitted"), inf2.job_name: ("batch", "submitted")}
     assert rows[inf2.job_name].request == inf2.prepared.request
 
@@ -105,14 +105,14 @@ def test_moto_a_mixed_sweep_runs_each_trial_on_its_backend_and_a_fresh_home_adop
     job.status, job.job_stopped_reason = "FAILED", RECLAIMED
     runner_a.step()
     retry = inf2.job_name + "-r1"
-    assert ledger_a.get(trn1.job_name).state == "running"
-    assert (ledger_a.get(inf2.job_name).state, ledger_a.get(inf2.job_name).detail) == ("failed", RECLAIMED)
+    assert ledger_a.get(trn1.job_name).status == "running"
+    assert (ledger_a.get(inf2.job_name).status, ledger_a.get(inf2.job_name).detail) == ("failed", RECLAIMED)
     [first, again] = calls.named("SubmitJob")
     assert again["jobName"] == retry and again["jobQueue"] == "orchestrator-inf2-xlarge"
     assert again["tags"][TAG_ATTEMPT] == "retry" and again["tags"][TAG_SWEEP] == runner_a.d.sweep_id
     assert {k: v for k, v in again.items() if k not in ("jobName", "tags", "containerOverrides")} == \
         {k: v for k, v in first.items() if k not in ("jobName", "tags", "containerOverrides")}
-    assert ledger_a.get(retry).backend == "batch" and ledger_a.get(retry).state == "submitted"
+    assert ledger_a.get(retry).backend == "batch" and ledger_a.get(retry).status == "submitted"
     assert len(calls.named("CreateTrainingJob")) == 1  # nothing went to SageMaker for the Batch trial
     assert _moto_batch_job(retry).status == "SUCCEEDED"
 
@@ -129,7 +129,7 @@ def test_moto_a_mixed_sweep_runs_each_trial_on_its_backend_and_a_fresh_home_adop
     progress = runner_b.step()
     assert calls_b.named("CreateTrainingJob") == [] and calls_b.named("SubmitJob") == []
     rows = {e.job_name: e for e in ledger_b.entries(sweep_id=runner_b.d.sweep_id)}
-    assert {n: (e.backend, e.attempt, e.state) for n, e in rows.items()} == {
+    assert {n: (e.backend, e.attempt, e.status) for n, e in rows.items()} == {
         trn1.job_name: ("sagemaker", 0, "running"),
         inf2.job_name: ("batch", 0, "failed"),
         retry: ("batch", 1, "completed")}
@@ -143,7 +143,7 @@ def test_moto_a_mixed_sweep_runs_each_trial_on_its_backend_and_a_fresh_home_adop
     set_moto_status(trn1.job_name, "Completed")
     final = runner_b.run(max_steps=5)
     assert final.done and final.counts == {"completed": 2}
-    assert {v.job_name: (v.trial.backend, v.state) for v in runner_b.views()} == {
+    assert {v.job_name: (v.trial.backend, v.status) for v in runner_b.views()} == {
         trn1.job_name: ("sagemaker", "completed"), retry: ("batch", "completed")}
     assert calls_b.named("CreateTrainingJob") == [] and calls_b.named("SubmitJob") == []
     assert dict(creates) == {trn1.job_name: 1}
@@ -166,7 +166,7 @@ def test_moto_stop_stops_each_job_on_its_backend(tmp_path, orch_home, batch_setu
     report = sweeps.stop(runner)
     assert sorted(report.stopped_jobs) == sorted(names.values()) and not report.errors
     assert [p["jobId"] for p in calls.named("TerminateJob")] == [job.job_id]
-    assert {ledger.get(n).state for n in names.values()} == {"stopped"}
+    assert {ledger.get(n).status for n in names.values()} == {"stopped"}
 
 
 @pytest.mark.slow  # two `sweep run` processes: about 20 s on 2 shared cores
@@ -184,7 +184,7 @@ def test_moto_cli_sweep_run_across_backends_and_again_from_a_fresh_home(tmp_path
     done = cli_run("sweep", "run", str(path), "--poll", "0.1", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"sweep {planned.sweep_id}: 2 completed" in done.stdout
-    rows = {e.job_name: (e.backend, e.state) for e in Ledger(orch_home / "ledger.sqlite3").entries()}
+    rows = {e.job_name: (e.backend, e.status) for e in Ledger(orch_home / "ledger.sqlite3").entries()}
     assert rows == {t.job_name: (t.trial.spec.backend, "completed") for t in planned.trials}
     sm = boto3.client("sagemaker", region_name=REGION)
     batch = boto3.client("batch", region_name=REGION)
@@ -200,7 +200,7 @@ def test_moto_cli_sweep_run_across_backends_and_again_from_a_fresh_home(tmp_path
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"sweep {planned.sweep_id}: 2 completed" in again.stdout
     assert again.stdout.count("adopted") == 2
-    rows_b = {e.job_name: (e.backend, e.state) for e in Ledger(home_b / "ledger.sqlite3").entries()}
+    rows_b = {e.job_name: (e.backend, e.status) for e in Ledger(home_b / "ledger.sqlite3").entries()}
     assert rows_b == rows
     assert [j["TrainingJobName"] for j in sm.list_training_jobs()["TrainingJobSummaries"]] == trained
     assert [j["jobName"] for j in batch.list_jobs(jobQueue="orchestrator-inf2-xlarge",

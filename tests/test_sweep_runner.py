@@ -147,7 +147,7 @@ def test_a_quota_reached_while_the_sweeps_jobs_run_waits_for_them_without_limit(
     # With nothing of the sweep in flight, a quota of 0 is no wait for a job to end: bounded.
     cloud.jobs.clear()
     for entry in runner.ledger.entries(sweep_id=runner.d.sweep_id):
-        if entry.state == "submitted":
+        if entry.status == "submitted":
             runner.ledger.transition(entry.job_name, "planned", expect=("submitted",))
     cloud.refuse = [refusal("ResourceLimitExceeded")] * 10
     runner = make(SWEEP.replace("concurrency: 2", "concurrency: 4"), max_transient_retries=2)
@@ -175,10 +175,10 @@ def test_capacity_at_submit_fails_over_to_the_next_type(rig):
     cloud.refuse = [refusal("InsufficientCapacityError")]
     runner.step()
     [view] = runner.views()
-    assert view.state == "failed" and not view.final and view.detail.startswith("[capacity]")
+    assert view.status == "failed" and not view.final and view.detail.startswith("[capacity]")
     runner.step()
     [view] = runner.views()
-    assert view.attempt == 1 and view.job_name.endswith("-r1") and view.state == "submitted"
+    assert view.attempt == 1 and view.job_name.endswith("-r1") and view.status == "submitted"
     assert cloud.instance_of(view.job_name) == "ml.trn1n.32xlarge"
     tags = {t["Key"]: t["Value"] for t in cloud.jobs[view.job_name]["request"]["Tags"]}
     assert tags["orchestrator:trial"] == view.trial.trial_id
@@ -208,13 +208,13 @@ def test_capacity_failures_walk_the_failover_list_then_use_retries(rig):
     for _ in range(6):
         runner.step()
         [view] = runner.views()
-        if view.state == "submitted":
+        if view.status == "submitted":
             seen.append((view.job_name, cloud.instance_of(view.job_name)))
             cloud.finish(view.job_name, "failed", reason)
     [view] = runner.views()
     assert [instance for _, instance in seen] == ["ml.trn1.2xlarge", "ml.trn1n.32xlarge", "ml.trn1n.32xlarge"]
     assert [name.rsplit("-", 1)[-1] for name, _ in seen][1:] == ["r1", "r2"]
-    assert view.final and view.state == "failed" and view.attempt == 2
+    assert view.final and view.status == "failed" and view.attempt == 2
 
 
 @pytest.mark.parametrize("reason, retried", [
@@ -232,10 +232,10 @@ def test_job_failures_are_retried_only_when_retryable(rig, reason, retried):
     runner.step()
     [view] = runner.views()
     if retried:
-        assert view.job_name == first + "-r1" and view.state == "submitted"
+        assert view.job_name == first + "-r1" and view.status == "submitted"
         assert cloud.instance_of(view.job_name) == "ml.trn1.2xlarge"
     else:
-        assert view.job_name == first and view.final and view.state == "failed" and len(cloud.jobs) == 1
+        assert view.job_name == first and view.final and view.status == "failed" and len(cloud.jobs) == 1
 
 
 def test_retries_stop_at_max_retries(rig):
@@ -257,7 +257,7 @@ def test_user_errors_at_submit_are_never_retried(rig):
     cloud.refuse = [refusal("ValidationException")]
     final = runner.run(max_steps=5)
     [view] = runner.views()
-    assert final.done and view.state == "failed" and view.detail.startswith("[user]")
+    assert final.done and view.status == "failed" and view.detail.startswith("[user]")
     assert cloud.submit_calls == 1 and cloud.jobs == {}
 
 
@@ -293,7 +293,7 @@ def test_a_job_the_backend_lost_is_retried_but_a_damaged_status_is_not_taken_for
     [job] = [name for name in cloud.jobs if name.startswith(lost.d.sweep_id)]
     del cloud.jobs[job]
     lost.step()
-    assert lost.ledger.get(job).state == "failed" and lost.ledger.get(job).detail.startswith("[lost]")
+    assert lost.ledger.get(job).status == "failed" and lost.ledger.get(job).detail.startswith("[lost]")
 
 
 def test_a_lost_answer_leaves_submitting_and_is_reconciled_not_duplicated(rig):
@@ -302,12 +302,12 @@ def test_a_lost_answer_leaves_submitting_and_is_reconciled_not_duplicated(rig):
     cloud.refuse = [refusal("InternalFailure", status=503)]
     runner.step()
     [view] = runner.views()
-    assert view.state == "submitting"  # a 5xx: the job may exist; never planned again blindly
+    assert view.status == "submitting"  # a 5xx: the job may exist; never planned again blindly
     runner.step()
     assert cloud.submit_calls == 1  # backing off
     clock.sleep(10)
     runner.step()
-    assert sum(cloud.creates.values()) == 1 and runner.views()[0].state == "submitted"
+    assert sum(cloud.creates.values()) == 1 and runner.views()[0].status == "submitted"
 
 
 def test_budget_caps_retries(rig):

@@ -62,16 +62,16 @@ def test_resume_after_stop_reopens_cancelled_trials_and_resubmits_stopped_jobs(r
     [cancelled] = report.cancelled
     by_name = {v.job_name: v for v in views.values()}
     # Cancelled before submission: planned again under the same name (attempt 0).
-    assert by_name[cancelled].attempt == 0 and by_name[cancelled].state in ("planned", "submitted")
+    assert by_name[cancelled].attempt == 0 and by_name[cancelled].status in ("planned", "submitted")
     # Stopped in flight: resubmitted as -r1 of the same trial, on the same instance type.
     for name in report.stopped_jobs:
         trial = runner.ledger.get(name).trial_id
-        assert runner.ledger.get(name).state == "stopped"
-        assert views[trial].job_name == name + "-r1" and views[trial].state in ("planned", "submitted")
+        assert runner.ledger.get(name).status == "stopped"
+        assert views[trial].job_name == name + "-r1" and views[trial].status in ("planned", "submitted")
         assert views[trial].instance_type == cloud.instance_of(name)
     assert any("its cost is spent" in e for e in progress.events)
     assert any(f"{cancelled}: planned again" in e for e in progress.events)
-    assert by_name[first].state == "completed" and by_name[first].attempt == 0  # left alone
+    assert by_name[first].status == "completed" and by_name[first].attempt == 0  # left alone
     while not runner.step().done:
         cloud.finish_all()
     assert set(states(runner).values()) == {"completed"} and set(cloud.creates.values()) == {1}
@@ -89,7 +89,7 @@ def test_a_resubmission_after_stop_does_not_use_up_max_retries(rig):
     runner.step()
     runner.step()
     [view] = runner.views()
-    assert view.job_name == job + "-r2" and view.state == "submitted"  # the one retry is still there
+    assert view.job_name == job + "-r2" and view.status == "submitted"  # the one retry is still there
 
 
 def test_reopening_killed_halfway_continues_under_the_same_names(rig, monkeypatch):
@@ -118,11 +118,11 @@ def test_reopening_killed_halfway_continues_under_the_same_names(rig, monkeypatc
 def test_rows_stopped_by_an_older_version_are_told_apart_by_the_backend(rig):
     make, cloud, _ = rig
     runner, _, report = _stopped_midway(make, cloud)
-    for entry in runner.ledger.entries(sweep_id=runner.d.sweep_id, states=("stopped",)):
+    for entry in runner.ledger.entries(sweep_id=runner.d.sweep_id, statuses=("stopped",)):
         runner.ledger.transition(entry.job_name, "stopped", detail=sweeps.STOPPED_LEGACY)
     sweeps.clear_stop(runner.ledger, runner.d.sweep_id)
     runner.step()
-    names = {e.job_name: e.state for e in runner.ledger.entries(sweep_id=runner.d.sweep_id)}
+    names = {e.job_name: e.status for e in runner.ledger.entries(sweep_id=runner.d.sweep_id)}
     [cancelled] = report.cancelled
     assert cancelled + "-r1" not in names and names[cancelled] in ("planned", "submitted")
     assert all(n + "-r1" in names for n in report.stopped_jobs)
@@ -136,7 +136,7 @@ def test_a_resubmission_after_stop_above_budget_is_not_made(rig):
     first = runner.step()
     second = runner.step()
     [view] = runner.views()
-    assert view.job_name == job and view.state == "stopped" and view.final and second.done
+    assert view.job_name == job and view.status == "stopped" and view.final and second.done
     assert "not resubmitted" in view.detail and "above budget.max_total_cost_usd 2" in view.detail
     assert sum("not resubmitted" in e for e in second.events) == 1 == sum("not resubmitted" in e for e in first.events)
     assert list(cloud.jobs) == [job]
@@ -160,7 +160,7 @@ def test_a_job_stopped_while_starting_counts_what_it_billed_not_its_bound(rig):
     assert runner.ledger.get_value(f"sweep:{runner.d.sweep_id}:billed:{job}-r1") == 1800
     [view] = runner.views()
     # 0 + 1.01 + 2.02 > 3: the retry is refused, by what was billed and the retry's bound.
-    assert view.state == "failed" and "cost bound to 3.02 USD" in view.detail
+    assert view.status == "failed" and "cost bound to 3.02 USD" in view.detail
 
 
 def test_a_stopped_job_without_billable_seconds_counts_its_whole_bound(rig):
@@ -169,7 +169,7 @@ def test_a_stopped_job_without_billable_seconds_counts_its_whole_bound(rig):
                                                 "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 3}\n")
     runner.step()  # the fake reports no billable seconds: the bound counts, no room
     [view] = runner.views()
-    assert view.state == "stopped" and list(cloud.jobs) == [job]
+    assert view.status == "stopped" and list(cloud.jobs) == [job]
 
 
 def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig, tmp_path, monkeypatch):
@@ -180,7 +180,7 @@ def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig
     runner, job = _one_job_stopped_then_resumed(make, cloud, text)
     runner.step()
     [view] = runner.views()
-    assert view.state == "stopped" and "not resubmitted" in view.detail
+    assert view.status == "stopped" and "not resubmitted" in view.detail
     sweep_file = tmp_path / "sweep.yaml"
     assert (f"to run it, raise budget.max_total_cost_usd in {sweep_file.resolve()}, then `python -m orchestrator "
             f"sweep resume {runner.d.sweep_id}`") in view.detail

@@ -92,7 +92,7 @@ def _spec(instance: str = "{type: ml.trn1.2xlarge, count: 1, keep_alive_minutes:
 def _rules(loaded) -> dict[str, str]:
     from orchestrator import doctor
 
-    return {f.rule: f.severity for f in doctor.check(loaded)}
+    return {f.rule: f.severity for f in doctor.findings(loaded)}
 
 
 def test_keep_alive_plans_a_warm_pool_and_tensorboard_free_request(orch_home):

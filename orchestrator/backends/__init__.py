@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.errors import InputError
 from orchestrator.lifecycle import Status
 
 # name -> "module:class". The order is the order `locate` asks them whether they hold a job.
@@ -70,7 +70,7 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
-class Progress:
+class JobProgress:
     """The job's last word on its training, from its results.json (`docs/RESULTS.md`): while it
     runs a heartbeat (`record` "running"), at its end the final record. After a SIGKILL the last
     heartbeat stays: the job's last known step."""
@@ -82,8 +82,8 @@ class Progress:
     uri: str
 
 
-def progress_of(data: bytes, uri: str) -> Progress | None:
-    """The Progress in a results.json object; None when it is not one (a reader of record:
+def progress_of(data: bytes, uri: str) -> JobProgress | None:
+    """The JobProgress in a results.json object; None when it is not one (a reader of record:
     `orchestrator.results` says why, `status` only shows what it can)."""
     import json
 
@@ -99,7 +99,7 @@ def progress_of(data: bytes, uri: str) -> Progress | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     at = doc.get("heartbeat_at") or doc.get("ended_at")
-    return Progress(record=doc["status"], steps_done=number("steps_done"), steps=number("steps"),
+    return JobProgress(record=doc["status"], steps_done=number("steps_done"), steps=number("steps"),
                     at=at if isinstance(at, str) else None, uri=uri)
 
 
@@ -230,7 +230,7 @@ class Backend(Protocol):
         """The job's status as the backend reports it, read only (no tags, nothing recorded);
         None when the backend has no job of that name."""
 
-    def progress(self, job_name: str) -> Progress | None:
+    def progress(self, job_name: str) -> JobProgress | None:
         """The job's results.json as it stands (None when there is none yet, or it cannot be
         read: this never fails a `status`)."""
 
@@ -307,22 +307,11 @@ def locate(job_name: str, *, region: str | None, ledger) -> Located:
     return Located(create(DEFAULT, region=default_region(region), ledger=ledger), None, guessed=True)
 
 
-def could_not_ask(error: OrchestratorError) -> bool:
-    """Whether `error` (raised from a botocore error) means the backend was never really
-    asked: no usable credentials (none, partial, expired, rejected), no connection to the
-    endpoint, or no answer from it (`aws.classify`). An answer about the request (access
-    denied, not found, throttled) is not such an error."""
-    from orchestrator import aws
-
-    failure = aws.classify(error)
-    return failure is not None and failure.kind in ("credentials", "unreachable", "no-answer")
-
-
 def record_status(ledger, backend_name: str, status: JobStatus, *, expect: tuple[str, ...]) -> None:
     """Move the job's ledger row to the state `status` implies (`Status.recorded`), when the
     row is this backend's, is in one of the states `expect`, and differs."""
     entry = ledger.get(status.job_name)
     target = Status(status.status).recorded()
-    if entry is None or entry.state == target or entry.backend != backend_name:
+    if entry is None or entry.status == target or entry.backend != backend_name:
         return
     ledger.transition(status.job_name, target, detail=status.failure_reason, expect=expect)

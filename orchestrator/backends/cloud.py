@@ -17,9 +17,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import ClassVar
 
-from orchestrator import aws
-from orchestrator.backends import Progress, Submitted, progress_of
-from orchestrator.backends.sagemaker_errors import FORBIDDEN, code_of, is_not_found, translate
+from orchestrator import aws, aws_errors
+from orchestrator.backends import JobProgress, Submitted, progress_of
+from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import InputError
 from orchestrator.ledger import Ledger
 
@@ -181,11 +181,11 @@ class CloudBackend:
                                           locations=prepared.locations.to_json())
         if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
             raise InputError(f"the job name {name} is already in the ledger for another spec "
-                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.status})",
                              hint="change the spec's name so the job name differs")
-        if entry.state not in ("planned", "submitting"):
+        if entry.status not in ("planned", "submitting"):
             return Submitted(name, created=False)
-        if entry.state == "planned":  # recorded ahead (a sweep), or refused earlier
+        if entry.status == "planned":  # recorded ahead (a sweep), or refused earlier
             self.ledger.transition(name, "submitting", expect=("planned",))
         return None
 
@@ -210,7 +210,7 @@ class CloudBackend:
                 # the stack's may grant only object access. The put below is conditional
                 # (IfNoneMatch), so "maybe absent" is safe: it writes only if the key is not there,
                 # and a caller really denied is told so by the put's own AccessDenied.
-                if not is_not_found(exc) and code_of(exc) not in FORBIDDEN:
+                if not aws_errors.is_not_found(exc) and aws_errors.kind_of(exc) != "denied":
                     raise
         digest = bytes.fromhex(prepared.archive_sha256)
         with self._aws("PutObject"):
@@ -220,7 +220,7 @@ class CloudBackend:
                                    ChecksumSHA256=base64.b64encode(digest).decode(),
                                    Metadata={"sha256": prepared.archive_sha256})
             except ClientError as exc:
-                if code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                if aws_errors.code_of(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
                     return False  # someone uploaded the same content-addressed object meanwhile
                 raise
         return True
@@ -238,7 +238,7 @@ class CloudBackend:
     def _recorded_results_uri(self, job_name: str) -> str:
         raise NotImplementedError
 
-    def progress(self, job_name: str) -> Progress | None:
+    def progress(self, job_name: str) -> JobProgress | None:
         """The job's results.json (launch.py's heartbeat while it runs, its final record after);
         None when absent or unreadable."""
         try:

@@ -49,19 +49,19 @@ class _Ticking:
 
 def wait(backend, job_name: str, interval: float, reattach: str | None = None, *, sleep=None, clock=None,
          interactive: bool | None = None):
-    """Follow the job until it ends (`waiting.follow`), showing status, secondary status and
+    """Follow the job until it ends (`orchestrator.follow.follow`), showing status, secondary status and
     elapsed time; through network outages (it says so, and keeps waiting); with a heartbeat
-    line every `waiting.heartbeat_seconds()` when stderr is not a terminal. Raise JobFailed
+    line every `follow.heartbeat_seconds()` when stderr is not a terminal. Raise JobFailed
     when the job failed or stopped. `reattach` is the command that follows the job again."""
     import time
 
     from rich.console import Console
 
-    from orchestrator import waiting
+    from orchestrator.follow import follow, heartbeat_seconds
 
     console = Console(stderr=True, highlight=False)
     interactive = console.is_terminal if interactive is None else interactive
-    heartbeat = None if interactive else waiting.heartbeat_seconds()
+    heartbeat = None if interactive else heartbeat_seconds()
     again = reattach or f"python -m orchestrator status {job_name}"
 
     def text_of(st) -> str:
@@ -75,14 +75,14 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
                 still = "; still waiting" if why == "heartbeat" else ""
                 console.print(f"[{_clock_text(elapsed)}] {text_of(st)}{still}", markup=False, soft_wrap=True)
 
-            def on_unreachable(message: str, elapsed: float, retry_in: float) -> None:
+            def on_transient(message: str, elapsed: float, retry_in: float) -> None:
                 console.print(f"[{_clock_text(elapsed)}] {job_name}: status unknown: {message}. The job keeps running "
                               f"in SageMaker; still waiting, next try in {retry_in:.0f} s (Ctrl-C stops waiting; "
                               f"`{again}` follows it again)", markup=False, soft_wrap=True)
 
-            st = waiting.follow(lambda: backend.status(job_name), interval=interval, on_status=on_status,
-                                on_unreachable=on_unreachable, heartbeat_s=heartbeat,
-                                sleep=sleep or time.sleep, clock=clock or time.monotonic)
+            st = follow(lambda: backend.status(job_name), interval=interval, on_status=on_status,
+                        on_transient=on_transient, heartbeat_s=heartbeat,
+                        sleep=sleep or time.sleep, clock=clock or time.monotonic)
     except KeyboardInterrupt:
         # Ctrl-C ends the waiting, not the job: say so, and how to get back to it.
         err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "

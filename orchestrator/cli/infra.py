@@ -33,7 +33,7 @@ def infra_deploy(
 
     params = infra.parse_parameters(param, kms=kms)
     cfn = infra.make_client("cloudformation", region)
-    plan = infra.prepare(cfn, stack_name, params)
+    plan = infra.plan_change_set(cfn, stack_name, params)
     if plan.nothing_to_do:
         out(f"stack {stack_name}: nothing to do (the deployed stack already matches the template and parameters)")
         return

@@ -32,7 +32,7 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
     (exit 1: a network failure is not bad input), saying the name is not known here.
     `read_only` (status, logs): a ledger this process cannot write is read as it is (noted on
     stderr), and what the backend says is not recorded in it."""
-    from orchestrator import aws, backends
+    from orchestrator import aws_errors, backends
     from orchestrator.errors import BackendError, InputError
     from orchestrator.ledger import Ledger
     from orchestrator.paths import home
@@ -59,12 +59,11 @@ def job_backend(job: str, region: str | None, read_only: bool = False):
                              hint=f"{check}; if it is a SageMaker or AWS Batch job in another region, pass --region"
                              ) from exc
         raise InputError(f"{exc.message}; the ledger records {job} ({entry.backend}, {entry.region}) as "
-                         f"{ledger_state(entry)}", hint=_ledger_hint(entry, exc)) from exc
+                         f"{ledger_status(entry)}", hint=_ledger_hint(entry, exc)) from exc
     except BackendError as exc:
-        if not found.guessed or not backends.could_not_ask(exc):
+        if not found.guessed or not aws_errors.never_asked(exc):
             raise
-        failure = aws.classify(exc)
-        if failure is None or failure.kind != "credentials":
+        if aws_errors.kind_of(exc) != "credentials":
             # No connection or no answer: a failure of the network or the endpoint (exit 1),
             # whatever the name; say too that it is not known here.
             raise BackendError(f"{exc.message}; {job} is in neither the ledger ({ledger.path}) nor the local "
@@ -106,17 +105,17 @@ def note_read_only(ledger) -> None:
             "said now is not recorded in it")
 
 
-def ledger_state(entry) -> str:
-    """A ledger row's state, and why when the ledger says: "failed: [permanent] ...",
+def ledger_status(entry) -> str:
+    """A ledger row's status, and why when the ledger says: "failed: [permanent] ...",
     "planned (never created: ...)", or "planned (not submitted yet)" for a row that waits
     for its submit (a sweep's queued trial)."""
-    if entry.state in ("planned", "submitting"):
+    if entry.status in ("planned", "submitting"):
         if entry.detail:
-            return f"{entry.state} (never created: {entry.detail})"
-        if entry.state == "planned":
+            return f"{entry.status} (never created: {entry.detail})"
+        if entry.status == "planned":
             return "planned (not submitted yet)"
         return "submitting (its submit has not finished, or was interrupted)"
-    return f"{entry.state}: {entry.detail}" if entry.detail else str(entry.state)
+    return f"{entry.status}: {entry.detail}" if entry.detail else str(entry.status)
 
 
 def _ledger_hint(entry, unknown) -> str | None:
@@ -124,16 +123,16 @@ def _ledger_hint(entry, unknown) -> str | None:
     backend's UnknownJob): the name is right, so never "check the name" for a job that was
     never created."""
     sweep = (f"`python -m orchestrator sweep status {entry.sweep_id}` shows its trial" if entry.sweep_id else None)
-    if entry.state not in ("planned", "submitting"):
+    if entry.status not in ("planned", "submitting"):
         return sweep or unknown.hint
     if entry.sweep_id:
-        if entry.state == "planned" and not entry.detail:
+        if entry.status == "planned" and not entry.detail:
             return f"{sweep}; the sweep's runner submits it in its turn"
         return (f"{sweep}; fix what kept it from being created, then `python -m orchestrator sweep resume "
                 f"{entry.sweep_id}` submits it again")
     if entry.detail:
         return "the job was never created: fix that, then submit its spec again (`python -m orchestrator submit SPEC`)"
-    if entry.state == "planned":
+    if entry.status == "planned":
         return "submit its spec (`python -m orchestrator submit SPEC`) to create the job"
     # A submit still running, or one killed before it created the job (or a local job whose
     # folder was removed since: the backend says where its jobs are).
@@ -164,7 +163,7 @@ def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
     when there is one, so that a dry run writes nothing) and in the backend, which knows the
     jobs other machines submitted. A dry run that cannot ask the backend says so and uses the
     ledger alone."""
-    from orchestrator import backends, reruns
+    from orchestrator import aws_errors, reruns
     from orchestrator.errors import BackendError
     from orchestrator.ledger import Ledger
     from orchestrator.paths import home
@@ -173,7 +172,7 @@ def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
     try:
         return reruns.rerun_name(loaded, names, backend, local=local)
     except BackendError as exc:
-        if not dry_run or not backends.could_not_ask(exc):
+        if not dry_run or not aws_errors.never_asked(exc):
             raise
         err(f"note: {backend.place} could not be asked which rerun names are taken ({exc.message}); the name "
             "below is free in this machine's ledger only")
@@ -357,11 +356,11 @@ def stop(
             return
         except UnknownJob:
             entry = backend.ledger.get(job)
-            if entry is None or not entry.state.is_terminal():
+            if entry is None or not entry.status.is_terminal():
                 raise
             # Ended in the ledger and unknown to the backend (a sweep trial cancelled before
             # submission, a submit refused for good): nothing runs under this name.
-            out(f"{job}: the ledger records it as {ledger_state(entry)}, and the {backend.name} backend has no "
+            out(f"{job}: the ledger records it as {ledger_status(entry)}, and the {backend.name} backend has no "
                 "job of this name; nothing to stop")
             return
         if st.terminal:

@@ -26,7 +26,7 @@ def prices_refresh(
 
     wanted = [t.strip() for item in types for t in item.split(",") if t.strip()] or prices.default_types()
     regions = region or [default_region()]
-    prices.check(wanted, regions)
+    prices.check_known(wanted, regions)
     refresh = prices.fetch(prices.client(), wanted, regions)
     if refresh.found:
         table = columns(("TYPE", "left"), ("REGION", "left"), ("PRICE", "right"), ("SKU", "left"))

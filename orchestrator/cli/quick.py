@@ -42,7 +42,7 @@ def check_spec(path: Path) -> None:
     from orchestrator import spec
 
     loaded = spec.load(path)
-    findings = doctor_rules.check(loaded)
+    findings = doctor_rules.findings(loaded)
     for finding in findings:
         if finding.severity != "error":
             err(finding_text(loaded, finding))

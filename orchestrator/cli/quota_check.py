@@ -44,7 +44,7 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
         return []
     for verdict in verdicts:
         say(f"quota: {verdict.describe()}")
-    quotas.check(verdicts, loaded.region)
+    quotas.require_fit(verdicts, loaded.region)
     return verdicts
 
 
@@ -84,7 +84,7 @@ def sweep_admission(definition, router, say: Callable[[str], None] = err):
         return None
     for trial, verdicts in zip(definition.trials, per_trial, strict=True):
         try:
-            quotas.check(verdicts, definition.region)
+            quotas.require_fit(verdicts, definition.region)
         except InputError as exc:
             raise InputError(f"trial {trial.trial_id}: {exc.message}", hint=exc.hint) from None
     flat = [v for verdicts in per_trial for v in verdicts]

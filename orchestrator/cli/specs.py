@@ -41,7 +41,7 @@ def doctor(
     from orchestrator import spec
 
     loaded = spec.load(path)
-    findings = doctor_rules.check(loaded)
+    findings = doctor_rules.findings(loaded)
     for finding in findings:
         out(finding_text(loaded, finding))
     bad = doctor_rules.errors(findings)
@@ -92,7 +92,7 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
     predicted = None
     if forecast.readable(prepared, read_stores):
         s3 = forecast.s3_client_for(loaded) if read_stores else None
-        history = forecast.History.read(prepared.locations.output, s3)
+        history = forecast.PriorRuns.read(prepared.locations.output, s3)
         predicted = forecast.forecast(prepared, history, s3)
     elif not as_json:
         err("forecast: not read (s3:// stores are read with --forecast)")

@@ -175,7 +175,7 @@ def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None)
 
 class SweepDisplay:
     """Progress of a running sweep: a live rich table on a terminal, event lines elsewhere, and
-    there a heartbeat line when nothing was printed for `waiting.heartbeat_seconds()` (a
+    there a heartbeat line when nothing was printed for `follow.heartbeat_seconds()` (a
     sweep of two-hour jobs must not look dead to a CI log)."""
 
     def __init__(self, runner, *, clock=None, heartbeat_s: float | None = None):
@@ -183,7 +183,7 @@ class SweepDisplay:
 
         from rich.console import Console
 
-        from orchestrator import waiting
+        from orchestrator.follow import heartbeat_seconds
 
         self.runner = runner
         self.console = Console()
@@ -191,7 +191,7 @@ class SweepDisplay:
         self.printed = 0
         self.interactive = self.console.is_terminal
         self.clock = clock or time.monotonic
-        self.heartbeat_s = None if self.interactive else (heartbeat_s or waiting.heartbeat_seconds())
+        self.heartbeat_s = None if self.interactive else (heartbeat_s or heartbeat_seconds())
         self.last_line = self.clock()
 
     def __enter__(self):
@@ -224,7 +224,7 @@ class SweepDisplay:
             table.add_column(column)
         for view in self.runner.views():
             table.add_row(*map(plain, (view.trial.trial_id, view.job_name, *((view.trial.backend,) if mixed else ()),
-                                        view.instance_type, view.state, (view.detail or "")[:80])))
+                                        view.instance_type, view.status, (view.detail or "")[:80])))
         events = Text("\n".join(progress.events[-5:]), style="dim")
         return Group(Text(head), table, events)
 
@@ -361,7 +361,7 @@ def sweep_resume(
     from orchestrator.ledger import Ledger
 
     ledger = Ledger()
-    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
     # A budget (or concurrency, max_retries) changed in the sweep's file counts, as for `sweep run`.
     try:
         definition, note = sweeps.reload_policy(ledger, definition)
@@ -399,10 +399,10 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
         for sweep_id in ids:
             counts: dict[str, int] = {}
             for entry in ledger.entries(sweep_id=sweep_id):
-                counts[entry.state] = counts.get(entry.state, 0) + 1
+                counts[entry.status] = counts.get(entry.status, 0) + 1
             out(f"{sweep_id}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + " (jobs)")
         return
-    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
     runner = sweeps.Runner(definition, sweep_backend(definition, ledger) if refresh else None, ledger)
     if refresh:
         runner.refresh()
@@ -410,7 +410,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     if as_json:
         out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
             "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
-            "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.state, "final": v.final,
+            "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.status, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
 
@@ -422,7 +422,7 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
         # Folded, never cut with "…": the table must show what each trial is in any width.
         table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try", "backend", "instance"))
     for v in views:
-        state = v.state + ("" if v.final or v.state != Status.FAILED else " (retry due)")
+        state = v.status + ("" if v.final or v.status != Status.FAILED else " (retry due)")
         table.add_row(*map(plain, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
             v.instance_type, state,
@@ -446,7 +446,7 @@ def sweep_stop(
     from orchestrator.ledger import Ledger
 
     ledger = Ledger()
-    definition = sweeps.load_definition(ledger, sweeps.resolve_target(ledger, target))
+    definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
     sweep_id = definition.sweep_id
     sweeps.request_stop(ledger, sweep_id)
     with sweeps.take_over(sweep_id, sweeps.runner_pid(ledger, sweep_id), wait):

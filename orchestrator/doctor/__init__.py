@@ -7,7 +7,8 @@ cost once (`cost.estimate`) and runs every rule on them: the backend's own
 LNC, spot, volume, preferences), `image`, `environment`, `model`, `budget`, `precompile`,
 `keep_alive`. The `Diagnosis` is what `request.prepare` takes on, so nothing is derived twice.
 It is pure (no network, no clock); findings come errors first, each with a stable rule id, a
-message, a fix and the spec field (`raise_for` turns it into file:line:column). The rules are
+message, a fix and the spec field (`raise_for` turns it into file:line:column); `findings(spec)` is
+the list alone. The rules are
 listed in docs/USAGE.md, "What the doctor checks".
 """
 
@@ -32,7 +33,7 @@ from orchestrator.errors import Problem, SpecError
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
 
-__all__ = ["Diagnosis", "Finding", "Severity", "check", "diagnose", "errors", "raise_for"]
+__all__ = ["Diagnosis", "Finding", "Severity", "diagnose", "errors", "findings", "raise_for"]
 
 
 class Diagnosis(NamedTuple):
@@ -66,7 +67,7 @@ def diagnose(spec: JobSpec) -> Diagnosis:
 NOT_THE_BACKENDS_TYPE = budget.NOT_THE_BACKENDS_TYPE
 
 
-def check(spec: JobSpec) -> list[Finding]:
+def findings(spec: JobSpec) -> list[Finding]:
     """All findings for `spec`, errors first (`diagnose(spec).findings`)."""
     return diagnose(spec).findings
 

@@ -3,14 +3,14 @@
 Contract:
 - `check_stack_name(name)` applies CloudFormation's rule for stack names (a letter, then
   letters, digits and hyphens, at most 128 characters) and raises InputError naming
-  `--stack-name`; `prepare`, `read_outputs`, `stack_status` and `operator_policy` call it
+  `--stack-name`; `plan_change_set`, `read_outputs`, `stack_status` and `operator_policy` call it
   before any AWS call, so an empty name never reaches DescribeStacks (which would list
   every stack).
 - `parse_parameters(pairs, kms)` checks `--param K=V` flags against the template's
   Parameters (name, AllowedValues, AllowedPattern, Number bounds, and whole numbers for a
   Number the template passes to an integer property such as a lifecycle rule's `...Days`)
   and raises InputError (exit 2) naming the flag.
-- `prepare(cfn, stack, params)` creates a change set (CREATE for a new stack, UPDATE for an
+- `plan_change_set(cfn, stack, params)` creates a change set (CREATE for a new stack, UPDATE for an
   existing one), waits until CloudFormation has computed it and returns a `ChangeSetPlan`
   with its changes, so the caller can show them before anything happens. When CloudFormation
   finds nothing to change ("No updates are to be performed", or a change set that "didn't
@@ -53,7 +53,7 @@ from orchestrator.infra.deploy import (
     StackEvent,
     discard,
     execute,
-    prepare,
+    plan_change_set,
     stack_status,
 )
 from orchestrator.infra.outputs import (
@@ -64,7 +64,7 @@ from orchestrator.infra.outputs import (
     read_outputs,
     write_outputs_file,
 )
-from orchestrator.infra.policy import OPERATOR_POLICY_RESOURCE, operator_policy, resolve
+from orchestrator.infra.policy import OPERATOR_POLICY_RESOURCE, evaluate, operator_policy
 from orchestrator.infra.template import (
     DEFAULT_STACK,
     KMS_PARAMETER,
@@ -80,7 +80,7 @@ from orchestrator.infra.template import (
 __all__ = [
     "CAPABILITIES", "DEFAULT_STACK", "FAILURE_STATES", "KMS_PARAMETER", "OPERATOR_POLICY_RESOURCE", "OUTPUT_KEYS",
     "REQUIRED_OUTPUTS", "STACK_NAME_MAX", "SUCCESS_STATES", "TEMPLATE", "UPDATABLE_STATES", "Change", "ChangeSetPlan",
-    "StackEvent", "StackOutputs", "check_outputs_target", "check_stack_name", "discard", "execute",
-    "integer_parameters", "load_template", "make_client", "operator_policy", "parse_parameters", "prepare",
-    "read_outputs", "resolve", "stack_status", "template_body", "write_outputs_file",
+    "StackEvent", "StackOutputs", "check_outputs_target", "check_stack_name", "discard", "evaluate", "execute",
+    "integer_parameters", "load_template", "make_client", "operator_policy", "parse_parameters", "plan_change_set",
+    "read_outputs", "stack_status", "template_body", "write_outputs_file",
 ]

@@ -1,9 +1,8 @@
 """The AWS edge of `infra`: the CloudFormation client, reading a stack, and CloudFormation's
-errors translated into ours (ValidationError -> InputError, the rest -> BackendError)."""
+errors worded as ours (an invalid request -> InputError, the rest -> BackendError; the kind of
+error is `aws_errors.classify`'s)."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from orchestrator.errors import BackendError, InputError
 from orchestrator.infra.template import DEFAULT_STACK
@@ -33,50 +32,45 @@ def describe_stack(cfn, stack_name: str) -> dict | None:
     return stacks[0] if stacks else None
 
 
-def status_of(stack: Mapping | None) -> str | None:
-    return None if stack is None else stack["StackStatus"]
-
-
-def error_code(exc: BaseException) -> tuple[str, str] | None:
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict) or "Error" not in response:
-        return None
-    error = response["Error"]
-    return str(error.get("Code", "")), str(error.get("Message", ""))
-
-
 def is_missing_stack(exc: BaseException) -> bool:
-    code = error_code(exc)
-    return code is not None and code[0] == "ValidationError" and "does not exist" in code[1]
+    """Whether CloudFormation answered that the stack does not exist (`aws_errors.is_not_found`)."""
+    from orchestrator import aws_errors
+
+    return aws_errors.is_not_found(exc)
 
 
 def is_no_changes(exc: BaseException) -> bool:
-    code = error_code(exc)
-    return code is not None and code[0] == "ValidationError" and any(m in code[1] for m in NO_CHANGES)
+    """Whether CloudFormation refused a change set because it changes nothing: an answer, not
+    an error (its validation error worded with one of NO_CHANGES)."""
+    from orchestrator import aws_errors
+
+    return aws_errors.kind_of(exc) == "invalid" and any(words in aws_errors.message_of(exc) for words in NO_CHANGES)
 
 
 def translate(exc: BaseException, doing: str, cfn, stack_name: str | None = None,
-               execution: bool = False) -> Exception:
-    """ClientError / BotoCoreError -> our error; anything else is a bug and is re-raised."""
-    from botocore.exceptions import BotoCoreError, NoCredentialsError
+              execution: bool = False) -> Exception:
+    """ClientError / BotoCoreError -> our error, worded for CloudFormation (what kind of error it
+    is, is `aws_errors.classify`'s); anything else is a bug and is re-raised."""
+    from botocore.exceptions import BotoCoreError, ClientError
 
-    from orchestrator import aws
+    from orchestrator import aws, aws_errors
 
-    code = error_code(exc)
-    if code is not None:
-        name, message = code
-        if name == "ValidationError" and not execution:
+    failure = aws_errors.classify(exc) if isinstance(exc, (ClientError, BotoCoreError)) else None
+    kind = failure.kind if failure is not None else None
+    if isinstance(exc, ClientError):
+        name, message = aws_errors.code_of(exc), aws_errors.message_of(exc)
+        if kind == "invalid" and not execution:
             return InputError(f"{doing}: CloudFormation refused the template or parameters: {message}",
                               hint="fix infra/stack.yaml or the --param values; cfn-lint infra/stack.yaml checks the "
                                    "template")
-        if name in ("AccessDenied", "AccessDeniedException", "InsufficientCapabilitiesException"):
+        if kind == "denied" or name == "InsufficientCapabilitiesException":
             return BackendError(f"{doing}: {name}: {message}",
                                 hint="deploying creates IAM roles, a bucket and (with --kms) a KMS key: run it with "
                                      "administrator credentials; the operator policy is for running jobs")
         return BackendError(f"{doing}: {name}: {message}",
                             hint=f"check the stack with aws cloudformation describe-stack-events --stack-name "
                                  f"{stack_name or DEFAULT_STACK}{region_flag(cfn)}")
-    if isinstance(exc, NoCredentialsError):
+    if kind == "credentials":
         return BackendError(f"{doing}: no AWS credentials found",
                             hint="configure credentials (aws configure, AWS_PROFILE or environment variables)")
     silent = aws.describe(exc)

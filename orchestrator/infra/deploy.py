@@ -20,7 +20,6 @@ from orchestrator.infra.cloudformation import (
     is_no_changes,
     region_flag,
     region_of,
-    status_of,
     translate,
 )
 from orchestrator.infra.outputs import StackOutputs, outputs_of, read_outputs
@@ -93,7 +92,7 @@ def stack_status(cfn, stack_name: str) -> str | None:
     return None if stack is None else stack["StackStatus"]
 
 
-def prepare(cfn, stack_name: str, parameters: Mapping[str, str], *, template_path: Path = TEMPLATE,
+def plan_change_set(cfn, stack_name: str, parameters: Mapping[str, str], *, template_path: Path = TEMPLATE,
             template: Mapping | None = None, description: str = DESCRIPTION,
             sleep: Callable[[float], None] = time.sleep, poll_s: float = 2.0, timeout_s: float = 600.0,
             clock: Callable[[], float] = time.monotonic) -> ChangeSetPlan:
@@ -174,7 +173,7 @@ def discard(cfn, plan: ChangeSetPlan, keep_stack: bool = False) -> None:
     target = plan.stack_id or plan.stack_name
     try:
         cfn.delete_change_set(StackName=plan.stack_name, ChangeSetName=plan.change_set_id or plan.change_set_name)
-        if plan.kind == "CREATE" and not keep_stack and status_of(describe_stack(cfn, target)) == "REVIEW_IN_PROGRESS":
+        if plan.kind == "CREATE" and not keep_stack and (describe_stack(cfn, target) or {}).get("StackStatus") == "REVIEW_IN_PROGRESS":
             cfn.delete_stack(StackName=target)
     except Exception as exc:  # noqa: BLE001
         raise translate(exc, f"deleting change set {plan.change_set_name} of stack {plan.stack_name}", cfn,
@@ -224,7 +223,7 @@ def execute(cfn, plan: ChangeSetPlan, *, on_event: Callable[[StackEvent], None] 
                 failed.append(event)
             on_event(event)
         stack = describe_stack(cfn, target)
-        status = status_of(stack) or "DELETE_COMPLETE"
+        status = stack["StackStatus"] if stack is not None else "DELETE_COMPLETE"
         if status in SUCCESS_STATES:
             return outputs_of(cfn, stack, plan.stack_name) if main_stack else _raw_outputs(stack)
         if status in FAILURE_STATES:
@@ -260,7 +259,7 @@ def _after_failed_execute(cfn, plan: ChangeSetPlan, error: Exception) -> Excepti
         return error
     target = plan.stack_id or plan.stack_name
     try:
-        if status_of(describe_stack(cfn, target)) != "REVIEW_IN_PROGRESS":
+        if (describe_stack(cfn, target) or {}).get("StackStatus") != "REVIEW_IN_PROGRESS":
             return error  # the stack moved on: something did run; leave it to the events
         discard(cfn, plan)
     except OrchestratorError as cleanup:

@@ -55,20 +55,20 @@ def operator_policy(outputs: StackOutputs | None, *, stack_name: str = DEFAULT_S
             "EncryptionKey.Arn": "arn:aws:kms:<REGION>:<ACCOUNT_ID>:key/<KEY_ID>",
         }
         conditions = {"UseKmsKey": False}
-    return resolve(document, context, conditions)
+    return evaluate(document, context, conditions)
 
 
-def resolve(node: Any, context: Mapping[str, str], conditions: Mapping[str, bool]) -> Any:
+def evaluate(node: Any, context: Mapping[str, str], conditions: Mapping[str, bool]) -> Any:
     """Evaluate the intrinsic functions of a template fragment (Ref, Fn::GetAtt, Fn::Sub,
     Fn::If, Fn::Join) against known values. A reference not in `context` raises InputError:
-    the template and this resolver have drifted apart."""
-    value = _resolve(node, context, conditions)
+    the template and this evaluator have drifted apart."""
+    value = _evaluate(node, context, conditions)
     return None if value is _NO_VALUE else value
 
 
-def _resolve(node: Any, context: Mapping[str, str], conditions: Mapping[str, bool]) -> Any:
+def _evaluate(node: Any, context: Mapping[str, str], conditions: Mapping[str, bool]) -> Any:
     if isinstance(node, list):
-        items = [_resolve(item, context, conditions) for item in node]
+        items = [_evaluate(item, context, conditions) for item in node]
         return [item for item in items if item is not _NO_VALUE]
     if not isinstance(node, dict):
         return node
@@ -80,7 +80,7 @@ def _resolve(node: Any, context: Mapping[str, str], conditions: Mapping[str, boo
             return _lookup(context, ".".join(arg) if isinstance(arg, list) else arg)
         if key == "Fn::Sub":
             text, extra = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1])
-            local = {**context, **{k: _resolve(v, context, conditions) for k, v in extra.items()}}
+            local = {**context, **{k: _evaluate(v, context, conditions) for k, v in extra.items()}}
             return re.sub(r"\$\{([^}]+)\}",
                           lambda m: "${" + m.group(1)[1:] + "}" if m.group(1).startswith("!")
                           else str(_lookup(local, m.group(1).strip())), text)
@@ -90,13 +90,13 @@ def _resolve(node: Any, context: Mapping[str, str], conditions: Mapping[str, boo
                 raise InputError(f"the template's condition {name!r} is unknown to orchestrator/infra/policy.py",
                                  hint=f"use a condition it evaluates ({', '.join(sorted(conditions)) or 'none'}), "
                                       "or teach operator_policy() in orchestrator/infra/policy.py this one")
-            return _resolve(when_true if conditions[name] else when_false, context, conditions)
+            return _evaluate(when_true if conditions[name] else when_false, context, conditions)
         if key == "Fn::Join":
             sep, parts = arg
-            return sep.join(str(p) for p in _resolve(parts, context, conditions))
+            return sep.join(str(p) for p in _evaluate(parts, context, conditions))
     out = {}
     for key, value in node.items():
-        resolved = _resolve(value, context, conditions)
+        resolved = _evaluate(value, context, conditions)
         if resolved is not _NO_VALUE:
             out[key] = resolved
     return out

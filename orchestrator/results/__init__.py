@@ -11,25 +11,32 @@ render.
 """
 
 from orchestrator.results.collect import DEFAULT_WORKERS, client_config, collect
-from orchestrator.results.columns import DEFAULT_SORT, select_columns, sort_rows, table_columns, varied_paths
+from orchestrator.results.columns import (
+    COLUMNS,
+    DEFAULT_SORT,
+    select_columns,
+    sort_rows,
+    table_columns,
+    varied_paths,
+)
 from orchestrator.results.page import render_html
 from orchestrator.results.read import (
     RESULTS_DIR,
     RESULTS_FILE,
     SCHEMA,
     ResultsPrefix,
-    Unreadable,
+    UnreadableResults,
     check_prefix,
     has_results,
     local_store_uri,
     parse,
 )
-from orchestrator.results.render import COLUMNS, render_csv, render_json, render_plot, render_table
+from orchestrator.results.render import render_csv, render_json, render_plot, render_table
 from orchestrator.results.rows import ERROR, MISSING, UNREADABLE, Collection, Row, build_row, in_sweep, rank
 
 __all__ = [
     "COLUMNS", "DEFAULT_SORT", "DEFAULT_WORKERS", "ERROR", "MISSING", "RESULTS_DIR", "RESULTS_FILE", "SCHEMA", "UNREADABLE",
-    "Collection", "ResultsPrefix", "Row", "Unreadable", "build_row", "check_prefix", "client_config",
+    "Collection", "ResultsPrefix", "Row", "UnreadableResults", "build_row", "check_prefix", "client_config",
     "collect", "has_results", "in_sweep", "local_store_uri", "parse", "rank", "render_csv", "render_json",
     "render_html", "render_plot", "render_table", "select_columns", "sort_rows", "table_columns", "varied_paths",
 ]

@@ -38,7 +38,7 @@ from orchestrator.results.read import (
     RESULTS_DIR,
     RESULTS_FILE,
     ResultsPrefix,
-    Unreadable,
+    UnreadableResults,
     check_prefix,
     parse,
 )
@@ -159,7 +159,7 @@ class _Collector:
         uri = self.store.uri(job)
         try:
             data = self.store.get(job)
-        except Unreadable as exc:
+        except UnreadableResults as exc:
             return Row(job=job, status=UNREADABLE, note=str(exc), uri=uri) if names.in_sweep(job, sweep) else None
         except Exception as exc:
             if not names.in_sweep(job, sweep):
@@ -171,7 +171,7 @@ class _Collector:
             return self.missing_row(job, uri)
         try:
             results = parse(data)
-        except Unreadable as exc:
+        except UnreadableResults as exc:
             if not names.in_sweep(job, sweep):
                 return None
             return Row(job=job, status=UNREADABLE, note=str(exc), uri=uri)

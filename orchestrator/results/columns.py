@@ -3,7 +3,7 @@
 Contract:
 - `table_columns(rows)` is what the table and the HTML page show, in order: the job, one column
   per field the rows' sweeps varied (`Row.varied`, dotted spec paths, in the order first
-  met), the fixed `render.COLUMNS`, the final loss, and the status last.
+  met), the fixed `COLUMNS`, the final loss, and the status last.
 - `varied_paths(rows)` are those dotted paths; CSV and JSON name them as columns too.
 - `sort_rows(rows, key)` orders rows by one column, named by its header (`samples/USD`), its
   Row attribute (`samples_per_dollar`) or a varied path (`training.optimizer.lr`), optionally
@@ -53,6 +53,36 @@ class Column:
         return self.key.startswith("varied:")
 
 
+# The table's fixed columns, in order.
+COLUMNS = (
+    # (header, Row attribute, format)
+    ("job", "job", "s"),
+    ("instance", "instance", "s"),
+    ("n", "count", "d"),
+    ("cores", "cores", "d"),
+    ("runtime", "runtime", "s"),
+    ("prec", "precision", "s"),
+    ("global batch", "global_batch", "d"),  # all workers' samples a step, not batch_size
+    ("step p50 s", "step_time_p50_s", ".4f"),
+    ("samples/s", "samples_per_s", ",.1f"),
+    ("USD/h", "price_per_hour", ".4f"),
+    ("USD/M samples", "cost_per_million_samples", ".4f"),
+    ("samples/USD", "samples_per_dollar", ",.0f"),
+    ("rel.", "relative", ".2f"),
+    ("MFU", "mfu", ".1%"),
+    ("TFLOP/USD", "tflop_per_dollar", ",.0f"),
+    ("NC util", "neuroncore_util", ".0f"),
+    ("vCPU", "host_vcpu", ".0f"),
+    ("compile s", "compile_s", ".1f"),
+    ("precompile s", "precompile_s", ".1f"),
+    ("cache hit", "cache_hit_ratio", ".0%"),
+    ("queue s", "queue_s", ".0f"),
+    ("run s", "run_s", ".0f"),
+    ("backend", "backend", "s"),
+    ("status", "status", "s"),
+)
+
+
 FINAL_LOSS = Column("final loss", "final_loss", ".4g")
 
 
@@ -67,8 +97,6 @@ def varied_paths(rows: Iterable[Row]) -> list[str]:
 
 def table_columns(rows: Iterable[Row]) -> list[Column]:
     """The table's columns for these rows (see the module docstring)."""
-    from orchestrator.results.render import COLUMNS  # render imports this module
-
     fixed = [Column(header, attr, fmt) for header, attr, fmt in COLUMNS]
     job = [c for c in fixed if c.key == "job"]
     status = [c for c in fixed if c.key == "status"]

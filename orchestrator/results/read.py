@@ -9,11 +9,11 @@ Contract:
 - `parse` validates an object with pydantic over `entrypoints.shared.results_schema.Results`, the
   classes the writer builds it with: extra keys are ignored (a newer v1 writer may add some),
   a field an earlier writer had not added yet reads as its default, and every field present
-  must have the schema's type and values. Anything else is `Unreadable`, with a reason a
+  must have the schema's type and values. Anything else is `UnreadableResults`, with a reason a
   user can act on: not UTF-8, not JSON (truncated?), not an object, an unknown or newer
   schema, the first field that is wrong (`field instance.count: ...`).
 - Keys and paths stay under the prefix: a job folder name that is not one plain path segment
-  is `Unreadable` and never read, and so is an object larger than `MAX_RESULTS_BYTES` (a
+  is `UnreadableResults` and never read, and so is an object larger than `MAX_RESULTS_BYTES` (a
   results.json is a few KiB), or, on a file:// prefix, one that is a FIFO, a device or a
   folder (a FIFO would block for ever, /dev/zero never end).
 """
@@ -33,7 +33,7 @@ from orchestrator.locations import RESULTS_DIR, results_uri
 MAX_RESULTS_BYTES = 4 * 1024 * 1024
 
 
-class Unreadable(Exception):
+class UnreadableResults(Exception):
     """A results object that exists but cannot be used; the message says why."""
 
 
@@ -47,24 +47,24 @@ def _adapter():
 
 
 def parse(data: bytes) -> Results:
-    """Parse one results.json object. Raises `Unreadable` with a reason a user can act on."""
+    """Parse one results.json object. Raises `UnreadableResults` with a reason a user can act on."""
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise Unreadable(f"not UTF-8 text (byte {exc.start})") from None
+        raise UnreadableResults(f"not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         truncated = "" if data.rstrip().endswith((b"}", b"]")) else " (truncated?)"
         # json's messages may end in "at" ("Unterminated string starting at"): a colon reads
         # right after every one of them, as in json's own str(exc).
-        raise Unreadable(f"not valid JSON{truncated}: {exc.msg}: line {exc.lineno} column {exc.colno}") from None
+        raise UnreadableResults(f"not valid JSON{truncated}: {exc.msg}: line {exc.lineno} column {exc.colno}") from None
     if not isinstance(doc, dict):
-        raise Unreadable(f"not a JSON object but {type(doc).__name__}")
+        raise UnreadableResults(f"not a JSON object but {type(doc).__name__}")
     found = doc.get("schema")
     if found != SCHEMA:
         newer = re.fullmatch(r"orchestrator\.results/v(\d+)", str(found))
         what = ("; a newer orchestrator wrote it: upgrade this one (`git pull` in its checkout) to read it"
                 if newer and int(newer.group(1)) > int(SCHEMA.rsplit("v", 1)[1]) else "")
-        raise Unreadable(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}{what}")
+        raise UnreadableResults(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}{what}")
     from pydantic import ValidationError
 
     try:
@@ -73,7 +73,7 @@ def parse(data: bytes) -> Results:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise Unreadable(f"field {where}: {first['msg']}{more}") from None
+        raise UnreadableResults(f"field {where}: {first['msg']}{more}") from None
 
 
 # --- where results live -------------------------------------------------------------------
@@ -123,7 +123,7 @@ def check_prefix(prefix: str, argument: str = "results prefix") -> str:
 def _segment(job: str) -> str:
     """`job` as one path segment under <prefix>/results/, so no key or path leaves the prefix."""
     if not job or job in (".", "..") or any(c in job for c in "/\\\x00"):
-        raise Unreadable(f"{job!r} is not a job folder name; not read")
+        raise UnreadableResults(f"{job!r} is not a job folder name; not read")
     return job
 
 
@@ -159,7 +159,7 @@ class ResultsPrefix:
         return sorted(names)
 
     def get(self, job: str) -> bytes | None:
-        """The job's results object, or None when it has none. `Unreadable` when it cannot be
+        """The job's results object, or None when it has none. `UnreadableResults` when it cannot be
         one (see the module docstring)."""
         key = f"{_segment(job)}/{RESULTS_FILE}"
         if self.local:
@@ -167,7 +167,7 @@ class ResultsPrefix:
 
             kind = not_a_file(self.store.path(key))
             if kind is not None:
-                raise Unreadable(f"is {kind}, not a regular file; not read")
+                raise UnreadableResults(f"is {kind}, not a regular file; not read")
         if self._sizes is not None:  # listed: no object there was none a moment ago
             size = self._sizes.get(key)
             if size is None:
@@ -176,7 +176,7 @@ class ResultsPrefix:
             info = self.store.stat(key)
             size = None if info is None else info.size
         if size is not None and size > MAX_RESULTS_BYTES:
-            raise Unreadable(f"{size} bytes: too large for a results object")
+            raise UnreadableResults(f"{size} bytes: too large for a results object")
         try:
             return self.store.get_bytes(key)
         except StorageError:

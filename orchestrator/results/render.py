@@ -18,35 +18,6 @@ from orchestrator.errors import InputError
 from orchestrator.results import columns
 from orchestrator.results.rows import Collection, Row
 
-COLUMNS = (
-    # (header, Row attribute, format)
-    ("job", "job", "s"),
-    ("instance", "instance", "s"),
-    ("n", "count", "d"),
-    ("cores", "cores", "d"),
-    ("runtime", "runtime", "s"),
-    ("prec", "precision", "s"),
-    ("global batch", "global_batch", "d"),  # all workers' samples a step, not batch_size
-    ("step p50 s", "step_time_p50_s", ".4f"),
-    ("samples/s", "samples_per_s", ",.1f"),
-    ("USD/h", "price_per_hour", ".4f"),
-    ("USD/M samples", "cost_per_million_samples", ".4f"),
-    ("samples/USD", "samples_per_dollar", ",.0f"),
-    ("rel.", "relative", ".2f"),
-    ("MFU", "mfu", ".1%"),
-    ("TFLOP/USD", "tflop_per_dollar", ",.0f"),
-    ("NC util", "neuroncore_util", ".0f"),
-    ("vCPU", "host_vcpu", ".0f"),
-    ("compile s", "compile_s", ".1f"),
-    ("precompile s", "precompile_s", ".1f"),
-    ("cache hit", "cache_hit_ratio", ".0%"),
-    ("queue s", "queue_s", ".0f"),
-    ("run s", "run_s", ".0f"),
-    ("backend", "backend", "s"),
-    ("status", "status", "s"),
-)
-
-
 # Columns computed from the price: marked "~" when the price is unverified (cost.rate).
 _PRICED = frozenset({"price_per_hour", "cost_per_million_samples", "samples_per_dollar", "relative",
                      "tflop_per_dollar"})

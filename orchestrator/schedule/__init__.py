@@ -38,7 +38,7 @@ import importlib
 # Public name -> the submodule that defines it. Imported on first use: the spec loader needs
 # `cron` alone, and `scheduler` imports the sweep runner.
 _EXPORTS = {
-    "MAX_SCAN": "cron", "ALIASES": "cron", "cron_problem": "cron", "timezone_problem": "cron",
+    "MAX_SCAN": "cron", "ALIASES": "cron",
     "require_schedule": "cron", "next_fires": "cron", "ticks_between": "cron",
     "ON_TIME_SECONDS": "scheduler", "MAX_SLEEP_SECONDS": "scheduler", "KEEP_HISTORY": "scheduler",
     "Due": "scheduler", "due": "scheduler", "TickReport": "scheduler", "schedule_key": "scheduler",

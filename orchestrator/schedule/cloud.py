@@ -4,7 +4,7 @@ Contract:
 - `deploy(plan, region)` uploads each trial's source archive to its content-addressed URI
   (the backend's own upload, `CloudBackend.upload_source`), then creates or updates the
   schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
-  (`infra.deploy.prepare/execute`): the change set is computed first and its changes are
+  (`infra.deploy.plan_change_set/execute`): the change set is computed first and its changes are
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
   before anything is uploaded (`sweep.check_budget`).
 - `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
@@ -52,7 +52,7 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
     sweeps.check_budget(plan)
     template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
     # The definition travels in the template: a body CloudFormation would refuse (51,200 bytes)
-    # is refused here, before the archives are uploaded (infra's prepare checks it again).
+    # is refused here, before the archives are uploaded (infra's plan_change_set checks it again).
     aws_contract.check_body("cloudformation", "CreateChangeSet", {
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
         "TemplateBody": template_body(template)},
@@ -63,7 +63,7 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
     for trial in plan.trials:
         backend.upload_source(trial.prepared)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
-    change = infra_deploy.prepare(cfn, cloud_stack.stack_name(plan), {}, template=template,
+    change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
                                   description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs

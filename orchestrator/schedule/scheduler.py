@@ -72,7 +72,7 @@ class TickReport:
     now: datetime
     planned: list[str] = field(default_factory=list)  # sweep ids of ticks submitted in this pass
     skipped: list[datetime] = field(default_factory=list)
-    progress: list[sweeps.Progress] = field(default_factory=list)
+    progress: list[sweeps.SweepProgress] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # tick sweeps another process is running
     next_fire: datetime | None = None
     notes: list[str] = field(default_factory=list)

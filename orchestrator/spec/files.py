@@ -18,7 +18,7 @@ from orchestrator.spec.source import MAX_SPEC_BYTES
 CLOSE_NAME_CUTOFF = 0.75
 
 
-class Unreadable(Exception):
+class UnreadableSpec(Exception):
     """Why a file cannot be read as a spec; the caller says where the file was named.
 
     `missing` is True when nothing is at the path (see `_missing_hint`); `hint` says what to
@@ -83,33 +83,33 @@ def read_text(path: Path) -> str:
     """The text of `path`, which must be a regular file of at most MAX_SPEC_BYTES UTF-8 bytes.
 
     Never opens anything but a regular file (a FIFO would block forever, /dev/zero never
-    ends) and never reads more than MAX_SPEC_BYTES + 1 bytes. Raises `Unreadable` whose
+    ends) and never reads more than MAX_SPEC_BYTES + 1 bytes. Raises `UnreadableSpec` whose
     message completes "<path> ...".
     """
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise Unreadable("does not exist", missing=True) from None
+        raise UnreadableSpec("does not exist", missing=True) from None
     except (OSError, ValueError) as exc:
-        raise Unreadable(f"cannot be read: {getattr(exc, 'strerror', None) or exc}", hint=_os_hint(exc)) from None
+        raise UnreadableSpec(f"cannot be read: {getattr(exc, 'strerror', None) or exc}", hint=_os_hint(exc)) from None
     if stat.S_ISDIR(info.st_mode):
-        raise Unreadable("is a directory, not a file")
+        raise UnreadableSpec("is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
-        raise Unreadable("is not a regular file (a device, pipe or socket?)")
+        raise UnreadableSpec("is not a regular file (a device, pipe or socket?)")
     too_big = f"is larger than {MAX_SPEC_BYTES} bytes; spec files are small"
     if info.st_size > MAX_SPEC_BYTES:
-        raise Unreadable(too_big)
+        raise UnreadableSpec(too_big)
     try:
         # O_NONBLOCK: if the path was swapped for a FIFO since the stat, opening must not block.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise Unreadable("is not a regular file (a device, pipe or socket?)")
+                raise UnreadableSpec("is not a regular file (a device, pipe or socket?)")
             raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
-        raise Unreadable(f"cannot be read: {exc.strerror or exc}", hint=_os_hint(exc)) from None
+        raise UnreadableSpec(f"cannot be read: {exc.strerror or exc}", hint=_os_hint(exc)) from None
     if len(raw) > MAX_SPEC_BYTES:
-        raise Unreadable(too_big)
+        raise UnreadableSpec(too_big)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,7 +117,7 @@ def read_text(path: Path) -> str:
 
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise Unreadable(f"is not UTF-8 text (byte {exc.start}): byte 0x{raw[exc.start]:02x} at line {line}, "
+        raise UnreadableSpec(f"is not UTF-8 text (byte {exc.start}): byte 0x{raw[exc.start]:02x} at line {line}, "
                           f"column {column} is not UTF-8 (a Latin-1 or Windows-1252 file?)",
                           hint=f"save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {shlex.quote(str(path))} > "
                                "NEW.yaml`, then use NEW.yaml", line=line, column=column) from None
@@ -141,6 +141,6 @@ def read_spec_file(path: Path) -> str:
     """`read_text` for a file named on the command line: problems are located at the file."""
     try:
         return read_text(path)
-    except Unreadable as exc:
+    except UnreadableSpec as exc:
         raise SpecError([Problem(str(path), exc.line, exc.column, "", str(exc))],
                         hint=_missing_hint(path) if exc.missing else exc.hint) from None

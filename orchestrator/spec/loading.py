@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import Problem, SpecError
-from orchestrator.spec.files import Unreadable, close_spec_name, read_spec_file, read_text
+from orchestrator.spec.files import UnreadableSpec, close_spec_name, read_spec_file, read_text
 from orchestrator.spec.models import REGION_PATTERN, JobSpec
 from orchestrator.spec.source import SourceMap, dotted, read_yaml, split_path
 
@@ -89,7 +89,7 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> tuple[dict, lis
     hint = "run `python -m orchestrator infra outputs --write <path>` after deploying the stack"
     try:
         text = read_text(path)
-    except Unreadable as exc:
+    except UnreadableSpec as exc:
         close = close_spec_name(path, referrer=smap.file) if exc.missing else None
         where = f"did you mean infra: {Path(ref).parent / close}? If not, " if close else ""
         raise SpecError([Problem(smap.file, line, col, "infra", f"infra outputs {path} {exc}")],

@@ -7,7 +7,7 @@ with `instance.type`; crossed with the grid and the draws). `load_sweep(path)` r
 loaded) or raises SpecError with located problems: unknown paths (with "did you mean"),
 paths that may not vary, duplicate or overlapping axes, a variant that sets `backend` without
 `instance.type`, zero trials, a bad cron (checked by
-`orchestrator.schedule.cron`). Expanding the axes into trials (and checking each trial's
+`spec.cron_syntax`). Expanding the axes into trials (and checking each trial's
 values) is `orchestrator.sweep`'s job.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from orchestrator.errors import Problem, SpecError
-from orchestrator.spec.files import Unreadable, close_spec_name, read_spec_file, read_text
+from orchestrator.spec.files import UnreadableSpec, close_spec_name, read_spec_file, read_text
 from orchestrator.spec.loading import document_kind, job_from_data, validate
 from orchestrator.spec.models import (
     INSTANCE_PATTERN,
@@ -270,15 +270,15 @@ def _variant_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
 
 
 def _schedule_problems(schedule: ScheduleSpec, smap: SourceMap) -> list[Problem]:
-    """The cron and time zone, checked by what reads them (`orchestrator.schedule.cron`)."""
-    from orchestrator.schedule import cron
+    """The cron and time zone, checked by `spec.cron_syntax`."""
+    from orchestrator.spec.cron_syntax import cron_problem, timezone_problem
 
     problems = []
-    why = cron.cron_problem(schedule.cron.strip())
+    why = cron_problem(schedule.cron.strip())
     if why:
         line, col = smap.find(("schedule", "cron"))
         problems.append(Problem(smap.file, line, col, "schedule.cron", why))
-    why = cron.timezone_problem(schedule.timezone)
+    why = timezone_problem(schedule.timezone)
     if why:
         line, col = smap.find(("schedule", "timezone"))
         problems.append(Problem(smap.file, line, col, "schedule.timezone", why))
@@ -300,7 +300,7 @@ def loads_sweep(text: str, filename: str = "<string>", base_dir: Path | None = N
     line, col = smap.find(("base",))
     try:
         base_text = read_text(base_path)
-    except Unreadable as exc:
+    except UnreadableSpec as exc:
         close = close_spec_name(base_path, referrer=filename) if exc.missing else None
         where = f"did you mean base: {Path(sweep.base).parent / close}? " if close else ""
         raise SpecError([Problem(filename, line, col, "base", f"base job spec {base_path} {exc}")],

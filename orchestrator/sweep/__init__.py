@@ -21,12 +21,12 @@ from orchestrator.sweep.definition import (
     TrialDef,
     clear_stop,
     completed_elsewhere,
+    find_sweep,
+    find_sweep_id,
     load_definition,
     record_runner,
     reload_policy,
     request_stop,
-    resolve_id,
-    resolve_target,
     runner_pid,
     save,
     sweep_ids,
@@ -37,7 +37,7 @@ from orchestrator.sweep.failures import (
     STOPPED_IN_FLIGHT,
     STOPPED_LEGACY,
     WAIT_KINDS,
-    classify,
+    failure_kind,
     submit_error_kind,
 )
 from orchestrator.sweep.history import History, TrialView
@@ -53,13 +53,13 @@ from orchestrator.sweep.process import (
     tell,
 )
 from orchestrator.sweep.router import Router
-from orchestrator.sweep.runner import Progress, Runner
+from orchestrator.sweep.runner import Runner, SweepProgress
 from orchestrator.sweep.stop import StopReport, stop
 
 __all__ = [
-    "Definition", "History", "Plan", "PlannedTrial", "Progress", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY",
-    "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "classify", "clear_stop", "completed_elsewhere",
+    "Definition", "History", "Plan", "PlannedTrial", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY", "SweepProgress",
+    "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "clear_stop", "failure_kind", "completed_elsewhere",
     "expand", "identify", "load_definition", "lock_holder", "log_path", "plan", "record_runner", "reload_policy",
-    "request_stop", "resolve_id", "resolve_target", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",
+    "request_stop", "find_sweep_id", "find_sweep", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",
     "submit_error_kind", "sweep_ids", "WAIT_KINDS", "STOPPED_BEFORE_SUBMISSION", "STOPPED_IN_FLIGHT", "Sigterm", "spawn", "take_over", "tell",
 ]

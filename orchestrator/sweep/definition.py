@@ -11,7 +11,7 @@ Contract:
 - `reload_policy` takes the run policy (budget, concurrency, max_retries) the sweep's file
   has now, so `sweep resume` honours a budget raised in the file.
 - A sweep is named by its id, its sweep name or a schedule's untimed id when one saved sweep
-  has it (`resolve_id`), or by its YAML file (`resolve_target`).
+  has it (`find_sweep_id`), or by its YAML file (`find_sweep`).
 - A sweep edited into a new id submits its trials again under the new names, even those
   whose exact spec already completed under the old id; `completed_elsewhere` names them.
 """
@@ -149,7 +149,7 @@ def save(planned: Plan, ledger: Ledger) -> Definition:
             for t in planned.trials:
                 ledger.record_intent(t.job_name, backend=t.trial.spec.backend, region=definition.region,
                                      spec_hash=t.prepared.spec_hash, request=t.prepared.request,
-                                     state="planned", sweep_id=definition.sweep_id,
+                                     status="planned", sweep_id=definition.sweep_id,
                                      trial_id=t.trial.trial_id, attempt=0,
                                      locations=t.prepared.locations.to_json())
     except RunnerBusy as exc:
@@ -213,13 +213,13 @@ def completed_elsewhere(ledger: Ledger, sweep_id: str, spec_hashes: dict[str, st
     if not spec_hashes:
         return {}
     by_hash: dict[str, str] = {}
-    for entry in ledger.entries(states=("completed",)):
+    for entry in ledger.entries(statuses=("completed",)):
         if entry.sweep_id != sweep_id:
             by_hash.setdefault(entry.spec_hash, entry.job_name)
     return {tid: by_hash[digest] for tid, digest in spec_hashes.items() if digest in by_hash}
 
 
-def resolve_id(ledger: Ledger, target: str) -> str:
+def find_sweep_id(ledger: Ledger, target: str) -> str:
     """The id of the one sweep in the ledger that `target` names: its id, or its sweep name
     (or a schedule's untimed id) when that fits exactly one saved sweep. Raises InputError
     (exit 2) for a name that fits several, listing them, or none, listing the known sweeps."""
@@ -240,7 +240,7 @@ def sweep_ids(ledger: Ledger) -> list[str]:
     return list(dict.fromkeys(e.sweep_id for e in ledger.entries() if e.sweep_id))
 
 
-def resolve_target(ledger: Ledger, target: str) -> str:
+def find_sweep(ledger: Ledger, target: str) -> str:
     """The id of the saved sweep `target` names: a sweep id, a sweep name (or a schedule's
     untimed id) that one saved sweep has, or its YAML file, which names the sweep `sweep run`
     saved from it or, for a schedule, its tick sweep. InputError (exit 2) for a file that does
@@ -249,7 +249,7 @@ def resolve_target(ledger: Ledger, target: str) -> str:
     from orchestrator.paths import is_file, unusable
 
     if not (target.endswith((".yaml", ".yml")) or is_file(target)):
-        return resolve_id(ledger, target)
+        return find_sweep_id(ledger, target)
     try:
         loaded = load_sweep(target)
     except SpecError as exc:
@@ -272,7 +272,7 @@ def resolve_target(ledger: Ledger, target: str) -> str:
                          "it is now, was never run (it may have been edited since it ran)", hint=hint)
     # One sweep, or a schedule's ticks (<id>-<time>): one is the answer, several are listed.
     try:
-        return resolve_id(ledger, ident.sweep_id)
+        return find_sweep_id(ledger, ident.sweep_id)
     except InputError as exc:
         raise InputError(f"{target}: {exc.message}", hint=exc.hint) from None
 

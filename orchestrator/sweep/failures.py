@@ -1,15 +1,16 @@
 """Why a sweep's job failed, and what the runner does about it.
 
 Contract:
-- `classify(detail)` reads a failure from its ledger detail: a failure the runner decided
+- `failure_kind(detail)` reads a failure from its ledger detail: a failure the runner decided
   starts with "[kind] "; one the backend reported is classified from its reason text
   (SageMaker's FailureReason; AWS Batch's status reason, container reason and exit code).
   capacity, spot, internal and lost are retryable (`RETRYABLE`); user errors (validation,
   access denied, an algorithm error) never are; budget marks a retry the budget refused.
-- `submit_error_kind(exc)` sorts an error of the runner's own calls (`aws.classify` decides
-  permanent against transient; the service's codes sort further): setup (no usable
-  credentials, or access denied: the run stops at once), throttled, quota and transient
-  (wait and try again: `WAIT_KINDS`), capacity (fail over), user (this request is refused).
+- `submit_error_kind(exc)` sorts an error of the runner's own calls by its
+  `aws_errors.classify` kind (an AWS error, not a job's reason: a different concept from
+  `failure_kind` above): setup (no usable credentials, or access denied: the run stops at once),
+  throttled, quota and transient (wait and try again: `WAIT_KINDS`), capacity (fail over), user
+  (this request is refused).
 - `STOPPED_*` are the details `sweep stop` leaves on the rows it stops; a runner step
   reopens those rows.
 """
@@ -18,17 +19,8 @@ from __future__ import annotations
 
 import re
 
-from orchestrator import aws
+from orchestrator import aws_errors
 from orchestrator.errors import BackendError, OrchestratorError
-
-# Error codes, as SageMaker (and botocore) spell them; which errors are permanent and which
-# transient is `aws.classify`'s table, these only sort them further.
-THROTTLE_CODES = aws.THROTTLE_CODES
-QUOTA_CODES = frozenset({"ResourceLimitExceeded"})
-CAPACITY_CODES = frozenset({"InsufficientCapacityError", "InsufficientCapacity", "CapacityError",
-                            "InsufficientInstanceCapacity"})
-USER_CODES = frozenset({"ValidationException", "ValidationError", "AccessDenied", "AccessDeniedException",
-                        "UnauthorizedOperation", "ResourceInUse", "NoSuchBucket", "ResourceNotFound"})
 
 # Failure kinds. The ledger's `detail` of a failure the runner decided starts with "[kind] ";
 # a failure reported by the backend is classified from its reason text.
@@ -82,7 +74,7 @@ STOPPED_IN_FLIGHT = "[stopped] by sweep stop while in flight"
 STOPPED_LEGACY = "[stopped] by sweep stop"
 
 
-def classify(detail: str | None) -> str:
+def failure_kind(detail: str | None) -> str:
     """The kind of a failure: capacity, spot, internal, lost (retryable) or user, budget."""
     text = detail or ""
     found = _KIND_PREFIX.match(text)
@@ -104,31 +96,23 @@ def budget_refused_reason(detail: str | None) -> str | None:
 
 
 def submit_error_kind(exc: OrchestratorError) -> str:
-    """What a failed call of the runner means, from `aws.classify` and the service's code:
-    setup (no usable credentials, or access denied: every call fails the same way, so the
-    sweep stops with the error), throttled, quota (wait and try again), capacity (fail over),
-    user (this request is refused: never retried), transient (5xx, no connection, no answer:
-    the job may or may not exist, so try again and reconcile)."""
+    """What a failed call of the runner means, from its `aws_errors.classify` kind: setup (no
+    usable credentials, or access denied: every call fails the same way, so the sweep stops
+    with the error), throttled, quota (wait and try again), capacity (fail over), user (this
+    request is refused: never retried), transient (5xx, no connection, no answer: the job may
+    or may not exist, so try again and reconcile)."""
     if not isinstance(exc, BackendError):
         return "user"
-    code = exc.code
-    if code in THROTTLE_CODES:
-        return "throttled"
-    if code in QUOTA_CODES:
-        return "quota"
-    if code in CAPACITY_CODES:
-        return "capacity"
-    failure = aws.classify(exc)
-    if failure is not None and failure.account_wide:
+    failure = aws_errors.classify(exc)
+    if failure is None:  # no code, no status: nothing says the request was refused
+        return "transient"
+    if failure.kind in ("throttled", "quota", "capacity"):
+        return failure.kind
+    if failure.account_wide:
         return "setup"
-    if code in USER_CODES or "already exists" in exc.message:
+    if "already exists" in exc.message:  # our own refusal of a name taken by another spec
         return "user"
-    if failure is not None:
-        return "user" if failure.permanent else "transient"
-    status = exc.http_status
-    if status is not None and 400 <= status < 500:
-        return "user"
-    return "transient"
+    return "user" if failure.permanent else "transient"
 
 
 def attempt_tag(info: dict, own_type: str) -> str:

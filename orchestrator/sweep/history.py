@@ -29,7 +29,7 @@ from orchestrator.sweep.failures import (
     STOPPED_IN_FLIGHT,
     STOPPED_LEGACY,
     budget_refused_reason,
-    classify,
+    failure_kind,
 )
 from orchestrator.sweep.router import Router
 
@@ -41,7 +41,7 @@ class TrialView:
     trial: TrialDef
     job_name: str
     attempt: int
-    state: Status
+    status: Status
     detail: str | None
     instance_type: str
     final: bool  # terminal, and no retry will follow
@@ -92,8 +92,8 @@ class History:
         the budget (raised since, maybe) again."""
         latest = history[-1]
         refused = budget_refused_reason(latest.detail) if reopen_budget else None
-        kind = classify(refused if refused is not None else latest.detail)
-        if latest.state != Status.FAILED:
+        kind = failure_kind(refused if refused is not None else latest.detail)
+        if latest.status != Status.FAILED:
             return "not failed"
         if kind not in RETRYABLE:
             return f"{kind} error: not retried"
@@ -120,9 +120,9 @@ class History:
                                      trial.chain[0], False))
                 continue
             latest = history[-1]
-            final = latest.state in (Status.COMPLETED, Status.STOPPED) or (
-                latest.state == Status.FAILED and isinstance(self.next_attempt(trial, history), str))
-            out.append(TrialView(trial, latest.job_name, latest.attempt, latest.state, latest.detail,
+            final = latest.status in (Status.COMPLETED, Status.STOPPED) or (
+                latest.status == Status.FAILED and isinstance(self.next_attempt(trial, history), str))
+            out.append(TrialView(trial, latest.job_name, latest.attempt, latest.status, latest.detail,
                                  self.attempt_info(trial, latest)["instance_type"], final))
         return out
 
@@ -151,7 +151,7 @@ class History:
         known = self.ledger.get_value(record)
         if isinstance(known, int):
             return known
-        if not entry.state.is_terminal() or self.backends is None \
+        if not entry.status.is_terminal() or self.backends is None \
                 or entry.job_name in self._billing_unknown:
             return None
         try:
@@ -223,7 +223,7 @@ class History:
             history = rows[trial.trial_id]  # views() saw a row for every trial
             latest = history[-1]
             detail = latest.detail or ""
-            if latest.state == Status.FAILED and budget_refused_reason(detail) is not None:
+            if latest.status == Status.FAILED and budget_refused_reason(detail) is not None:
                 nxt = self.next_attempt(trial, history, reopen_budget=True)
                 if isinstance(nxt, str):
                     continue
@@ -232,7 +232,7 @@ class History:
                         spent + cost.estimate(self.retry_spec(trial, nxt[0])).usd_max <= self.d.budget_usd:
                     return True
                 continue
-            if latest.state != Status.STOPPED or not detail.startswith(STOPPED_LEGACY):
+            if latest.status != Status.STOPPED or not detail.startswith(STOPPED_LEGACY):
                 continue
             if not detail.startswith(STOPPED_IN_FLIGHT):
                 return True  # cancelled before submission (planned again), or a legacy row

@@ -80,7 +80,7 @@ MAX_TRANSIENT_RETRIES = 10
 
 
 @dataclass(frozen=True)
-class Progress:
+class SweepProgress:
     """Where a run stands after a step: counts by state, what is in flight, recent events."""
 
     sweep_id: str
@@ -113,7 +113,7 @@ class Runner(History):
     def __init__(self, definition: Definition, backend: Router | Backend | None, ledger: Ledger, *,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
-                 backoff_cap: float = 300.0, on_progress: Callable[[Progress], None] | None = None,
+                 backoff_cap: float = 300.0, on_progress: Callable[[SweepProgress], None] | None = None,
                  count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None,
                  max_transient_retries: int = MAX_TRANSIENT_RETRIES, admission=None):
         super().__init__(definition, backend, ledger)
@@ -207,7 +207,7 @@ class Runner(History):
             return
         for history in self.rows().values():
             latest = history[-1]
-            if latest.state not in (Status.SUBMITTED, Status.RUNNING):
+            if latest.status not in (Status.SUBMITTED, Status.RUNNING):
                 continue
             try:
                 status = self.backend_of(latest).status(latest.job_name)
@@ -237,7 +237,7 @@ class Runner(History):
                 if status.billable_seconds is not None:
                     self.ledger.put_value(key(self.d.sweep_id, f"billed:{latest.job_name}"),
                                           int(status.billable_seconds))
-            elif status.status == Status.RUNNING and latest.state == Status.SUBMITTED:
+            elif status.status == Status.RUNNING and latest.status == Status.SUBMITTED:
                 target = Status.RUNNING
             else:
                 continue
@@ -257,7 +257,7 @@ class Runner(History):
     def _plan_attempt(self, trial: TrialDef, name: str, attempt: int, prepared: request.Prepared) -> None:
         """The attempt's `planned` ledger row: from here on `step` submits it."""
         self.ledger.record_intent(name, backend=trial.backend, region=self.d.region,
-                                  spec_hash=prepared.spec_hash, request=prepared.request, state=Status.PLANNED,
+                                  spec_hash=prepared.spec_hash, request=prepared.request, status=Status.PLANNED,
                                   sweep_id=self.d.sweep_id, trial_id=trial.trial_id, attempt=attempt,
                                   locations=prepared.locations.to_json())
         self._acted += 1
@@ -269,7 +269,7 @@ class Runner(History):
         spent: float | None = None
         for trial in self.d.trials:
             history = rows.get(trial.trial_id)
-            if not history or history[-1].state != Status.FAILED:
+            if not history or history[-1].status != Status.FAILED:
                 continue
             nxt = self.next_attempt(trial, history, reopen_budget=True)
             if isinstance(nxt, str):
@@ -330,7 +330,7 @@ class Runner(History):
                 continue
             latest = history[-1]
             detail = latest.detail or ""
-            if latest.state != Status.STOPPED or not detail.startswith(STOPPED_LEGACY):
+            if latest.status != Status.STOPPED or not detail.startswith(STOPPED_LEGACY):
                 continue
             before = self._stopped_before_submission(latest)
             if before is None:
@@ -371,7 +371,7 @@ class Runner(History):
         self._noted_elsewhere = True
         fresh = {}
         for trial_id, history in self.rows().items():
-            if len(history) == 1 and history[0].state == Status.PLANNED and history[0].attempt == 0:
+            if len(history) == 1 and history[0].status == Status.PLANNED and history[0].attempt == 0:
                 fresh[trial_id] = history[0].spec_hash
         found = completed_elsewhere(self.ledger, self.d.sweep_id, fresh)
         if found:
@@ -419,7 +419,7 @@ class Runner(History):
             previous_type = trial.chain[0]
             for attempt in sorted(attempts):
                 name, entry = attempts[attempt], known.get(attempt)
-                if entry is not None and entry.state != Status.PLANNED:
+                if entry is not None and entry.status != Status.PLANNED:
                     previous_type = self.attempt_info(trial, entry)["instance_type"]
                     continue
                 try:
@@ -480,13 +480,13 @@ class Runner(History):
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
         for entry in latest:
-            if entry.state == Status.SUBMITTING and not self.backing_off():
+            if entry.status == Status.SUBMITTING and not self.backing_off():
                 self._submit(entry, reconcile=True)
         if self.backing_off():
             return
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
-        own = {e.job_name for e in latest if e.state in IN_FLIGHT}
+        own = {e.job_name for e in latest if e.status in IN_FLIGHT}
         try:
             elsewhere = self._elsewhere(own)
         except BackendError as exc:
@@ -498,7 +498,7 @@ class Runner(History):
         room = self.d.concurrency - len(own) - len(elsewhere)
         adopted = set()
         for entry in latest:
-            if entry.state == Status.PLANNED and entry.job_name in elsewhere:
+            if entry.status == Status.PLANNED and entry.job_name in elsewhere:
                 # Another machine created this very job: adopt it instead of creating it.
                 if self.ledger.transition(entry.job_name, Status.SUBMITTED, detail="adopted: submitted elsewhere",
                                           expect=(Status.PLANNED,)):
@@ -506,9 +506,9 @@ class Runner(History):
                 adopted.add(entry.job_name)
         self._last_elsewhere = len(elsewhere - adopted)
         self.quota_wait = None
-        held = [e.request for e in latest if e.state in IN_FLIGHT]  # and what this round submits
+        held = [e.request for e in latest if e.status in IN_FLIGHT]  # and what this round submits
         for entry in latest:
-            if entry.state != Status.PLANNED or entry.job_name in adopted:
+            if entry.status != Status.PLANNED or entry.job_name in adopted:
                 continue
             if room <= 0 or self.backing_off() or self.stop_requested():
                 return
@@ -539,7 +539,7 @@ class Runner(History):
                 # A quota reached while jobs of this sweep run frees up as they end: waiting for
                 # them is not a failure that repeats.
                 others = [e for e in self.ledger.entries(sweep_id=self.d.sweep_id)
-                          if e.state in (Status.SUBMITTED, Status.RUNNING) and e.job_name != entry.job_name]
+                          if e.status in (Status.SUBMITTED, Status.RUNNING) and e.job_name != entry.job_name]
                 self._backoff(f"{entry.job_name}: {exc.message}", "submit", exc,
                               bounded=not (kind == "quota" and others))
                 return False
@@ -554,7 +554,7 @@ class Runner(History):
         self._event(f"{entry.job_name}: {verb}" + (" after a crash" if reconcile and result.created else ""))
         return True
 
-    def step(self) -> Progress:
+    def step(self) -> SweepProgress:
         """One round: reopen what `sweep stop` stopped, refresh in-flight jobs, plan retries,
         submit what fits."""
         self._last_elsewhere = 0
@@ -569,19 +569,19 @@ class Runner(History):
         self.submit_ready()
         return self.progress()
 
-    def progress(self, stopped: bool = False) -> Progress:
+    def progress(self, stopped: bool = False) -> SweepProgress:
         views = self.views()
         counts: dict[str, int] = {}
         for view in views:
-            counts[view.state] = counts.get(view.state, 0) + 1
-        in_flight = sum(1 for v in views if v.state in IN_FLIGHT)
+            counts[view.status] = counts.get(view.status, 0) + 1
+        in_flight = sum(1 for v in views if v.status in IN_FLIGHT)
         waiting = self._not_before if self._not_before > self.clock() else None
         reason = self._waiting_reason if waiting else self.quota_wait
-        return Progress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
+        return SweepProgress(self.d.sweep_id, len(views), counts, in_flight, self._last_elsewhere,
                         waiting, reason, tuple(self._events),
                         done=all(v.final for v in views), stopped=stopped, event_count=self._event_count)
 
-    def run(self, *, max_steps: int | None = None) -> Progress:
+    def run(self, *, max_steps: int | None = None) -> SweepProgress:
         """Step until every trial is final or the sweep is stopped, sleeping between rounds."""
         steps = 0
         while True:

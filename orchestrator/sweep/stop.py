@@ -34,12 +34,12 @@ def stop(sweep: History) -> StopReport:
     stopped_jobs, cancelled, errors = [], [], []
     for attempts in sweep.rows().values():
         entry = attempts[-1]
-        if entry.state == Status.PLANNED:
+        if entry.status == Status.PLANNED:
             if ledger.transition(entry.job_name, Status.STOPPED, detail=STOPPED_BEFORE_SUBMISSION,
                                  expect=(Status.PLANNED,)):
                 cancelled.append(entry.job_name)
             continue
-        if not entry.state.in_flight():
+        if not entry.status.in_flight():
             continue
         backend = sweep.backend_of(entry)  # each job on its own trial's backend
         try:
@@ -49,7 +49,7 @@ def stop(sweep: History) -> StopReport:
             # it: nothing runs, and a resume may create it under this name. A job the ledger
             # saw created but the backend lost is treated as stopped in flight: a resume gives
             # it a new name, never one the backend may still hold.
-            never = entry.state == Status.SUBMITTING
+            never = entry.status == Status.SUBMITTING
             ledger.transition(entry.job_name, Status.STOPPED, detail=(
                 f"{STOPPED_BEFORE_SUBMISSION} (never created)" if never else f"{STOPPED_IN_FLIGHT} (job not found)"),
                 expect=tuple(IN_FLIGHT))

@@ -27,9 +27,10 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from entrypoints.launcher.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
+from orchestrator.aws_errors import code_of, is_definite_refusal, is_not_found
 from orchestrator.backends import JobStatus, Submitted, UnknownJob, record_status
 from orchestrator.backends.cloud import CloudBackend
-from orchestrator.backends.sagemaker_errors import code_of, is_definite_refusal, translate
+from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
@@ -416,7 +417,7 @@ class BatchBackend(CloudBackend):
                         try:
                             page = self.logs_client.get_log_events(**args)
                         except ClientError as exc:
-                            if code_of(exc) == "ResourceNotFoundException":
+                            if is_not_found(exc):
                                 break  # the stream appears with the attempt's first line
                             raise
                     for event in page.get("events", []):

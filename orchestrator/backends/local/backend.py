@@ -26,8 +26,8 @@ from entrypoints.shared import contract
 from entrypoints.shared.atomic import write_json
 from orchestrator.backends import (
     DamagedStatus,
+    JobProgress,
     JobStatus,
-    Progress,
     Submitted,
     UnknownJob,
     progress_of,
@@ -195,7 +195,7 @@ class LocalBackend:
         tags = prepared.job.get("tags") or {}
         job_dir = self.job_dir(name)
         known = self.ledger.get(name)
-        if not (job_dir / STATUS_FILE).exists() and (known is None or known.state in ("planned", "submitting")):
+        if not (job_dir / STATUS_FILE).exists() and (known is None or known.status in ("planned", "submitting")):
             # Read-only, so before the intent: a submit refused for its data leaves no ledger row.
             self._check_folders(prepared)
             self._check_channels(prepared.request)
@@ -206,12 +206,12 @@ class LocalBackend:
                                           locations=prepared.locations.to_json())
         if entry.spec_hash != prepared.spec_hash or entry.backend != self.name:
             raise InputError(f"the job name {name} is already in the ledger for another spec "
-                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.state})",
+                             f"({entry.backend}, spec {entry.spec_hash[:8]}, {entry.status})",
                              hint="change the spec's name so the job name differs")
-        if (job_dir / STATUS_FILE).exists() or entry.state not in ("planned", "submitting"):
+        if (job_dir / STATUS_FILE).exists() or entry.status not in ("planned", "submitting"):
             # It ran (or runs) already: never twice.
             return Submitted(name, created=False)
-        if entry.state == "planned":
+        if entry.status == "planned":
             self.ledger.transition(name, "submitting", expect=("planned",))
         try:
             self._upload_source(prepared)
@@ -433,12 +433,12 @@ class LocalBackend:
 
     def _record(self, status: JobStatus) -> None:
         entry = self.ledger.get(status.job_name)
-        if entry is not None and entry.state in (Status.PLANNED, Status.SUBMITTING) and \
+        if entry is not None and entry.status in (Status.PLANNED, Status.SUBMITTING) and \
                 Status(status.status).recorded() == Status.SUBMITTED:
             return  # the submit that wrote the intent moves it on
         record_status(self.ledger, self.name, status, expect=_RECORDED_FROM)
 
-    def progress(self, job_name: str) -> Progress | None:
+    def progress(self, job_name: str) -> JobProgress | None:
         """The first host's results.json in the job's tree (launch.py rewrites it at every
         heartbeat; it is also what travels in output.tar.gz); None when there is none yet."""
         path = self.job_dir(job_name) / host_names(1)[0] / contract.OUTPUT_DATA_DIR / "results.json"

@@ -31,14 +31,10 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import ClassVar
 
+from orchestrator.aws_errors import is_definite_refusal, is_not_found, kind_of
 from orchestrator.backends import JobStatus, Submitted, record_status
 from orchestrator.backends.cloud import CloudBackend
-from orchestrator.backends.sagemaker_errors import (
-    code_of,
-    is_definite_refusal,
-    is_not_found,
-    translate,
-)
+from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import BackendError, OrchestratorError
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_SPEC_HASH
@@ -204,7 +200,7 @@ class SageMakerBackend(CloudBackend):
         try:
             response = self.sm.create_training_job(**prepared.request)
         except (ClientError, BotoCoreError) as exc:
-            if code_of(exc) == "ResourceInUse":
+            if kind_of(exc) == "conflict":
                 existing = self._describe_or_none(name)
                 if existing is not None:
                     return self._adopt(existing, prepared)

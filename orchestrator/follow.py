@@ -6,10 +6,10 @@ Contract:
   elapsed, "change")`; when `heartbeat_s` is set (stdout is not a terminal: CI logs, nohup),
   a status unchanged for `heartbeat_s` goes to `on_status(st, elapsed, "heartbeat")`, so a
   two-hour "running" still prints a line a minute.
-- A status that cannot be read for a reason that says nothing about the job (`unreachable`:
-  no connection, a timeout, throttling, a 5xx after botocore's own retries) does not end the
-  wait: the job keeps running in SageMaker. `on_unreachable(message, elapsed, retry_in)` is
-  called and the next read waits with exponential backoff (interval x 2^n, at most
+- A status that cannot be read for a reason that says nothing about the job
+  (`aws_errors.is_transient`: no connection, a timeout, throttling, a 5xx after botocore's own
+  retries) does not end the wait: the job keeps running in SageMaker.
+  `on_transient(message, elapsed, retry_in)` is called and the next read waits with exponential backoff (interval x 2^n, at most
   `max_backoff_s`): a laptop that sleeps or changes Wi-Fi picks the job up again. The first
   read that works is reported as a change. Any other error (access denied, no such job) is
   raised.
@@ -22,8 +22,9 @@ import os
 import time
 from collections.abc import Callable
 
+from orchestrator.aws_errors import is_transient
 from orchestrator.backends import JobStatus
-from orchestrator.errors import BackendError, InputError, OrchestratorError
+from orchestrator.errors import InputError, OrchestratorError
 
 # A line at least this often while a job runs and stdout is not a terminal.
 DEFAULT_HEARTBEAT_S = 60.0
@@ -47,25 +48,9 @@ def heartbeat_seconds() -> float:
     return value
 
 
-def unreachable(error: BaseException) -> bool:
-    """Whether `error` (one of ours, raised from a botocore error) only says the service could
-    not be asked now: a connection or timeout failure, throttling, or a 5xx: what
-    `aws.classify` calls transient. An answer about the request (access denied, no such job,
-    bad credentials) is not. Without a botocore error behind it, the code and status decide."""
-    from orchestrator import aws
-
-    if not isinstance(error, BackendError):
-        return False
-    failure = aws.classify(error)
-    if failure is not None:
-        return not failure.permanent
-    status = error.http_status
-    return error.code in aws.THROTTLE_CODES or (status is not None and (status >= 500 or status == 429))
-
-
 def follow(read_status: Callable[[], JobStatus], *, interval: float,
            on_status: Callable[[JobStatus, float, str], None],
-           on_unreachable: Callable[[str, float, float], None],
+           on_transient: Callable[[str, float, float], None],
            heartbeat_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic, max_backoff_s: float = MAX_BACKOFF_S) -> JobStatus:
     """Poll until the job is terminal (see the module docstring); returns its last status."""
@@ -77,11 +62,11 @@ def follow(read_status: Callable[[], JobStatus], *, interval: float,
         try:
             st = read_status()
         except OrchestratorError as exc:
-            if not unreachable(exc):
+            if not is_transient(exc):
                 raise
             failures += 1
             delay = min(max_backoff_s, interval * 2 ** failures)
-            on_unreachable(exc.message, clock() - start, delay)
+            on_transient(exc.message, clock() - start, delay)
             last, last_line = None, clock()  # the first status read again is shown
             sleep(delay)
             continue

@@ -8,7 +8,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from cli_harness import run_cli
 
-from orchestrator import waiting
+from orchestrator import follow as following
 from orchestrator.backends import JobStatus
 from orchestrator.backends.sagemaker.backend import SageMakerBackend, translate
 from orchestrator.errors import BackendError, JobFailed
@@ -65,10 +65,10 @@ def test_an_outage_is_waited_through_with_backoff_and_said():
     clock = Clock()
     seen, outages = [], []
     timeout = translated(ReadTimeoutError(endpoint_url="http://127.0.0.1:9/"))
-    final = waiting.follow(statuses(RUNNING, connection_error(), client_error("ThrottlingException", 400), timeout,
+    final = following.follow(statuses(RUNNING, connection_error(), client_error("ThrottlingException", 400), timeout,
                                     client_error("InternalFailure", 503), RUNNING, DONE),
                            interval=15, on_status=lambda st, elapsed, why: seen.append((st.status, why)),
-                           on_unreachable=lambda message, elapsed, retry_in: outages.append((message, retry_in)),
+                           on_transient=lambda message, elapsed, retry_in: outages.append((message, retry_in)),
                            sleep=clock.sleep, clock=clock)
     assert final == DONE
     assert [retry for _, retry in outages] == [30, 60, 120, 240]  # interval x 2^n
@@ -81,15 +81,15 @@ def test_an_outage_is_waited_through_with_backoff_and_said():
 def test_the_backoff_is_capped():
     clock = Clock()
     outages = []
-    waiting.follow(statuses(*[connection_error()] * 8, DONE), interval=15, on_status=lambda *a: None,
-                   on_unreachable=lambda m, e, retry: outages.append(retry), sleep=clock.sleep, clock=clock)
-    assert max(outages) == waiting.MAX_BACKOFF_S and outages[-1] == 300
+    following.follow(statuses(*[connection_error()] * 8, DONE), interval=15, on_status=lambda *a: None,
+                   on_transient=lambda m, e, retry: outages.append(retry), sleep=clock.sleep, clock=clock)
+    assert max(outages) == following.MAX_BACKOFF_S and outages[-1] == 300
 
 
 @pytest.mark.parametrize("error", [client_error("AccessDeniedException", 400), client_error("ValidationException", 400)])
 def test_an_answer_about_the_request_is_not_an_outage(error):
     with pytest.raises(BackendError) as info:
-        waiting.follow(statuses(error), interval=1, on_status=lambda *a: None, on_unreachable=lambda *a: None,
+        following.follow(statuses(error), interval=1, on_status=lambda *a: None, on_transient=lambda *a: None,
                        sleep=lambda s: None, clock=lambda: 0.0)
     assert info.value is error
 
@@ -97,28 +97,28 @@ def test_an_answer_about_the_request_is_not_an_outage(error):
 def test_a_heartbeat_off_a_terminal_every_interval_while_nothing_changes():
     clock = Clock()
     lines = []
-    waiting.follow(statuses(*[RUNNING] * 30, DONE), interval=10, heartbeat_s=60,
-                   on_status=lambda st, elapsed, why: lines.append((elapsed, why)), on_unreachable=lambda *a: None,
+    following.follow(statuses(*[RUNNING] * 30, DONE), interval=10, heartbeat_s=60,
+                   on_status=lambda st, elapsed, why: lines.append((elapsed, why)), on_transient=lambda *a: None,
                    sleep=clock.sleep, clock=clock)
     assert lines == [(0, "change"), (60, "heartbeat"), (120, "heartbeat"), (180, "heartbeat"), (240, "heartbeat"),
                      (300, "change")]
     quiet = []
-    waiting.follow(statuses(*[RUNNING] * 30, DONE), interval=10, on_status=lambda st, e, why: quiet.append(why),
-                   on_unreachable=lambda *a: None, sleep=Clock().sleep, clock=clock)
+    following.follow(statuses(*[RUNNING] * 30, DONE), interval=10, on_status=lambda st, e, why: quiet.append(why),
+                   on_transient=lambda *a: None, sleep=Clock().sleep, clock=clock)
     assert quiet == ["change", "change"]  # on a terminal: only changes (the spinner shows the rest)
 
 
 def test_heartbeat_interval_defaults_to_a_minute_and_is_overridable(monkeypatch):
-    monkeypatch.delenv(waiting.HEARTBEAT_VARIABLE, raising=False)
-    assert waiting.heartbeat_seconds() == 60
-    monkeypatch.setenv(waiting.HEARTBEAT_VARIABLE, "5")
-    assert waiting.heartbeat_seconds() == 5
+    monkeypatch.delenv(following.HEARTBEAT_VARIABLE, raising=False)
+    assert following.heartbeat_seconds() == 60
+    monkeypatch.setenv(following.HEARTBEAT_VARIABLE, "5")
+    assert following.heartbeat_seconds() == 5
     from orchestrator.errors import InputError
 
     for bad in ("0", "-3", "soon", "inf"):
-        monkeypatch.setenv(waiting.HEARTBEAT_VARIABLE, bad)
-        with pytest.raises(InputError, match=waiting.HEARTBEAT_VARIABLE):
-            waiting.heartbeat_seconds()
+        monkeypatch.setenv(following.HEARTBEAT_VARIABLE, bad)
+        with pytest.raises(InputError, match=following.HEARTBEAT_VARIABLE):
+            following.heartbeat_seconds()
 
 
 class ScriptedBackend:
@@ -218,14 +218,14 @@ def test_logs_follow_ends_with_the_final_status_and_reason(orch_home, monkeypatc
 
 def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys):
     from orchestrator.cli.sweep import SweepDisplay
-    from orchestrator.sweep import Progress
+    from orchestrator.sweep import SweepProgress
 
     clock = Clock()
     display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
     assert not display.interactive
 
-    def progress(events: tuple[str, ...], count: int) -> Progress:
-        return Progress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, events, False, event_count=count)
+    def progress(events: tuple[str, ...], count: int) -> SweepProgress:
+        return SweepProgress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, events, False, event_count=count)
 
     display(progress(("10:00:00 demo-1a2b3c4d-t1: submitted",), 1))
     for _ in range(8):  # a runner's polls, 30 s apart, with nothing new
