@@ -50,4 +50,5 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check orchestrator entrypoints tests bench
+	$(VENV)/bin/lint-imports pyproject.toml --no-cache
 	$(VENV)/bin/cfn-lint infra/stack.yaml

@@ -311,3 +311,12 @@ def test_the_name_comparison_reader_sees_each_form():
     source = ('a = spec.backend == "batch"\nb = backend in ("sagemaker", "batch")\nc = "local" != backend_name\n'
               'd = kind.cloud\ne = mode == "tarball"\nf = arn["service"] != "batch"\n')
     assert _name_comparisons(source) == [1, 2, 3]
+
+
+def test_the_layers_hold_as_import_linter_reads_them(capsys):
+    """The layer table of docs/ARCHITECTURE.md, as pyproject.toml's import-linter contracts: no
+    upward import, no circle between layers, the container rule, the registry imports no backend."""
+    from importlinter.cli import lint_imports
+
+    kept = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    assert kept == 0, capsys.readouterr().out
