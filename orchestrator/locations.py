@@ -13,7 +13,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from entrypoints.shared.results_schema import RESULTS_FILE
 from orchestrator import names
 from orchestrator.paths import home
 
@@ -24,6 +23,10 @@ if TYPE_CHECKING:
 ARCHIVE_NAME = "sourcedir.tar.gz"
 TENSORBOARD_DIR = "tensorboard"
 RESULTS_DIR = "results"  # <output>/results/<job>/results.json (docs/RESULTS.md)
+# The container writes it under this name (`entrypoints.shared.results_schema.RESULTS_FILE`,
+# which tests/test_locations.py holds equal): spelled here too so that `validate` does not load
+# the results schema.
+RESULTS_FILE = "results.json"
 SOURCE_DIR = "source"
 CHECKPOINTS_DIR = "checkpoints"
 

@@ -42,7 +42,9 @@ def test_an_error_no_command_translated_is_one_message_not_a_traceback(monkeypat
 
 def test_validate_loads_the_spec_side_only(tmp_path):
     """The root group imports a command's module when the command runs: `validate` loads no
-    other command group, no results reader or its schema, no sweeps, backends or stores."""
+    other command group, no results reader or its schema, no sweeps, ledger or stores. It asks
+    the spec's backend what it needs (the registry and that backend's class, issue 24), and no
+    other backend."""
     import json
     import os
     import subprocess
@@ -56,7 +58,7 @@ def test_validate_loads_the_spec_side_only(tmp_path):
         "sys.argv = ['orchestrator', 'validate', sys.argv[1]]\n"
         "try:\n    cli.main()\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
         "mods = sorted(m for m in sys.modules if m.startswith(('orchestrator', 'entrypoints', 'typer', 'click', "
-        "'rich')))\n"
+        "'rich', 'sqlite3')))\n"
         "print(json.dumps({'code': code, 'modules': mods}), file=sys.stderr)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(root), ORCHESTRATOR_HOME=str(tmp_path))
@@ -68,7 +70,8 @@ def test_validate_loads_the_spec_side_only(tmp_path):
     # The plain `validate PATH` runs without typer (cli.quick): no CLI framework, no command module.
     assert "orchestrator.cli.quick" in loaded
     unwanted = {"typer", "click", "rich", "orchestrator.cli.root", "orchestrator.cli.specs","orchestrator.results", "orchestrator.results.read", "entrypoints.shared.results_schema",
-                "entrypoints.shared.storage", "orchestrator.sweep", "orchestrator.backends", "orchestrator.ledger",
+                "entrypoints.shared.storage", "orchestrator.sweep", "orchestrator.ledger", "orchestrator.backends.batch",
+                "orchestrator.backends.local", "sqlite3",
                 "orchestrator.cli.jobs", "orchestrator.cli.sweep", "orchestrator.cli.results",
                 "orchestrator.cli.cache", "orchestrator.cli.infra", "orchestrator.cli.schedule"}
     assert loaded.isdisjoint(unwanted), sorted(loaded & unwanted)

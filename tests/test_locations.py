@@ -18,6 +18,12 @@ def _prepared(config: str, **kwargs):
     return request.prepare(spec.load(CONFIGS / config), **kwargs)
 
 
+def test_the_laptop_and_the_container_name_results_json_alike():
+    from entrypoints.shared.results_schema import RESULTS_FILE
+
+    assert locations.RESULTS_FILE == RESULTS_FILE
+
+
 def test_the_value_spells_every_location_under_its_prefixes():
     where = locations.Locations.under("s3://b/jobs/", "j-1", "s3://b/cache/")
     assert where == locations.Locations(

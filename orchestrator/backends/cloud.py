@@ -15,13 +15,15 @@ import base64
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from orchestrator import aws, aws_errors
 from orchestrator.backends import JobProgress, Submitted, progress_of
 from orchestrator.backends.sagemaker_errors import translate
 from orchestrator.errors import InputError
-from orchestrator.ledger import Ledger
+
+if TYPE_CHECKING:
+    from orchestrator.ledger import Ledger
 
 
 def make_clients(service: str, region: str | None, pool: int | None = None) -> dict:
@@ -155,6 +157,8 @@ class CloudBackend:
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
+            from orchestrator.ledger import Ledger  # here: asking the class about a spec opens no ledger
+
             self._ledger = Ledger()
         return self._ledger
 
