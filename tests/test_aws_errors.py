@@ -208,3 +208,15 @@ def test_the_cloudformation_translator_words_by_kind():
     assert not is_missing_stack(_client_error("ValidationError", 400, "Template format error"))
     assert is_no_changes(_client_error("ValidationError", 400, "The submitted information didn't contain changes."))
     assert not is_no_changes(_client_error("AccessDenied", 403, "didn't contain changes"))
+
+
+def test_the_sagemaker_translator_words_transport_and_credential_errors():
+    missing = translate(NoCredentialsError(), operation="CreateTrainingJob")
+    assert missing.message.startswith("CreateTrainingJob: no usable AWS credentials (")
+    unreachable = translate(EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), operation="HeadObject")
+    assert unreachable.message.startswith("HeadObject: cannot reach the AWS endpoint (")
+    silent = translate(ReadTimeoutError(endpoint_url="http://127.0.0.1:9"), operation="DescribeTrainingJob")
+    assert silent.message.startswith("DescribeTrainingJob: the endpoint http://127.0.0.1:9 does not answer")
+    # Another credential provider's failure keeps the SDK error's words, as before the one classifier.
+    sso = translate(CredentialRetrievalError(provider="sso", error_msg="expired"), operation="ListTrainingJobs")
+    assert sso.message.startswith("ListTrainingJobs failed: ")

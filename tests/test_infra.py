@@ -107,15 +107,15 @@ def test_resolve_evaluates_intrinsics_and_drops_no_value():
         "E": {"Fn::Join": ["/", ["a", {"Ref": "Bucket"}]]},
     }
     context = {"AWS::Partition": "aws", "Bucket": "b", "Role.Arn": "arn:role", "AWS::Region": "eu-west-1"}
-    assert infra.resolve(fragment, context, {"On": False}) == {
+    assert infra.evaluate(fragment, context, {"On": False}) == {
         "A": "arn:aws:s3:::b/x-${Literal}", "C": ["arn:role"], "D": "eu-west-1-b", "E": "a/b"}
-    assert infra.resolve(fragment, context, {"On": True})["B"] == "b"
+    assert infra.evaluate(fragment, context, {"On": True})["B"] == "b"
     with pytest.raises(InputError, match="Nope") as info:
-        infra.resolve({"Ref": "Nope"}, context, {})
+        infra.evaluate({"Ref": "Nope"}, context, {})
     assert "(AWS::Partition, AWS::Region, Bucket, Role.Arn)" in info.value.hint
     assert "operator_policy()'s context" in info.value.hint
     with pytest.raises(InputError, match="condition 'Off'") as info:
-        infra.resolve({"Fn::If": ["Off", 1, 2]}, context, {"On": True})
+        infra.evaluate({"Fn::If": ["Off", 1, 2]}, context, {"On": True})
     assert "evaluates (On)" in info.value.hint
 
 

@@ -31,14 +31,14 @@ def translate(exc: Exception, *, operation: str, job_name: str | None = None, re
               instance_type: str | None = None) -> OrchestratorError:
     """Our error for a botocore error raised by `operation`: what failed, and how to fix it.
     What kind of error it is, is `aws_errors.classify`'s; this function only words it."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
     where = f" in {region}" if region else ""
     failure = aws_errors.classify(exc)
     kind = failure.kind if failure is not None else None
     if kind == "no-answer":
         return BackendError(f"{operation}: {aws.describe(exc)}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT)
-    if kind == "credentials" and not isinstance(exc, ClientError):
+    if kind == "credentials" and isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return BackendError(f"{operation}: no usable AWS credentials ({service_message(exc)})",
                             hint="configure credentials (aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/"
                             "AWS_SECRET_ACCESS_KEY) for the account that holds the stack")

@@ -51,7 +51,7 @@ def translate(exc: BaseException, doing: str, cfn, stack_name: str | None = None
               execution: bool = False) -> Exception:
     """ClientError / BotoCoreError -> our error, worded for CloudFormation (what kind of error it
     is, is `aws_errors.classify`'s); anything else is a bug and is re-raised."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     from orchestrator import aws, aws_errors
 
@@ -70,7 +70,7 @@ def translate(exc: BaseException, doing: str, cfn, stack_name: str | None = None
         return BackendError(f"{doing}: {name}: {message}",
                             hint=f"check the stack with aws cloudformation describe-stack-events --stack-name "
                                  f"{stack_name or DEFAULT_STACK}{region_flag(cfn)}")
-    if kind == "credentials":
+    if kind == "credentials" and isinstance(exc, NoCredentialsError):
         return BackendError(f"{doing}: no AWS credentials found",
                             hint="configure credentials (aws configure, AWS_PROFILE or environment variables)")
     silent = aws.describe(exc)
