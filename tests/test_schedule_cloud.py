@@ -4,19 +4,20 @@ remove against the moto server."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-import urllib.request
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
+from schedule_moto import interpreter_on
 from sweep_fakes import ROOT, cli_run, write
 
 from orchestrator import names, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
-from orchestrator.schedule import cloud, cloud_stack
+from orchestrator.schedule import attempts, cloud, cloud_stack
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.scheduler_cron import scheduler_expression
 
@@ -63,7 +64,14 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
     assert target["Arn"] == {"Ref": "StateMachine"} and "RetryPolicy" in target and "DeadLetterConfig" in target
     assert json.loads(target["Input"]) == {"scheduled_time": "<aws.scheduler.scheduled-time>"}
     machine = resources["StateMachine"]["Properties"]
-    assert json.loads(machine["DefinitionString"]) == sm.compile_plan(plan)
+    # The definition travels beside the archives, content-addressed, not in the template.
+    assert "DefinitionString" not in machine
+    text = sm.definition_json(sm.compile_plan(plan))
+    location = machine["DefinitionS3Location"]
+    assert location == dict(zip(("Bucket", "Key"), cloud_stack.definition_key(plan, text), strict=True))
+    assert location["Key"].endswith(f"/statemachine-{hashlib.sha256(text.encode()).hexdigest()}.json")
+    assert location["Bucket"] == plan.trials[0].prepared.source_uri.split("/")[2]
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     [start, dead] = resources["SchedulerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     assert start["Action"] == "states:StartExecution" and start["Resource"] == {"Ref": "StateMachine"}
     assert dead["Action"] == "sqs:SendMessage"
@@ -76,25 +84,48 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
     for role in ("SchedulerRole", "StateMachineRole"):
         trust = resources[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
         assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
-    # Every run's job name falls under the policy's pattern (lower-cased, as SageMaker's ARNs are).
+    # Every run's job name, retries included, falls under the policy's pattern (lower-cased, as
+    # SageMaker's ARNs are).
     tick = sweeps.plan(loaded, tick=datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc))
     prefix = jobs["Resource"]["Fn::Sub"].rsplit("/", 1)[1].rstrip("*")
-    assert all(t.job_name.lower().startswith(prefix) for t in tick.trials)
+    assert all(tick.identity.job_name(t.trial.trial_id, n).lower().startswith(prefix)
+               for t in tick.trials for n in range(loaded.max_retries + 1))
 
 
 def test_plan_shows_the_cost_per_run_and_per_month(nightly, capsys):
     loaded, plan = nightly
     lines = cloud_stack.describe(plan, datetime(2026, 12, 1, tzinfo=timezone.utc))
     [cost] = [line for line in lines if line.startswith("cost:")]
-    assert f"at most {plan.total_usd:.2f} USD a run" in cost
-    assert f"30 runs in the next 30 days: at most {plan.total_usd * 30:.2f} USD a month" in cost
+    # A run's bound counts every retry the machine holds: the plan's worst case here (one type,
+    # max_retries 2), above its first jobs' total.
+    worst = attempts.worst_usd(plan)
+    assert worst == pytest.approx(plan.worst_usd) and worst > plan.total_usd
+    assert f"at most {worst:.2f} USD a run (first jobs {plan.total_usd:.2f} USD" in cost
+    assert f"30 runs in the next 30 days: at most {worst * 30:.2f} USD a month" in cost
+    assert any("flexible window off" in line for line in lines)
+    assert any("3 possible job(s)" in line for line in lines)
+
+
+def test_a_run_whose_retries_could_pass_the_budget_is_refused_at_plan(tmp_path, orch_home):
+    """The first jobs fit the budget, their compiled retries do not: exit 2 at the budget line."""
+    import os
+
+    text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
+        "max_total_cost_usd: 40", "max_total_cost_usd: 30")
+    path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    done = cli_run("schedule", "plan", str(path), env={**os.environ, "ORCHESTRATOR_HOME": str(orch_home)})
+    assert done.returncode == 2, done.stderr
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "max_total_cost_usd" in row)
+    assert f"sweep.yaml:{line}:" in done.stderr and "every retry and failover" in done.stderr
+    assert "raise budget.max_total_cost_usd to 37, or lower max_retries" in done.stderr
+    assert done.stdout == ""
 
 
 def test_a_run_over_budget_is_refused_at_plan(tmp_path, orch_home):
     import os
 
     text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
-        "max_total_cost_usd: 30", "max_total_cost_usd: 5")
+        "max_total_cost_usd: 40", "max_total_cost_usd: 5")
     path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
     done = cli_run("schedule", "plan", str(path), env={**os.environ, "ORCHESTRATOR_HOME": str(orch_home)})
     assert done.returncode == 2, done.stderr
@@ -162,16 +193,9 @@ def interpreter(moto_server, monkeypatch):
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     monkeypatch.setattr(models, "stepfunctions_backends", stepfunctions_parser_backends)
-    monkeypatch.setenv("MOTO_PORT", moto_server.rsplit(":", 1)[1])
-
-    def config(execute: bool) -> None:
-        body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
-        urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/config", data=body, method="POST"),
-                               timeout=10).read()
-
-    config(True)
+    off = interpreter_on(moto_server, monkeypatch)
     yield moto_server
-    config(False)
+    off()
 
 
 def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloudformation,

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from datetime import datetime, timezone
 
 import pytest
+from schedule_moto import interpreter_on
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, request, spec
@@ -59,9 +59,11 @@ def render(value, run: str):
     return out
 
 
-def create_states(definition: dict) -> list[dict]:
+def create_states(definition: dict, first_only: bool = True) -> list[dict]:
+    """The create states of each trial's first job (or of every attempt), in trial order."""
     processor = definition["States"]["Trials"]["ItemProcessor"]["States"]
-    return [state for name, state in processor.items() if name.endswith(" Create")]
+    return [state for name, state in processor.items()
+            if name.endswith(" Create") and (" a0.0 " in name or not first_only)]
 
 
 def renamed(value, old: str, new: str):
@@ -89,12 +91,16 @@ def test_the_map_runs_every_trial_once_at_the_sweeps_concurrency(nightly):
     which = trials["ItemProcessor"]["States"]["Which trial"]
     assert [c["StringEquals"] for c in which["Choices"]] == [t.trial.trial_id for t in plan.trials]
     assert len(create_states(definition)) == len(plan.trials) == 3
-    for state in create_states(definition):
+    # Each trial's first job and its max_retries (2) retries, each with its own request.
+    assert len(create_states(definition, first_only=False)) == 3 * (1 + loaded.max_retries)
+    for state in create_states(definition, first_only=False):
         assert state["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob"
         [retry] = state["Retry"]
         assert retry["ErrorEquals"] and all("ResourceLimitExceeded" in e or "Throttling" in e
                                             for e in retry["ErrorEquals"])
         assert (retry["IntervalSeconds"], retry["BackoffRate"], retry["MaxDelaySeconds"]) == (2, 2.0, 300)
+        # A create still refused after its retries ends its trial, not the run.
+        assert state["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": sm.NOT_CREATED}]
     # Every Next names a state of its own state list.
     for states in (definition["States"], trials["ItemProcessor"]["States"]):
         for state in states.values():
@@ -151,11 +157,11 @@ def test_format_literals_escape_what_intrinsics_reserve():
     assert render(templated, RUN) == renamed(tricky, sm.PLACEHOLDER_LABEL, RUN)
 
 
-def test_a_sweep_with_batch_trials_is_refused(tmp_path, orch_home):
-    path = write(tmp_path, "sweep: inf\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n",
-                 (ROOT / "configs" / "vit-inf2-xlarge.yaml").read_text())
+def test_a_sweep_with_local_trials_is_refused(tmp_path, orch_home):
+    path = write(tmp_path, "sweep: loc\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n",
+                 (ROOT / "configs" / "local-tiny.yaml").read_text())
     plan = sm.placeholder_plan(spec.load_sweep(path))
-    with pytest.raises(InputError, match="SageMaker trials only"):
+    with pytest.raises(InputError, match="SageMaker and AWS Batch trials only"):
         sm.compile_plan(plan)
 
 
@@ -168,19 +174,12 @@ def test_only_the_placeholder_plan_compiles(nightly):
 # --- runs by moto's interpreter -----------------------------------------------------------------
 
 
-def _moto_config(url: str, execute: bool) -> None:
-    body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
-    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
-
-
 @pytest.fixture
 def interpreter(moto_server, monkeypatch):
-    """moto's Step Functions interpreter on; its clients call http://localhost:$MOTO_PORT."""
-    monkeypatch.setenv("MOTO_PORT", moto_server.rsplit(":", 1)[1])
-    _moto_config(moto_server, True)
+    """moto's Step Functions interpreter on, its AWS SDK integration PascalCase (schedule_moto)."""
+    off = interpreter_on(moto_server, monkeypatch)
     yield moto_server
-    _moto_config(moto_server, False)
+    off()
 
 
 @pytest.fixture

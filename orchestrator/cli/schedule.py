@@ -140,14 +140,14 @@ def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with
 def _cloud_plan(path: Path):
     from orchestrator import schedule as schedules
     from orchestrator import spec
-    from orchestrator import sweep as sweeps
-    from orchestrator.schedule import statemachine
+    from orchestrator.schedule import cloud_stack, statemachine
 
     loaded = spec.load_sweep(path)
     schedules.require_schedule(loaded)
     planned = statemachine.placeholder_plan(loaded)
-    # The trials and their bounds are fixed in the state machine: a run over budget is refused here.
-    sweeps.check_budget(planned)
+    # The trials, their retries and their bounds are fixed in the state machine: a run that could
+    # pass the budget is refused here.
+    cloud_stack.check_budget(planned)
     return planned
 
 

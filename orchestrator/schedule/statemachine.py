@@ -39,6 +39,7 @@ from typing import Any
 
 from entrypoints import contract
 from orchestrator.errors import InputError
+from orchestrator.schedule import attempts, failure_rules
 
 PLACEHOLDER_TICK = datetime(2000, 1, 1, 0, 0, tzinfo=timezone.utc)
 # The container takes the run's label from its job name in the same place (`contract.for_run`).
@@ -59,8 +60,19 @@ RETRY_MAX_ATTEMPTS = 10
 # moto's interpreter names them after the lower-case API name.
 RETRY_ERRORS = tuple(f"{service}.{error}" for service in ("SageMaker", "sagemaker")
                      for error in ("ResourceLimitExceededException", "ThrottlingException"))
-UNSUPPORTED = ("batch", "local")
-TERMINAL = {"Completed": "Completed", "Failed": "Failed", "Stopped": "Stopped"}
+THROTTLE_ERRORS = tuple(f"{service}.ThrottlingException" for service in ("SageMaker", "sagemaker")) + (
+    "Batch.TooManyRequestsException", "batch.TooManyRequestsException")
+UNSUPPORTED = ("local",)
+# Each backend's job states: (ended well, ...), failed. A stopped job ends its trial as it is.
+TERMINAL = {"sagemaker": (("Completed", "Stopped"), "Failed"), "batch": (("SUCCEEDED",), "FAILED")}
+# Where a failed job says why: SageMaker's FailureReason; AWS Batch's statusReason and its
+# container's reason (what `backends.batch` joins for `sweep.failures.classify`), PascalCase
+# as the AWS SDK integration returns them.
+REASON_PATHS = {"sagemaker": ["$.described.raw.FailureReason"],
+                "batch": ["$.described.raw.StatusReason", "$.described.raw.Container.Reason"]}
+WHY = {"sagemaker": "Why SageMaker failed", "batch": "Why Batch failed"}
+TRIAL_END = "Trial end"
+NOT_CREATED = "Not created"
 
 
 def placeholder_plan(sweep):
@@ -97,47 +109,101 @@ def _templated(value: Any) -> Any:
     return value
 
 
-def _trial_states(n: int, request: dict) -> dict[str, dict]:
-    """Create, describe, wait and end states of one trial."""
-    create, describe, wait, check, end = (f"T{n} {s}" for s in ("Create", "Describe", "Wait", "Check", "End"))
-    name = request["TrainingJobName"]
+def sfn_cased(value: Any, shape) -> Any:
+    """`value`, a request of a botocore input `shape`, with every structure member's name in
+    PascalCase, as Step Functions' AWS SDK integrations take them even for a camelCase API
+    (Step Functions developer guide, "AWS SDK service integrations": API naming conventions).
+    Map keys (tags, environment names) are data and stay as they are."""
+    kind = getattr(shape, "type_name", None)
+    if kind == "structure" and isinstance(value, dict):
+        return {key[:1].upper() + key[1:]: sfn_cased(item, shape.members[key]) for key, item in value.items()}
+    if kind == "list" and isinstance(value, list):
+        return [sfn_cased(item, shape.member) for item in value]
+    if kind == "map" and isinstance(value, dict):
+        return {key: sfn_cased(item, shape.value) for key, item in value.items()}
+    return value
+
+
+def _batch_shape(operation: str):
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("batch").operation_model(operation).input_shape
+
+
+def _retry(errors: tuple[str, ...]) -> list[dict]:
+    return [{"ErrorEquals": list(errors), "IntervalSeconds": RETRY_INTERVAL_S, "BackoffRate": RETRY_BACKOFF_RATE,
+             "MaxDelaySeconds": RETRY_MAX_DELAY_S, "MaxAttempts": RETRY_MAX_ATTEMPTS, "JitterStrategy": "FULL"}]
+
+
+def _job_states(prefix: str, backend: str, attempt) -> dict[str, dict]:
+    """Create, describe, check and wait states of one attempt's job on its backend."""
+    create, describe, wait, check = (f"{prefix} {s}" for s in ("Create", "Describe", "Wait", "Check"))
+    request = attempt.prepared.request
+    caught = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": NOT_CREATED}]
+    if backend == "batch":
+        create_state = {"Resource": "arn:aws:states:::aws-sdk:batch:submitJob",
+                        "Parameters": _templated(sfn_cased(request, _batch_shape("SubmitJob"))),
+                        "ResultSelector": {"id.$": "$.JobId"}, "ResultPath": "$.submitted"}
+        describe_state = {"Resource": "arn:aws:states:::aws-sdk:batch:describeJobs",
+                          "Parameters": {"Jobs.$": "States.Array($.submitted.id)"},
+                          "ResultSelector": {"job.$": "$.Jobs[0].JobName", "status.$": "$.Jobs[0].Status",
+                                             "raw.$": "$.Jobs[0]", "at": prefix, "attempt": attempt.number}}
+    else:
+        create_state = {"Resource": "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob",
+                        "Parameters": _templated(request), "ResultPath": None,
+                        "Retry": _retry(RETRY_ERRORS)}
+        describe_state = {"Resource": "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob",
+                          "Parameters": _templated({"TrainingJobName": request["TrainingJobName"]}),
+                          "ResultSelector": {"job.$": "$.TrainingJobName", "status.$": "$.TrainingJobStatus",
+                                             "raw.$": "$", "at": prefix, "attempt": attempt.number}}
+    done, failed = TERMINAL[backend]
     return {
-        create: {
-            "Type": "Task",
-            "Resource": "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob",
-            "Parameters": _templated(request),
-            "ResultPath": None,
-            "Retry": [{
-                "ErrorEquals": list(RETRY_ERRORS),
-                "IntervalSeconds": RETRY_INTERVAL_S,
-                "BackoffRate": RETRY_BACKOFF_RATE,
-                "MaxDelaySeconds": RETRY_MAX_DELAY_S,
-                "MaxAttempts": RETRY_MAX_ATTEMPTS,
-                "JitterStrategy": "FULL",
-            }],
-            "Next": describe,
-        },
-        describe: {
-            "Type": "Task",
-            "Resource": "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob",
-            "Parameters": _templated({"TrainingJobName": name}),
-            "ResultSelector": {"job.$": "$.TrainingJobName", "status.$": "$.TrainingJobStatus"},
-            "ResultPath": "$.described",
-            "Next": check,
-        },
+        create: {"Type": "Task", **create_state, "Catch": caught, "Next": describe},
+        describe: {"Type": "Task", **describe_state, "ResultPath": "$.described", "Retry": _retry(THROTTLE_ERRORS),
+                   "Next": check},
         check: {
             "Type": "Choice",
-            "Choices": [{"Variable": "$.described.status", "StringEquals": status, "Next": end}
-                        for status in TERMINAL],
+            "Choices": [*({"Variable": "$.described.status", "StringEquals": status, "Next": TRIAL_END}
+                          for status in done),
+                        {"Variable": "$.described.status", "StringEquals": failed, "Next": WHY[backend]}],
             "Default": wait,
         },
         wait: {"Type": "Wait", "Seconds": POLL_SECONDS, "Next": describe},
-        end: {
-            "Type": "Pass",
-            "Parameters": {"trial.$": "$.trial", "job.$": "$.described.job", "status.$": "$.described.status"},
-            "End": True,
-        },
     }
+
+
+def _shared_states(backends: set[str], routes: list[dict]) -> dict[str, dict]:
+    """The processor's states every trial shares: why a job failed (one Choice per backend,
+    `failure_rules`), the failure's kind at `$.kind`, the next attempt of the attempt that
+    failed (`routes`), and the trial's end."""
+    states: dict[str, dict] = {}
+    for backend in sorted(backends):
+        states[WHY[backend]] = {"Type": "Choice", "Choices": failure_rules.rules(
+            REASON_PATHS[backend], {kind: f"Kind {kind}" for kind, _ in failure_rules.KINDS}),
+            "Default": "Kind user"}
+    for kind in dict.fromkeys(k for k, _ in failure_rules.KINDS):
+        states[f"Kind {kind}"] = {"Type": "Pass", "Result": kind, "ResultPath": "$.kind", "Next": "Next attempt"}
+    states["Next attempt"] = {"Type": "Choice", "Choices": routes, "Default": TRIAL_END} if routes else \
+        {"Type": "Pass", "Next": TRIAL_END}
+    states[TRIAL_END] = {"Type": "Pass", "End": True, "Parameters": {
+        "trial.$": "$.trial", "job.$": "$.described.job", "status.$": "$.described.status",
+        "attempt.$": "$.described.attempt"}}
+    states[NOT_CREATED] = {"Type": "Pass", "End": True, "Parameters": {
+        "trial.$": "$.trial", "status": "NotCreated", "error.$": "$.error.Error", "cause.$": "$.error.Cause"}}
+    return states
+
+
+def _routes(prefix_of: dict[str, str], graph) -> list[dict]:
+    """Choice rules from (the attempt that failed, the failure's kind) to the next attempt."""
+    routes = []
+    for a in graph:
+        for kind in attempts.RETRY_KINDS:
+            nxt = a.on_capacity if kind == attempts.FAILOVER_KIND else a.on_retry
+            if nxt is not None:
+                routes.append({"And": [{"Variable": "$.described.at", "StringEquals": prefix_of[a.key]},
+                                       {"Variable": "$.kind", "StringEquals": kind}],
+                               "Next": f"{prefix_of[nxt]} Create"})
+    return routes
 
 
 def _run_label_states(first_trial_state: str, trial_ids: list[str]) -> dict[str, dict]:
@@ -169,20 +235,26 @@ def compile_plan(plan) -> dict:
     refused = sorted({t.trial.spec.backend for t in plan.trials} & set(UNSUPPORTED))
     if refused:
         raise InputError(f"sweep {plan.sweep.sweep!r} has {', '.join(refused)} trials; a cloud schedule compiles "
-                         "SageMaker trials only",
+                         "SageMaker and AWS Batch trials only",
                          hint="keep this sweep on the laptop path (`schedule run` or `schedule crontab`)")
     if not plan.trials:
         raise InputError(f"sweep {plan.sweep.sweep!r} has no trials to schedule")
     states: dict[str, dict] = {}
-    choices = []
+    choices, routes = [], []
+    graphs = attempts.of_plan(plan)
     for n, trial in enumerate(plan.trials):
-        states.update(_trial_states(n, trial.prepared.request))
-        choices.append({"Variable": "$.trial", "StringEquals": trial.trial.trial_id, "Next": f"T{n} Create"})
+        graph = graphs[trial.trial.trial_id]
+        prefix_of = {a.key: f"T{n} {a.key}" for a in graph}
+        for a in graph:
+            states.update(_job_states(prefix_of[a.key], trial.trial.spec.backend, a))
+        routes += _routes(prefix_of, graph)
+        choices.append({"Variable": "$.trial", "StringEquals": trial.trial.trial_id,
+                        "Next": f"{prefix_of[graph[0].key]} Create"})
     processor = {"StartAt": "Which trial",
                  "States": {"Which trial": {"Type": "Choice", "Choices": choices, "Default": "Unknown trial"},
                             "Unknown trial": {"Type": "Fail", "Error": "Orchestrator.UnknownTrial",
                                               "Cause": "the Map item names no trial of this sweep"},
-                            **states}}
+                            **states, **_shared_states(set(plan.backends), routes)}}
     return {
         "Comment": f"sweep {plan.sweep.sweep} ({plan.identity.name}-{plan.identity.digest}): "
                    f"{len(plan.trials)} trial(s), compiled by orchestrator.schedule.statemachine",
@@ -201,6 +273,22 @@ def compile_plan(plan) -> dict:
             "Done": {"Type": "Pass", "Parameters": {"run.$": "$.run", "trials.$": "$.trials_done"}, "End": True},
         },
     }
+
+
+def check_size(plan, definition: dict) -> str:
+    """The definition as sent, or InputError (exit 2) when Step Functions would refuse it:
+    CreateStateMachine's definition is at most 1,048,576 characters (botocore's stepfunctions
+    model, Definition max; Step Functions quotas, "Maximum definition size" 1 MB)."""
+    from orchestrator import aws_contract
+
+    text = definition_json(definition)
+    aws_contract.check_body("stepfunctions", "CreateStateMachine", {
+        "name": "orchestrator-schedule", "definition": text,
+        "roleArn": "arn:aws:iam::123456789012:role/orchestrator-schedule"},
+        hint=f"the state machine holds every attempt's request of the {len(plan.trials)} trials (their retries and "
+             "failovers too); schedule fewer trials per sweep (split it into several sweeps), lower max_retries, "
+             "or keep this one on the laptop path (`schedule run`)")
+    return text
 
 
 def execution_input(scheduled_time: str | None = None) -> dict:
