@@ -72,6 +72,8 @@ REASON_PATHS = {"sagemaker": ["$.described.raw.FailureReason"],
                 "batch": ["$.described.raw.StatusReason", "$.described.raw.Container.Reason"]}
 WHY = {"sagemaker": "Why SageMaker failed", "batch": "Why Batch failed"}
 TRIAL_END = "Trial end"
+# A request member this long (JSON bytes) that several attempts send unchanged is kept once (`_share`).
+SHARE_MIN_BYTES = 200
 NOT_CREATED = "Not created"
 
 
@@ -82,30 +84,39 @@ def placeholder_plan(sweep):
     return sweeps.plan(sweep, tick=PLACEHOLDER_TICK)
 
 
-def _format_string(text: str) -> str:
-    """`text` as a States.Format template literal: `{`, `}`, `'` and `\\` escaped with a
-    backslash (States Language spec, "Intrinsic functions": reserved characters)."""
-    return re.sub(r"([{}'\\])", r"\\\1", text)
+RESERVED = re.compile(r"[{}'\\]")
 
 
-def _templated(value: Any) -> Any:
+def _templated(value: Any, literals: dict[str, str]) -> Any:
     """`value` (a request, or a part of it) with every string holding PLACEHOLDER_LABEL turned
-    into a `<key>.$` States.Format of `$.run` (the run's label)."""
+    into a `<key>.$` States.Format of `$.run` (the run's label). A string whose other parts hold
+    a character intrinsics reserve (`{`, `}`, `'`, `\\`: the JSON of a hyperparameter
+    environment variable) takes those parts from `$.literals`, plain JSON values that
+    `literals` collects (the attempt's Start state puts them there), instead of escaping them
+    in the template: a path argument is never parsed as a template."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(item, str) and PLACEHOLDER_LABEL in item:
-                pieces = [_format_string(p) for p in item.split(PLACEHOLDER_LABEL)]
-                args = ", ".join(["$.run"] * (len(pieces) - 1))
-                out[f"{key}.$"] = f"States.Format('{'{}'.join(pieces)}', {args})"
+                pieces = item.split(PLACEHOLDER_LABEL)
+                if any(RESERVED.search(p) for p in pieces):
+                    names = []
+                    for piece in pieces:
+                        names.append(f"s{len(literals)}")
+                        literals[names[-1]] = piece
+                    args = ", $.run, ".join(f"$.literals.{n}" for n in names)
+                    out[f"{key}.$"] = f"States.Format('{'{}' * (2 * len(pieces) - 1)}', {args})"
+                else:
+                    args = ", ".join(["$.run"] * (len(pieces) - 1))
+                    out[f"{key}.$"] = f"States.Format('{'{}'.join(pieces)}', {args})"
             else:
-                out[key] = _templated(item)
+                out[key] = _templated(item, literals)
         return out
     if isinstance(value, list):
         if any(isinstance(v, str) and PLACEHOLDER_LABEL in v for v in value):
             # ASL's templates rewrite object members only; no request of ours has one here.
             raise InputError("a list of strings in the request holds the run's label; it cannot be templated")
-        return [_templated(v) for v in value]
+        return [_templated(v, literals) for v in value]
     return value
 
 
@@ -136,31 +147,41 @@ def _retry(errors: tuple[str, ...]) -> list[dict]:
 
 
 def _job_states(prefix: str, backend: str, attempt) -> dict[str, dict]:
-    """Create, describe, check and wait states of one attempt's job on its backend."""
-    create, describe, wait, check = (f"{prefix} {s}" for s in ("Create", "Describe", "Wait", "Check"))
+    """Start, create, describe, check and wait states of one attempt's job on its backend."""
+    start, create, describe, wait, check = (f"{prefix} {s}" for s in ("Start", "Create", "Describe", "Wait", "Check"))
     request = attempt.prepared.request
+    literals: dict[str, str] = {}
     caught = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": NOT_CREATED}]
     if backend == "batch":
         create_state = {"Resource": "arn:aws:states:::aws-sdk:batch:submitJob",
-                        "Parameters": _templated(sfn_cased(request, _batch_shape("SubmitJob"))),
+                        "Parameters": _templated(sfn_cased(request, _batch_shape("SubmitJob")), literals),
                         "ResultSelector": {"id.$": "$.JobId"}, "ResultPath": "$.submitted"}
+        # The one job described, read in a Pass of its own: ArrayGetItem yields the item itself
+        # (moto's interpreter reads a path like $.Jobs[0].Status as a list).
         describe_state = {"Resource": "arn:aws:states:::aws-sdk:batch:describeJobs",
                           "Parameters": {"Jobs.$": "States.Array($.submitted.id)"},
-                          "ResultSelector": {"job.$": "$.Jobs[0].JobName", "status.$": "$.Jobs[0].Status",
-                                             "raw.$": "$.Jobs[0]", "at": prefix, "attempt": attempt.number}}
+                          "ResultSelector": {"raw.$": "States.ArrayGetItem($.Jobs, 0)", "at": prefix,
+                                             "attempt": attempt.number}}
+        read = {"Type": "Pass", "Parameters": {
+            "job.$": "$.described.raw.JobName", "status.$": "$.described.raw.Status", "raw.$": "$.described.raw",
+            "at.$": "$.described.at", "attempt.$": "$.described.attempt"}, "ResultPath": "$.described", "Next": check}
     else:
+        read = None
         create_state = {"Resource": "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob",
-                        "Parameters": _templated(request), "ResultPath": None,
+                        "Parameters": _templated(request, literals), "ResultPath": None,
                         "Retry": _retry(RETRY_ERRORS)}
         describe_state = {"Resource": "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob",
-                          "Parameters": _templated({"TrainingJobName": request["TrainingJobName"]}),
+                          "Parameters": _templated({"TrainingJobName": request["TrainingJobName"]}, literals),
                           "ResultSelector": {"job.$": "$.TrainingJobName", "status.$": "$.TrainingJobStatus",
                                              "raw.$": "$", "at": prefix, "attempt": attempt.number}}
     done, failed = TERMINAL[backend]
     return {
+        start: ({"Type": "Pass", "Result": literals, "ResultPath": "$.literals", "Next": create} if literals
+                else {"Type": "Pass", "Next": create}),
         create: {"Type": "Task", **create_state, "Catch": caught, "Next": describe},
         describe: {"Type": "Task", **describe_state, "ResultPath": "$.described", "Retry": _retry(THROTTLE_ERRORS),
-                   "Next": check},
+                   "Next": f"{prefix} Read" if read else check},
+        **({f"{prefix} Read": read} if read else {}),
         check: {
             "Type": "Choice",
             "Choices": [*({"Variable": "$.described.status", "StringEquals": status, "Next": TRIAL_END}
@@ -202,11 +223,34 @@ def _routes(prefix_of: dict[str, str], graph) -> list[dict]:
             if nxt is not None:
                 routes.append({"And": [{"Variable": "$.described.at", "StringEquals": prefix_of[a.key]},
                                        {"Variable": "$.kind", "StringEquals": kind}],
-                               "Next": f"{prefix_of[nxt]} Create"})
+                               "Next": f"{prefix_of[nxt]} Start"})
     return routes
 
 
-def _run_label_states(first_trial_state: str, trial_ids: list[str]) -> dict[str, dict]:
+def _share(processor_states: dict[str, dict]) -> dict[str, Any]:
+    """Move each large request member that several create states send unchanged (the image and
+    its metric definitions, most often) to one table, `$.shared`, which every Map iteration
+    receives: each create state then names it (`"<Member>.$": "$.shared.<id>"`). A member whose
+    value is templated (it holds `.$` keys) stays in place. Returns the table."""
+    seen: dict[str, int] = {}
+    creates = [state for name, state in processor_states.items() if name.endswith(" Create")]
+    for state in creates:
+        for key, value in state["Parameters"].items():
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+            if len(text) >= SHARE_MIN_BYTES and ".$\"" not in text and not key.endswith(".$"):
+                seen[text] = seen.get(text, 0) + 1
+    ids = {text: f"v{i}" for i, text in enumerate(t for t, n in seen.items() if n > 1)}
+    for state in creates:
+        params = state["Parameters"]
+        for key in list(params):
+            found = ids.get(json.dumps(params[key], sort_keys=True, separators=(",", ":")))
+            if found is not None and not key.endswith(".$"):
+                params[f"{key}.$"] = f"$.shared.{found}"
+                del params[key]
+    return {found: json.loads(text) for text, found in ids.items()}
+
+
+def _run_label_states(first_trial_state: str, trial_ids: list[str], shared: dict[str, Any]) -> dict[str, dict]:
     """States that put the run's label (YYYYMMDDHHMM, UTC) at `$.run` and the trial ids, fixed
     at deploy, at `$.trials` (the input cannot add a trial)."""
     parts = ", ".join(f"States.ArrayGetItem($.parts, {i})" for i in range(5))
@@ -223,7 +267,7 @@ def _run_label_states(first_trial_state: str, trial_ids: list[str]) -> dict[str,
         "Split time": {"Type": "Pass", "Parameters": {"parts.$": "States.StringSplit($.time, '-T:.Z')"},
                        "Next": "Run label"},
         "Run label": {"Type": "Pass", "Parameters": {"run.$": f"States.Format('{{}}{{}}{{}}{{}}{{}}', {parts})",
-                                                      "trials": trial_ids},
+                                                      "trials": trial_ids, "shared": shared},
                       "Next": first_trial_state},
     }
 
@@ -249,7 +293,8 @@ def compile_plan(plan) -> dict:
             states.update(_job_states(prefix_of[a.key], trial.trial.spec.backend, a))
         routes += _routes(prefix_of, graph)
         choices.append({"Variable": "$.trial", "StringEquals": trial.trial.trial_id,
-                        "Next": f"{prefix_of[graph[0].key]} Create"})
+                        "Next": f"{prefix_of[graph[0].key]} Start"})
+    shared = _share(states)
     processor = {"StartAt": "Which trial",
                  "States": {"Which trial": {"Type": "Choice", "Choices": choices, "Default": "Unknown trial"},
                             "Unknown trial": {"Type": "Fail", "Error": "Orchestrator.UnknownTrial",
@@ -260,11 +305,11 @@ def compile_plan(plan) -> dict:
                    f"{len(plan.trials)} trial(s), compiled by orchestrator.schedule.statemachine",
         "StartAt": "Fire time",
         "States": {
-            **_run_label_states("Trials", [t.trial.trial_id for t in plan.trials]),
+            **_run_label_states("Trials", [t.trial.trial_id for t in plan.trials], shared),
             "Trials": {
                 "Type": "Map",
                 "ItemsPath": "$.trials",
-                "ItemSelector": {"trial.$": "$$.Map.Item.Value", "run.$": "$.run"},
+                "ItemSelector": {"trial.$": "$$.Map.Item.Value", "run.$": "$.run", "shared.$": "$.shared"},
                 "MaxConcurrency": plan.sweep.concurrency,
                 "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, **processor},
                 "ResultPath": "$.trials_done",
