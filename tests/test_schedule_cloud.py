@@ -335,23 +335,58 @@ def test_the_schedules_policies_pass_parliament(nightly):
     assert linted == 2
 
 
-def test_a_sweep_whose_template_cloudformation_would_refuse_is_refused_before_any_call(tmp_path, orch_home,
-                                                                                       monkeypatch):
-    """Sixteen trials' requests make a template over CloudFormation's 51,200-byte TemplateBody
-    (CreateChangeSet API reference): refused with exit 2 before an archive is uploaded or a
-    client is made."""
+def _wide(tmp_path, trials: int, max_retries: int):
+    lrs = ", ".join(f"{1e-4 * (i + 1):.6f}" for i in range(trials))
+    return write(tmp_path, f"sweep: wide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [{lrs}]}}\n"
+                 f"max_retries: {max_retries}\nschedule: {{cron: '0 3 * * *'}}\n",
+                 (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+
+
+def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
+                                               moto_change_set_outputs):
+    """Sixty trials with two retries each (180 requests) once made a template far over
+    CloudFormation's 51,200-byte TemplateBody (CreateChangeSet API reference); the definition
+    now travels as an S3 object (DefinitionS3Location) within Step Functions' 1 MB."""
+    import boto3
+
+    from orchestrator import aws_contract
+    from orchestrator.infra.template import template_body
+
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 2)))
+    assert len(plan.trials) == 60
+    body = template_body(cloud_stack.template(plan))
+    assert aws_contract.violations("cloudformation", "CreateChangeSet", {
+        "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
+    text = sm.definition_json(sm.compile_plan(plan))
+    assert 51_200 < len(text) <= 1_048_576
+    region = plan.sweep.base_spec.region
+    bucket = plan.trials[0].prepared.source_uri.split("/")[2]
+    boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
+    cloud.deploy(plan, region, sleep=lambda s: None)
+    sfn = boto3.client("stepfunctions", region_name=region)
+    [machine] = sfn.list_state_machines()["stateMachines"]
+    assert sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["definition"] == text
+    s3 = boto3.client("s3", region_name=region)
+    key = cloud_stack.definition_key(plan, text)[1]
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() == text
+    # Every job a run may make has its archive where its request says: 60 trials x 3 attempts.
+    uploaded = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="jobs/source/")["Contents"]}
+    wanted = {a.prepared.source_uri.split("/", 3)[3] for g in attempts.of_plan(plan).values() for a in g}
+    assert len(wanted) == 180 and wanted <= uploaded
+
+
+def test_a_definition_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
+    """Sixty trials with ten retries each (660 requests) pass Step Functions' definition limit
+    (1,048,576 characters: botocore's stepfunctions model, Definition; quotas, "Maximum
+    definition size"): refused with exit 2 before an archive is uploaded or a client is made."""
     from orchestrator.backends import sagemaker
 
     def no_client(*args, **kwargs):
         raise AssertionError("no AWS client may be made")
 
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", no_client)
-    lrs = ", ".join(f"{1e-4 * (i + 1):.6f}" for i in range(16))
-    path = write(tmp_path, f"sweep: wide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [{lrs}]}}\n"
-                 "schedule: {cron: '0 3 * * *'}\n", (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
-    plan = sm.placeholder_plan(spec.load_sweep(path))
-    assert len(plan.trials) == 16
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 10)))
     with pytest.raises(InputError) as refused:
         cloud.deploy(plan, "us-east-1")
-    assert "TemplateBody" in refused.value.message and "51200" in refused.value.message.replace(",", "")
-    assert "fewer trials" in refused.value.hint
+    assert "CreateStateMachine" in refused.value.message and "at most 1048576" in refused.value.message
+    assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
