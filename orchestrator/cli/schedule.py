@@ -154,8 +154,9 @@ def _cloud_plan(path: Path):
 @app.command("plan")
 def schedule_plan(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
     """Show what `schedule deploy` would make: the EventBridge schedule, the Step Functions state
-    machine, the roles, and the worst-case cost per run and per month. Calls no AWS API.
-    Exit 2 when a trial fails the doctor or a run would pass budget.max_total_cost_usd."""
+    machine (each trial's jobs, retries and failovers), the roles, and the worst-case cost per
+    run and per month. Calls no AWS API. Exit 2 when a trial fails the doctor or a run with
+    every retry would pass budget.max_total_cost_usd."""
     from datetime import datetime, timezone
 
     from orchestrator.schedule import cloud_stack
@@ -206,7 +207,9 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
             out(f"  next fire: {item.next_fire}")
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
-            out(f"  {job.get('trial')} {job.get('job')}: {job.get('status')}")
+            out(f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"
+                + (f" after {job['attempt']} retr{'y' if job['attempt'] == 1 else 'ies'}" if job.get("attempt") else "")
+                + (f" ({job['error']})" if job.get("error") else ""))
 
 
 @app.command("remove")

@@ -5,16 +5,22 @@ Contract:
 - `template(plan)` is a template of its own (not infra/stack.yaml, which is near
   CloudFormation's 51,200-byte TemplateBody limit), built from the placeholder plan
   (`statemachine.placeholder_plan`): pure, the same plan gives the same template.
-- The schedule fires on the sweep's cron (`scheduler_cron.scheduler_expression`) in its time
-  zone (`ScheduleExpressionTimezone`: Scheduler handles daylight saving), with a flexible
-  window of `FLEXIBLE_WINDOW_MINUTES` unless 0, a retry policy, and a dead-letter queue for
-  deliveries that still fail. Its target input carries `<aws.scheduler.scheduled-time>`, the
-  run's label (`statemachine`).
+- The schedule fires on the sweep's cron (`scheduler_expression`) in its time zone
+  (`ScheduleExpressionTimezone`: Scheduler handles daylight saving), with the flexible window
+  the file asks for (`schedule.flexible_window_minutes`, 0 = Mode OFF), a retry policy, and a
+  dead-letter queue for deliveries that still fail. Its target input carries
+  `<aws.scheduler.scheduled-time>`, the run's label (`statemachine`).
+- The state machine's definition is not in the template (CloudFormation's 51,200-byte
+  TemplateBody held a sweep to about 8 trials): DefinitionS3Location names its object,
+  content-addressed beside the trials' archives (`definition_key`), which the deploy uploads.
 - Least privilege: the scheduler's role may only `states:StartExecution` that state machine
   (and send to its dead-letter queue); the state machine's may only create, describe and tag
-  training jobs named `<sweep job prefix>-*`, and pass only the trials' execution roles,
-  to SageMaker only. Both trust their service only for this account (aws:SourceAccount, the
-  confused-deputy guard of the IAM user guide).
+  training jobs named `<sweep job prefix>-*` and pass only the trials' execution roles, to
+  SageMaker only (SageMaker trials), and submit to the attempts' queues with their job
+  definitions, tag those jobs and describe jobs (Batch trials). Both trust their service only
+  for this account (aws:SourceAccount, the confused-deputy guard of the IAM user guide).
+- `check_budget(plan)` holds a run's worst case (every retry and failover compiled,
+  `attempts.worst_usd`) to the sweep's budget.
 - `stack_name(plan)` is `orchestrator-schedule-<sweep>`: one stack per sweep name and region.
   Its outputs keep the cron and time zone as the file has them, for `schedule list`.
 """

@@ -14,20 +14,33 @@ Contract:
   flexible window or a retried delivery keeps the same label), else the execution's start
   time (`$$.Execution.StartTime`, a run started by hand), in UTC at minute resolution. Two
   runs for the same minute make the same job names, which SageMaker answers ResourceInUse:
-  a tick runs at most once, as on the laptop path.
-- The trials, fixed at deploy (the input cannot add one), run in one inline Map with MaxConcurrency = the sweep's concurrency. Each is
-  created through the AWS SDK integration (`aws-sdk:sagemaker:createTrainingJob`) and waited
-  for by a DescribeTrainingJob / Wait loop, not by the optimised `.sync` integration: moto's
-  interpreter executes the former (it forwards aws-sdk calls to its own SageMaker) and not
-  `sagemaker:createTrainingJob.sync`, and the loop needs no EventBridge managed rule.
-- Create is retried on throttling and quota errors (ResourceLimitExceeded) with the sweep
-  runner's backoff (2 s doubling to 300 s, full jitter). A trial's job that ends Failed or
-  Stopped ends its iteration with that status, not the Map: the other trials run on.
-- The source archive (and its job.json) is the placeholder's, shared by every run; the
-  container renames the job file to the run's job (`entrypoints.contract.for_run`, from the
-  request's job-name hyperparameter), so each run's results.json lands under its own name.
-- Only SageMaker trials are compiled; a plan with AWS Batch or local trials is refused
-  (InputError): see `UNSUPPORTED`.
+  a tick runs at most once, as on the laptop path (for SageMaker trials: see below).
+- AWS Batch trials are idempotent by name only in this module's contract, not in AWS's: Batch
+  accepts two jobs of one name, so a second run for the same minute submits them again.
+- The trials, fixed at deploy (the input cannot add one), run in one inline Map with
+  MaxConcurrency = the sweep's concurrency. Each attempt (`attempts`: a trial's first job,
+  its retries and failovers, each its own prepared request) is created through the AWS SDK
+  integration (`aws-sdk:sagemaker:createTrainingJob`, `aws-sdk:batch:submitJob` with the
+  request's member names in PascalCase, as that integration takes them: `sfn_cased`) and
+  waited for by a describe / Wait loop (DescribeTrainingJob; DescribeJobs of the submitted
+  id), not by the optimised `.sync` integrations: moto's interpreter executes the former, and
+  the loop needs no EventBridge managed rule.
+- SageMaker's create is retried on throttling and quota errors (ResourceLimitExceeded) with
+  the sweep runner's backoff (2 s doubling to 300 s, full jitter); a create still refused ends
+  its trial as NotCreated (Catch), not the run.
+- A job that ends Failed is read as the runner reads it (`failure_rules`: its kind at
+  `$.kind`); capacity goes to the next failover type, capacity at the chain's end, spot and
+  internal to the next retry, while the trial's graph has one (`Next attempt`); anything else
+  ends the trial with its job's status. A Stopped (SageMaker) job ends its trial too: the
+  other trials run on.
+- Every attempt's source archive (and its job.json) is the placeholder's, shared by every
+  run; the container renames the job file to the run's job (`entrypoints.contract.for_run`,
+  from the request's job-name hyperparameter), so each run's results.json lands under its
+  own name.
+- Strings that hold a character intrinsics reserve take those parts from paths (`$.literals`,
+  set by the attempt's Start state), large members several attempts send unchanged are kept
+  once (`$.shared`): the definition stays within Step Functions' 1 MB (`check_size`).
+- Local trials are refused (InputError): see `UNSUPPORTED`.
 """
 
 from __future__ import annotations
