@@ -257,3 +257,22 @@ def test_moto_a_capacity_failure_fails_over_and_a_user_failure_ends_the_trial(in
     assert again["jobQueue"] == "orchestrator-inf2-8xlarge"
     assert again["tags"][names.TAG_ATTEMPT] == "failover:inf2.xlarge"
     assert sorted(b["jobName"] for b in batch_stack) == sorted([first, second, f"{first}-r1"])
+
+
+def test_a_sweep_across_backends_compiles_both_and_grants_both(tmp_path, orch_home):
+    """The published inf2-vs-trn1 comparison, scheduled: its SageMaker trial and its Batch
+    trials in one machine, each failure read by its backend's reason fields, one role for both."""
+    text = (ROOT / "configs" / "sweep-inf2-vs-trn1.yaml").read_text().replace(
+        "base: vit-trn1-2xlarge.yaml", "base: base.yaml") + 'schedule: {cron: "0 3 * * 1-5"}\n'
+    path = write(tmp_path, text.replace("max_total_cost_usd: 30", "max_total_cost_usd: 60"),
+                 (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    cloud_stack.check_budget(plan)
+    states = processor(sm.compile_plan(plan))
+    assert {s["Resource"] for name, s in states.items() if name.endswith(" Create")} == {
+        "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob", "arn:aws:states:::aws-sdk:batch:submitJob"}
+    assert {sm.WHY["sagemaker"], sm.WHY["batch"]} <= set(states)
+    statements = cloud_stack.template(plan)["Resources"]["StateMachineRole"]["Properties"]["Policies"][0][
+        "PolicyDocument"]["Statement"]
+    assert [s["Sid"] for s in statements] == ["TrainingJobs", "PassExecutionRole", "SubmitBatchJobs", "TagBatchJobs",
+                                              "DescribeBatchJobs"]

@@ -243,7 +243,7 @@ def describe(plan, now) -> list[str]:
     window = props["FlexibleTimeWindow"]
     lines = [
         f"stack {stack_name(plan)} ({len(json.dumps(body, separators=(',', ':')))} bytes of template; the state "
-        f"machine's definition, {len(check_size(plan, machine))} bytes, uploaded to "
+        f"machine's definition, {len(check_size(plan, machine))} bytes, kept at "
         f"s3://{'/'.join(props_of(body, 'StateMachine')['DefinitionS3Location'].values())})",
         f"schedule: {props['ScheduleExpression']} in {props['ScheduleExpressionTimezone']} (cron {schedule.cron!r}), "
         + (f"flexible window: a run starts up to {window['MaximumWindowInMinutes']} min after its fire time"
@@ -268,9 +268,9 @@ def describe(plan, now) -> list[str]:
     queues, definitions = batch_resources(plan)
     if queues:
         def shown_arn(arn):
-            return arn if isinstance(arn, str) else arn["Fn::Sub"].rsplit(":", 1)[-1]
+            return arn if isinstance(arn, str) else arn["Fn::Sub"].split("${AWS::AccountId}:", 1)[1]
 
-        roles.append(f"batch:SubmitJob to {', '.join(map(shown_arn, queues))} with "
+        roles.append(f"the state machine may batch:SubmitJob to {', '.join(map(shown_arn, queues))} with "
                      f"{', '.join(map(shown_arn, definitions))}, batch:TagResource on its jobs, batch:DescribeJobs")
     lines.append("; ".join(roles))
     shown = f"{worst:.2f} USD" if math.isfinite(worst) else "an unknown amount (a price is missing)"
