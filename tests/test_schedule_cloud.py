@@ -359,6 +359,15 @@ def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, 
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
     text = sm.definition_json(sm.compile_plan(plan))
     assert 51_200 < len(text) <= 1_048_576
+    # Its polls wait longer so a run's worst case stays within one execution's 25,000 events:
+    # 180 attempts of up to 120 minutes each (every trial's longest path holds 3).
+    poll = sm.poll_seconds(plan)
+    run_s = 60 * 3 * plan.trials[0].trial.spec.max_run_minutes
+    fixed = sm.EVENTS_PER_RUN + 60 * (sm.EVENTS_PER_TRIAL + 3 * sm.EVENTS_PER_ATTEMPT)
+    assert poll > sm.POLL_SECONDS and fixed + sm.EVENTS_PER_POLL * run_s / poll <= sm.HISTORY_EVENTS
+    waits = {s["Seconds"] for s in json.loads(text)["States"]["Trials"]["ItemProcessor"]["States"].values()
+             if s["Type"] == "Wait"}
+    assert waits == {poll}
     region = plan.sweep.base_spec.region
     bucket = plan.trials[0].prepared.source_uri.split("/")[2]
     boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)

@@ -162,6 +162,14 @@ def test_moto_failures_are_retried_as_the_policy_says(nightly, sagemaker_fails):
                      third: (f"{job[third]}-r2", "Failed", 2)}
     assert sorted(body["TrainingJobName"] for body in sent) == sorted([
         job[first], f"{job[first]}-r1", job[second], job[third], f"{job[third]}-r1", f"{job[third]}-r2"])
+    # The history stays within what `poll_seconds` reserves for a run's states (no job polled
+    # here: moto's jobs end at once), so only the polls' share is left to the wait's length.
+    import boto3
+
+    sfn = boto3.client("stepfunctions", region_name=loaded.base_spec.region)
+    events = sum(len(page["events"]) for page in sfn.get_paginator("get_execution_history").paginate(
+        executionArn=described["executionArn"]))
+    assert events <= sm.EVENTS_PER_RUN + 3 * sm.EVENTS_PER_TRIAL + len(sent) * sm.EVENTS_PER_ATTEMPT, events
     # Each retry is the plan's attempt: the runner's -rN name and attempt tag, its own archive.
     graphs = attempts.of_plan(plan)
     by_name = {body["TrainingJobName"]: body for body in sent}

@@ -31,7 +31,7 @@ import hashlib
 import json
 import math
 
-from orchestrator.schedule import attempts
+from orchestrator.schedule import attempts, statemachine
 from orchestrator.schedule.scheduler_cron import scheduler_expression
 from orchestrator.schedule.statemachine import PLACEHOLDER_LABEL, check_size, compile_plan
 
@@ -253,7 +253,8 @@ def describe(plan, now) -> list[str]:
         f"state machine: {len(plan.trials)} trial(s), at most {machine['States']['Trials']['MaxConcurrency']} at once; "
         f"jobs {plan.identity.job_prefix.replace(PLACEHOLDER_LABEL, '<YYYYMMDDHHMM of the fire time>')}-<trial>"
         f"[-rN]; a capacity, spot or internal failure is resubmitted as -rN (max_retries "
-        f"{plan.sweep.max_retries}), a capacity failure first to the next failover type",
+        f"{plan.sweep.max_retries}), a capacity failure first to the next failover type; each job's state read "
+        f"every {statemachine.poll_seconds(plan)} s",
     ]
     for t in plan.trials:
         graph = graphs[t.trial.trial_id]

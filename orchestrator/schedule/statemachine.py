@@ -24,7 +24,8 @@ Contract:
   request's member names in PascalCase, as that integration takes them: `sfn_cased`) and
   waited for by a describe / Wait loop (DescribeTrainingJob; DescribeJobs of the submitted
   id), not by the optimised `.sync` integrations: moto's interpreter executes the former, and
-  the loop needs no EventBridge managed rule.
+  the loop needs no EventBridge managed rule. The loop waits `poll_seconds(plan)`: a minute,
+  or longer when a worst-case run's polls would overflow the execution's history.
 - SageMaker's create is retried on throttling and quota errors (ResourceLimitExceeded) with
   the sweep runner's backoff (2 s doubling to 300 s, full jitter); a create still refused ends
   its trial as NotCreated (Catch), not the run.
@@ -57,9 +58,20 @@ from orchestrator.schedule import attempts, failure_rules
 PLACEHOLDER_TICK = datetime(2000, 1, 1, 0, 0, tzinfo=timezone.utc)
 # The container takes the run's label from its job name in the same place (`contract.for_run`).
 PLACEHOLDER_LABEL = contract.RUN_PLACEHOLDER
-# Seconds between DescribeTrainingJob calls while a job runs: a Standard workflow pays per
-# state transition (three per poll), so a minute keeps a 10-hour trial near 1,800 transitions.
+# Seconds between describe calls while a job runs, at least: a Standard workflow pays per
+# state transition (three or four per poll), so a minute keeps a 10-hour trial near 2,400.
 POLL_SECONDS = 60
+# One execution's history holds at most 25,000 events (Step Functions quotas, "Maximum
+# execution history size"), an inline Map's iterations included: `poll_seconds` lengthens the
+# wait of a large sweep so its worst run stays within it. A poll writes at most 11 events (Wait
+# entered and exited; describe task entered, scheduled, started, succeeded, exited; Batch's Read
+# Pass and the Check Choice entered and exited); an attempt's other states at most 40, a trial's
+# Map iteration and routing 20, the run's own states 50.
+HISTORY_EVENTS = 25_000
+EVENTS_PER_POLL = 11
+EVENTS_PER_ATTEMPT = 40
+EVENTS_PER_TRIAL = 20
+EVENTS_PER_RUN = 50
 # The sweep runner's backoff (`sweep.Runner`: base 2 s, doubling, capped at 300 s), as ASL's
 # Retry spells it (States Language spec, "Retrying after error": IntervalSeconds, BackoffRate,
 # MaxDelaySeconds, JitterStrategy).
@@ -159,7 +171,31 @@ def _retry(errors: tuple[str, ...]) -> list[dict]:
              "MaxDelaySeconds": RETRY_MAX_DELAY_S, "MaxAttempts": RETRY_MAX_ATTEMPTS, "JitterStrategy": "FULL"}]
 
 
-def _job_states(prefix: str, backend: str, attempt) -> dict[str, dict]:
+def poll_seconds(plan) -> int:
+    """The wait between describe calls: POLL_SECONDS, or longer when the polls of every trial's
+    longest path of attempts (each running its max_run_minutes) would pass the execution's
+    history (HISTORY_EVENTS). InputError (exit 2) when even the attempts' own events would."""
+    import math
+
+    run_s, fixed = 0, EVENTS_PER_RUN
+    for graph in attempts.of_plan(plan).values():
+        longest: dict[str, tuple[int, int]] = {}  # key -> (seconds, attempts) of its longest path
+        for a in reversed(graph):
+            after = [longest[k] for k in (a.on_capacity, a.on_retry) if k is not None]
+            seconds, count = max(after, default=(0, 0))
+            longest[a.key] = (seconds + a.prepared.spec.max_run_minutes * 60, count + 1)
+        seconds, count = longest[graph[0].key]
+        run_s += seconds
+        fixed += EVENTS_PER_TRIAL + count * EVENTS_PER_ATTEMPT
+    room = HISTORY_EVENTS - fixed
+    if room <= 0:
+        raise InputError(f"a run of sweep {plan.sweep.sweep!r} could make more state transitions than one Step Functions "
+                         f"execution's history holds ({HISTORY_EVENTS:,} events: Step Functions quotas)",
+                         hint="schedule fewer trials per sweep (split it into several sweeps), or lower max_retries")
+    return max(POLL_SECONDS, math.ceil(EVENTS_PER_POLL * run_s / room))
+
+
+def _job_states(prefix: str, backend: str, attempt, poll_s: int) -> dict[str, dict]:
     """Start, create, describe, check and wait states of one attempt's job on its backend."""
     start, create, describe, wait, check = (f"{prefix} {s}" for s in ("Start", "Create", "Describe", "Wait", "Check"))
     request = attempt.prepared.request
@@ -202,7 +238,7 @@ def _job_states(prefix: str, backend: str, attempt) -> dict[str, dict]:
                         {"Variable": "$.described.status", "StringEquals": failed, "Next": WHY[backend]}],
             "Default": wait,
         },
-        wait: {"Type": "Wait", "Seconds": POLL_SECONDS, "Next": describe},
+        wait: {"Type": "Wait", "Seconds": poll_s, "Next": describe},
     }
 
 
@@ -299,11 +335,12 @@ def compile_plan(plan) -> dict:
     states: dict[str, dict] = {}
     choices, routes = [], []
     graphs = attempts.of_plan(plan)
+    poll_s = poll_seconds(plan)
     for n, trial in enumerate(plan.trials):
         graph = graphs[trial.trial.trial_id]
         prefix_of = {a.key: f"T{n} {a.key}" for a in graph}
         for a in graph:
-            states.update(_job_states(prefix_of[a.key], trial.trial.spec.backend, a))
+            states.update(_job_states(prefix_of[a.key], trial.trial.spec.backend, a, poll_s))
         routes += _routes(prefix_of, graph)
         choices.append({"Variable": "$.trial", "StringEquals": trial.trial.trial_id,
                         "Next": f"{prefix_of[graph[0].key]} Start"})
