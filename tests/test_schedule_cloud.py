@@ -399,3 +399,19 @@ def test_a_definition_step_functions_would_refuse_is_refused_before_any_call(tmp
         cloud.deploy(plan, "us-east-1")
     assert "CreateStateMachine" in refused.value.message and "at most 1048576" in refused.value.message
     assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
+
+
+def test_remove_by_file_is_not_refused_for_the_budget(tmp_path, orch_home, moto_server):
+    """A schedule is removed whatever its file's budget says now: `remove FILE` reads the stack's
+    name from it and asks CloudFormation (here: no such stack, an InputError naming it)."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
+        "max_total_cost_usd: 40", "max_total_cost_usd: 5")
+    path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    done = CliRunner().invoke(app, ["schedule", "remove", str(path)])
+    # The CLI's entry point makes an InputError exit 2; CliRunner hands the exception back.
+    assert isinstance(done.exception, InputError), done.output
+    assert done.exception.message == "no schedule stack 'orchestrator-schedule-nightly' in us-east-1"

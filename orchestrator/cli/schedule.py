@@ -137,7 +137,7 @@ def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with
 # --- the schedule kept in the cloud (EventBridge Scheduler + Step Functions) -----------------
 
 
-def _cloud_plan(path: Path):
+def _cloud_plan(path: Path, *, budget: bool = True):
     from orchestrator import schedule as schedules
     from orchestrator import spec
     from orchestrator.schedule import cloud_stack, statemachine
@@ -146,8 +146,9 @@ def _cloud_plan(path: Path):
     schedules.require_schedule(loaded)
     planned = statemachine.placeholder_plan(loaded)
     # The trials, their retries and their bounds are fixed in the state machine: a run that could
-    # pass the budget is refused here.
-    cloud_stack.check_budget(planned)
+    # pass the budget is refused here (not when removing: a schedule is removed whatever it costs).
+    if budget:
+        cloud_stack.check_budget(planned)
     return planned
 
 
@@ -223,7 +224,7 @@ def schedule_remove(
     from orchestrator.schedule import cloud, cloud_stack
 
     if target.endswith((".yaml", ".yml")):
-        planned = _cloud_plan(Path(target))
+        planned = _cloud_plan(Path(target), budget=False)
         stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
     else:
         stack, where = target, default_region(region)
