@@ -385,19 +385,26 @@ def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, 
 
 
 def test_a_definition_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
-    """Sixty trials with ten retries each (660 requests) pass Step Functions' definition limit
+    """120 trials with two retries each (360 requests) pass Step Functions' definition limit
     (1,048,576 characters: botocore's stepfunctions model, Definition; quotas, "Maximum
-    definition size"): refused with exit 2 before an archive is uploaded or a client is made."""
+    definition size"); 60 with ten retries each, one execution's 25,000 history events (quotas,
+    "Maximum execution history size"). Each is refused with exit 2 before an archive is uploaded
+    or a client is made."""
     from orchestrator.backends import sagemaker
 
     def no_client(*args, **kwargs):
         raise AssertionError("no AWS client may be made")
 
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", no_client)
-    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 10)))
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 120, 2)))
     with pytest.raises(InputError) as refused:
         cloud.deploy(plan, "us-east-1")
     assert "CreateStateMachine" in refused.value.message and "at most 1048576" in refused.value.message
+    assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 10)))
+    with pytest.raises(InputError) as refused:
+        cloud.deploy(plan, "us-east-1")
+    assert "one Step Functions execution's history holds (25,000 events" in refused.value.message
     assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
 
 
