@@ -219,6 +219,7 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
     schedule = boto3.client("scheduler", region_name=region).get_schedule(Name=found["Name"])
     assert schedule["ScheduleExpression"] == "cron(0 3 * * ? *)" and schedule["ScheduleExpressionTimezone"] == "UTC"
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}  # the file asks for none
     # Each trial's archive is where its request says.
     s3 = boto3.client("s3", region_name=region)
     for trial in plan.trials:
