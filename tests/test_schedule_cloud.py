@@ -4,19 +4,20 @@ remove against the moto server."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-import urllib.request
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
 import pytest
+from schedule_moto import interpreter_on
 from sweep_fakes import ROOT, cli_run, write
 
 from orchestrator import names, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
-from orchestrator.schedule import cloud, cloud_stack
+from orchestrator.schedule import attempts, cloud, cloud_stack
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.scheduler_cron import scheduler_expression
 
@@ -63,7 +64,14 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
     assert target["Arn"] == {"Ref": "StateMachine"} and "RetryPolicy" in target and "DeadLetterConfig" in target
     assert json.loads(target["Input"]) == {"scheduled_time": "<aws.scheduler.scheduled-time>"}
     machine = resources["StateMachine"]["Properties"]
-    assert json.loads(machine["DefinitionString"]) == sm.compile_plan(plan)
+    # The definition travels beside the archives, content-addressed, not in the template.
+    assert "DefinitionString" not in machine
+    text = sm.definition_json(sm.compile_plan(plan))
+    location = machine["DefinitionS3Location"]
+    assert location == dict(zip(("Bucket", "Key"), cloud_stack.definition_key(plan, text), strict=True))
+    assert location["Key"].endswith(f"/statemachine-{hashlib.sha256(text.encode()).hexdigest()}.json")
+    assert location["Bucket"] == plan.trials[0].prepared.source_uri.split("/")[2]
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     [start, dead] = resources["SchedulerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     assert start["Action"] == "states:StartExecution" and start["Resource"] == {"Ref": "StateMachine"}
     assert dead["Action"] == "sqs:SendMessage"
@@ -76,25 +84,48 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
     for role in ("SchedulerRole", "StateMachineRole"):
         trust = resources[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
         assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
-    # Every run's job name falls under the policy's pattern (lower-cased, as SageMaker's ARNs are).
+    # Every run's job name, retries included, falls under the policy's pattern (lower-cased, as
+    # SageMaker's ARNs are).
     tick = sweeps.plan(loaded, tick=datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc))
     prefix = jobs["Resource"]["Fn::Sub"].rsplit("/", 1)[1].rstrip("*")
-    assert all(t.job_name.lower().startswith(prefix) for t in tick.trials)
+    assert all(tick.identity.job_name(t.trial.trial_id, n).lower().startswith(prefix)
+               for t in tick.trials for n in range(loaded.max_retries + 1))
 
 
 def test_plan_shows_the_cost_per_run_and_per_month(nightly, capsys):
     loaded, plan = nightly
     lines = cloud_stack.describe(plan, datetime(2026, 12, 1, tzinfo=timezone.utc))
     [cost] = [line for line in lines if line.startswith("cost:")]
-    assert f"at most {plan.total_usd:.2f} USD a run" in cost
-    assert f"30 runs in the next 30 days: at most {plan.total_usd * 30:.2f} USD a month" in cost
+    # A run's bound counts every retry the machine holds: the plan's worst case here (one type,
+    # max_retries 2), above its first jobs' total.
+    worst = attempts.worst_usd(plan)
+    assert worst == pytest.approx(plan.worst_usd) and worst > plan.total_usd
+    assert f"at most {worst:.2f} USD a run (first jobs {plan.total_usd:.2f} USD" in cost
+    assert f"30 runs in the next 30 days: at most {worst * 30:.2f} USD a month" in cost
+    assert any("flexible window off" in line for line in lines)
+    assert any("3 possible job(s)" in line for line in lines)
+
+
+def test_a_run_whose_retries_could_pass_the_budget_is_refused_at_plan(tmp_path, orch_home):
+    """The first jobs fit the budget, their compiled retries do not: exit 2 at the budget line."""
+    import os
+
+    text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
+        "max_total_cost_usd: 40", "max_total_cost_usd: 30")
+    path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    done = cli_run("schedule", "plan", str(path), env={**os.environ, "ORCHESTRATOR_HOME": str(orch_home)})
+    assert done.returncode == 2, done.stderr
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "max_total_cost_usd" in row)
+    assert f"sweep.yaml:{line}:" in done.stderr and "every retry and failover" in done.stderr
+    assert "raise budget.max_total_cost_usd to 37, or lower max_retries" in done.stderr
+    assert done.stdout == ""
 
 
 def test_a_run_over_budget_is_refused_at_plan(tmp_path, orch_home):
     import os
 
     text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
-        "max_total_cost_usd: 30", "max_total_cost_usd: 5")
+        "max_total_cost_usd: 40", "max_total_cost_usd: 5")
     path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
     done = cli_run("schedule", "plan", str(path), env={**os.environ, "ORCHESTRATOR_HOME": str(orch_home)})
     assert done.returncode == 2, done.stderr
@@ -162,16 +193,9 @@ def interpreter(moto_server, monkeypatch):
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     monkeypatch.setattr(models, "stepfunctions_backends", stepfunctions_parser_backends)
-    monkeypatch.setenv("MOTO_PORT", moto_server.rsplit(":", 1)[1])
-
-    def config(execute: bool) -> None:
-        body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
-        urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/config", data=body, method="POST"),
-                               timeout=10).read()
-
-    config(True)
+    off = interpreter_on(moto_server, monkeypatch)
     yield moto_server
-    config(False)
+    off()
 
 
 def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloudformation,
@@ -195,6 +219,7 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
     schedule = boto3.client("scheduler", region_name=region).get_schedule(Name=found["Name"])
     assert schedule["ScheduleExpression"] == "cron(0 3 * * ? *)" and schedule["ScheduleExpressionTimezone"] == "UTC"
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}  # the file asks for none
     # Each trial's archive is where its request says.
     s3 = boto3.client("s3", region_name=region)
     for trial in plan.trials:
@@ -311,23 +336,90 @@ def test_the_schedules_policies_pass_parliament(nightly):
     assert linted == 2
 
 
-def test_a_sweep_whose_template_cloudformation_would_refuse_is_refused_before_any_call(tmp_path, orch_home,
-                                                                                       monkeypatch):
-    """Sixteen trials' requests make a template over CloudFormation's 51,200-byte TemplateBody
-    (CreateChangeSet API reference): refused with exit 2 before an archive is uploaded or a
-    client is made."""
+def _wide(tmp_path, trials: int, max_retries: int):
+    lrs = ", ".join(f"{1e-4 * (i + 1):.6f}" for i in range(trials))
+    return write(tmp_path, f"sweep: wide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [{lrs}]}}\n"
+                 f"max_retries: {max_retries}\nschedule: {{cron: '0 3 * * *'}}\n",
+                 (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+
+
+def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
+                                               moto_change_set_outputs):
+    """Sixty trials with two retries each (180 requests) once made a template far over
+    CloudFormation's 51,200-byte TemplateBody (CreateChangeSet API reference); the definition
+    now travels as an S3 object (DefinitionS3Location) within Step Functions' 1 MB."""
+    import boto3
+
+    from orchestrator import aws_contract
+    from orchestrator.infra.template import template_body
+
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 2)))
+    assert len(plan.trials) == 60
+    body = template_body(cloud_stack.template(plan))
+    assert aws_contract.violations("cloudformation", "CreateChangeSet", {
+        "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
+    text = sm.definition_json(sm.compile_plan(plan))
+    assert 51_200 < len(text) <= 1_048_576
+    # Its polls wait longer so a run's worst case stays within one execution's 25,000 events:
+    # 180 attempts of up to 120 minutes each (every trial's longest path holds 3).
+    poll = sm.poll_seconds(plan)
+    run_s = 60 * 3 * plan.trials[0].trial.spec.max_run_minutes
+    fixed = sm.EVENTS_PER_RUN + 60 * (sm.EVENTS_PER_TRIAL + 3 * sm.EVENTS_PER_ATTEMPT)
+    assert poll > sm.POLL_SECONDS and fixed + sm.EVENTS_PER_POLL * run_s / poll <= sm.HISTORY_EVENTS
+    waits = {s["Seconds"] for s in json.loads(text)["States"]["Trials"]["ItemProcessor"]["States"].values()
+             if s["Type"] == "Wait"}
+    assert waits == {poll}
+    region = plan.sweep.base_spec.region
+    bucket = plan.trials[0].prepared.source_uri.split("/")[2]
+    boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
+    cloud.deploy(plan, region, sleep=lambda s: None)
+    sfn = boto3.client("stepfunctions", region_name=region)
+    [machine] = sfn.list_state_machines()["stateMachines"]
+    assert sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["definition"] == text
+    s3 = boto3.client("s3", region_name=region)
+    key = cloud_stack.definition_key(plan, text)[1]
+    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() == text
+    # Every job a run may make has its archive where its request says: 60 trials x 3 attempts.
+    uploaded = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="jobs/source/")["Contents"]}
+    wanted = {a.prepared.source_uri.split("/", 3)[3] for g in attempts.of_plan(plan).values() for a in g}
+    assert len(wanted) == 180 and wanted <= uploaded
+
+
+def test_a_definition_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
+    """120 trials with two retries each (360 requests) pass Step Functions' definition limit
+    (1,048,576 characters: botocore's stepfunctions model, Definition; quotas, "Maximum
+    definition size"); 60 with ten retries each, one execution's 25,000 history events (quotas,
+    "Maximum execution history size"). Each is refused with exit 2 before an archive is uploaded
+    or a client is made."""
     from orchestrator.backends import sagemaker
 
     def no_client(*args, **kwargs):
         raise AssertionError("no AWS client may be made")
 
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", no_client)
-    lrs = ", ".join(f"{1e-4 * (i + 1):.6f}" for i in range(16))
-    path = write(tmp_path, f"sweep: wide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [{lrs}]}}\n"
-                 "schedule: {cron: '0 3 * * *'}\n", (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
-    plan = sm.placeholder_plan(spec.load_sweep(path))
-    assert len(plan.trials) == 16
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 120, 2)))
     with pytest.raises(InputError) as refused:
         cloud.deploy(plan, "us-east-1")
-    assert "TemplateBody" in refused.value.message and "51200" in refused.value.message.replace(",", "")
-    assert "fewer trials" in refused.value.hint
+    assert "CreateStateMachine" in refused.value.message and "at most 1048576" in refused.value.message
+    assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 10)))
+    with pytest.raises(InputError) as refused:
+        cloud.deploy(plan, "us-east-1")
+    assert "one Step Functions execution's history holds (25,000 events" in refused.value.message
+    assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
+
+
+def test_remove_by_file_is_not_refused_for_the_budget(tmp_path, orch_home, moto_server):
+    """A schedule is removed whatever its file's budget says now: `remove FILE` reads the stack's
+    name from it and asks CloudFormation (here: no such stack, an InputError naming it)."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    text = NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", "base: base.yaml").replace(
+        "max_total_cost_usd: 40", "max_total_cost_usd: 5")
+    path = write(tmp_path, text, (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
+    done = CliRunner().invoke(app, ["schedule", "remove", str(path)])
+    # The CLI's entry point makes an InputError exit 2; CliRunner hands the exception back.
+    assert isinstance(done.exception, InputError), done.output
+    assert done.exception.message == "no schedule stack 'orchestrator-schedule-nightly' in us-east-1"

@@ -7,15 +7,16 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from datetime import datetime, timezone
 
 import pytest
+from schedule_moto import interpreter_on
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, request, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
+from orchestrator.schedule import attempts
 from orchestrator.schedule import statemachine as sm
 from orchestrator.spec.models import MAX_NAME
 
@@ -23,45 +24,62 @@ NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
 RUN = "202612050300"
 RUN_TIME = datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc)
 
-_FORMAT = re.compile(r"States\.Format\('((?:[^'\\]|\\.)*)'((?:, \$\.run)*)\)")
+_FORMAT = re.compile(r"States\.Format\('((?:[^'\\]|\\.)*)'((?:, \$\.[a-z0-9_.]+)*)\)")
 
 
-def render(value, run: str):
+def render(value, run: str, shared: dict | None = None, literals: dict | None = None):
     """A create state's Parameters as Step Functions evaluates them for `$.run` = `run`: each
-    `<key>.$` States.Format of `$.run` becomes `<key>` with the run's label (test-side reading
-    of the intrinsic, independent of the compiler)."""
+    `<key>.$` States.Format becomes `<key>` with its arguments filled in (`$.run` the run's
+    label, `$.literals.<id>` the attempt's Start state's value), each `<key>.$` `$.shared.<id>`
+    the definition's shared value (a test-side reading of the intrinsic and the paths,
+    independent of the compiler)."""
     if isinstance(value, list):
-        return [render(v, run) for v in value]
+        return [render(v, run, shared, literals) for v in value]
     if not isinstance(value, dict):
         return value
+    paths = {"$.run": run, **{f"$.shared.{k}": v for k, v in (shared or {}).items()},
+             **{f"$.literals.{k}": v for k, v in (literals or {}).items()}}
     out = {}
     for key, item in value.items():
-        if key.endswith(".$"):
+        if key.endswith(".$") and item.startswith("$.shared."):
+            out[key[:-2]] = paths[item]
+        elif key.endswith(".$"):
             found = _FORMAT.fullmatch(item)
             assert found, item
-            template, args = found.group(1), found.group(2)
+            template, args = found.group(1), [a for a in found.group(2).split(", ") if a]
             text, i, used = [], 0, 0
             while i < len(template):
                 if template[i] == "\\":
                     text.append(template[i + 1])
                     i += 2
                 elif template.startswith("{}", i):
-                    text.append(run)
+                    text.append(paths[args[used]])
                     used += 1
                     i += 2
                 else:
                     text.append(template[i])
                     i += 1
-            assert used == args.count("$.run")
+            assert used == len(args)
             out[key[:-2]] = "".join(text)
         else:
-            out[key] = render(item, run)
+            out[key] = render(item, run, shared, literals)
     return out
 
 
-def create_states(definition: dict) -> list[dict]:
+def sent(definition: dict, state: dict, run: str = RUN) -> dict:
+    """The request a create state of `definition` sends in run `run` (its attempt's Start state
+    holds the literals its templates name)."""
     processor = definition["States"]["Trials"]["ItemProcessor"]["States"]
-    return [state for name, state in processor.items() if name.endswith(" Create")]
+    [start] = [s for s in processor.values() if s["Type"] == "Pass" and processor.get(s.get("Next")) is state]
+    return render(state["Parameters"], run, definition["States"]["Run label"]["Parameters"]["shared"],
+                  start.get("Result"))
+
+
+def create_states(definition: dict, first_only: bool = True) -> list[dict]:
+    """The create states of each trial's first job (or of every attempt), in trial order."""
+    processor = definition["States"]["Trials"]["ItemProcessor"]["States"]
+    return [state for name, state in processor.items()
+            if name.endswith(" Create") and (" a0.0 " in name or not first_only)]
 
 
 def renamed(value, old: str, new: str):
@@ -89,12 +107,16 @@ def test_the_map_runs_every_trial_once_at_the_sweeps_concurrency(nightly):
     which = trials["ItemProcessor"]["States"]["Which trial"]
     assert [c["StringEquals"] for c in which["Choices"]] == [t.trial.trial_id for t in plan.trials]
     assert len(create_states(definition)) == len(plan.trials) == 3
-    for state in create_states(definition):
+    # Each trial's first job and its max_retries (2) retries, each with its own request.
+    assert len(create_states(definition, first_only=False)) == 3 * (1 + loaded.max_retries)
+    for state in create_states(definition, first_only=False):
         assert state["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob"
         [retry] = state["Retry"]
         assert retry["ErrorEquals"] and all("ResourceLimitExceeded" in e or "Throttling" in e
                                             for e in retry["ErrorEquals"])
         assert (retry["IntervalSeconds"], retry["BackoffRate"], retry["MaxDelaySeconds"]) == (2, 2.0, 300)
+        # A create still refused after its retries ends its trial, not the run.
+        assert state["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": sm.NOT_CREATED}]
     # Every Next names a state of its own state list.
     for states in (definition["States"], trials["ItemProcessor"]["States"]):
         for state in states.values():
@@ -111,7 +133,7 @@ def test_each_embedded_request_is_sweep_plans_with_the_runs_name(nightly):
     shown = {t.trial.trial_id: t for t in sweeps.plan(loaded).trials}
     tick_plan = sweeps.plan(loaded, tick=RUN_TIME)
     for state, trial in zip(create_states(definition), plan.trials, strict=True):
-        rendered = render(state["Parameters"], RUN)
+        rendered = sent(definition, state)
         assert rendered == renamed(trial.prepared.request, sm.PLACEHOLDER_LABEL, RUN)
         name = rendered["TrainingJobName"]
         assert name == tick_plan.identity.job_name(trial.trial.trial_id)
@@ -138,24 +160,32 @@ def test_job_names_of_the_longest_sweep_name_fit_in_63(tmp_path, orch_home):
     path = write(tmp_path, f"sweep: {long_name}\nbase: base.yaml\n"
                  "grid: {training.optimizer.lr: [0.001, 0.0001]}\nschedule: {cron: '0 3 * * *'}\n")
     plan = sm.placeholder_plan(spec.load_sweep(path))
-    for state in create_states(sm.compile_plan(plan)):
-        name = render(state["Parameters"], RUN)["TrainingJobName"]
+    definition = sm.compile_plan(plan)
+    for state in create_states(definition):
+        name = sent(definition, state)["TrainingJobName"]
         assert len(name) <= names.MAX_JOB_NAME and names.is_job_name(name) and RUN in name
 
 
-def test_format_literals_escape_what_intrinsics_reserve():
+def test_strings_with_what_intrinsics_reserve_take_those_parts_from_paths():
+    """`{`, `}`, `'` and `\\` never appear in a Format template (they would need escapes, which
+    moto's interpreter does not read as AWS does): such a string's parts are path arguments."""
     tricky = {"A": f"x{{'{sm.PLACEHOLDER_LABEL}'}}\\y-{sm.PLACEHOLDER_LABEL}", "B": [{"C": sm.PLACEHOLDER_LABEL}],
-              "D": "plain"}
-    templated = sm._templated(tricky)
-    assert set(templated) == {"A.$", "B", "D"} and "C.$" in templated["B"][0]
-    assert render(templated, RUN) == renamed(tricky, sm.PLACEHOLDER_LABEL, RUN)
+              "D": "plain", "E": f"plain-{sm.PLACEHOLDER_LABEL}"}
+    literals: dict[str, str] = {}
+    templated = sm._templated(tricky, literals)
+    assert set(templated) == {"A.$", "B", "D", "E.$"} and "C.$" in templated["B"][0]
+    assert templated["A.$"] == ("States.Format('{}{}{}{}{}', $.literals.s0, $.run, $.literals.s1, $.run, "
+                                "$.literals.s2)")
+    assert templated["E.$"] == "States.Format('plain-{}', $.run)"
+    assert literals == {"s0": "x{'", "s1": "'}\\y-", "s2": ""}
+    assert render(templated, RUN, literals=literals) == renamed(tricky, sm.PLACEHOLDER_LABEL, RUN)
 
 
-def test_a_sweep_with_batch_trials_is_refused(tmp_path, orch_home):
-    path = write(tmp_path, "sweep: inf\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n",
-                 (ROOT / "configs" / "vit-inf2-xlarge.yaml").read_text())
+def test_a_sweep_with_local_trials_is_refused(tmp_path, orch_home):
+    path = write(tmp_path, "sweep: loc\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n",
+                 (ROOT / "configs" / "local-tiny.yaml").read_text())
     plan = sm.placeholder_plan(spec.load_sweep(path))
-    with pytest.raises(InputError, match="SageMaker trials only"):
+    with pytest.raises(InputError, match="SageMaker and AWS Batch trials only"):
         sm.compile_plan(plan)
 
 
@@ -168,19 +198,12 @@ def test_only_the_placeholder_plan_compiles(nightly):
 # --- runs by moto's interpreter -----------------------------------------------------------------
 
 
-def _moto_config(url: str, execute: bool) -> None:
-    body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
-    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
-
-
 @pytest.fixture
 def interpreter(moto_server, monkeypatch):
-    """moto's Step Functions interpreter on; its clients call http://localhost:$MOTO_PORT."""
-    monkeypatch.setenv("MOTO_PORT", moto_server.rsplit(":", 1)[1])
-    _moto_config(moto_server, True)
+    """moto's Step Functions interpreter on, its AWS SDK integration PascalCase (schedule_moto)."""
+    off = interpreter_on(moto_server, monkeypatch)
     yield moto_server
-    _moto_config(moto_server, False)
+    off()
 
 
 @pytest.fixture
@@ -293,18 +316,29 @@ def test_the_container_makes_the_placeholders_job_file_the_runs(nightly, tmp_pat
     loaded, plan = nightly
     assert names.tick_label(sm.PLACEHOLDER_TICK) == sm.PLACEHOLDER_LABEL
     tick = {t.trial.trial_id: t for t in sweeps.plan(loaded, tick=RUN_TIME).trials}
-    for state, trial in zip(create_states(sm.compile_plan(plan)), plan.trials, strict=True):
-        sent = render(state["Parameters"], RUN)
+    definition = sm.compile_plan(plan)
+    for state, trial in zip(create_states(definition), plan.trials, strict=True):
+        sent_request = sent(definition, state)
         config = tmp_path / trial.trial.trial_id / "input" / "config"
         config.mkdir(parents=True)
-        (config / "hyperparameters.json").write_text(json.dumps(sent["HyperParameters"]))
+        (config / "hyperparameters.json").write_text(json.dumps(sent_request["HyperParameters"]))
         run_name = container.job_name_hyperparameter(config.parent.parent)
-        assert run_name == sent["TrainingJobName"]
+        assert run_name == sent_request["TrainingJobName"]
         job = contract.for_run(trial.prepared.job, run_name)
         expected = tick[trial.trial.trial_id].prepared.job
         assert (job["job_name"], job["results_uri"], job["tags"]) == (
             expected["job_name"], expected["results_uri"], expected["tags"])
         assert job["spec"] == trial.prepared.job["spec"]
+    # A retry's archive is its own (its job.json names the -rN job): the run's name fits it too.
+    by_name = {sent(definition, state)["TrainingJobName"]: state for state in create_states(definition, False)}
+    for graph in attempts.of_plan(plan).values():
+        for a in graph[1:]:
+            run_name = renamed(a.prepared.job_name, sm.PLACEHOLDER_LABEL, RUN)
+            job = contract.for_run(a.prepared.job, run_name)
+            assert job["job_name"] == run_name and run_name.endswith(f"-r{a.number}")
+            assert f"/{run_name}/" in job["results_uri"] and sm.PLACEHOLDER_LABEL not in json.dumps(job["tags"])
+            code = sent(definition, by_name[run_name])["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"]
+            assert code == a.prepared.source_uri != plan.trials[0].prepared.source_uri
     # Any other job file, or a name of another shape, is left as it is.
     job = plan.trials[0].prepared.job
     assert contract.for_run(job, None) is job and contract.for_run(job, "other-name") is job

@@ -137,25 +137,27 @@ def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with
 # --- the schedule kept in the cloud (EventBridge Scheduler + Step Functions) -----------------
 
 
-def _cloud_plan(path: Path):
+def _cloud_plan(path: Path, *, budget: bool = True):
     from orchestrator import schedule as schedules
     from orchestrator import spec
-    from orchestrator import sweep as sweeps
-    from orchestrator.schedule import statemachine
+    from orchestrator.schedule import cloud_stack, statemachine
 
     loaded = spec.load_sweep(path)
     schedules.require_schedule(loaded)
     planned = statemachine.placeholder_plan(loaded)
-    # The trials and their bounds are fixed in the state machine: a run over budget is refused here.
-    sweeps.check_budget(planned)
+    # The trials, their retries and their bounds are fixed in the state machine: a run that could
+    # pass the budget is refused here (not when removing: a schedule is removed whatever it costs).
+    if budget:
+        cloud_stack.check_budget(planned)
     return planned
 
 
 @app.command("plan")
 def schedule_plan(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
     """Show what `schedule deploy` would make: the EventBridge schedule, the Step Functions state
-    machine, the roles, and the worst-case cost per run and per month. Calls no AWS API.
-    Exit 2 when a trial fails the doctor or a run would pass budget.max_total_cost_usd."""
+    machine (each trial's jobs, retries and failovers), the roles, and the worst-case cost per
+    run and per month. Calls no AWS API. Exit 2 when a trial fails the doctor or a run with
+    every retry would pass budget.max_total_cost_usd."""
     from datetime import datetime, timezone
 
     from orchestrator.schedule import cloud_stack
@@ -206,7 +208,9 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
             out(f"  next fire: {item.next_fire}")
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
-            out(f"  {job.get('trial')} {job.get('job')}: {job.get('status')}")
+            out(f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"
+                + (f" after {job['attempt']} retr{'y' if job['attempt'] == 1 else 'ies'}" if job.get("attempt") else "")
+                + (f" ({job['error']})" if job.get("error") else ""))
 
 
 @app.command("remove")
@@ -220,7 +224,7 @@ def schedule_remove(
     from orchestrator.schedule import cloud, cloud_stack
 
     if target.endswith((".yaml", ".yml")):
-        planned = _cloud_plan(Path(target))
+        planned = _cloud_plan(Path(target), budget=False)
         stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
     else:
         stack, where = target, default_region(region)

@@ -3,7 +3,8 @@
 Modules: `cron` (whether an expression is usable, and when it fires: a leaf the spec loader
 uses), `scheduler` (due ticks, the catchup policy, submitting and following tick sweeps),
 `crontab` (the lines that run `schedule tick` from system cron), `statemachine` (a sweep's plan
-compiled to a Step Functions definition, for a schedule kept in the cloud).
+compiled to a Step Functions definition, for a schedule kept in the cloud; `attempts` and
+`failure_rules` its retries and failovers), `cloud_stack` and `cloud` (its stack, deployed).
 
 Contract:
 - The spec's `schedule.cron` (five fields or an @alias, read in `schedule.timezone`) names

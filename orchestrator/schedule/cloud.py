@@ -1,12 +1,14 @@
 """Deploying, listing and removing schedules kept in the cloud (`schedule deploy/list/remove`).
 
 Contract:
-- `deploy(plan, region)` uploads each trial's source archive to its content-addressed URI
-  (the backend's own upload, `CloudBackend.upload_source`), then creates or updates the
+- `deploy(plan, region)` uploads the source archive of every job a run may make (each trial's
+  first, retry and failover attempts, `attempts`) to its content-addressed URI (the backend's
+  own upload, `CloudBackend.upload_source`) and the state machine's definition beside them
+  (`upload_definition`, the template's DefinitionS3Location), then creates or updates the
   schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
   (`infra.deploy.plan_change_set/execute`): the change set is computed first and its changes are
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
-  before anything is uploaded (`sweep.check_budget`).
+  against a run's worst case before anything is uploaded (`cloud_stack.check_budget`).
 - `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
   fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
 - `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.errors import BackendError, InputError
-from orchestrator.schedule import cloud_stack
+from orchestrator.schedule import attempts, cloud_stack
 
 
 @dataclass
@@ -43,30 +45,48 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
            clients: dict | None = None):
     """Upload the archives and deploy the stack; returns (change set plan, outputs)."""
     from orchestrator import aws_contract
-    from orchestrator import sweep as sweeps
     from orchestrator.backends.sagemaker import SageMakerBackend
     from orchestrator.infra import deploy as infra_deploy
     from orchestrator.infra.cloudformation import make_client
     from orchestrator.infra.template import template_body
 
-    sweeps.check_budget(plan)
+    cloud_stack.check_budget(plan)
     template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
-    # The definition travels in the template: a body CloudFormation would refuse (51,200 bytes)
-    # is refused here, before the archives are uploaded (infra's plan_change_set checks it again).
     aws_contract.check_body("cloudformation", "CreateChangeSet", {
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
         "TemplateBody": template_body(template)},
-        hint=f"the state machine embeds each of the {len(plan.trials)} trials' requests; schedule fewer trials per "
+        hint=f"the template names the roles' resources of the {len(plan.trials)} trials; schedule fewer trials per "
              "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
     clients = clients or {}
     backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
-    for trial in plan.trials:
-        backend.upload_source(trial.prepared)
+    for graph in attempts.of_plan(plan).values():
+        for attempt in graph:  # every job a run may make: its first, each retry's and failover's
+            backend.upload_source(attempt.prepared)
+    upload_definition(backend.s3, plan)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
     change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
                                   description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs
+
+
+def upload_definition(s3, plan) -> str:
+    """Put the state machine's definition where the template's DefinitionS3Location names it
+    (content-addressed: an object of that key always holds these bytes; a conditional put makes
+    a second deploy's upload harmless). Returns its s3:// URI."""
+    from botocore.exceptions import ClientError
+
+    from orchestrator.schedule.statemachine import check_size, compile_plan
+
+    text = check_size(plan, compile_plan(plan))
+    bucket, key = cloud_stack.definition_key(plan, text)
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), IfNoneMatch="*", ContentType="application/json")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
+            raise BackendError(f"uploading the state machine's definition to s3://{bucket}/{key}: {exc}",
+                               hint="check the bucket and your s3:PutObject permission on it") from None
+    return f"s3://{bucket}/{key}"
 
 
 def _stacks(cfn) -> list[dict]:

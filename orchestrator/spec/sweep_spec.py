@@ -89,6 +89,13 @@ class ScheduleSpec(StrictModel):
     )
     max_catchup: Int = Field(24, ge=1, le=1000, description="catchup: all submits at most this many missed ticks.")
     timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in; tick ids are UTC.")
+    # EventBridge Scheduler's FlexibleTimeWindow (Scheduler API reference: Mode OFF|FLEXIBLE,
+    # MaximumWindowInMinutes 1-1440): 0 is Mode OFF.
+    flexible_window_minutes: Int = Field(
+        0, ge=0, le=1440,
+        description="Cloud schedule only (schedule deploy): EventBridge Scheduler may start a run up to this many "
+        "minutes after its fire time, spreading load; 0 starts it at the fire time. The run keeps the fire time's "
+        "label (its job names). Not used by schedule run/tick.")
 
 
 class SweepBudgetSpec(StrictModel):

@@ -1,0 +1,93 @@
+"""moto's Step Functions interpreter made to behave, where the schedule's tests rely on it, as
+the AWS documentation says Step Functions and CloudFormation do (moto 5.2.5).
+
+- `interpreter_on(url, monkeypatch)`: the interpreter executes state machines (the moto
+  server's `execute_state_machine` configuration; its clients call http://localhost:$MOTO_PORT).
+- Its AWS SDK integration passes a task's Parameters to boto3 as written and returns boto3's
+  answer as it is. Step Functions takes and returns PascalCase member names even for a
+  camelCase API such as AWS Batch's (developer guide, "AWS SDK service integrations": API
+  naming conventions): the integration is given moto's own shape-driven renaming (the one its
+  optimised integrations use) in both directions. Without it a PascalCase SubmitJob fails
+  boto3's validation, which real Step Functions would send.
+- Its CloudFormation model of AWS::StepFunctions::StateMachine reads DefinitionString only;
+  CloudFormation reads DefinitionS3Location's object at create and update (CloudFormation
+  template reference, AWS::StepFunctions::StateMachine): the model is given that.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+
+def _moto_config(url: str, execute: bool) -> None:
+    body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
+                           timeout=10).read()
+
+
+def _operation(task):
+    import botocore.session
+
+    action = task.resource.api_action
+    service = task._get_boto_service_name()
+    return botocore.session.get_session().get_service_model(service).operation_model(action[:1].upper() + action[1:])
+
+
+def _pascal_case_sdk(monkeypatch) -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk,
+    )
+
+    cls = state_task_service_aws_sdk.StateTaskServiceAwsSdk
+
+    def normalise_parameters(self, parameters, boto_service_name=None, service_action_name=None):
+        self._to_boto_request(parameters, _operation(self).input_shape)
+
+    def normalise_response(self, response, boto_service_name=None, service_action_name=None):
+        self._from_boto_response(response, _operation(self).output_shape)
+
+    monkeypatch.setattr(cls, "_normalise_parameters", normalise_parameters)
+    monkeypatch.setattr(cls, "_normalise_response", normalise_response)
+
+
+def _definition_from_s3(monkeypatch) -> None:
+    from moto.s3.models import s3_backends
+    from moto.stepfunctions import models
+
+    def resolved(cloudformation_json, account_id):
+        props = cloudformation_json.get("Properties", {})
+        where = props.get("DefinitionS3Location")
+        if where and "DefinitionString" not in props:
+            found = s3_backends[account_id]["aws"].get_object(where["Bucket"], where["Key"])
+            props = {**props, "DefinitionString": found.value.decode()}
+        return {**cloudformation_json, "Properties": props}
+
+    create = models.StateMachine.create_from_cloudformation_json.__func__
+    update = models.StateMachine.update_from_cloudformation_json.__func__
+
+    def create_from(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
+        return create(cls, resource_name, resolved(cloudformation_json, account_id), account_id, region_name, **kwargs)
+
+    def update_from(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
+        return update(cls, original_resource, new_resource_name, resolved(cloudformation_json, account_id),
+                      account_id, region_name)
+
+    monkeypatch.setattr(models.StateMachine, "create_from_cloudformation_json", classmethod(create_from))
+    monkeypatch.setattr(models.StateMachine, "update_from_cloudformation_json", classmethod(update_from))
+
+
+def interpreter_on(url: str, monkeypatch):
+    """Turn the interpreter on (and these fixes in); returns the function that turns it off."""
+    monkeypatch.setenv("MOTO_PORT", url.rsplit(":", 1)[1])
+    _pascal_case_sdk(monkeypatch)
+    _definition_from_s3(monkeypatch)
+    _moto_config(url, True)
+    return lambda: _moto_config(url, False)
+
+
+def batch_use_no_docker(url: str) -> None:
+    """moto's Batch runs jobs without docker: each SUCCEEDED at once (FACTS: moto 5.2)."""
+    body = json.dumps({"batch": {"use_docker": False}}).encode()
+    urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
+                           timeout=10).read()

@@ -1,0 +1,213 @@
+"""A cloud schedule's failed trials (`schedule.attempts`, `schedule.failure_rules`): the state
+machine reads why a job failed as the sweep runner does (`sweep.failures.classify`), resubmits
+capacity, spot and internal failures as the runner names and tags its retries, up to
+max_retries, and ends a trial on any other failure. Runs by moto's interpreter on its SageMaker,
+whose jobs a test fails (moto lets an in-process test set a job's status and reason)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+
+import pytest
+from schedule_moto import interpreter_on
+from sweep_fakes import ROOT, write
+
+from orchestrator import names, spec
+from orchestrator.schedule import attempts, failure_rules
+from orchestrator.schedule import statemachine as sm
+from orchestrator.sweep.failures import classify
+
+NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
+RUN = "202612050300"
+# Reasons as AWS writes them, each kind's (the ones failures.py documents, and SageMaker's).
+REASONS = [
+    "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type.",
+    "InsufficientInstanceCapacity: We currently do not have sufficient capacity",
+    "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity requested for instance type inf2.xlarge",
+    "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+    "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement (vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the job queue.",
+    "Canceled by JobStateTimeLimit action due to reason: MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+    "ACTION_REQUIRED - CE(s) associated with the job queue are invalid",
+    "Host EC2 (instance i-0abc123) terminated.",
+    "CannotPullContainerError: pull image manifest has been retried 5 time(s): manifest unknown",
+    "CannotPullContainerError: failed to resolve ref: 403 Forbidden",
+    "CannotPullContainerError: context deadline exceeded",
+    "CannotStartContainerError: Error response from daemon",
+    "Task failed to start",
+    "Spot interruption: the instance was reclaimed",
+    "Training job interrupted: Spot capacity reclaimed",
+    "InternalServerError: We encountered an internal error. Please try again.",
+    "An internal error occurred",
+    "ServiceUnavailable",
+    "AlgorithmError: ExecuteUserScriptError: exit code 1",
+    "ClientError: Please ensure the S3 bucket exists",
+    "Essential container in task exited; exit code 137",
+    "OutOfMemoryError: Please use an instance type with more memory, or reduce the size of job data processed",
+]
+
+
+def asl_kind(reason: str) -> str:
+    """The kind the state machine's Choice rules give `reason` as SageMaker's FailureReason,
+    read as Step Functions reads them (first matching rule; StringMatches: `*` only, case as
+    written; a reason no rule matches goes to the Default, the user's)."""
+    path = sm.REASON_PATHS["sagemaker"][0]
+    rules = failure_rules.rules([path], {kind: kind for kind, _ in failure_rules.KINDS})
+    for rule in rules:
+        for match in rule["Or"]:
+            present, pattern = match["And"]
+            assert present == {"Variable": path, "IsPresent": True} and pattern["Variable"] == path
+            if fnmatch.fnmatchcase(reason, pattern["StringMatches"].replace("[", "[[]")):
+                return rule["Next"]
+    return "user"
+
+
+@pytest.mark.parametrize("reason", REASONS)
+def test_the_machine_reads_a_failure_as_the_sweep_runner_does(reason):
+    assert asl_kind(reason) == classify(reason)
+
+
+def test_every_kind_has_its_state_and_a_retryable_kind_its_route(orch_home):
+    plan = sm.placeholder_plan(spec.load_sweep(NIGHTLY))
+    states = sm.compile_plan(plan)["States"]["Trials"]["ItemProcessor"]["States"]
+    why = states[sm.WHY["sagemaker"]]
+    assert [r["Next"] for r in why["Choices"]] == [f"Kind {k}" for k, _ in failure_rules.KINDS]
+    assert why["Default"] == "Kind user" and states["Kind user"]["Next"] == "Next attempt"
+    routes = states["Next attempt"]
+    assert routes["Default"] == sm.TRIAL_END
+    # From each attempt but the last, capacity, spot and internal failures lead to the next retry.
+    for n in range(len(plan.trials)):
+        for at, nxt in (("a0.0", "a0.1r"), ("a0.1r", "a0.2r")):
+            found = {r["And"][1]["StringEquals"]: r["Next"] for r in routes["Choices"]
+                     if r["And"][0]["StringEquals"] == f"T{n} {at}"}
+            assert found == dict.fromkeys(attempts.RETRY_KINDS, f"T{n} {nxt} Start")
+        assert not [r for r in routes["Choices"] if r["And"][0]["StringEquals"] == f"T{n} a0.2r"]
+
+
+# --- runs by moto's interpreter -----------------------------------------------------------------
+
+
+@pytest.fixture
+def nightly(orch_home):
+    loaded = spec.load_sweep(NIGHTLY)
+    return loaded, sm.placeholder_plan(loaded)
+
+
+@pytest.fixture
+def sagemaker_fails(moto_server, monkeypatch):
+    """moto's SageMaker ends the jobs named in the returned dict Failed with that reason (each
+    once); every CreateTrainingJob body the server receives is kept in `sent`."""
+    from moto.sagemaker import models, responses
+
+    off = interpreter_on(moto_server, monkeypatch)
+    reasons: dict[str, str] = {}
+    sent: list[dict] = []
+    original = models.SageMakerModelBackend.create_training_job
+    original_response = responses.SageMakerResponse.create_training_job
+
+    def create(self, training_job_name, *args, **kwargs):
+        made = original(self, training_job_name, *args, **kwargs)
+        reason = reasons.pop(training_job_name, None)
+        if reason is not None:
+            job = self.training_jobs[training_job_name]
+            job.training_job_status, job.secondary_status, job.failure_reason = "Failed", "Failed", reason
+        return made
+
+    def create_response(self):
+        sent.append(json.loads(self.body))
+        return original_response(self)
+
+    monkeypatch.setattr(models.SageMakerModelBackend, "create_training_job", create)
+    monkeypatch.setattr(responses.SageMakerResponse, "create_training_job", create_response)
+    yield reasons, sent
+    off()
+
+
+def run(plan, region: str) -> dict:
+    import boto3
+
+    sfn = boto3.client("stepfunctions", region_name=region)
+    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
+                                   roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
+    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
+        sm.execution_input("2026-12-05T03:00:00Z")))["executionArn"]
+    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
+        described = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    return described
+
+
+def test_moto_failures_are_retried_as_the_policy_says(nightly, sagemaker_fails):
+    """Trial 0: a capacity failure, retried once (-r1, tagged retry), completes. Trial 1: an
+    algorithm error, never retried. Trial 2: internal errors on every attempt, given up after
+    max_retries (2): -r2 is its last job."""
+    loaded, plan = nightly
+    reasons, sent = sagemaker_fails
+    job = {t.trial.trial_id: t.prepared.job_name.replace(sm.PLACEHOLDER_LABEL, RUN) for t in plan.trials}
+    first, second, third = (t.trial.trial_id for t in plan.trials)
+    reasons.update({
+        job[first]: "CapacityError: Unable to provision requested ML compute capacity.",
+        job[second]: "AlgorithmError: ExecuteUserScriptError: exit code 1",
+        job[third]: "InternalServerError: We encountered an internal error.",
+        f"{job[third]}-r1": "InternalServerError: We encountered an internal error.",
+        f"{job[third]}-r2": "InternalServerError: We encountered an internal error.",
+    })
+    described = run(plan, loaded.base_spec.region)
+    assert described["status"] == "SUCCEEDED", described
+    ended = {t["trial"]: (t["job"], t["status"], t["attempt"]) for t in json.loads(described["output"])["trials"]}
+    assert ended == {first: (f"{job[first]}-r1", "Completed", 1), second: (job[second], "Failed", 0),
+                     third: (f"{job[third]}-r2", "Failed", 2)}
+    assert sorted(body["TrainingJobName"] for body in sent) == sorted([
+        job[first], f"{job[first]}-r1", job[second], job[third], f"{job[third]}-r1", f"{job[third]}-r2"])
+    # The history stays within what `poll_seconds` reserves for a run's states (no job polled
+    # here: moto's jobs end at once), so only the polls' share is left to the wait's length.
+    import boto3
+
+    sfn = boto3.client("stepfunctions", region_name=loaded.base_spec.region)
+    events = sum(len(page["events"]) for page in sfn.get_paginator("get_execution_history").paginate(
+        executionArn=described["executionArn"]))
+    assert events <= sm.EVENTS_PER_RUN + 3 * sm.EVENTS_PER_TRIAL + len(sent) * sm.EVENTS_PER_ATTEMPT, events
+    # Each retry is the plan's attempt: the runner's -rN name and attempt tag, its own archive.
+    graphs = attempts.of_plan(plan)
+    by_name = {body["TrainingJobName"]: body for body in sent}
+    for trial_id, n in ((first, 1), (third, 1), (third, 2)):
+        attempt = next(a for a in graphs[trial_id] if a.number == n)
+        body = by_name[f"{job[trial_id]}-r{n}"]
+        assert body == json.loads(json.dumps(attempt.prepared.request).replace(sm.PLACEHOLDER_LABEL, RUN))
+        assert {t["Key"]: t["Value"] for t in body["Tags"]}[names.TAG_ATTEMPT] == "retry"
+
+
+# --- the flexible window ------------------------------------------------------------------------
+
+
+def test_the_flexible_window_is_the_files_shown_and_sent(tmp_path, orch_home):
+    from datetime import datetime, timezone
+
+    from orchestrator.schedule import cloud_stack
+
+    base = (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text()
+    path = write(tmp_path, "sweep: w\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n"
+                 "schedule: {cron: '0 3 * * *', flexible_window_minutes: 45}\n", base)
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    props = cloud_stack.template(plan)["Resources"]["Schedule"]["Properties"]
+    assert props["FlexibleTimeWindow"] == {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": 45}
+    lines = cloud_stack.describe(plan, datetime(2026, 12, 1, tzinfo=timezone.utc))
+    assert any("flexible window: a run starts up to 45 min after its fire time" in line for line in lines)
+
+
+@pytest.mark.parametrize("value", ["1441", "-1", "ten"])
+def test_a_flexible_window_out_of_schedulers_range_is_refused_at_its_line(tmp_path, orch_home, value):
+    import os
+
+    from sweep_fakes import cli_run
+
+    base = (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text()
+    path = write(tmp_path, "sweep: w\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n"
+                 f"schedule:\n  cron: '0 3 * * *'\n  flexible_window_minutes: {value}\n", base)
+    done = cli_run("schedule", "plan", str(path), env={**os.environ, "ORCHESTRATOR_HOME": str(orch_home)})
+    assert done.returncode == 2, done.stderr
+    assert "sweep.yaml:6:" in done.stderr and "flexible_window_minutes" in done.stderr
+    assert done.stdout == ""
