@@ -251,12 +251,12 @@ def test_every_file_and_container_module_the_source_cites_exists():
 
 def test_the_citation_reader_finds_paths_and_modules_and_tells_a_stale_one():
     """The check above is only as good as its reader."""
-    source = ('"""See docs/ARCHITECTURE.md and `entrypoints.launcher.launch`."""\n'
+    source = ('"""See docs/ARCHITECTURE.md and `entrypoints.launch`."""\n'
               'X = "docs/nowhere.md"  # entrypoints/shared/\n')
     text = _prose(source, ".py")
     assert {m.group(1) for m in CITED_PATH.finditer(text)} == {"docs/ARCHITECTURE.md", "entrypoints/shared/"}
-    assert [m.group(1) for m in CITED_MODULE.finditer(text)] == ["entrypoints.launcher.launch"]
-    assert _unresolved_module("entrypoints.launcher.launch") == "entrypoints.launcher.launch"
+    assert [m.group(1) for m in CITED_MODULE.finditer(text)] == ["entrypoints.launch"]
+    assert _unresolved_module("entrypoints.launch") == "entrypoints.launch"
     assert _unresolved_module("entrypoints.launcher.launch") is None
     assert _unresolved_module("entrypoints.shared.results_schema.Results") is None
     assert _unresolved_module("entrypoints.shared.compile_cache.key_for") is None

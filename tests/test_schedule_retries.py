@@ -1,5 +1,5 @@
 """A cloud schedule's failed trials (`schedule.attempts`, `schedule.failure_rules`): the state
-machine reads why a job failed as the sweep runner does (`sweep.failures.classify`), resubmits
+machine reads why a job failed as the sweep runner does (`sweep.failures.failure_kind`), resubmits
 capacity, spot and internal failures as the runner names and tags its retries, up to
 max_retries, and ends a trial on any other failure. Runs by moto's interpreter on its SageMaker,
 whose jobs a test fails (moto lets an in-process test set a job's status and reason)."""
@@ -17,7 +17,7 @@ from sweep_fakes import ROOT, write
 from orchestrator import names, spec
 from orchestrator.schedule import attempts, failure_rules
 from orchestrator.schedule import statemachine as sm
-from orchestrator.sweep.failures import classify
+from orchestrator.sweep.failures import failure_kind as classify
 
 NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
 RUN = "202612050300"

@@ -33,7 +33,7 @@ import math
 
 from orchestrator.schedule import attempts, statemachine
 from orchestrator.schedule.scheduler_cron import scheduler_expression
-from orchestrator.schedule.statemachine import PLACEHOLDER_LABEL, check_size, compile_plan
+from orchestrator.schedule.statemachine import PLACEHOLDER_LABEL, check_size, compile_plan, service
 
 STACK_PREFIX = "orchestrator-schedule-"
 # CloudFormation stack names: 128 characters (CreateStack API reference).
@@ -67,7 +67,7 @@ def _trust(service: str) -> dict:
 
 
 def execution_roles(plan) -> list[str]:
-    return sorted({t.prepared.request["RoleArn"] for t in plan.trials if t.trial.spec.backend == "sagemaker"})
+    return sorted({t.prepared.request["RoleArn"] for t in plan.trials if service(t.trial.spec) == "sagemaker"})
 
 
 def _batch_arn(kind: str, name: str) -> dict | str:
@@ -85,7 +85,7 @@ def batch_resources(plan) -> tuple[list, list]:
     queues, definitions = set(), set()
     for graph in attempts.of_plan(plan).values():
         for a in graph:
-            if a.prepared.spec.backend != "batch":
+            if service(a.prepared.spec) != "batch":
                 continue
             queues.add(a.prepared.request["jobQueue"])
             name = a.prepared.request["jobDefinition"]
@@ -97,7 +97,7 @@ def batch_resources(plan) -> tuple[list, list]:
 def _machine_statements(plan) -> list[dict]:
     """The state machine role's statements: only what the compiled trials call."""
     statements = []
-    if any(t.trial.spec.backend == "sagemaker" for t in plan.trials):
+    if any(service(t.trial.spec) == "sagemaker" for t in plan.trials):
         statements += [
             {"Sid": "TrainingJobs", "Effect": "Allow",
              "Action": ["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:AddTags"],
@@ -106,7 +106,7 @@ def _machine_statements(plan) -> list[dict]:
              "Resource": execution_roles(plan),
              "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
         ]
-    if any(t.trial.spec.backend == "batch" for t in plan.trials):
+    if any(service(t.trial.spec) == "batch" for t in plan.trials):
         queues, definitions = batch_resources(plan)
         # SubmitJob's resource types are job, job-definition and job-queue; a submit with tags
         # also needs batch:TagResource on the job; DescribeJobs has no resource-level permission

@@ -1,5 +1,5 @@
 """Why a trial's job failed, read by the state machine: the sweep runner's failure kinds
-(`sweep.failures.classify`) as Amazon States Language Choice rules.
+(`sweep.failures.failure_kind`) as Amazon States Language Choice rules.
 
 Contract:
 - `KINDS` lists, in `failures._REASON_KINDS`' order, each kind with the phrases that make a

@@ -41,7 +41,9 @@ Contract:
 - Strings that hold a character intrinsics reserve take those parts from paths (`$.literals`,
   set by the attempt's Start state), large members several attempts send unchanged are kept
   once (`$.shared`): the definition stays within Step Functions' 1 MB (`check_size`).
-- Local trials are refused (InputError): see `UNSUPPORTED`.
+- A trial whose backend sends no request to an AWS service compiled here (local) is refused
+  (InputError): see `service`. The states are keyed by the AWS service the backend's request
+  goes to (`Backend.operation`), whose API they call.
 """
 
 from __future__ import annotations
@@ -87,11 +89,10 @@ RETRY_ERRORS = tuple(f"{service}.{error}" for service in ("SageMaker", "sagemake
                      for error in ("ResourceLimitExceededException", "ThrottlingException"))
 THROTTLE_ERRORS = tuple(f"{service}.ThrottlingException" for service in ("SageMaker", "sagemaker")) + (
     "Batch.TooManyRequestsException", "batch.TooManyRequestsException")
-UNSUPPORTED = ("local",)
-# Each backend's job states: (ended well, ...), failed. A stopped job ends its trial as it is.
+# Each AWS service's job states: (ended well, ...), failed. A stopped job ends its trial as it is.
 TERMINAL = {"sagemaker": (("Completed", "Stopped"), "Failed"), "batch": (("SUCCEEDED",), "FAILED")}
 # Where a failed job says why: SageMaker's FailureReason; AWS Batch's statusReason and its
-# container's reason (what `backends.batch` joins for `sweep.failures.classify`), PascalCase
+# container's reason (what `backends.batch` joins for `sweep.failures.failure_kind`), PascalCase
 # as the AWS SDK integration returns them.
 REASON_PATHS = {"sagemaker": ["$.described.raw.FailureReason"],
                 "batch": ["$.described.raw.StatusReason", "$.described.raw.Container.Reason"]}
@@ -195,13 +196,22 @@ def poll_seconds(plan) -> int:
     return max(POLL_SECONDS, math.ceil(EVENTS_PER_POLL * run_s / room))
 
 
-def _job_states(prefix: str, backend: str, attempt, poll_s: int) -> dict[str, dict]:
-    """Start, create, describe, check and wait states of one attempt's job on its backend."""
+def service(spec) -> str | None:
+    """The AWS service a spec's job is created in (its backend's `operation`), when this module
+    compiles it; None for a backend whose request no AWS service receives (local)."""
+    from orchestrator import backends
+
+    operation = backends.backend_class(spec.backend).operation
+    return operation[0] if operation and operation[0] in TERMINAL else None
+
+
+def _job_states(prefix: str, aws_service: str, attempt, poll_s: int) -> dict[str, dict]:
+    """Start, create, describe, check and wait states of one attempt's job in its AWS service."""
     start, create, describe, wait, check = (f"{prefix} {s}" for s in ("Start", "Create", "Describe", "Wait", "Check"))
     request = attempt.prepared.request
     literals: dict[str, str] = {}
     caught = [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": NOT_CREATED}]
-    if backend == "batch":
+    if aws_service == "batch":
         create_state = {"Resource": "arn:aws:states:::aws-sdk:batch:submitJob",
                         "Parameters": _templated(sfn_cased(request, _batch_shape("SubmitJob")), literals),
                         "ResultSelector": {"id.$": "$.JobId"}, "ResultPath": "$.submitted"}
@@ -223,7 +233,7 @@ def _job_states(prefix: str, backend: str, attempt, poll_s: int) -> dict[str, di
                           "Parameters": _templated({"TrainingJobName": request["TrainingJobName"]}, literals),
                           "ResultSelector": {"job.$": "$.TrainingJobName", "status.$": "$.TrainingJobStatus",
                                              "raw.$": "$", "at": prefix, "attempt": attempt.number}}
-    done, failed = TERMINAL[backend]
+    done, failed = TERMINAL[aws_service]
     return {
         start: ({"Type": "Pass", "Result": literals, "ResultPath": "$.literals", "Next": create} if literals
                 else {"Type": "Pass", "Next": create}),
@@ -235,21 +245,21 @@ def _job_states(prefix: str, backend: str, attempt, poll_s: int) -> dict[str, di
             "Type": "Choice",
             "Choices": [*({"Variable": "$.described.status", "StringEquals": status, "Next": TRIAL_END}
                           for status in done),
-                        {"Variable": "$.described.status", "StringEquals": failed, "Next": WHY[backend]}],
+                        {"Variable": "$.described.status", "StringEquals": failed, "Next": WHY[aws_service]}],
             "Default": wait,
         },
         wait: {"Type": "Wait", "Seconds": poll_s, "Next": describe},
     }
 
 
-def _shared_states(backends: set[str], routes: list[dict]) -> dict[str, dict]:
-    """The processor's states every trial shares: why a job failed (one Choice per backend,
+def _shared_states(services: set[str], routes: list[dict]) -> dict[str, dict]:
+    """The processor's states every trial shares: why a job failed (one Choice per AWS service,
     `failure_rules`), the failure's kind at `$.kind`, the next attempt of the attempt that
     failed (`routes`), and the trial's end."""
     states: dict[str, dict] = {}
-    for backend in sorted(backends):
-        states[WHY[backend]] = {"Type": "Choice", "Choices": failure_rules.rules(
-            REASON_PATHS[backend], {kind: f"Kind {kind}" for kind, _ in failure_rules.KINDS}),
+    for aws_service in sorted(services):
+        states[WHY[aws_service]] = {"Type": "Choice", "Choices": failure_rules.rules(
+            REASON_PATHS[aws_service], {kind: f"Kind {kind}" for kind, _ in failure_rules.KINDS}),
             "Default": "Kind user"}
     for kind in dict.fromkeys(k for k, _ in failure_rules.KINDS):
         states[f"Kind {kind}"] = {"Type": "Pass", "Result": kind, "ResultPath": "$.kind", "Next": "Next attempt"}
@@ -325,7 +335,7 @@ def compile_plan(plan) -> dict:
     """The ASL definition (a dict) of one run of `plan` (see the module docstring)."""
     if plan.identity.tick != PLACEHOLDER_LABEL:
         raise ValueError("compile_plan takes the plan of the placeholder tick (placeholder_plan)")
-    refused = sorted({t.trial.spec.backend for t in plan.trials} & set(UNSUPPORTED))
+    refused = sorted({t.trial.spec.backend for t in plan.trials if service(t.trial.spec) is None})
     if refused:
         raise InputError(f"sweep {plan.sweep.sweep!r} has {', '.join(refused)} trials; a cloud schedule compiles "
                          "SageMaker and AWS Batch trials only",
@@ -340,7 +350,7 @@ def compile_plan(plan) -> dict:
         graph = graphs[trial.trial.trial_id]
         prefix_of = {a.key: f"T{n} {a.key}" for a in graph}
         for a in graph:
-            states.update(_job_states(prefix_of[a.key], trial.trial.spec.backend, a, poll_s))
+            states.update(_job_states(prefix_of[a.key], service(trial.trial.spec), a, poll_s))
         routes += _routes(prefix_of, graph)
         choices.append({"Variable": "$.trial", "StringEquals": trial.trial.trial_id,
                         "Next": f"{prefix_of[graph[0].key]} Start"})
@@ -349,7 +359,7 @@ def compile_plan(plan) -> dict:
                  "States": {"Which trial": {"Type": "Choice", "Choices": choices, "Default": "Unknown trial"},
                             "Unknown trial": {"Type": "Fail", "Error": "Orchestrator.UnknownTrial",
                                               "Cause": "the Map item names no trial of this sweep"},
-                            **states, **_shared_states(set(plan.backends), routes)}}
+                            **states, **_shared_states({service(t.trial.spec) for t in plan.trials}, routes)}}
     return {
         "Comment": f"sweep {plan.sweep.sweep} ({plan.identity.name}-{plan.identity.digest}): "
                    f"{len(plan.trials)} trial(s), compiled by orchestrator.schedule.statemachine",
