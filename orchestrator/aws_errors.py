@@ -25,7 +25,7 @@ Contract:
   service never saw the request (credentials, unreachable, no-answer), so its silence says
   nothing about a job. `is_not_found(exc)`: a not-found code, or a validation error that says
   so (SageMaker's "Requested resource not found", CloudFormation's "Stack ... does not exist").
-- Wording stays with each service's translator (`backends.sagemaker_errors`,
+- Wording stays with each service's translator (`backends.cloud_errors`,
   `infra.cloudformation`), which asks this module what kind of error it holds.
 
 Codes are botocore's `Error.Code` values as the services' API references spell them (e.g. the

@@ -21,7 +21,7 @@ from botocore.exceptions import (
 from orchestrator import aws_errors
 from orchestrator.aws_errors import Failure
 from orchestrator.backends import UnknownJob
-from orchestrator.backends.sagemaker_errors import translate
+from orchestrator.backends.cloud_errors import translate
 from orchestrator.errors import BackendError, InputError
 
 

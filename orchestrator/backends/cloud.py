@@ -6,7 +6,7 @@ Contract for a subclass: it names its service (`service`, the boto3 client name,
 constructor's first argument) and where its jobs live (`service_title`), and implements the
 protocol's job methods plus the hook `_results_uri(job_name)` (where the job writes
 results.json; raise anything when it cannot be known). Errors raised inside `with self._aws(...)`
-become our errors (`sagemaker_errors.translate`, which covers any AWS service's codes).
+become our errors (`cloud_errors.translate`, which covers any AWS service's codes).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from orchestrator import aws, aws_errors
 from orchestrator.backends import JobProgress, Submitted, progress_of
-from orchestrator.backends.sagemaker_errors import translate
+from orchestrator.backends.cloud_errors import translate
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:

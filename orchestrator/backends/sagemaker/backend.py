@@ -19,7 +19,7 @@ Contract:
   ledger row forward as a side effect.
 - `logs` merges the CloudWatch streams of every host in timestamp order; with `follow` it
   polls (through the injected `sleep`) until the job is terminal and no new events arrive.
-- Every botocore error is translated in one place (`sagemaker_errors.translate`) into our
+- Every botocore error is translated in one place (`cloud_errors.translate`) into our
   errors with hints.
 """
 
@@ -34,7 +34,7 @@ from typing import ClassVar
 from orchestrator.aws_errors import is_definite_refusal, is_not_found, kind_of
 from orchestrator.backends import JobStatus, Submitted, record_status
 from orchestrator.backends.cloud import CloudBackend
-from orchestrator.backends.sagemaker_errors import translate
+from orchestrator.backends.cloud_errors import translate
 from orchestrator.errors import BackendError, OrchestratorError
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_SPEC_HASH

@@ -1,5 +1,6 @@
-"""SageMaker's errors in our words: every botocore error the SageMaker backend meets is
-translated here, once, into our error with a hint (`translate`).
+"""The cloud backends' errors in our words: every botocore error the SageMaker and AWS Batch
+backends meet is worded here, once, as our error with a hint (`translate`); what kind of error
+it is, `aws_errors` decides.
 
 A service's raw text in them (an HTML error page from a proxy or a fake) is cut down to one
 line of at most `errors.MAX_SERVICE_MESSAGE` characters (`errors.service_message`).
