@@ -147,6 +147,18 @@ def test_submit_wait_off_a_terminal_says_the_job_keeps_running_and_how_to_follow
     assert err.count("still waiting") >= 4
 
 
+def test_submit_wait_says_where_a_job_it_cannot_read_keeps_running(capsys):
+    """A Batch job keeps running in AWS Batch, not "in SageMaker" (issue 22: every state shown is true)."""
+    from orchestrator.cli import follow
+
+    clock = Clock()
+    backend = ScriptedBackend(connection_error(), DONE)
+    backend.name = "batch"
+    follow.wait(backend, "j", 15, sleep=clock.sleep, clock=clock, interactive=False)
+    err = capsys.readouterr().err
+    assert "The job keeps running in AWS Batch; still waiting" in err and "in SageMaker" not in err
+
+
 def test_submit_wait_exits_1_only_for_a_job_that_failed(capsys):
     from orchestrator.cli import follow
 

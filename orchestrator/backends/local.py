@@ -400,6 +400,8 @@ class LocalBackend:
         pid = self._supervisor_pid(job_name, data)
         return {**data, "state": "stopped" if stopped else "failed",
                 "secondary": "Stopped" if stopped else "Failed", "ended": data.get("ended") or self.clock(),
+                # Its upload comes just before the final state: none can be counted on, none is shown.
+                "output_uri": None,
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
                 f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
