@@ -93,10 +93,10 @@ def test_sigterm_ends_a_runner_like_a_stop_it_noticed(rig, monkeypatch, capsys, 
     previous = signal.signal(signal.SIGTERM, fallback)
     try:
         if stopped:
-            cli.drive(runner.d, runner.ledger, poll=0)
+            cli.drive(runner.d, runner.ledger, poll=5)
         else:
             with pytest.raises(typer.Exit) as info:
-                cli.drive(runner.d, runner.ledger, poll=0)
+                cli.drive(runner.d, runner.ledger, poll=5)
             assert info.value.exit_code == 143
         assert signal.getsignal(signal.SIGTERM) is fallback  # put back as it was
     finally:

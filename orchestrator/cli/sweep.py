@@ -267,11 +267,16 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
     """
     import contextlib
 
+    from orchestrator import polling
     from orchestrator import sweep as sweeps
     from orchestrator.errors import JobFailed
 
     backend = sweep_backend(definition, ledger)
-    poll_seconds = poll if poll is not None else backend.sweep_poll_s
+    # A --poll under the backends' floor is raised, and said (`polling`: the account's API rate).
+    poll_seconds, raised = polling.at_least(poll if poll is not None else backend.sweep_poll_s,
+                                            definition.backends, "--poll")
+    if raised:
+        err(raised)
     with contextlib.ExitStack() as held:
         try:
             # A detached runner waits a moment: a `sweep run` saving the sweep holds the lock briefly.
