@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    Strict,
     field_validator,
     model_validator,
 )
@@ -100,13 +101,28 @@ class _Check:
         return core_schema.no_info_after_validator_function(self.function, handler(source))
 
 
+# The largest integer a spec takes: what a signed 64-bit field holds (AWS's Long). A larger one
+# (keep_alive_minutes: 10**310) is a mistake to say as such, before any arithmetic meets it.
+MAX_INT = 2**63 - 1
+
+
+def _in_range(value: int) -> int:
+    if not -MAX_INT <= value <= MAX_INT:
+        raise PydanticCustomError("int_out_of_range", "number out of range: at most {limit} in size",
+                                  {"limit": MAX_INT})
+    return value
+
+
 _NOT_BOOL = _Check(_not_bool, "before")
-# The number types of every spec field: a boolean is refused (NaN and infinity are refused by
-# the models' allow_inf_nan=False).
-Int = Annotated[int, _NOT_BOOL]
+# The number types of every spec field, strict (as the README says): a boolean is refused, and
+# so is text ('30' quoted in YAML), and a float for an integer; NaN and infinity are refused by
+# the models' allow_inf_nan=False. An int is a float.
+Int = Annotated[int, _NOT_BOOL, Strict(), _Check(_in_range, "after")]
 # A URI field's text (its pattern is on the field): also refused when its S3 bucket has '..'.
 UriText = Annotated[str, _Check(_bucket_checked, "after")]
-Float = Annotated[float, _NOT_BOOL]
+Float = Annotated[float, _NOT_BOOL, Strict()]
+# A yes/no field: true or false only (YAML's own booleans), not the text "yes".
+Bool = Annotated[bool, Strict()]
 
 # What a sagemaker spec needs; said by JobSpec's cross-field check and, for fields left out
 # altogether, by `problems.sagemaker_fields_absent`.
@@ -162,7 +178,7 @@ class InstanceSpec(StrictModel):
         "inf2.8xlarge, inf2.24xlarge, inf2.48xlarge.",
     )
     count: Int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
-    spot: bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
+    spot: Bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
     max_wait_minutes: Int | None = Field(
         None,
         ge=1,
@@ -292,7 +308,7 @@ class TrainingSpec(StrictModel):
         description="xla: torch-xla, the Neuron path; native: eager PyTorch (CPU/CUDA, DDP), "
         "optionally torch.compile.",
     )
-    compile: bool = Field(False, description="native only: wrap the model in torch.compile.")
+    compile: Bool = Field(False, description="native only: wrap the model in torch.compile.")
     steps: Int = Field(500, ge=1, le=10_000_000, description="Optimizer steps per worker.")
     warmup_steps: Int = Field(10, ge=0, description="First steps excluded from step-time statistics.")
     batch_size: Int = Field(32, ge=1, le=65536, description="Samples per worker per step.")
@@ -303,7 +319,7 @@ class TrainingSpec(StrictModel):
     seed: Int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
     checkpoint_every: Int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
     log_every: Int = Field(10, ge=1, description="Log a metrics line every N steps.")
-    precompile: bool = Field(
+    precompile: Bool = Field(
         False,
         description="runtime xla on Neuron: before training, a short graph-extraction pass (the same torchrun "
         "command, a few steps) under neuron_parallel_compile compiles every graph in parallel on all vCPUs and "
