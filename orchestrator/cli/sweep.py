@@ -148,6 +148,7 @@ def sweep_plan(
 def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None) -> list[str]:
     """The plan's forecast: trials with an earlier completed run, their duration and cost,
     and which compile cache keys hold entries."""
+    from orchestrator import forecast
     if not predicted:
         return ["forecast: not read (s3:// stores are read with --forecast)"]
     ran = {name: f for name, f in predicted.items() if f.previous is not None}
@@ -155,21 +156,30 @@ def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None)
     if total is not None and len(predicted) < total:
         lines.append(f"forecast: {total - len(predicted)} of {total} trials not read (their s3:// stores are "
                      "read with --forecast)")
+    # A store that could not be read is said first, and its trials are not counted as never run.
+    unread = sorted({f.results_unread for f in predicted.values() if f.results_unread})
+    lines += [f"forecast: could not read the {what}" for what in unread]
+    known = {name: f for name, f in predicted.items() if not f.results_unread}
     if ran:
         seconds = sum(f.duration_s or 0 for f in ran.values())
         priced = [f.usd for f in ran.values() if f.usd is not None]
         usd = f", ~{sum(priced):.2f} USD" if priced and len(priced) == len(ran) else ""
         lines.append(f"forecast: {len(ran)} of {len(predicted)} trials ran before with the same spec: ~{seconds:.0f} s "
                      f"of launcher time{usd} for those")
-    else:
-        lines.append(f"forecast: none of the {len(predicted)} trials has a completed run yet")
+    elif known:
+        lines.append(f"forecast: none of the {len(known)} trials whose results were read has a completed run yet"
+                     if unread else f"forecast: none of the {len(predicted)} trials has a completed run yet")
     caches = {f.cache.key: f.cache for f in predicted.values() if f.cache is not None}
     for state in caches.values():
         lines.append(state.describe())
-    if not caches:
+    cache_unread = sorted({f.cache_unread for f in predicted.values() if f.cache_unread})
+    lines += [f"compile cache: could not read the {what}" for what in cache_unread]
+    off = sum(1 for f in predicted.values() if f.cache_off)
+    if off:
+        lines.append(forecast.CACHE_OFF if off == len(predicted) else
+                     f"compile cache: off for {off} of {len(predicted)} trials (compile_cache.mode: off)")
+    if off < len(predicted) and not caches and not cache_unread:
         lines.append("compile cache: no entries for these trials' keys yet (the first runs compile)")
-    notes = sorted({f.note for f in predicted.values() if f.note})
-    lines += [f"forecast note: {note}" for note in notes]
     return lines
 
 
