@@ -108,7 +108,42 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
 
 
 def print_logs(backend, job: str, follow: bool) -> None:
-    """The job's log lines on stdout, notes on stderr (see the `logs` command)."""
+    """The job's log lines on stdout, notes on stderr (see the `logs` command). A local job
+    whose status file is damaged still has its log: it is shown as it is, after a warning
+    (its state, and so whether more is to come, is unknown: -f does not wait)."""
+    from orchestrator.backends import DamagedStatus
+
+    try:
+        _print_logs(backend, job, follow)
+    except DamagedStatus as exc:
+        path = _log_beside_a_damaged_status(backend, job)
+        if path is None:
+            raise
+        err(f"warning: {exc.message}; its log {path} is shown as it is" + (
+            " (its state is unknown, so -f does not wait for more)" if follow else ""))
+        with open(path, "rb") as handle:
+            for line in handle:
+                out(line.decode("utf-8", "replace").rstrip("\n"))
+
+
+def _log_beside_a_damaged_status(backend, job: str):
+    """The local job's merged log file, if it is there as a regular file; else None."""
+    import stat
+
+    from orchestrator.backends.local_layout import LOG_DIR, MERGED_LOG
+
+    job_dir = getattr(backend, "job_dir", None)
+    if backend.name != "local" or job_dir is None:
+        return None
+    path = job_dir(job) / LOG_DIR / MERGED_LOG
+    try:
+        # lstat: never follow a link, never open a FIFO (it would block).
+        return path if stat.S_ISREG(path.lstat().st_mode) else None
+    except OSError:
+        return None
+
+
+def _print_logs(backend, job: str, follow: bool) -> None:
     noted = None
     if follow:
         # Following a job that has not logged yet can be silent for minutes: say why up front.
