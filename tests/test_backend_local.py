@@ -721,3 +721,19 @@ def test_cli_logs_of_a_job_with_a_damaged_status_file_shows_its_log_with_a_warni
     (job_dir / local_layout.LOG_DIR / local_layout.MERGED_LOG).unlink()
     code, _, err = run_cli(monkeypatch, capsys, "logs", prepared.job_name)
     assert code == 2 and "status file is damaged" in err
+
+
+def test_a_file_named_jobs_in_the_home_is_said_to_be_a_file_where_a_folder_belongs(orch_home, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Issue 22 (smaller findings): it read as a damaged status.json (and submit as a bug)."""
+    from cli_harness import run_cli
+
+    path = make_spec(tmp_path)
+    name = prepared_for(path).job_name
+    (orch_home / "jobs").write_text("")
+    said = f"error: {orch_home / 'jobs'} is a file, not a folder: the orchestrator keeps its jobs there"
+    for command in (["submit", str(path)], ["status", name], ["logs", name], ["stop", name]):
+        code, _, err = run_cli(monkeypatch, capsys, *command)
+        assert code == 2, (command, err)
+        assert said in err and "status file" not in err and "internal error" not in err, (command, err)
+    assert (orch_home / "jobs").is_file()  # left as it was

@@ -101,7 +101,7 @@ from orchestrator.backends.local_layout import (
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 from orchestrator.lifecycle import Status
-from orchestrator.paths import home, not_a_file, read_regular
+from orchestrator.paths import home, home_folder, not_a_file, read_regular
 from orchestrator.processes import kill_tree, process_alive, runs
 
 _RECORDED_FROM = (Status.PLANNED, Status.SUBMITTING, Status.SUBMITTED, Status.RUNNING)
@@ -138,7 +138,7 @@ class LocalBackend:
     def holds(cls, job_name: str) -> bool:
         """Whether this machine's jobs folder has the job: its status file, or its supervisor's
         pid file (enough to stop it when the status file is gone)."""
-        folder = home() / "jobs" / job_name
+        folder = home_folder("jobs", create=False) / job_name  # a file named jobs is said as such
         return (folder / STATUS_FILE).exists() or (folder / PID_FILE).exists()
 
     @property
@@ -154,7 +154,7 @@ class LocalBackend:
         return self._ledger
 
     def job_dir(self, job_name: str) -> Path:
-        return self.home / "jobs" / job_name
+        return home_folder("jobs", create=False, base=self.home) / job_name
 
     # --- submit ---------------------------------------------------------------------------
 
