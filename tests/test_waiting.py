@@ -248,6 +248,21 @@ def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys
     assert out[1:] == ["sweep demo-1a2b3c4d: 2 running; 2 in flight; still running"] * 4  # at 60, 120, 180, 240 s
 
 
+def test_sweep_resume_off_a_terminal_says_where_it_stands_at_once(capsys):
+    """Issue 22 (smaller findings): a runner that found nothing new printed nothing for 60 s."""
+    from orchestrator.cli.sweep import SweepDisplay
+    from orchestrator.sweep import Progress
+
+    clock = Clock()
+    display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
+    quiet = Progress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, (), False, event_count=0)
+    display(quiet)
+    assert capsys.readouterr().out == "sweep demo-1a2b3c4d: 2 running; 2 in flight; following them\n"
+    clock.sleep(30)
+    display(quiet)
+    assert capsys.readouterr().out == ""  # then a line a heartbeat apart, as before
+
+
 def test_the_wait_line_clock_moves_while_the_status_stays_the_same():
     """QA: the elapsed time showed 0:00:00 until the status changed, so a long job looked stuck."""
     from rich.console import Console

@@ -203,6 +203,7 @@ class SweepDisplay:
         self.clock = clock or time.monotonic
         self.heartbeat_s = None if self.interactive else (heartbeat_s or waiting.heartbeat_seconds())
         self.last_line = self.clock()
+        self.rounds = 0
 
     def __enter__(self):
         if self.interactive:
@@ -245,16 +246,21 @@ class SweepDisplay:
         fresh = min(progress.event_count - self.printed, len(progress.events))
         for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
             out(line)
+        first = self.rounds == 0
+        self.rounds += 1
         self.printed = progress.event_count
         now = self.clock()
         if fresh > 0:
             self.last_line = now
-        elif self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s:
+        elif first or (self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s):
+            # The first round says where the sweep stands even when nothing changed in it (a
+            # resume of jobs in flight): a log must not stay empty until the first heartbeat.
             counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
             reason = progress.waiting_reason or ""
             waiting_for = (f"; {reason}" if reason.startswith("waiting for quota") else
                            f"; backing off: {reason}" if reason else "")
-            out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; still running")
+            out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; "
+                + ("following them" if first else "still running"))
             self.last_line = now
 
 
