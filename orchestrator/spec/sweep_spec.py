@@ -190,14 +190,6 @@ def _check_axis_path(dotted: str, where: tuple, smap: SourceMap, *, linked: bool
 def _sweep_problems(sweep: SweepSpec, smap: SourceMap) -> list[Problem]:
     """The checks pydantic cannot locate well: paths, overlaps, trial count, cron."""
     problems: list[Problem] = _variant_problems(sweep, smap)
-    if not sweep.grid and sweep.random is None and not sweep.variants and sweep.schedule is None \
-            and not sweep.failover:
-        # One trial, the base spec as it is: a user who wrote a sweep meant to vary something. The
-        # exceptions use what a sweep adds to one job: a schedule (the same job at each tick), a
-        # failover order (one job that moves to another type when capacity runs out).
-        problems.append(Problem(smap.file, 1, 1, "sweep", "nothing is varied: give grid:, random: or variants: "
-                                f"(without them, or a schedule: or failover:, the sweep is one trial, its base: {sweep.base} as "
-                                "it is, which `python -m orchestrator submit` of that file runs)"))
     # A variant's paths are one axis: each path once, at its first variant.
     linked: dict[str, tuple] = {}
     for i, variant in enumerate(sweep.variants):
