@@ -130,7 +130,9 @@ def sweep_plan(
     from orchestrator import forecast, spec
     from orchestrator import sweep as sweeps
 
-    planned = plan_with_progress(spec.load_sweep(path))
+    loaded = spec.load_sweep(path)
+    _say_if_nothing_varies(loaded)
+    planned = plan_with_progress(loaded)
     predicted = forecast.for_trials(planned.trials, read_stores)
     if as_json:
         doc = planned.to_json()
@@ -143,6 +145,15 @@ def sweep_plan(
         for line in plan_summary(planned) + forecast_lines(predicted, read_stores, len(planned.trials)):
             out(line)
     sweeps.check_budget(planned)
+
+
+def _say_if_nothing_varies(loaded) -> None:
+    """A sweep without grid, random or variants is one trial, its base as it is: taken (its
+    retries, failover, budget and schedule are what a sweep adds to one job), and said, since a
+    sweep file usually means to vary something (issue 22: it was accepted silently)."""
+    if not loaded.grid and loaded.random is None and not loaded.variants:
+        err(f"note: sweep {loaded.sweep} varies nothing (no grid:, random: or variants:): it is one trial, its base "
+            f"{loaded.base} as it is, run with the sweep's retries, failover, budget and schedule")
 
 
 def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None) -> list[str]:
@@ -349,7 +360,9 @@ def sweep_run(
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
-    planned = sweeps.plan(spec.load_sweep(path))
+    loaded = spec.load_sweep(path)
+    _say_if_nothing_varies(loaded)
+    planned = sweeps.plan(loaded)
     sweeps.check_budget(planned)
     ledger = Ledger()
     definition = sweeps.save(planned, ledger)

@@ -114,6 +114,8 @@ def _strict_hint(kind: str, value: Any, raw: str | None) -> str | None:
     """For a number or yes/no field given something else: what was given, and what to write.
     Numbers and booleans are strict: the text '30' is not 30, the text "yes" is not true."""
     wanted = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false"}[kind]
+    if isinstance(value, str) and len(value) > 40:
+        return f"expected {wanted}, got text of {len(value)} characters ({value[:20]!r}...)"
     if isinstance(value, str):
         plain = {"true": "true", "yes": "true", "on": "true", "false": "false", "no": "false", "off": "false"}
         if kind == "bool_type":
