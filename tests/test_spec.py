@@ -102,6 +102,10 @@ def test_yaml_numbers_and_booleans_still_pass():
     loaded = spec.loads(SAGEMAKER.replace("count: 1}", "count: 1, spot: true, max_wait_minutes: 200}")
                         .replace("lr: 1.0e-4", "lr: 1"), "job.yaml")
     assert loaded.instance.spot is True and loaded.training.optimizer.lr == 1.0
+    # 1e-5 without a dot is a number (YAML 1.2), not the text YAML 1.1 makes of it; quoted, it is text.
+    assert spec.loads(SAGEMAKER.replace("lr: 1.0e-4", "lr: 1e-5"), "job.yaml").training.optimizer.lr == 1e-5
+    [problem] = problems(SAGEMAKER.replace("lr: 1.0e-4", "lr: '1e-5'"))
+    assert problem.message == "expected a number, got the text '1e-5'; write 1e-5 without quotes"
 
 
 def test_missing_required_field():
