@@ -249,13 +249,20 @@ class Prepared:
     job_name: str
     spec_hash: str
     job: dict
-    archive: bytes
-    archive_sha256: str
+    parts: sourcedir.Archive  # the archive as its parts: the code shared by every prepared job
     source_uri: str
     request: dict
     estimate: cost.Estimate
     findings: list[doctor.Finding]
     target: catalog.Target
+
+    @property
+    def archive(self) -> bytes:
+        return self.parts.data()
+
+    @property
+    def archive_sha256(self) -> str:
+        return self.parts.sha256
 
 
 def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
@@ -309,9 +316,8 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     names.check_job_name(name)
     job = resolved_job(spec, name, extra_tags, target, varied, diagnosis.choices)
     output = local_store(job, name) if local else _output_prefix(spec, job, name)
-    archive = sourcedir.build_archive(job)
-    digest = sourcedir.archive_sha256(archive)
-    src = source_uri(output, digest)
+    archive = sourcedir.build_parts(job)
+    src = source_uri(output, archive.sha256)
     try:
         if spec.backend == "batch":
             from orchestrator import batch_request
@@ -327,7 +333,7 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     # better (an instance type SageMaker does not train on is also outside the model's enum).
     if not local and spec.backend != "local" and not doctor.errors(diagnosis.findings):
         check_contract(spec, request, name)
-    return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
-                    archive_sha256=digest, source_uri=src, request=request, estimate=diagnosis.estimate,
+    return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, parts=archive,
+                    source_uri=src, request=request, estimate=diagnosis.estimate,
                     findings=diagnosis.findings, target=target)
 
