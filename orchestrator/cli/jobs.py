@@ -286,7 +286,7 @@ def submit(
         from orchestrator import polling
 
         seconds, raised = polling.at_least(interval or backend.wait_interval_s, [backend.name], "--interval")
-        if raised:
+        if raised and interval is not None:
             err(raised)
         wait(backend, result.job_name, seconds, reattach=follow_again)
     else:

@@ -302,7 +302,7 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
     # A --poll under the backends' floor is raised, and said (`polling`: the account's API rate).
     poll_seconds, raised = polling.at_least(poll if poll is not None else backend.sweep_poll_s,
                                             definition.backends, "--poll")
-    if raised:
+    if raised and poll is not None:  # a default under the floor (a local backend's, mixed in) is raised silently
         err(raised)
     with contextlib.ExitStack() as held:
         try:
