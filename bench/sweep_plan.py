@@ -11,7 +11,7 @@ same output asserted (job names, spec hashes, requests, archive hashes):
 - `repeated`: the work that is the same for every trial done again for each (the package's
   files looked at per archive, the end-of-tar member gzipped per trial, each archive joined,
   held whole and hashed whole, each spec hashed twice with pydantic's field defaults asked
-  anew, the inherited environment encoded per trial), as the plan did before;
+  anew), as the plan did before;
 - `once`: `sweep.plan` now.
 
 The two ways compared for the archive, over the plan's own resolved jobs:
@@ -76,11 +76,9 @@ class _Forgetful(dict):
 def repeated_work():
     """The plan as it was before the work shared by all trials was done once (see the docstring)."""
     from orchestrator import sourcedir
-    from orchestrator.doctor import environment
-    from orchestrator.spec import models
+    from orchestrator.spec import identity as models
 
-    saved = (sourcedir.same_sources, sourcedir._end, models._HASHED, models._DEFAULTS, environment._inherited_bytes,
-             sourcedir.build_parts)
+    saved = (sourcedir.same_sources, sourcedir._end, models._HASHED, models._DEFAULTS, sourcedir.build_parts)
     parts = sourcedir.build_parts
 
     def joined(job, root=None):  # each trial's whole archive held, and hashed whole
@@ -91,12 +89,10 @@ def repeated_work():
     sourcedir.same_sources = contextlib.nullcontext
     sourcedir._end = lambda zeros: sourcedir._gzip(b"\0" * zeros)
     models._HASHED, models._DEFAULTS = _Forgetful(), _Forgetful()
-    environment._inherited_bytes = lambda: environment._env_bytes(os.environ.items())
     try:
         yield
     finally:
-        (sourcedir.same_sources, sourcedir._end, models._HASHED, models._DEFAULTS,
-         environment._inherited_bytes, sourcedir.build_parts) = saved
+        sourcedir.same_sources, sourcedir._end, models._HASHED, models._DEFAULTS, sourcedir.build_parts = saved
 
 
 def plan_output(planned) -> list:

@@ -57,7 +57,7 @@ def test_a_spec_hashed_again_gives_the_hash_computed_anew():
     the memo never answers for another object, not even one at the same address later."""
     import gc
 
-    from orchestrator.spec import models
+    from orchestrator.spec import identity as models
 
     root = Path(__file__).resolve().parents[1]
     loaded = spec.load(root / "configs" / "vit-trn1-2xlarge.yaml")

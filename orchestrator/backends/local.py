@@ -456,6 +456,10 @@ class LocalBackend:
             if not chunk:
                 self.sleep(self.poll_seconds)
 
+    def log_file(self, job_name: str) -> Path:
+        """The job's merged log (`logs` reads it; shown as it is when the status file is damaged)."""
+        return self.job_dir(job_name) / LOG_DIR / MERGED_LOG
+
     def has_logs(self, job_name: str) -> bool:
         return True  # `logs` reads a file that appears with the first line: nothing to ask first
 

@@ -127,15 +127,14 @@ def print_logs(backend, job: str, follow: bool) -> None:
 
 
 def _log_beside_a_damaged_status(backend, job: str):
-    """The local job's merged log file, if it is there as a regular file; else None."""
+    """The job's log file on this machine (a backend with `log_file`: the local one), if it is
+    there as a regular file; else None."""
     import stat
 
-    from orchestrator.backends.local_layout import LOG_DIR, MERGED_LOG
-
-    job_dir = getattr(backend, "job_dir", None)
-    if backend.name != "local" or job_dir is None:
+    log_file = getattr(backend, "log_file", None)
+    if log_file is None:
         return None
-    path = job_dir(job) / LOG_DIR / MERGED_LOG
+    path = log_file(job)
     try:
         # lstat: never follow a link, never open a FIFO (it would block).
         return path if stat.S_ISREG(path.lstat().st_mode) else None

@@ -147,15 +147,6 @@ def _env_bytes(items) -> int:
     return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + 8 for k, v in items)
 
 
-def _inherited_bytes() -> int:
-    """`_env_bytes` of this process's environment, from its bytes where the platform has them
-    (asked once per trial of a sweep plan: encoding each variable again was most of it)."""
-    environb = getattr(os, "environb", None)
-    if environb is None:
-        return _env_bytes(os.environ.items())
-    return sum(len(k) + len(v) + 2 + 8 for k, v in environb.items())
-
-
 def local_environment(spec: JobSpec) -> list[Finding]:
     """N031: the spec's environment must reach the local job's processes, which inherit this
     process's environment too (the error otherwise: E2BIG at start, with no field named)."""
@@ -173,7 +164,7 @@ def local_environment(spec: JobSpec) -> list[Finding]:
                     f"environment.{key}"))
     if total is not None and not out:
         own = _env_bytes(spec.environment.items())
-        inherited = _inherited_bytes()
+        inherited = _env_bytes(os.environ.items())
         if own + inherited + LOCAL_ENV_RESERVE > total:
             out.append(Finding(
                 "N031-local-environment-size", "error",
