@@ -105,3 +105,14 @@ def test_help_says_the_floor(monkeypatch, capsys, command):
     assert code == 0
     text = " ".join(out.replace("\u2502", " ").split())
     assert "at least 5" in text and "a shorter one is raised, with a note" in text
+
+
+def test_logs_follow_on_a_cloud_backend_asks_no_more_often_than_the_floor():
+    """`logs -f` has no interval option: its cloud backends' own poll is at least the floor."""
+    import inspect
+
+    from orchestrator.backends.cloud import CloudBackend
+    from orchestrator.backends.local import LocalBackend
+
+    assert inspect.signature(CloudBackend.__init__).parameters["poll_seconds"].default >= polling.CLOUD_FLOOR_S
+    assert inspect.signature(LocalBackend.__init__).parameters["poll_seconds"].default >= polling.LOCAL_FLOOR_S
