@@ -6,6 +6,14 @@ no AWS) and three sweeps of `--trials` trials over it: `grid` (batch size x lear
 YAML loader must take: issue 22). For each it times the real path: `spec.load_sweep` then
 `sweep.plan` (expand, validate, doctor, prepare: request and source archive per trial).
 
+The plan itself, two ways in one run (`--compare` trials of the grid, default 2,000), with the
+same output asserted (job names, spec hashes, requests, archive hashes):
+- `repeated`: the work that is the same for every trial done again for each (the package's
+  files looked at per archive, the end-of-tar member gzipped per trial, each archive joined,
+  held whole and hashed whole, each spec hashed twice with pydantic's field defaults asked
+  anew), as the plan did before;
+- `once`: `sweep.plan` now.
+
 The two ways compared for the archive, over the plan's own resolved jobs:
 - `per_trial`: the whole tar stream gzipped for every trial (how `sourcedir.build_archive`
   worked before), rebuilt here with tarfile and gzip;
@@ -19,6 +27,7 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import io
 import json
@@ -56,6 +65,44 @@ def per_trial_archive(job: dict) -> bytes:
     return packed.getvalue()
 
 
+class _Forgetful(dict):
+    """A memo that keeps nothing: every lookup misses, as before the memo existed."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def repeated_work():
+    """The plan as it was before the work shared by all trials was done once (see the docstring)."""
+    from orchestrator import sourcedir
+    from orchestrator.spec import identity as models
+
+    saved = (sourcedir.same_sources, sourcedir._end, models._HASHED, models._DEFAULTS, sourcedir.build_parts)
+    parts = sourcedir.build_parts
+
+    def joined(job, root=None):  # each trial's whole archive held, and hashed whole
+        data = parts(job, root).data()
+        return sourcedir.Archive((data,), sourcedir.archive_sha256(data))
+
+    sourcedir.build_parts = joined
+    sourcedir.same_sources = contextlib.nullcontext
+    sourcedir._end = lambda zeros: sourcedir._gzip(b"\0" * zeros)
+    models._HASHED, models._DEFAULTS = _Forgetful(), _Forgetful()
+    try:
+        yield
+    finally:
+        sourcedir.same_sources, sourcedir._end, models._HASHED, models._DEFAULTS, sourcedir.build_parts = saved
+
+
+def plan_output(planned) -> list:
+    """What a plan decides, to compare two ways: names, hashes, requests, archives."""
+    from orchestrator import sourcedir
+
+    return [(t.job_name, t.prepared.spec_hash, json.dumps(t.prepared.request, sort_keys=True),
+             sourcedir.archive_sha256(sourcedir.build_archive(t.prepared.job))) for t in planned.trials]
+
+
 def sweeps_text(trials: int) -> dict[str, str]:
     batch = [2, 4, 8, 16]
     lrs = [round(1e-5 * (i + 1), 8) for i in range(trials // len(batch))]
@@ -72,6 +119,8 @@ def sweeps_text(trials: int) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
+    parser.add_argument("--compare", type=int, default=2_000,
+                        help="grid trials planned both ways (repeated work, and done once)")
     parser.add_argument("--archive-sample", type=int, default=300,
                         help="trials whose archives are built both ways (the per-trial way is slow)")
     args = parser.parse_args()
@@ -94,6 +143,21 @@ def main() -> None:
             # Random draws that repeat an earlier trial are planned once (`sweep.expand`).
             report["planned"][kind] = len(planned.trials)
         jobs = [t.prepared.job for t in planned.trials[:args.archive_sample]]
+        path = folder / "compare.yaml"
+        path.write_text(sweeps_text(args.compare)["grid"])
+        outputs, compare, held = {}, {}, {}
+        for way in ("repeated", "once"):
+            with repeated_work() if way == "repeated" else contextlib.nullcontext():
+                start = time.perf_counter()
+                planned = sweeps.plan(spec.load_sweep(path))
+                compare[way] = round(time.perf_counter() - start, 2)
+            outputs[way] = plan_output(planned)
+            # The archive bytes the plan holds: each distinct part once (shared code counted once).
+            held[way] = round(sum(len(p) for p in {id(p): p for t in planned.trials
+                                                   for p in t.prepared.parts.parts}.values()) / 2**20, 1)
+        assert outputs["repeated"] == outputs["once"], "the two ways planned differently"
+        report["compare"] = {"trials": args.compare, "plan_s": compare,
+                             "speedup": round(compare["repeated"] / compare["once"], 2), "archive_mib_held": held}
     timings = {}
     for way, build in (("per_trial", per_trial_archive), ("shared_once", sourcedir.build_archive)):
         start = time.perf_counter()

@@ -49,6 +49,9 @@ class CacheState:
                 f"({self.compiler or 'compiler unknown'}; updated {self.updated_at or '?'})")
 
 
+CACHE_OFF = "compile cache: off (compile_cache.mode: off): every run compiles"
+
+
 @dataclass(frozen=True)
 class Forecast:
     previous: str | None = None
@@ -56,6 +59,10 @@ class Forecast:
     usd: float | None = None
     cache: CacheState | None = None
     note: str | None = None
+    # Why the results store, or the compile cache, could not be read (then nothing is known of it).
+    results_unread: str | None = None
+    cache_unread: str | None = None
+    cache_off: bool = False  # compile_cache.mode: off (no cache, so no entries to wait for)
 
     def lines(self) -> list[str]:
         out = []
@@ -63,12 +70,18 @@ class Forecast:
             usd = f", ~{self.usd:.2f} USD" if self.usd is not None else ""
             out.append(f"forecast: ~{self.duration_s:.0f} s{usd}, from the completed run {self.previous} of the "
                        "same spec (launcher time: pull, training, push)")
+        elif self.results_unread:
+            out.append(f"forecast: could not read the {self.results_unread}, so earlier runs are unknown; the cost "
+                       "bound above is all there is")
         else:
             out.append("forecast: no completed run of this spec yet; the cost bound above is all there is")
-        out.append(self.cache.describe() if self.cache else "compile cache: no entries for this job's key yet "
-                   "(the first run compiles)")
-        if self.note:
-            out.append(f"forecast note: {self.note}")
+        if self.cache_off:
+            out.append(CACHE_OFF)
+        elif self.cache_unread:
+            out.append(f"compile cache: could not read the {self.cache_unread}")
+        else:
+            out.append(self.cache.describe() if self.cache else "compile cache: no entries for this job's key yet "
+                       "(the first run compiles)")
         return out
 
     def to_json(self) -> dict:
@@ -83,6 +96,7 @@ class PriorRuns:
     prefix: str
     runs: dict[str, tuple[str, Results]] = field(default_factory=dict)
     note: str | None = None
+    unread: str | None = None  # the note in words for the forecast line
 
     @classmethod
     def read(cls, prefix: str, s3_client=None) -> PriorRuns:
@@ -104,6 +118,7 @@ class PriorRuns:
                     prior.runs[results.spec_hash] = (job, results)
         except Exception as exc:  # noqa: BLE001 - a forecast never fails a plan
             prior.note = f"results under {prefix} not read: {type(exc).__name__}: {exc}"
+            prior.unread = f"results store {prefix}: {unread_reason(exc)}"
         return prior
 
 
@@ -153,12 +168,25 @@ def forecast(prepared: Prepared, prior: PriorRuns, s3_client=None) -> Forecast:
         key = results.cache.key if results.cache and results.cache.key else None
         if duration is not None and estimate.usd_per_hour is not None:
             usd = duration / 3600 * estimate.instance_count * estimate.usd_per_hour
+    cache_unread = None
     try:
         state = cache_state(prepared, key, s3_client)
     except Exception as exc:  # noqa: BLE001 - a forecast never fails a plan
         state = None
         note = "; ".join(filter(None, (note, f"compile cache not read: {type(exc).__name__}: {exc}")))
-    return Forecast(previous=previous, duration_s=duration, usd=usd, cache=state, note=note)
+        cache_unread = f"store {prepared.locations.compile_cache}: {unread_reason(exc)}"
+    return Forecast(previous=previous, duration_s=duration, usd=usd, cache=state, note=note,
+                    results_unread=prior.unread, cache_unread=cache_unread,
+                    cache_off=prepared.spec.compile_cache.mode == "off")
+
+
+def unread_reason(exc: Exception) -> str:
+    """Why a store could not be read, in words, with what to do about missing credentials."""
+    text = str(getattr(exc, "message", None) or exc)
+    if "Unable to locate credentials" in text or type(exc).__name__ == "NoCredentialsError":
+        return (f"{text} (no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                "or run `aws configure`)")
+    return text
 
 
 def readable(prepared: Prepared, asked: bool) -> bool:

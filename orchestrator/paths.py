@@ -46,12 +46,16 @@ def home() -> Path:
     return path
 
 
-def home_folder(name: str) -> Path:
-    """ORCHESTRATOR_HOME/`name`, a folder made if missing. InputError (exit 2) naming it when it
-    cannot be one: something else is there under that name, or it cannot be created."""
-    path = home() / name
+def home_folder(name: str, *, create: bool = True, base: Path | None = None) -> Path:
+    """ORCHESTRATOR_HOME/`name` (or `base`/`name`), a folder made if missing (unless not
+    `create`: then it may be missing, for a command that only reads). InputError (exit 2) naming
+    it when it cannot be one: something else is there under that name, or it cannot be created."""
+    path = (home() if base is None else base) / name
     try:
-        path.mkdir(exist_ok=True)
+        if create:
+            path.mkdir(exist_ok=True)
+        elif not path.is_dir() and os.path.lexists(path):
+            raise FileExistsError(path)
     except FileExistsError:
         mode = os.lstat(path).st_mode
         what = "a link that leads to no folder" if stat.S_ISLNK(mode) else (kind_of(mode) or "a file")

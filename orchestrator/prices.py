@@ -185,6 +185,13 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
                 if silent is not None:
                     raise BackendError(f"Price List API asked for {type_} in {region}: {silent}; {aws.tries_said(exc)}",
                                        hint=aws.NO_ANSWER_HINT) from None
+                from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+                if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+                    raise BackendError(f"Price List API not asked for {type_} in {region}: no usable AWS credentials "
+                                       f"({exc})", hint="configure credentials (aws configure, AWS_PROFILE, or "
+                                       "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; any account can read prices); the "
+                                       "catalog's prices stay as they were") from None
                 raise BackendError(f"Price List API unreachable asking for {type_} in {region}: {exc}") from None
             if not candidates:
                 refresh.missing.append((type_, region))

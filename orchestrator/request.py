@@ -99,8 +99,7 @@ class Prepared:
     job_name: str
     spec_hash: str
     job: dict
-    archive: bytes
-    archive_sha256: str
+    parts: sourcedir.Archive  # the archive as its parts: the code shared by every prepared job
     locations: locations.Locations  # where its objects go, the archive's included
     request: dict
     estimate: cost.Estimate
@@ -110,6 +109,14 @@ class Prepared:
     @property
     def source_uri(self) -> str:
         return self.locations.source
+
+    @property
+    def archive(self) -> bytes:
+        return self.parts.data()
+
+    @property
+    def archive_sha256(self) -> str:
+        return self.parts.sha256
 
 
 def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
@@ -154,9 +161,8 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     job = resolved_job(spec, name, extra_tags, target, varied, diagnosis.choices, where)
     if local:
         backends.backend_class("local").run_here(job)
-    archive = sourcedir.build_archive(job)
-    digest = sourcedir.archive_sha256(archive)
-    where = where.with_source(digest)
+    archive = sourcedir.build_parts(job)
+    where = where.with_source(archive.sha256)
     try:
         request = backends.backend_class(spec.backend).build_request(
             spec, job_name=name, where=where, job=job, hyperparameters=hyperparameters(spec, name), target=target,
@@ -168,7 +174,7 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     # better (an instance type SageMaker does not train on is also outside the model's enum).
     if not local and not doctor.errors(diagnosis.findings):
         check_contract(spec, request, name)
-    return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, archive=archive,
-                    archive_sha256=digest, locations=where, request=request, estimate=diagnosis.estimate,
+    return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, parts=archive,
+                    locations=where, request=request, estimate=diagnosis.estimate,
                     findings=diagnosis.findings, target=target)
 

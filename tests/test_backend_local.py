@@ -694,3 +694,46 @@ def test_a_status_file_or_log_that_is_a_fifo_is_never_opened(orch_home):
     os.mkfifo(folder / "logs" / "all.log")
     with pytest.raises(InputError, match="the job's log is a FIFO \\(named pipe\\), not a file; not read"):
         list(backend.logs("piped-1"))
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_cli_logs_of_a_job_with_a_damaged_status_file_shows_its_log_with_a_warning(
+        orch_home, tmp_path, fake_train, monkeypatch, capsys, follow):
+    """Issue 22 (smaller findings): `logs` refused an existing log because status.json was damaged."""
+    from cli_harness import run_cli
+
+    monkeypatch.delenv("FAKE_TRAIN_SLEEP", raising=False)
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    wait_terminal(backend, prepared.job_name)
+    job_dir = orch_home / "jobs" / prepared.job_name
+    log = (job_dir / local_layout.LOG_DIR / local_layout.MERGED_LOG).read_text()
+    status_file = job_dir / local_layout.STATUS_FILE
+    status_file.write_text("{bad")
+    code, out, err = run_cli(monkeypatch, capsys, "logs", prepared.job_name, *(["-f"] if follow else []))
+    assert code == 0, err
+    assert out == log and "fake-train rank 0/1 started" in out
+    assert err.startswith(f"warning: {status_file}: the local job's status file is damaged: not JSON")
+    assert f"its log {job_dir / 'logs' / 'all.log'} is shown as it is" in err
+    assert ("-f does not wait for more" in err) == follow
+    # Without a log there is nothing to show: the damaged file is the error, exit 2.
+    (job_dir / local_layout.LOG_DIR / local_layout.MERGED_LOG).unlink()
+    code, _, err = run_cli(monkeypatch, capsys, "logs", prepared.job_name)
+    assert code == 2 and "status file is damaged" in err
+
+
+def test_a_file_named_jobs_in_the_home_is_said_to_be_a_file_where_a_folder_belongs(orch_home, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Issue 22 (smaller findings): it read as a damaged status.json (and submit as a bug)."""
+    from cli_harness import run_cli
+
+    path = make_spec(tmp_path)
+    name = prepared_for(path).job_name
+    (orch_home / "jobs").write_text("")
+    said = f"error: {orch_home / 'jobs'} is a file, not a folder: the orchestrator keeps its jobs there"
+    for command in (["submit", str(path)], ["status", name], ["logs", name], ["stop", name]):
+        code, _, err = run_cli(monkeypatch, capsys, *command)
+        assert code == 2, (command, err)
+        assert said in err and "status file" not in err and "internal error" not in err, (command, err)
+    assert (orch_home / "jobs").is_file()  # left as it was

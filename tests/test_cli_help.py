@@ -46,3 +46,13 @@ def test_help_wraps_to_the_terminal_width():
     assert "spec's hash and the ledger" in " ".join(result.output.split())
     assert not any(line.rstrip().endswith("spec's hash and") for line in result.output.splitlines())
 
+
+
+def test_plain_flags_show_no_value_type_and_options_with_a_value_keep_theirs():
+    """`--wait  <bool>` read as if --wait took a value (issue 22, smaller findings)."""
+    for path, _ in commands():
+        result = CliRunner().invoke(cli.app, [*path, "--help"], terminal_width=200)
+        assert result.exit_code == 0, path
+        assert "<bool>" not in result.output, path
+    shown = CliRunner().invoke(cli.app, ["submit", "--help"], terminal_width=200).output
+    assert "--interval" in shown and "<float range>" in shown

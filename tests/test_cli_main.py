@@ -146,3 +146,17 @@ def test_only_the_plain_form_takes_the_fast_path():
     for argv in (["validate"], ["validate", "--help"], ["validate", "a.yaml", "b.yaml"], ["--debug", "validate", "a"],
                  ["doctor", "job.yaml"], ["validate", "-x"], []):
         assert quick.command(argv) is None, argv
+
+
+def test_control_characters_in_a_value_are_escaped_in_errors(monkeypatch, capsys, tmp_path):
+    """A NUL, an escape sequence or a bidi override in a path or a key is shown as its escape,
+    never written raw to the terminal (issue 22, smaller findings)."""
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(tmp_path / "x\x01y\x1b[31m\u202e.yaml"))
+    assert code == 2
+    assert "x\\x01y\\x1b[31m\\u202e.yaml: does not exist" in err
+    (tmp_path / "base.yaml").write_text("name: b\nbackend: local\n")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text('sweep: s\nbase: base.yaml\ngrid:\n  "training.\\0steps": [1]\n')
+    code, _, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(sweep))
+    assert code == 2 and "training.\\x00steps" in err
+    assert not any(ord(c) < 32 and c not in "\n\t" for c in err), repr(err)

@@ -94,10 +94,10 @@ def test_sigterm_ends_a_runner_like_a_stop_it_noticed(rig, monkeypatch, capsys, 
     previous = signal.signal(signal.SIGTERM, fallback)
     try:
         if stopped:
-            cli.drive(runner.d, runner.ledger, poll=0)
+            cli.drive(runner.d, runner.ledger, poll=5)
         else:
             with pytest.raises(typer.Exit) as info:
-                cli.drive(runner.d, runner.ledger, poll=0)
+                cli.drive(runner.d, runner.ledger, poll=5)
             assert info.value.exit_code == 143
         assert signal.getsignal(signal.SIGTERM) is fallback  # put back as it was
     finally:
@@ -354,3 +354,19 @@ def test_detach_refuses_a_sweep_log_that_is_a_fifo_instead_of_blocking(tmp_path,
     os.mkfifo(sweeps.log_path(definition.sweep_id))
     code, _, err = run_cli(monkeypatch, capsys, "sweep", "run", str(path), "--detach")
     assert code == 2 and "the sweep's log" in err and "is a FIFO (named pipe), not a regular file" in err
+
+
+def test_a_sweep_that_varies_nothing_is_planned_as_one_trial_and_says_so(orch_home, tmp_path, monkeypatch, capsys):
+    """Issue 22 (smaller findings): accepted as one trial without a word. It stays accepted (one job
+    with the sweep's retries, failover, budget or schedule is a use), and says what it is."""
+    from cli_harness import run_cli
+    from sweep_fakes import LOCAL_BASE, write
+
+    path = write(tmp_path, "sweep: single\nbase: base.yaml\nmax_retries: 1\n", LOCAL_BASE)
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path))
+    assert code == 0, err
+    assert ("note: sweep single varies nothing (no grid:, random: or variants:): it is one trial, its base base.yaml "
+            "as it is, run with the sweep's retries, failover, budget and schedule") in err
+    path = write(tmp_path, "sweep: two\nbase: base.yaml\ngrid: {training.batch_size: [4, 8]}\n", LOCAL_BASE)
+    code, _, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path))
+    assert code == 0 and "varies nothing" not in err

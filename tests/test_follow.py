@@ -147,6 +147,18 @@ def test_submit_wait_off_a_terminal_says_the_job_keeps_running_and_how_to_follow
     assert err.count("still waiting") >= 4
 
 
+def test_submit_wait_says_where_a_job_it_cannot_read_keeps_running(capsys):
+    """A Batch job keeps running in AWS Batch, not "in SageMaker" (issue 22: every state shown is true)."""
+    from orchestrator.cli import follow
+
+    clock = Clock()
+    backend = ScriptedBackend(connection_error(), DONE)
+    backend.name = "batch"
+    follow.wait(backend, "j", 15, sleep=clock.sleep, clock=clock, interactive=False)
+    err = capsys.readouterr().err
+    assert "The job keeps running in AWS Batch; still waiting" in err and "in SageMaker" not in err
+
+
 def test_submit_wait_exits_1_only_for_a_job_that_failed(capsys):
     from orchestrator.cli import follow
 
@@ -234,6 +246,21 @@ def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "10:00:00 demo-1a2b3c4d-t1: submitted"
     assert out[1:] == ["sweep demo-1a2b3c4d: 2 running; 2 in flight; still running"] * 4  # at 60, 120, 180, 240 s
+
+
+def test_sweep_resume_off_a_terminal_says_where_it_stands_at_once(capsys):
+    """Issue 22 (smaller findings): a runner that found nothing new printed nothing for 60 s."""
+    from orchestrator.cli.sweep import SweepDisplay
+    from orchestrator.sweep import Progress
+
+    clock = Clock()
+    display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
+    quiet = Progress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, (), False, event_count=0)
+    display(quiet)
+    assert capsys.readouterr().out == "sweep demo-1a2b3c4d: 2 running; 2 in flight; following them\n"
+    clock.sleep(30)
+    display(quiet)
+    assert capsys.readouterr().out == ""  # then a line a heartbeat apart, as before
 
 
 def test_the_wait_line_clock_moves_while_the_status_stays_the_same():

@@ -93,3 +93,40 @@ def test_a_plain_sweep_plan_reads_no_s3_store_a_variant_names(orch_home, tmp_pat
     assert code == 0, err
     assert "ListObjectsV2" in sent
     assert "forecast: none of the 2 trials has a completed run yet" in out
+
+
+def _no_credentials(monkeypatch) -> None:
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+
+
+def test_plan_forecast_without_credentials_says_it_could_not_read_the_stores(orch_home, monkeypatch, capsys,
+                                                                             moto_server):
+    """Not "no completed run yet" and "no entries yet" first (issue 22): nothing was read."""
+    _no_credentials(monkeypatch)
+    code, out, err = run_cli(monkeypatch, capsys, "plan", str(ROOT / "configs" / "vit-trn1-2xlarge.yaml"),
+                             "--forecast")
+    assert code == 0, err
+    assert "no completed run" not in out and "no entries" not in out
+    assert ("forecast: could not read the results store s3://orchestrator-example-bucket/jobs: " in out
+            and "so earlier runs are unknown" in out)
+    assert "compile cache: could not read the store s3://orchestrator-example-bucket/compile-cache: " in out
+    assert out.count("no AWS credentials: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") == 2
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(ROOT / "configs" / "sweep-instances.yaml"),
+                             "--forecast")
+    assert code == 0, err
+    assert "has a completed run" not in out and "no entries" not in out
+    assert "forecast: could not read the results store s3://orchestrator-example-bucket/jobs: " in out
+
+
+def test_a_cache_that_is_off_is_said_to_be_off(orch_home, tmp_path, monkeypatch, capsys):
+    from sweep_fakes import LOCAL_BASE, write
+
+    code, out, err = run_cli(monkeypatch, capsys, "plan", str(ROOT / "configs" / "local-tiny.yaml"))
+    assert code == 0, err
+    assert "compile cache: off (compile_cache.mode: off): every run compiles" in out and "no entries" not in out
+    path = write(tmp_path, "sweep: cacheoff\nbase: base.yaml\ngrid:\n  compile_cache.mode: ['off', tarball]\n", LOCAL_BASE)
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path))
+    assert code == 0, err
+    assert "compile cache: off for 1 of 2 trials (compile_cache.mode: off)" in out
+    assert "compile cache: no entries for these trials' keys yet" in out

@@ -155,6 +155,18 @@ def test_a_server_error_is_one_short_line_without_the_permissions_hint(pricing):
     assert "try again later" in info.value.hint and "pricing:GetProducts" not in info.value.hint
 
 
+def test_without_credentials_the_error_says_how_to_set_them(orch_home, moto_server, monkeypatch):
+    """A client with no credentials fails before any request (botocore signs first); the hint says
+    how to give it some (issue 22, smaller findings)."""
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    result = CliRunner().invoke(app, ["prices", "refresh", "--types", "ml.trn1.2xlarge"])
+    assert result.exit_code == 1
+    assert isinstance(result.exception, BackendError)
+    assert "no usable AWS credentials" in result.exception.message
+    assert "aws configure, AWS_PROFILE, or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY" in result.exception.hint
+
+
 def test_write_merges_into_the_override_atomically_and_the_catalog_reads_it(orch_home):
     shipped = catalog.price("ml.trn1.32xlarge", "us-east-1")
     refresh = prices.Refresh(as_of="2026-11-29", found=[

@@ -167,14 +167,48 @@ def test_the_shared_code_is_compressed_once_for_many_jobs(fake_root, monkeypatch
     real_gzip = sourcedir._gzip
     monkeypatch.setattr(sourcedir, "_gzip", lambda data: sizes.append(len(data)) or real_gzip(data))
     monkeypatch.setattr(sourcedir, "_CODE", {})
+    sourcedir._end.cache_clear()
     for i in range(50):
         sourcedir.build_archive(dict(JOB, job_name=f"vit-abc-{i}"), root=fake_root)
-    assert len(sizes) == 2 + 50 * 2  # 2 shared members once; job.json and the end blocks per job
+    # 2 shared members once, job.json per job, the end blocks once per length (here one).
+    assert len(sizes) == 2 + 50 + 1
     # An edited file is packed anew (its size and mtime are the key).
     (fake_root / "trainer" / "train.py").write_text("print('changed!')\n")
     sizes.clear()
     data = sourcedir.build_archive(JOB, root=fake_root)
-    assert len(sizes) == 4 and _read(data, "entrypoints/trainer/train.py") == b"print('changed!')\n"
+    assert len(sizes) in (3, 4) and _read(data, "entrypoints/trainer/train.py") == b"print('changed!')\n"
+
+
+def test_prepared_archives_share_the_code_and_hash_as_the_whole_bytes(fake_root):
+    """A plan holds each trial's archive as parts (the code one object for all): the same bytes
+    and the same sha256 as the archive built and hashed whole."""
+    first = sourcedir.build_parts(JOB, root=fake_root)
+    second = sourcedir.build_parts(dict(JOB, job_name="vit-abc-2"), root=fake_root)
+    for parts, job in ((first, JOB), (second, dict(JOB, job_name="vit-abc-2"))):
+        whole = sourcedir.build_archive(job, root=fake_root)
+        assert parts.data() == whole and parts.size == len(whole)
+        assert parts.sha256 == sourcedir.archive_sha256(whole)
+    assert first.sha256 != second.sha256
+    assert first.parts[0] is second.parts[0] and first.parts[2] is second.parts[2]  # one copy of the code
+
+
+def test_a_plan_looks_at_the_package_files_once_for_all_its_archives(fake_root, monkeypatch):
+    """Within `same_sources` (a sweep plan) the files are stat'ed once, not once per trial; the
+    archives are the same bytes as built one by one."""
+    import os
+
+    looked = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: looked.append(path) or real_stat(path, *a, **k))
+    jobs = [dict(JOB, job_name=f"vit-abc-{i}") for i in range(20)]
+    with sourcedir.same_sources():
+        held = [sourcedir.build_archive(job, root=fake_root) for job in jobs]
+    launch = str(fake_root / "launch.py")
+    once = looked.count(launch)
+    looked.clear()
+    alone = [sourcedir.build_archive(job, root=fake_root) for job in jobs]
+    assert held == alone
+    assert once == 1 and looked.count(launch) == 20  # every archive alone looks at every file again
 
 
 def test_gnu_tar_unpacks_the_multi_member_archive(fake_root, tmp_path):

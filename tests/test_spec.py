@@ -81,6 +81,33 @@ def test_wrong_type_points_at_the_value():
     assert "integer" in problem.message
 
 
+@pytest.mark.parametrize("old, new, path, said", [
+    ("steps: 500", "steps: '30'", "training.steps", "expected an integer, got the text '30'; write 30 without quotes"),
+    ("count: 1}", 'count: "2"}', "instance.count", "expected an integer, got the text '2'; write 2 without quotes"),
+    ("count: 1}", "count: 1, spot: \"yes\"}", "instance.spot",
+     "expected true or false, got the text 'yes'; write true without quotes"),
+    ("steps: 500", "steps: 30.0", "training.steps", "expected an integer, got 30.0"),
+    ("lr: 1.0e-4}", "lr: '0.1'}", "training.optimizer.lr", "expected a number, got the text '0.1'; write 0.1 without quotes"),
+    ("count: 1}", "count: 1, keep_alive_minutes: 1" + "0" * 310 + "}", "instance.keep_alive_minutes",
+     "100000000000...000000 (311 digits) is out of range: a number here is at most 9223372036854775807"),
+])
+def test_numbers_and_booleans_are_strict_and_a_huge_one_is_out_of_range(old, new, path, said):
+    """Where the README says numbers are strict: text is not a number nor a boolean, and a number
+    too large for any field is said so (not met later as a cost or a missing price)."""
+    [problem] = problems(SAGEMAKER.replace(old, new))
+    assert (problem.path, problem.message) == (path, said)
+
+
+def test_yaml_numbers_and_booleans_still_pass():
+    loaded = spec.loads(SAGEMAKER.replace("count: 1}", "count: 1, spot: true, max_wait_minutes: 200}")
+                        .replace("lr: 1.0e-4", "lr: 1"), "job.yaml")
+    assert loaded.instance.spot is True and loaded.training.optimizer.lr == 1.0
+    # 1e-5 without a dot is a number (YAML 1.2), not the text YAML 1.1 makes of it; quoted, it is text.
+    assert spec.loads(SAGEMAKER.replace("lr: 1.0e-4", "lr: 1e-5"), "job.yaml").training.optimizer.lr == 1e-5
+    [problem] = problems(SAGEMAKER.replace("lr: 1.0e-4", "lr: '1e-5'"))
+    assert problem.message == "expected a number, got the text '1e-5'; write 1e-5 without quotes"
+
+
 def test_missing_required_field():
     text = "\n".join(line for line in LOCAL.splitlines() if not line.startswith("name:"))
     [problem] = problems(text)

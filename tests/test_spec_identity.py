@@ -50,3 +50,24 @@ def test_every_later_field_is_a_field_of_the_job_models():
         for part in path.split("."):
             assert part in type(model).model_fields, path
             model = getattr(model, part)
+
+
+def test_a_spec_hashed_again_gives_the_hash_computed_anew():
+    """`spec_hash` remembers each frozen spec object's hash (a sweep plan asks twice a trial):
+    the memo never answers for another object, not even one at the same address later."""
+    import gc
+
+    from orchestrator.spec import identity as models
+
+    root = Path(__file__).resolve().parents[1]
+    loaded = spec.load(root / "configs" / "vit-trn1-2xlarge.yaml")
+    first = spec.spec_hash(loaded)
+    assert spec.spec_hash(loaded) == first and id(loaded) in models._HASHED
+    models._HASHED.clear()
+    assert spec.spec_hash(loaded) == first  # the same, computed anew
+    other = spec.with_overrides(loaded, {"training.steps": 77})
+    assert spec.spec_hash(other) != first
+    key = id(other)
+    del other
+    gc.collect()
+    assert key not in models._HASHED  # forgotten with its spec

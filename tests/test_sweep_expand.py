@@ -136,7 +136,7 @@ def test_sweep_file_that_is_not_a_regular_file_is_refused(tmp_path):
     (".nan", "must be a finite number, got nan"),
     (".inf", "must be a finite number, got inf"),
     ("-.inf", "must be a finite number, got -inf"),
-    ('"abc"', "Input should be a valid number, unable to parse string as a number"),
+    ('"abc"', "expected a number, got the text 'abc'"),
     ("true", "expected a number, got a boolean"),
 ])
 def test_a_bad_grid_value_is_reported_as_itself_not_as_the_bases_value(tmp_path, value, message):

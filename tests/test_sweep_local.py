@@ -152,7 +152,10 @@ def test_two_detached_runs_of_one_sweep_at_once_start_one_runner_and_the_other_s
     monkeypatch.setenv("FAKE_TRAIN_SLEEP", "60")
     path = write(tmp_path, "sweep: twice\nbase: base.yaml\ngrid:\n  training.batch_size: [4, 8]\nconcurrency: 1\n",
                  LOCAL_BASE)
-    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home), PYTHONPATH=str(ROOT))
+    # The fake trainer's PYTHONPATH (its module, the torchrun stand-in) kept: without it the jobs
+    # failed at once, the first runner ended, and the second took the sweep (a flaky [0, 0]).
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home),
+               PYTHONPATH=os.pathsep.join((str(ROOT), os.environ.get("PYTHONPATH", ""))))
     command = [sys.executable, "-m", "orchestrator", "sweep", "run", str(path), "--detach", "--poll", "0.2"]
     runs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]

@@ -7,9 +7,14 @@ import typer
 from orchestrator.cli.output import err, out, plain
 from orchestrator.errors import JobFailed
 
+# Where a job goes on running while its status cannot be read, by backend name.
+_RUNS_IN = {"sagemaker": "in SageMaker", "batch": "in AWS Batch", "local": "on this machine"}
 
-def status_lines(st) -> list[str]:
-    """A job's status as `status` and `submit --wait` print it."""
+
+def status_lines(st, backend_name: str | None = None) -> list[str]:
+    """A job's status as `status` and `submit --wait` print it. A local job's instance line
+    says what it runs on (this machine's CPU, as `results` does), and the spec's type it stands
+    for."""
     lines = [f"job       {st.job_name}",
              f"status    {st.status}" + (f" ({st.secondary})" if st.secondary else "")]
     if st.failure_reason:
@@ -17,7 +22,11 @@ def status_lines(st) -> list[str]:
     if st.billable_seconds is not None:
         savings = f" (spot saved {st.spot_savings:.0%})" if st.spot_savings is not None else ""
         lines.append(f"billable  {st.billable_seconds} s{savings}")
-    if st.instance_type:
+    if st.instance_type and backend_name == "local":
+        from orchestrator.results.rows import LOCAL_INSTANCE
+
+        lines.append(f"instance  {LOCAL_INSTANCE} (standing in for {st.instance_type} x{st.instance_count or 1})")
+    elif st.instance_type:
         lines.append(f"instance  {st.instance_type} x{st.instance_count or 1}{' spot' if st.spot else ''}")
     if st.warm_pool:
         kept = f", kept {st.warm_pool_retained_s} s (billed)" if st.warm_pool_retained_s is not None else ""
@@ -67,6 +76,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
     def text_of(st) -> str:
         return f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
 
+    runs_in = _RUNS_IN.get(getattr(backend, "name", ""), "where it runs")
     ticking = _Ticking(f"{job_name}: waiting", clock or time.monotonic)
     try:
         with console.status(ticking):
@@ -77,7 +87,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
 
             def on_transient(message: str, elapsed: float, retry_in: float) -> None:
                 console.print(f"[{_clock_text(elapsed)}] {job_name}: status unknown: {message}. The job keeps running "
-                              f"in SageMaker; still waiting, next try in {retry_in:.0f} s (Ctrl-C stops waiting; "
+                              f"{runs_in}; still waiting, next try in {retry_in:.0f} s (Ctrl-C stops waiting; "
                               f"`{again}` follows it again)", markup=False, soft_wrap=True)
 
             st = follow(lambda: backend.status(job_name), interval=interval, on_status=on_status,
@@ -88,7 +98,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
         err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
             f"`python -m orchestrator stop {job_name}` stops it")
         raise typer.Exit(code=130) from None
-    for text in status_lines(st):
+    for text in status_lines(st, getattr(backend, "name", None)):
         out(text)
     if st.status != "completed":
         reason = f": {st.failure_reason}" if st.failure_reason else ""
@@ -98,7 +108,41 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
 
 
 def print_logs(backend, job: str, follow: bool) -> None:
-    """The job's log lines on stdout, notes on stderr (see the `logs` command)."""
+    """The job's log lines on stdout, notes on stderr (see the `logs` command). A local job
+    whose status file is damaged still has its log: it is shown as it is, after a warning
+    (its state, and so whether more is to come, is unknown: -f does not wait)."""
+    from orchestrator.backends import DamagedStatus
+
+    try:
+        _print_logs(backend, job, follow)
+    except DamagedStatus as exc:
+        path = _log_beside_a_damaged_status(backend, job)
+        if path is None:
+            raise
+        err(f"warning: {exc.message}; its log {path} is shown as it is" + (
+            " (its state is unknown, so -f does not wait for more)" if follow else ""))
+        with open(path, "rb") as handle:
+            for line in handle:
+                out(line.decode("utf-8", "replace").rstrip("\n"))
+
+
+def _log_beside_a_damaged_status(backend, job: str):
+    """The job's log file on this machine (a backend with `log_file`: the local one), if it is
+    there as a regular file; else None."""
+    import stat
+
+    log_file = getattr(backend, "log_file", None)
+    if log_file is None:
+        return None
+    path = log_file(job)
+    try:
+        # lstat: never follow a link, never open a FIFO (it would block).
+        return path if stat.S_ISREG(path.lstat().st_mode) else None
+    except OSError:
+        return None
+
+
+def _print_logs(backend, job: str, follow: bool) -> None:
     noted = None
     if follow:
         # Following a job that has not logged yet can be silent for minutes: say why up front.

@@ -199,7 +199,8 @@ def submit(
     wait_: bool = typer.Option(False, "--wait", help="Show the job's progress until it ends; exit 1 if it fails or "
                                "is stopped."),
     interval: float | None = typer.Option(None, "--interval", min=0.05, help="Seconds between status polls "
-                                          "(--wait; default 15 on SageMaker, 2 locally)."),
+                                          "(--wait; default 15 on SageMaker, 30 on Batch, 2 locally; at least 5 on "
+                                          "SageMaker and Batch, 0.1 locally: a shorter one is raised, with a note)."),
     rerun: bool = typer.Option(False, "--rerun", help="If this spec was submitted before, submit it again as a "
                                "new job <name>-<hash>-rN (the first N free in the ledger and in SageMaker, which "
                                "knows other machines' jobs; a long name is shortened to fit 63 characters)."),
@@ -283,7 +284,12 @@ def submit(
     follow_again = (f"python -m orchestrator logs -f {result.job_name}" if rerun else
                     f"python -m orchestrator submit {shlex.quote(str(path))}{' --local' if local else ''} --wait")
     if wait_:
-        wait(backend, result.job_name, interval or backend.wait_interval_s, reattach=follow_again)
+        from orchestrator import polling
+
+        seconds, raised = polling.at_least(interval or backend.wait_interval_s, [backend.name], "--interval")
+        if raised and interval is not None:
+            err(raised)
+        wait(backend, result.job_name, seconds, reattach=follow_again)
     else:
         err(f"next: `python -m orchestrator status {result.job_name}` shows it, `python -m orchestrator logs -f "
             f"{result.job_name}` follows its output to the end" + ("" if rerun else f", `{follow_again}` waits for it"))
@@ -309,7 +315,7 @@ def status(
                         "spot_savings": st.spot_savings,
                         "progress": dataclasses.asdict(progress) if progress else None}, indent=2))
         return
-    for text in status_lines(st):
+    for text in status_lines(st, backend.name):
         out(text)
     if progress is not None:
         out(_progress_line(st, progress))

@@ -8,6 +8,7 @@ import re
 
 import typer
 
+from orchestrator.polling import CLOUD_FLOOR_S, LOCAL_FLOOR_S
 from orchestrator.region import REGION_DEFAULTS
 
 
@@ -52,7 +53,8 @@ JOB_REGION_OPTION = typer.Option(None, "--region", callback=check_region, help="
                                  f"does not know (default: {REGION_DEFAULTS}). A job the ledger knows is looked "
                                  "up where the ledger recorded it; a different --region is noted and ignored.")
 REGION_OPTION = typer.Option(None, "--region", callback=check_region, help=f"AWS region (default: {REGION_DEFAULTS}).")
-# The floor keeps a loop from spinning a core (QA: --poll 0 did); a cloud round waits longer anyway.
-POLL_MIN_S = 0.1
-POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, help="Seconds between status polls, at least "
-                           f"{POLL_MIN_S:g} (default: 30 on SageMaker, 2 locally).")
+# The floor keeps a loop from spinning a core (QA: --poll 0 did); a cloud round's is higher (`polling`).
+POLL_MIN_S = LOCAL_FLOOR_S
+POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, help="Seconds between status rounds (default: 30 on "
+                           f"SageMaker, 60 on Batch, 2 locally); at least {CLOUD_FLOOR_S:g} when the sweep has "
+                           f"SageMaker or Batch jobs, {POLL_MIN_S:g} locally: a shorter one is raised, with a note.")

@@ -15,7 +15,19 @@ def out(text: str = "") -> None:
 
 
 def err(text: str) -> None:
-    _echo(sys.stderr, text)
+    _echo(sys.stderr, visible(text))
+
+
+# Control characters (C0 but newline and tab, DEL, C1) and bidirectional overrides: a NUL, an
+# escape sequence or a carriage return in a value would otherwise act on the terminal (or vanish
+# from it) instead of being shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` with each control character shown as its escape (a NUL as \\x00), as Python's
+    repr writes it; newlines and tabs stay."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _echo(stream, text: str) -> None:

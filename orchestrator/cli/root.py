@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from orchestrator.cli import exits
 from orchestrator.cli.output import reflow_help
@@ -20,6 +20,23 @@ COMMANDS = {
     "results": "results", "tensorboard": "tensorboard", "infra": "infra", "prices": "prices", "sweep": "sweep", "schedule": "schedule",
     "cache": "cache",
 }
+
+
+def _flags_without_a_type() -> None:
+    """Help shows no value type after a plain flag: typer (0.2x with click 8.2+) writes `<bool>`
+    after `--wait` and `--help`, which take no value (issue 22). An option with a value keeps its type."""
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "plain_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and not self.count else shown(self, ctx)
+
+    display_type_rich.plain_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_a_type()
 
 
 def _load(name: str):

@@ -14,8 +14,8 @@ app = typer.Typer(name="schedule", no_args_is_help=True, help="Run a sweep on it
 
 
 def _scheduler(path: Path, poll: float | None):
+    from orchestrator import polling, spec
     from orchestrator import schedule as schedules
-    from orchestrator import spec
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
@@ -24,8 +24,10 @@ def _scheduler(path: Path, poll: float | None):
     # Every backend the sweep's variants name, each made when a tick's runner first needs it.
     names = [loaded.base_spec.backend, *[v["backend"] for v in loaded.variants if "backend" in v]]
     backend = sweeps.Router.create(names, region=loaded.base_spec.region, ledger=ledger)
-    return schedules.Scheduler(loaded, backend, ledger,
-                               runner_options={"poll_seconds": poll if poll is not None else backend.sweep_poll_s})
+    poll_seconds, raised = polling.at_least(poll if poll is not None else backend.sweep_poll_s, names, "--poll")
+    if raised and poll is not None:  # a default under the floor (a local backend's, mixed in) is raised silently
+        err(raised)
+    return schedules.Scheduler(loaded, backend, ledger, runner_options={"poll_seconds": poll_seconds})
 
 
 def _print_tick(report) -> None:

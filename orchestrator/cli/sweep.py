@@ -130,7 +130,9 @@ def sweep_plan(
     from orchestrator import forecast, spec
     from orchestrator import sweep as sweeps
 
-    planned = plan_with_progress(spec.load_sweep(path))
+    loaded = spec.load_sweep(path)
+    _say_if_nothing_varies(loaded)
+    planned = plan_with_progress(loaded)
     predicted = forecast.for_trials(planned.trials, read_stores)
     if as_json:
         doc = planned.to_json()
@@ -145,9 +147,19 @@ def sweep_plan(
     sweeps.check_budget(planned)
 
 
+def _say_if_nothing_varies(loaded) -> None:
+    """A sweep without grid, random or variants is one trial, its base as it is: taken (its
+    retries, failover, budget and schedule are what a sweep adds to one job), and said, since a
+    sweep file usually means to vary something (issue 22: it was accepted silently)."""
+    if not loaded.grid and loaded.random is None and not loaded.variants:
+        err(f"note: sweep {loaded.sweep} varies nothing (no grid:, random: or variants:): it is one trial, its base "
+            f"{loaded.base} as it is, run with the sweep's retries, failover, budget and schedule")
+
+
 def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None) -> list[str]:
     """The plan's forecast: trials with an earlier completed run, their duration and cost,
     and which compile cache keys hold entries."""
+    from orchestrator import forecast
     if not predicted:
         return ["forecast: not read (s3:// stores are read with --forecast)"]
     ran = {name: f for name, f in predicted.items() if f.previous is not None}
@@ -155,21 +167,30 @@ def forecast_lines(predicted: dict, read_stores: bool, total: int | None = None)
     if total is not None and len(predicted) < total:
         lines.append(f"forecast: {total - len(predicted)} of {total} trials not read (their s3:// stores are "
                      "read with --forecast)")
+    # A store that could not be read is said first, and its trials are not counted as never run.
+    unread = sorted({f.results_unread for f in predicted.values() if f.results_unread})
+    lines += [f"forecast: could not read the {what}" for what in unread]
+    known = {name: f for name, f in predicted.items() if not f.results_unread}
     if ran:
         seconds = sum(f.duration_s or 0 for f in ran.values())
         priced = [f.usd for f in ran.values() if f.usd is not None]
         usd = f", ~{sum(priced):.2f} USD" if priced and len(priced) == len(ran) else ""
         lines.append(f"forecast: {len(ran)} of {len(predicted)} trials ran before with the same spec: ~{seconds:.0f} s "
                      f"of launcher time{usd} for those")
-    else:
-        lines.append(f"forecast: none of the {len(predicted)} trials has a completed run yet")
+    elif known:
+        lines.append(f"forecast: none of the {len(known)} trials whose results were read has a completed run yet"
+                     if unread else f"forecast: none of the {len(predicted)} trials has a completed run yet")
     caches = {f.cache.key: f.cache for f in predicted.values() if f.cache is not None}
     for state in caches.values():
         lines.append(state.describe())
-    if not caches:
+    cache_unread = sorted({f.cache_unread for f in predicted.values() if f.cache_unread})
+    lines += [f"compile cache: could not read the {what}" for what in cache_unread]
+    off = sum(1 for f in predicted.values() if f.cache_off)
+    if off:
+        lines.append(forecast.CACHE_OFF if off == len(predicted) else
+                     f"compile cache: off for {off} of {len(predicted)} trials (compile_cache.mode: off)")
+    if off < len(predicted) and not caches and not cache_unread:
         lines.append("compile cache: no entries for these trials' keys yet (the first runs compile)")
-    notes = sorted({f.note for f in predicted.values() if f.note})
-    lines += [f"forecast note: {note}" for note in notes]
     return lines
 
 
@@ -193,6 +214,7 @@ class SweepDisplay:
         self.clock = clock or time.monotonic
         self.heartbeat_s = None if self.interactive else (heartbeat_s or heartbeat_seconds())
         self.last_line = self.clock()
+        self.rounds = 0
 
     def __enter__(self):
         if self.interactive:
@@ -235,16 +257,21 @@ class SweepDisplay:
         fresh = min(progress.event_count - self.printed, len(progress.events))
         for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
             out(line)
+        first = self.rounds == 0
+        self.rounds += 1
         self.printed = progress.event_count
         now = self.clock()
         if fresh > 0:
             self.last_line = now
-        elif self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s:
+        elif first or (self.heartbeat_s is not None and now - self.last_line >= self.heartbeat_s):
+            # The first round says where the sweep stands even when nothing changed in it (a
+            # resume of jobs in flight): a log must not stay empty until the first heartbeat.
             counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
             reason = progress.waiting_reason or ""
             waiting_for = (f"; {reason}" if reason.startswith("waiting for quota") else
                            f"; backing off: {reason}" if reason else "")
-            out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; still running")
+            out(f"sweep {progress.sweep_id}: {counts}; {progress.in_flight} in flight{waiting_for}; "
+                + ("following them" if first else "still running"))
             self.last_line = now
 
 
@@ -267,11 +294,16 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
     """
     import contextlib
 
+    from orchestrator import polling
     from orchestrator import sweep as sweeps
     from orchestrator.errors import JobFailed
 
     backend = sweep_backend(definition, ledger)
-    poll_seconds = poll if poll is not None else backend.sweep_poll_s
+    # A --poll under the backends' floor is raised, and said (`polling`: the account's API rate).
+    poll_seconds, raised = polling.at_least(poll if poll is not None else backend.sweep_poll_s,
+                                            definition.backends, "--poll")
+    if raised and poll is not None:  # a default under the floor (a local backend's, mixed in) is raised silently
+        err(raised)
     with contextlib.ExitStack() as held:
         try:
             # A detached runner waits a moment: a `sweep run` saving the sweep holds the lock briefly.
@@ -328,7 +360,9 @@ def sweep_run(
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
-    planned = sweeps.plan(spec.load_sweep(path))
+    loaded = spec.load_sweep(path)
+    _say_if_nothing_varies(loaded)
+    planned = sweeps.plan(loaded)
     sweeps.check_budget(planned)
     ledger = Ledger()
     definition = sweeps.save(planned, ledger)

@@ -7,8 +7,6 @@ at its own field (`cross_fields`; `orchestrator.spec.problems` locates them). Mo
 their validators on first use (`defer_build`): a command validates only the models it needs.
 """
 
-import hashlib
-import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -17,12 +15,16 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    Strict,
     field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError, core_schema
 
 from orchestrator.region import REGION_PATTERN
+
+# The job's identity (`spec_hash`, LATER_FIELDS) lives in `identity`; named here as before.
+from orchestrator.spec.identity import LATER_FIELDS, spec_hash  # noqa: F401
 from orchestrator.spec.source import SourceMap, split_path
 
 # SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
@@ -100,13 +102,28 @@ class _Check:
         return core_schema.no_info_after_validator_function(self.function, handler(source))
 
 
+# The largest integer a spec takes: what a signed 64-bit field holds (AWS's Long). A larger one
+# (keep_alive_minutes: 10**310) is a mistake to say as such, before any arithmetic meets it.
+MAX_INT = 2**63 - 1
+
+
+def _in_range(value: int) -> int:
+    if not -MAX_INT <= value <= MAX_INT:
+        raise PydanticCustomError("int_out_of_range", "number out of range: at most {limit} in size",
+                                  {"limit": MAX_INT})
+    return value
+
+
 _NOT_BOOL = _Check(_not_bool, "before")
-# The number types of every spec field: a boolean is refused (NaN and infinity are refused by
-# the models' allow_inf_nan=False).
-Int = Annotated[int, _NOT_BOOL]
+# The number types of every spec field, strict (as the README says): a boolean is refused, and
+# so is text ('30' quoted in YAML), and a float for an integer; NaN and infinity are refused by
+# the models' allow_inf_nan=False. An int is a float.
+Int = Annotated[int, _NOT_BOOL, Strict(), _Check(_in_range, "after")]
 # A URI field's text (its pattern is on the field): also refused when its S3 bucket has '..'.
 UriText = Annotated[str, _Check(_bucket_checked, "after")]
-Float = Annotated[float, _NOT_BOOL]
+Float = Annotated[float, _NOT_BOOL, Strict()]
+# A yes/no field: true or false only (YAML's own booleans), not the text "yes".
+Bool = Annotated[bool, Strict()]
 
 # What a sagemaker spec needs; said by JobSpec's cross-field check and, for fields left out
 # altogether, by `Backend.missing`.
@@ -162,7 +179,7 @@ class InstanceSpec(StrictModel):
         "inf2.8xlarge, inf2.24xlarge, inf2.48xlarge.",
     )
     count: Int = Field(1, ge=1, le=64, description="Number of instances (hosts).")
-    spot: bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
+    spot: Bool = Field(False, description="Use managed spot training; needs max_wait_minutes.")
     max_wait_minutes: Int | None = Field(
         None,
         ge=1,
@@ -292,7 +309,7 @@ class TrainingSpec(StrictModel):
         description="xla: torch-xla, the Neuron path; native: eager PyTorch (CPU/CUDA, DDP), "
         "optionally torch.compile.",
     )
-    compile: bool = Field(False, description="native only: wrap the model in torch.compile.")
+    compile: Bool = Field(False, description="native only: wrap the model in torch.compile.")
     steps: Int = Field(500, ge=1, le=10_000_000, description="Optimizer steps per worker.")
     warmup_steps: Int = Field(10, ge=0, description="First steps excluded from step-time statistics.")
     batch_size: Int = Field(32, ge=1, le=65536, description="Samples per worker per step.")
@@ -303,7 +320,7 @@ class TrainingSpec(StrictModel):
     seed: Int = Field(0, ge=0, le=2**31 - 1, description="Random seed.")
     checkpoint_every: Int = Field(0, ge=0, description="Checkpoint every N steps; 0 = off.")
     log_every: Int = Field(10, ge=1, description="Log a metrics line every N steps.")
-    precompile: bool = Field(
+    precompile: Bool = Field(
         False,
         description="runtime xla on Neuron: before training, a short graph-extraction pass (the same torchrun "
         "command, a few steps) under neuron_parallel_compile compiles every graph in parallel on all vCPUs and "
@@ -558,33 +575,3 @@ def uri_reason(value: Any) -> str | None:
                     "name, and relative paths are not allowed; write file:///ABSOLUTE/PATH, e.g. "
                     f"file:///{rest.strip('/')} if you meant /{rest.strip('/')}")
     return None
-
-
-# Fields added after specs were first hashed. While one holds its default it is left out of the
-# canonical form, so a spec that does not use it keeps its hash across the upgrade: its job
-# name, the ledger's record of it and a sweep's trial ids stay the same (a resumed sweep would
-# otherwise submit every trial again under new names). Every new optional field goes here.
-LATER_FIELDS = ("instance.keep_alive_minutes", "training.precompile", "batch", "instance.preferences",
-                "instance.training_plan_arn")
-
-
-def spec_hash(spec: BaseModel) -> str:
-    """sha256 hex of the spec's canonical JSON (sorted keys, no whitespace): the identity of a job.
-
-    The canonical JSON is every field, except a field of LATER_FIELDS at its default."""
-    data = spec.model_dump(mode="json")
-    for path in LATER_FIELDS:
-        _omit_at_default(spec, data, path.split("."))
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _omit_at_default(model: BaseModel, data: dict, path: list[str]) -> None:
-    for name in path[:-1]:
-        model, data = getattr(model, name, None), data.get(name)
-        if not isinstance(model, BaseModel) or not isinstance(data, dict):
-            return  # not a field of this model (a sweep spec has none of them)
-    name = path[-1]
-    field = type(model).model_fields.get(name)
-    if field is not None and getattr(model, name) == field.get_default(call_default_factory=True):
-        data.pop(name, None)

@@ -91,6 +91,12 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         elif kind == "bool_not_number":
             raw = smap.raw(loc)
             message = f"expected a number, got a boolean ({raw})" if raw else "expected a number, got a boolean"
+        elif kind in ("int_type", "float_type", "bool_type"):
+            message = _strict_hint(kind, err.get("input"), smap.raw(loc)) or message
+        elif kind == "int_out_of_range":
+            raw = smap.raw(loc) or str(err.get("input"))
+            shown = raw if len(raw) <= 30 else f"{raw[:12]}...{raw[-6:]} ({len(raw)} digits)"
+            message = f"{shown} is out of range: a number here is at most {err['ctx']['limit']}"
         elif kind == "finite_number":
             message = f"must be a finite number, got {smap.raw(loc) or err.get('input')}"
         elif kind in ("literal_error", "string_type", "enum"):
@@ -99,6 +105,27 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         problems.append(Problem(file, line, col, dotted(loc), message))
     return problems
 
+
+
+def _strict_hint(kind: str, value: Any, raw: str | None) -> str | None:
+    """For a number or yes/no field given something else: what was given, and what to write.
+    Numbers and booleans are strict: the text '30' is not 30, the text "yes" is not true."""
+    wanted = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false"}[kind]
+    if isinstance(value, str) and len(value) > 40:
+        return f"expected {wanted}, got text of {len(value)} characters ({value[:20]!r}...)"
+    if isinstance(value, str):
+        plain = {"true": "true", "yes": "true", "on": "true", "false": "false", "no": "false", "off": "false"}
+        if kind == "bool_type":
+            fix = f"; write {plain[value.lower()]} without quotes" if value.lower() in plain else ""
+        else:
+            fix = f"; write {value.strip()} without quotes" if re.fullmatch(r"\s*[-+]?[0-9][0-9_.eE+-]*\s*", value) \
+                else ""
+        return f"expected {wanted}, got the text {value!r}{fix}"
+    if isinstance(value, float) and kind == "int_type":
+        return f"expected {wanted}, got {raw or value}"
+    if kind == "bool_type" and not isinstance(value, bool):
+        return f"expected {wanted}, got {raw or value!r}"
+    return None
 
 
 def _field_pattern(model: type[BaseModel], loc: tuple) -> str | None:

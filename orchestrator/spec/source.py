@@ -8,6 +8,7 @@ explosive aliases, nesting too deep to parse, and text over MAX_SPEC_BYTES.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -131,6 +132,12 @@ class _Loader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(None, None, f"cannot read this value: {exc}",
                                                     node.start_mark) from None
 
+
+# YAML 1.1 (PyYAML) reads a float only with a dot: `lr: 1e-5` would be the text "1e-5", which
+# the strict number fields refuse. YAML 1.2's core schema reads it as the number it looks like
+# (https://yaml.org/spec/1.2.2/#1023-core-schema, tag:yaml.org,2002:float): so does this loader.
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator import backends, cost, doctor, preferences, request, warm_pool
+from orchestrator import backends, cost, doctor, preferences, request, sourcedir, warm_pool
 from orchestrator.errors import InputError, Problem, SpecError
 from orchestrator.names import Identity
 from orchestrator.spec import JobSpec, SweepSpec, with_overrides
@@ -153,6 +153,11 @@ def plan(sweep: SweepSpec, *, tick: datetime | None = None,
          progress: Callable[[int, int], None] | None = None) -> Plan:
     """Expand, doctor-check and prepare every trial (see the module docstring).
     `progress(done, total)` is called after each trial (the CLI's progress bar)."""
+    with sourcedir.same_sources():  # every trial's archive from one look at the package's files
+        return _plan(sweep, tick, progress)
+
+
+def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int], None] | None) -> Plan:
     trials, duplicates = expand(sweep)
     ident = identity(sweep.sweep, trials, tick)
     where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random or sweep.variants else {}

@@ -52,7 +52,7 @@ from orchestrator.backends.local.layout import (
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
 from orchestrator.lifecycle import Status
-from orchestrator.paths import home, not_a_file, read_regular
+from orchestrator.paths import home, home_folder, not_a_file, read_regular
 from orchestrator.processes import kill_tree, process_alive, runs
 
 _RECORDED_FROM = (Status.PLANNED, Status.SUBMITTING, Status.SUBMITTED, Status.RUNNING)
@@ -165,7 +165,7 @@ class LocalBackend:
     def holds(cls, job_name: str) -> bool:
         """Whether this machine's jobs folder has the job: its status file, or its supervisor's
         pid file (enough to stop it when the status file is gone)."""
-        folder = home() / "jobs" / job_name
+        folder = home_folder("jobs", create=False) / job_name  # a file named jobs is said as such
         return (folder / STATUS_FILE).exists() or (folder / PID_FILE).exists()
 
     @property
@@ -181,7 +181,7 @@ class LocalBackend:
         return self._ledger
 
     def job_dir(self, job_name: str) -> Path:
-        return self.home / "jobs" / job_name
+        return home_folder("jobs", create=False, base=self.home) / job_name
 
     # --- submit ---------------------------------------------------------------------------
 
@@ -427,6 +427,8 @@ class LocalBackend:
         pid = self._supervisor_pid(job_name, data)
         return {**data, "state": "stopped" if stopped else "failed",
                 "secondary": "Stopped" if stopped else "Failed", "ended": data.get("ended") or self.clock(),
+                # Its upload comes just before the final state: none can be counted on, none is shown.
+                "output_uri": None,
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
                 f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
@@ -480,6 +482,10 @@ class LocalBackend:
                 return
             if not chunk:
                 self.sleep(self.poll_seconds)
+
+    def log_file(self, job_name: str) -> Path:
+        """The job's merged log (`logs` reads it; shown as it is when the status file is damaged)."""
+        return self.job_dir(job_name) / LOG_DIR / MERGED_LOG
 
     def has_logs(self, job_name: str) -> bool:
         return True  # `logs` reads a file that appears with the first line: nothing to ask first
