@@ -251,7 +251,7 @@ def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys
 def test_sweep_resume_off_a_terminal_says_where_it_stands_at_once(capsys):
     """Issue 22 (smaller findings): a runner that found nothing new printed nothing for 60 s."""
     from orchestrator.cli.sweep import SweepDisplay
-    from orchestrator.sweep import Progress
+    from orchestrator.sweep import SweepProgress as Progress
 
     clock = Clock()
     display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)

@@ -12,6 +12,7 @@ from sweep_fakes import ROOT, SWEEP, Clock, rig  # noqa: F401 - rig is a fixture
 
 from orchestrator import polling
 from orchestrator import sweep as sweeps
+from orchestrator.sweep.router import Router
 
 
 def test_the_floor_is_the_cloud_one_for_any_cloud_backend_and_the_local_one_otherwise(monkeypatch):
@@ -47,7 +48,7 @@ def test_a_sweep_at_poll_0_1_asks_sagemaker_at_most_once_per_job_every_floor(rig
         return real_status(name)
 
     cloud.status = status
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: cloud)
+    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     real_runner = sweeps.Runner
     monkeypatch.setattr(sweeps, "Runner", lambda *a, **kw: real_runner(*a, sleep=clock.sleep, clock=clock, **kw))
     start = clock.now

@@ -203,7 +203,7 @@ def test_a_plan_looks_at_the_package_files_once_for_all_its_archives(fake_root, 
     jobs = [dict(JOB, job_name=f"vit-abc-{i}") for i in range(20)]
     with sourcedir.same_sources():
         held = [sourcedir.build_archive(job, root=fake_root) for job in jobs]
-    launch = str(fake_root / "launch.py")
+    launch = str(fake_root / "launcher" / "launch.py")
     once = looked.count(launch)
     looked.clear()
     alone = [sourcedir.build_archive(job, root=fake_root) for job in jobs]

@@ -17,7 +17,7 @@ from test_backend_local import wait_terminal, wait_until
 from orchestrator import processes, spec
 from orchestrator import results as res
 from orchestrator import sweep as sweeps
-from orchestrator.backends import local_layout
+from orchestrator.backends.local import layout as local_layout
 from orchestrator.cli import follow
 from orchestrator.cli.sweep import sweep_backend
 from orchestrator.errors import JobFailed
@@ -40,7 +40,7 @@ def _sweep_state(definition, job: str) -> str:
     runner = sweeps.Runner(definition, sweep_backend(definition, ledger), ledger)
     runner.refresh()
     (view,) = [v for v in runner.views() if v.job_name == job]
-    return view.state
+    return view.status
 
 
 class _Display:

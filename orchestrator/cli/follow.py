@@ -11,7 +11,7 @@ from orchestrator.errors import JobFailed
 _RUNS_IN = {"sagemaker": "in SageMaker", "batch": "in AWS Batch", "local": "on this machine"}
 
 
-def status_lines(st, backend_name: str | None = None) -> list[str]:
+def status_lines(st, here: bool = False) -> list[str]:
     """A job's status as `status` and `submit --wait` print it. A local job's instance line
     says what it runs on (this machine's CPU, as `results` does), and the spec's type it stands
     for."""
@@ -22,7 +22,7 @@ def status_lines(st, backend_name: str | None = None) -> list[str]:
     if st.billable_seconds is not None:
         savings = f" (spot saved {st.spot_savings:.0%})" if st.spot_savings is not None else ""
         lines.append(f"billable  {st.billable_seconds} s{savings}")
-    if st.instance_type and backend_name == "local":
+    if st.instance_type and here:  # a job of this machine: its CPU stands in for the instance
         from orchestrator.results.rows import LOCAL_INSTANCE
 
         lines.append(f"instance  {LOCAL_INSTANCE} (standing in for {st.instance_type} x{st.instance_count or 1})")
@@ -98,7 +98,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
         err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
             f"`python -m orchestrator stop {job_name}` stops it")
         raise typer.Exit(code=130) from None
-    for text in status_lines(st, getattr(backend, "name", None)):
+    for text in status_lines(st, here=not getattr(backend, "cloud", True)):
         out(text)
     if st.status != "completed":
         reason = f": {st.failure_reason}" if st.failure_reason else ""

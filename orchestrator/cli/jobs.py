@@ -315,7 +315,7 @@ def status(
                         "spot_savings": st.spot_savings,
                         "progress": dataclasses.asdict(progress) if progress else None}, indent=2))
         return
-    for text in status_lines(st, backend.name):
+    for text in status_lines(st, here=not backend.cloud):
         out(text)
     if progress is not None:
         out(_progress_line(st, progress))
