@@ -12,7 +12,8 @@ from cli_harness import run_cli as _cli
 
 from entrypoints.shared.contract import EFA_ENV
 from orchestrator import catalog, doctor, spec
-from orchestrator.doctor import environment as environment_rules
+from orchestrator.backends.local import rules as local_rules
+from orchestrator.backends.sagemaker import rules as sagemaker_rules
 from orchestrator.errors import SpecError
 
 GOOD = """\
@@ -350,11 +351,11 @@ def test_the_tag_pattern_comes_from_botocore_and_is_understood(orch_home):
     model = botocore.session.get_session().get_service_model("sagemaker")
     shapes = catalog.sagemaker_tag_shapes()
     assert shapes["TagKey"]["pattern"] == model.shape_for("TagKey").metadata["pattern"]
-    allowed = environment_rules.pattern_characters(shapes["TagValue"]["pattern"])
+    allowed = sagemaker_rules.pattern_characters(shapes["TagValue"]["pattern"])
     assert [allowed(c) for c in "aé9 _.:/=+-@"] == [True] * 12
     assert [allowed(c) for c in ",#$%&*!?\""] == [False] * 9
     with pytest.raises(ValueError):
-        environment_rules.pattern_characters("^[a-z]+(-[a-z]+)*$")
+        sagemaker_rules.pattern_characters("^[a-z]+(-[a-z]+)*$")
 
 
 def test_sagemaker_environment_limits():
@@ -567,7 +568,7 @@ def test_validate_refuses_a_local_environment_value_no_process_can_take(tmp_path
     path.write_text(LOCAL + f"environment:\n  BIG: {'x' * 600_000}\n  SMALL: ok\n")
     code, out, err = _cli(monkeypatch, capsys, "validate", str(path))
     assert code == 2 and out == "" and "Traceback" not in err
-    one, _ = environment_rules.exec_limits()
+    one, _ = local_rules.exec_limits()
     assert err.startswith(f"error: {path}:4:8: environment.BIG: environment BIG: 600005 bytes; one environment variable "
                           f"of a process on this machine holds at most {one} bytes (Linux MAX_ARG_STRLEN)")
     assert "[N031-local-environment-size]" in err and "hint: shorten it" in err
@@ -577,7 +578,7 @@ def test_validate_refuses_a_local_environment_value_no_process_can_take(tmp_path
 
 
 def test_a_local_environment_too_large_with_the_callers_own_is_refused_at_environment(monkeypatch):
-    monkeypatch.setattr(environment_rules, "exec_limits", lambda: (None, 200_000))
+    monkeypatch.setattr(local_rules, "exec_limits", lambda: (None, 200_000))
     monkeypatch.setattr(os, "environ", {"PATH": "/bin", "HUGE": "y" * 100_000})
     f = _fires(_spec(LOCAL, environment={f"V{i}": "x" * 1000 for i in range(40)}), "N031-local-environment-size")
     assert f.path == "environment" and "this process's own environment (100" in f.message

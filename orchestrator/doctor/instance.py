@@ -1,6 +1,6 @@
 """Doctor rules about the instance type and the hosts: whether SageMaker trains on the type
-(N001, N002), hosts (N003, EFA: N018, N019), workers and LNC (N004, N005, N015), managed spot
-(N012, N013), the volume (N030), and instance preferences (N070-N076: the exclusions botocore's
+(N001, N002), hosts (N003), workers and LNC (N004, N005, N015), managed spot (N012, N013),
+and instance preferences (N070-N076: the exclusions botocore's
 SageMaker model documents for ResourceConfig.InstancePreferences, a count for every choice that
 trains the same global batch, and the rules above for each later preference, at its entry)."""
 
@@ -100,28 +100,6 @@ def lnc(spec: JobSpec, target: catalog.Target) -> list[Finding]:
         f"set instance.lnc to {allowed} or remove it", "instance.lnc")]
 
 
-def efa(spec: JobSpec, target: catalog.Target) -> list[Finding]:
-    """N018, N019: the EFA variables the orchestrator adds on multi-node EFA instances."""
-    if not target.efa:
-        return []
-    from entrypoints.shared.contract import EFA_ENV
-
-    out = [Finding(
-        "N018-efa-env-added", "info",
-        f"multi-node {spec.instance.type}: the orchestrator adds "
-        f"{', '.join(f'{k}={v}' for k, v in EFA_ENV.items())} (launch.py runs torchrun itself, outside the "
-        "training toolkit's own EFA set-up)",
-        "nothing to do", "instance.count")]
-    for key, value in EFA_ENV.items():
-        if key in spec.environment and spec.environment[key] != value:
-            out.append(Finding(
-                "N019-efa-env-overridden", "warning",
-                f"environment sets {key}={spec.environment[key]}; multi-node {spec.instance.type} needs "
-                f"{key}={value} for EFA, and your value wins",
-                f"remove {key} from environment", f"environment.{key}"))
-    return out
-
-
 def spot(spec: JobSpec) -> list[Finding]:
     """N012, N013: managed spot needs a max wait that covers the run; a max wait needs spot."""
     inst = spec.instance
@@ -143,21 +121,6 @@ def spot(spec: JobSpec) -> list[Finding]:
             "max_wait_minutes is ignored without spot: true",
             "set instance.spot: true, or remove max_wait_minutes", "instance.max_wait_minutes")]
     return []
-
-
-def volume(spec: JobSpec, target: catalog.Target) -> list[Finding]:
-    """N030: instance.volume_gb set on a type with NVMe instance storage, where it is ignored."""
-    # botocore's ResourceConfig.VolumeSizeInGB: on types with NVMe instance storage SageMaker
-    # provisions no EBS volume and uses the instance storage. Only when the spec asks for another
-    # size than the default: the request carries a value either way (the field is required).
-    default = type(spec.instance).model_fields["volume_gb"].default
-    if target.facts is None or not target.facts.instance_storage or spec.instance.volume_gb == default:
-        return []
-    return [Finding(
-        "N030-volume-ignored", "info",
-        f"instance.volume_gb ({spec.instance.volume_gb}) is ignored on {spec.instance.type}: SageMaker uses the "
-        "instance's NVMe storage instead of an EBS volume",
-        "remove instance.volume_gb", "instance.volume_gb")]
 
 
 # Where a rule run on a preference's variant points, and where that is in the preference.

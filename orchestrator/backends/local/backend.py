@@ -94,11 +94,9 @@ class LocalBackend:
 
     @classmethod
     def rules(cls, spec, target, estimate, priced) -> list:
-        from orchestrator.doctor import environment, instance
+        from orchestrator.backends.local import rules
 
-        # The request carries the spot settings (ignored here), and building it refuses spot
-        # without a max wait: said where it is checked.
-        return instance.spot(spec) + environment.local_environment(spec)
+        return rules.check(spec)
 
     @classmethod
     def estimate(cls, spec, target):
