@@ -101,6 +101,8 @@ def plan_change_set(cfn, stack_name: str, parameters: Mapping[str, str], *, temp
     An existing stack gets an UPDATE change set in which the parameters not given keep their
     previous values; a new one (or one left in REVIEW_IN_PROGRESS) gets a CREATE change set.
     `template` (a template built in code, e.g. a cloud schedule's) replaces `template_path`.
+    When CloudFormation finds nothing to change, the change set is deleted and the plan comes
+    back with `nothing_to_do`.
     """
     check_stack_name(stack_name)
     template = load_template(template_path) if template is None else template

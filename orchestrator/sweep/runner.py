@@ -1,49 +1,13 @@
 """The sweep runner: one ledger row per job, driven to the end from a laptop that sleeps and
 crashes.
 
-Contract:
-- `Runner` drives each trial's jobs through planned -> submitting -> submitted -> running ->
-  completed | failed | stopped (`lifecycle.Status`). All decisions are derived from the
-  ledger on every step, never from memory, so the runner can be killed at any instant and
-  started again: a row left in `submitting` is reconciled by the backend (its submit finds
-  the job, or creates it once) instead of being created twice, and a failed job whose retry
-  row was not yet written gets it on the next step.
-- Errors of the runner's own calls (`failures.submit_error_kind`): no usable credentials or
-  access denied stop the run at once with the error (`sweep resume` continues once it is
-  fixed); throttling, 5xx and network errors wait with jittered exponential backoff, at most
-  `max_transient_retries` times in a row at one call site before the run stops the same way;
-  a quota reached while other jobs of the sweep run waits without limit. With an `admission`
-  (`sweep.admission`: the account's Service Quotas, read by `sweep run`), a job that would not
-  fit in its types' quota beside the sweep's jobs in flight is not submitted: it waits, and the
-  progress says "waiting for quota" with the type.
-- Retries: a capacity error fails over to the next instance type of `failover` (a new job
-  `-rN`); capacity, spot interruption and internal errors are resubmitted as `-rN` up to
-  `max_retries`; user errors never are. A retry that would take the sweep's cost bounds
-  above its budget is not submitted; it is looked at again on every step, so a budget raised
-  in the file (`reload_policy`, which `sweep resume` calls, or `sweep run`'s `save`) lets it
-  run.
-- Each trial runs on its own backend (`TrialDef.backend`; `variants` may vary it), reached
-  through the sweep's `Router` and the `Backend` protocol only: a job is submitted, asked and
-  stopped on the backend its ledger row names.
-- At most `concurrency` jobs of the sweep are in flight, on all its backends together,
-  counting jobs of this sweep that another machine started on a shared backend (each shared
-  backend's job list, cross-checked by the sweep tag). There is no cap per backend.
-- A shared backend is the truth: a runner's first step writes into the ledger every attempt
-  of each trial that the trial's backend has and the ledger lacks (`adopt_remote`, asking
-  each shared backend of the sweep), so a sweep run from another machine or a fresh
-  ORCHESTRATOR_HOME goes on from each trial's latest attempt.
-- Stop and resume: once the stop flag is cleared again (`sweep resume` does it, and so does a
-  plain `sweep run` of the same sweep), every step first reopens what `sweep stop` stopped: a
-  trial cancelled before its job was ever created goes back to `planned` under the same name;
-  a trial whose job was stopped in flight is resubmitted as the next `-rN` on the same
-  instance type, like a retry (it does not use up `max_retries`; the stopped job's cost is
-  spent and stays in the sweep's cost bound, and a resubmission that would take that bound
-  above the budget is not made: the trial stays stopped and its detail says why, and what to
-  do). Completed and failed trials, and jobs stopped by anything other than `sweep stop`, are
-  left alone. Reopening is a ledger transition (stopped -> planned) or the same attempt record
-  and `planned` row a retry writes, so a runner killed halfway reopens the rest on its next
-  step, under the same names. `has_work()` tells from the ledger alone whether a runner
-  started now would act at all.
+Contract: `Runner` drives each trial's jobs through planned -> submitting -> submitted ->
+running -> completed | failed | stopped (`lifecycle.Status`), deciding everything from the
+ledger on every step (never from memory), so it can be killed at any instant and started
+again without creating a job twice; `has_work()` tells from the ledger alone whether a runner
+started now would act. Its rules (errors and backoff, retries and failover, budget, the
+concurrency cap across backends, adoption, stop and resume): docs/ARCHITECTURE.md, "The sweep
+runner's rules".
 """
 
 from __future__ import annotations
