@@ -91,3 +91,25 @@ def batch_use_no_docker(url: str) -> None:
     body = json.dumps({"batch": {"use_docker": False}}).encode()
     urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
                            timeout=10).read()
+
+
+def run_once(plan, region: str) -> dict:
+    """Create the state machine of `plan` in moto and run one execution of it as the scheduler
+    would start it, to its end: DescribeExecution's answer."""
+    import time
+
+    import boto3
+
+    from orchestrator.schedule import statemachine as sm
+
+    sfn = boto3.client("stepfunctions", region_name=region)
+    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
+                                   roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
+    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
+        sm.execution_input("2026-12-05T03:00:00Z")))["executionArn"]
+    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
+        described = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    return described

@@ -7,10 +7,9 @@ failure; the state machine role's Batch statements. Runs by moto's interpreter o
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
-from schedule_moto import batch_use_no_docker, interpreter_on
+from schedule_moto import batch_use_no_docker, interpreter_on, run_once
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, request, spec
@@ -203,27 +202,11 @@ def fail_jobs(monkeypatch, reasons: dict[str, str]) -> None:
     monkeypatch.setattr(models.BatchSimpleBackend, "_mark_job_as_finished", finished)
 
 
-def run(plan) -> dict:
-    import boto3
-
-    sfn = boto3.client("stepfunctions", region_name=REGION)
-    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
-                                   roleArn=f"arn:aws:iam::{ACCOUNT}:role/orchestrator-schedule")["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
-        sm.execution_input("2026-12-05T03:00:00Z")))["executionArn"]
-    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
-        described = sfn.describe_execution(executionArn=execution)
-        if described["status"] != "RUNNING":
-            break
-        time.sleep(0.1)
-    return described
-
-
 def test_moto_one_run_submits_every_batch_trial_as_planned(inf, batch_stack):
     import boto3
 
     _, plan = inf
-    described = run(plan)
+    described = run_once(plan, REGION)
     assert described["status"] == "SUCCEEDED", described
     output = json.loads(described["output"])
     assert [(t["status"], t["attempt"]) for t in output["trials"]] == [("SUCCEEDED", 0)] * 2
@@ -243,7 +226,7 @@ def test_moto_a_capacity_failure_fails_over_and_a_user_failure_ends_the_trial(in
     _, plan = inf
     first, second = (renamed(t.prepared.job_name, sm.PLACEHOLDER_LABEL, RUN) for t in plan.trials)
     fail_jobs(monkeypatch, {first: CAPACITY, second: USER})
-    described = run(plan)
+    described = run_once(plan, REGION)
     assert described["status"] == "SUCCEEDED", described
     by_trial = {t["trial"]: t for t in json.loads(described["output"])["trials"]}
     failed_over = by_trial[plan.trials[0].trial.trial_id]

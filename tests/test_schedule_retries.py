@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import time
 
 import pytest
-from schedule_moto import interpreter_on
+from schedule_moto import interpreter_on, run_once
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, spec
@@ -124,22 +123,6 @@ def sagemaker_fails(moto_server, monkeypatch):
     off()
 
 
-def run(plan, region: str) -> dict:
-    import boto3
-
-    sfn = boto3.client("stepfunctions", region_name=region)
-    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
-                                   roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
-        sm.execution_input("2026-12-05T03:00:00Z")))["executionArn"]
-    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
-        described = sfn.describe_execution(executionArn=execution)
-        if described["status"] != "RUNNING":
-            break
-        time.sleep(0.1)
-    return described
-
-
 def test_moto_failures_are_retried_as_the_policy_says(nightly, sagemaker_fails):
     """Trial 0: a capacity failure, retried once (-r1, tagged retry), completes. Trial 1: an
     algorithm error, never retried. Trial 2: internal errors on every attempt, given up after
@@ -155,7 +138,7 @@ def test_moto_failures_are_retried_as_the_policy_says(nightly, sagemaker_fails):
         f"{job[third]}-r1": "InternalServerError: We encountered an internal error.",
         f"{job[third]}-r2": "InternalServerError: We encountered an internal error.",
     })
-    described = run(plan, loaded.base_spec.region)
+    described = run_once(plan, loaded.base_spec.region)
     assert described["status"] == "SUCCEEDED", described
     ended = {t["trial"]: (t["job"], t["status"], t["attempt"]) for t in json.loads(described["output"])["trials"]}
     assert ended == {first: (f"{job[first]}-r1", "Completed", 1), second: (job[second], "Failed", 0),
