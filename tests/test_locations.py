@@ -100,3 +100,22 @@ def test_a_ledger_from_before_gains_the_column_and_keeps_its_rows(tmp_path):
                          locations={"output": "file:///x", "results": "r", "tensorboard": "t", "checkpoints": "c",
                                     "compile_cache": None, "source": None})
     assert ledger.get("new-1").locations["results"] == "r"
+
+
+def test_a_ledger_from_before_opened_for_reading_only_reads_none_for_the_locations(tmp_path, monkeypatch):
+    """A ledger this process cannot write (read-only file or folder: `Ledger(read_only=True)`
+    falls back to reading it as it is) has no column to add: its rows read None."""
+    path = tmp_path / "ledger.sqlite3"
+    _old_ledger(path)
+
+    def refused(self):
+        from orchestrator.errors import InputError
+
+        raise InputError(f"{self.path}: it is read-only") from sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(Ledger, "_open", refused)
+    ledger = Ledger(path, read_only=True)
+    assert not ledger.writable
+    entry = ledger.get("old-1")
+    assert entry.locations is None and entry.status == "completed"
+    assert [e.job_name for e in ledger.entries()] == ["old-1"]
