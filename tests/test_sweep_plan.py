@@ -76,7 +76,8 @@ def test_the_plan_shows_the_worst_case_with_failover_and_retries(tmp_path, orch_
     assert (f"worst case: {trial.worst_usd:.2f} USD if trials fail over (ml.trn1n.32xlarge) and use their 2 retries"
             in lines[1])
     assert "past 50 USD is not submitted" in lines[1]
-    assert "worst case" in cli.plan_table(planned)
+    assert "bound/worst USD" in cli.plan_table(planned)
+    assert f"{own:.2f}/{trial.worst_usd:.2f}" in cli.plan_table(planned)
     # Without failover or retries the worst case is the total, and the plan says nothing more.
     plain = sweeps.plan(load(tmp_path, "sweep: demo\nbase: base.yaml\nmax_retries: 0\n"))
     assert plain.worst_usd == pytest.approx(plain.total_usd)
@@ -163,6 +164,37 @@ def test_the_plan_table_fits_the_screen_and_reads_unset_fields(orch_home, monkey
         assert table.count("role_arn unset") == 2
     assert cli.overrides_text({"backend": "batch", "role_arn": None}) == "backend=batch\nrole_arn unset"
     assert cli.overrides_text({}) == "(base)"
+    if width == "100":
+        # Job names and override lines are served first, so at 100 columns each shows whole.
+        lines = table.splitlines()
+        for trial in planned.trials:
+            assert any(trial.job_name in line for line in lines)
+            for line in cli.overrides_text(trial.trial.overrides).splitlines():
+                assert any(line in row for row in lines), line
+
+
+def test_a_local_sweep_plan_leaves_out_the_columns_that_say_nothing(orch_home, monkeypatch):
+    """No failover, no worst case above the bound, no cloud cost: those columns would repeat
+    `-` and `0.00 USD` on every row; the title says there is no cloud cost instead."""
+    from orchestrator.cli import sweep as cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    table = cli.plan_table(sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-local.yaml")))
+    header = next(line for line in table.splitlines() if line.startswith("#"))
+    assert [c.strip() for c in header.split("│")] == ["#", "job name", "overrides", "instance"]
+    assert "no cloud cost" in table.splitlines()[0]
+
+
+def test_shared_widths_serve_the_first_columns_then_share_what_is_left():
+    from orchestrator.cli.output import shared_widths
+
+    wants = {"job name": 31, "overrides": 29, "instance": 22}
+    assert shared_widths(wants, 100, first=("job name", "overrides")) == wants  # room for all
+    assert shared_widths(wants, 72, first=("job name", "overrides")) == {"job name": 31, "overrides": 29,
+                                                                          "instance": 12}
+    assert shared_widths(wants, 50, first=("job name", "overrides")) == {"job name": 19, "overrides": 19,
+                                                                          "instance": 12}
+    assert shared_widths({"a": 3, "b": 40}, 30) == {"a": 3, "b": 27}  # the small one gets what it wants
 
 
 def test_plan_reports_progress_trial_by_trial(tmp_path, orch_home):

@@ -77,6 +77,34 @@ def screen_width() -> int:
     return OFF_TERMINAL_WIDTH
 
 
+def _fill(wants: dict[str, int], total: int) -> dict[str, int]:
+    """Max-min fair shares of `total`: a column that wants less than an equal share gets what it
+    wants, the others share the rest equally."""
+    widths: dict[str, int] = {}
+    rest = sorted(wants, key=wants.get)
+    while rest:
+        share = max(total, 0) // len(rest)
+        if wants[rest[0]] > share:
+            widths.update(dict.fromkeys(rest, share))
+            break
+        column = rest.pop(0)
+        widths[column] = wants[column]
+        total -= wants[column]
+    return widths
+
+
+def shared_widths(wants: dict[str, int], total: int, first: tuple[str, ...] = (), floor: int = 12) -> dict[str, int]:
+    """Widths for columns that want `wants` characters within `total`. The `first` columns are
+    served first (the others keep `floor` each, or what they want if less), fairly among
+    themselves (`_fill`); what is left goes to the others. Rich's own sharing narrows every
+    column in proportion, which folds a job name that would have fitted whole."""
+    others = {c: min(w, floor) for c, w in wants.items() if c not in first}
+    widths = _fill({c: wants[c] for c in first if c in wants}, total - sum(others.values()))
+    left = total - sum(widths.values())
+    widths.update(_fill({c: wants[c] for c in others}, left))
+    return {c: max(widths[c], min(wants[c], 4)) for c in wants}
+
+
 def table_text(table, min_width: int = 0) -> str:
     """A rich Table as text at `screen_width()`, at least `min_width` columns (0: exactly the
     screen's; cells fold): never coloured, trailing newline dropped."""

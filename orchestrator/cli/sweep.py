@@ -11,7 +11,7 @@ import typer
 
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
-from orchestrator.cli.output import err, out, plain, table_text
+from orchestrator.cli.output import err, out, plain, screen_width, shared_widths, table_text
 from orchestrator.lifecycle import Status
 
 app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
@@ -19,27 +19,44 @@ app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and ran
 
 
 def plan_table(planned) -> str:
-    """The table `sweep plan` prints: every trial with its overrides, failover and cost bounds."""
-
-
-    table = fitted_table(plain(f"sweep {planned.sweep_id}: {len(planned.trials)} trials, "
-                               f"concurrency {planned.sweep.concurrency}, max_retries {planned.sweep.max_retries}"))
+    """The table `sweep plan` prints: every trial with its overrides, failover and cost bounds.
+    A column that would say the same nothing for every trial is left out (no failover, a worst
+    case equal to the bound, no cloud cost), so the job names and overrides get the room."""
+    bounds = [(t.usd_max, t.worst_usd) for t in planned.trials]
+    costless = all(usd == 0 and worst == 0 for usd, worst in bounds)
+    title = (f"sweep {planned.sweep_id}: {len(planned.trials)} trials, concurrency {planned.sweep.concurrency}, "
+             f"max_retries {planned.sweep.max_retries}" + ("; no cloud cost" if costless else ""))
+    table = fitted_table(plain(title))
+    columns = ["#", "job name", "overrides", "instance"]
+    if any(t.chain[1:] for t in planned.trials):
+        columns.append("failover")
+    # The cost bound, and beside it the worst case when retries or failover can raise it.
+    cost = None if costless else "bound/worst USD" if any(worst != usd for usd, worst in bounds) else "bound USD"
+    if cost:
+        columns.append(cost)
     # No trial column: a trial's id ends its job name (<sweep id>-<trial id>).
-    for column in ("#", "job name", "overrides", "instance", "failover", "cost bound", "worst case"):
-        # Folded, never cut with "…": the table must show what each trial is in any width; the
-        # short ones (index, trial id, costs) are kept whole.
-        whole = column in ("#", "cost bound", "worst case")
-        table.add_column(column, justify="right" if column in ("#", "cost bound", "worst case") else "left",
-                         overflow="fold", no_wrap=whole)
+    texts = {t.job_name: overrides_text(t.trial.overrides) for t in planned.trials}
+    amounts = ("#", "bound USD", "bound/worst USD")
     mixed = len(planned.backends) > 1
-    for t in planned.trials:
-        overrides = overrides_text(t.trial.overrides)
-        # A sweep over backends says which each trial runs on, beside its instance.
-        on = f" ({t.trial.spec.backend})" if mixed else ""
-        table.add_row(*map(plain, (
-            t.trial.index, t.job_name, overrides,
-            f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}{on}", " ".join(t.chain[1:]) or "-",
-            _usd(t.usd_max), _usd(t.worst_usd))))
+    cells = [{"#": str(t.trial.index), "job name": t.job_name, "overrides": texts[t.job_name],
+              # A sweep over backends says which each trial runs on, beside its instance.
+              "instance": f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}"
+                          + (f" ({t.trial.spec.backend})" if mixed else ""),
+              "failover": " ".join(t.chain[1:]) or "-", "bound USD": _amount(t.usd_max),
+              "bound/worst USD": f"{_amount(t.usd_max)}/{_amount(t.worst_usd)}"} for t in planned.trials]
+    # The short columns (index, amounts) hold what they show; the others share the rest of the
+    # screen (`shared_widths`), folded, never cut with "…": each trial shows in any width.
+    fixed = {c: max([len(c), *(len(row[c]) for row in cells)]) for c in columns if c in amounts}
+    wants = {c: max([len(c), *(len(line) for row in cells for line in row[c].splitlines())])
+             for c in columns if c not in amounts}
+    widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 3 * (len(columns) - 1),
+                                       first=("job name", "overrides"))}
+    for column in columns:
+        whole = column in amounts
+        table.add_column(column, justify="right" if whole else "left", overflow="fold", no_wrap=whole,
+                         width=widths[column])
+    for row in cells:
+        table.add_row(*(plain(row[c]) for c in columns))
     return table_text(table)
 
 
@@ -58,6 +75,11 @@ def overrides_text(overrides: dict) -> str:
     from orchestrator import sweep as sweeps
 
     return "\n".join(f"{k} unset" if v is None else f"{k}={sweeps.shown(v)}" for k, v in overrides.items()) or "(base)"
+
+
+def _amount(value: float) -> str:
+    """A cost in a column headed USD."""
+    return f"{value:.2f}" if value == value and value != float("inf") else "unknown"
 
 
 def _usd(value: float) -> str:
