@@ -2,7 +2,8 @@
 the AWS documentation says Step Functions and CloudFormation do (moto 5.2.5).
 
 - `interpreter_on(url, monkeypatch)`: the interpreter executes state machines (the moto
-  server's `execute_state_machine` configuration; its clients call http://localhost:$MOTO_PORT).
+  server's `execute_state_machine` configuration). Its AWS SDK clients are pointed at the
+  server's own address (`url`, on 127.0.0.1), not the host name moto gives them.
 - Its AWS SDK integration passes a task's Parameters to boto3 as written and returns boto3's
   answer as it is. Step Functions takes and returns PascalCase member names even for a
   camelCase API such as AWS Batch's (developer guide, "AWS SDK service integrations": API
@@ -51,6 +52,22 @@ def _pascal_case_sdk(monkeypatch) -> None:
     monkeypatch.setattr(cls, "_normalise_response", normalise_response)
 
 
+def _loopback_clients(url: str, monkeypatch) -> None:
+    import boto3
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk,
+    )
+
+    made = state_task_service_aws_sdk.boto_client_for
+
+    def client_for(region, service, state_credentials=None):
+        client = made(region, service, state_credentials)  # builds its config; calls nothing
+        return boto3.client(service, region_name=region, endpoint_url=url, aws_access_key_id="ak",
+                            aws_secret_access_key="sk", config=client.meta.config)
+
+    monkeypatch.setattr(state_task_service_aws_sdk, "boto_client_for", client_for)
+
+
 def _definition_from_s3(monkeypatch) -> None:
     from moto.s3.models import s3_backends
     from moto.stepfunctions import models
@@ -80,6 +97,7 @@ def _definition_from_s3(monkeypatch) -> None:
 def interpreter_on(url: str, monkeypatch):
     """Turn the interpreter on (and these fixes in); returns the function that turns it off."""
     monkeypatch.setenv("MOTO_PORT", url.rsplit(":", 1)[1])
+    _loopback_clients(url, monkeypatch)
     _pascal_case_sdk(monkeypatch)
     _definition_from_s3(monkeypatch)
     _moto_config(url, True)

@@ -198,7 +198,7 @@ ENDPOINT_COMMANDS = {
 
 @pytest.mark.parametrize("name", sorted(ENDPOINT_COMMANDS))
 @pytest.mark.parametrize("value, why", [
-    ("not-a-url", ": it has no http:// or https://"), ("http://", ": it has no host"), ("http://exa mple.com", ""),
+    ("not-a-url", ": it has no http:// or https://"), ("http://", ": it has no host"), ("http://127.0.0 .1:9", ""),
     ("ftp://127.0.0.1:9", ": the scheme is 'ftp', not http or https"), ("http://[::1", ": Invalid IPv6 URL"),
     ("http://127.0.0.1:99999", ": Port out of range 0-65535"),
 ])
@@ -232,12 +232,12 @@ def _client_error(code: str, status: int) -> ClientError:
 
 def test_describe_words_no_answer_and_no_connection(monkeypatch):
     monkeypatch.setenv(aws.READ_TIMEOUT_VARIABLE, "5")
-    assert aws.describe(ReadTimeoutError(endpoint_url="http://h:1/"), "GetObject") == \
-        "the endpoint http://h:1 does not answer GetObject (no reply within 5 s)"
-    assert aws.describe(ConnectTimeoutError(endpoint_url="https://h:1/bucket?list-type=2")) == \
-        f"the endpoint https://h:1 does not answer (no connection within {aws.CONNECT_TIMEOUT_S:g} s)"
-    assert aws.describe(EndpointConnectionError(endpoint_url="http://h:1/")).startswith(
-        "the endpoint http://h:1 cannot be reached (")
+    assert aws.describe(ReadTimeoutError(endpoint_url="http://127.0.0.1:1/"), "GetObject") == \
+        "the endpoint http://127.0.0.1:1 does not answer GetObject (no reply within 5 s)"
+    assert aws.describe(ConnectTimeoutError(endpoint_url="https://127.0.0.1:1/bucket?list-type=2")) == \
+        f"the endpoint https://127.0.0.1:1 does not answer (no connection within {aws.CONNECT_TIMEOUT_S:g} s)"
+    assert aws.describe(EndpointConnectionError(endpoint_url="http://127.0.0.1:1/")).startswith(
+        "the endpoint http://127.0.0.1:1 cannot be reached (")
     assert aws.describe(_client_error("AccessDenied", 403)) is None
 
 
@@ -264,8 +264,8 @@ def test_credentials_inside_an_unreachable_endpoint_url_are_never_echoed(orch_ho
 
 
 def test_describe_and_our_errors_show_no_credentials_of_a_url():
-    assert aws.describe(EndpointConnectionError(endpoint_url="http://u:pw@h:1/b?x=1")).startswith(
-        "the endpoint http://h:1 cannot be reached (")
-    error = BackendError('could not reach "https://u:pw@h:1/x"', hint="check http://u@h:2")
-    assert error.message == 'could not reach "https://***@h:1/x"' and error.hint == "check http://***@h:2"
+    assert aws.describe(EndpointConnectionError(endpoint_url="http://u:pw@127.0.0.1:1/b?x=1")).startswith(
+        "the endpoint http://127.0.0.1:1 cannot be reached (")
+    error = BackendError('could not reach "https://u:pw@127.0.0.1:1/x"', hint="check http://u@127.0.0.1:2")
+    assert error.message == 'could not reach "https://***@127.0.0.1:1/x"' and error.hint == "check http://***@127.0.0.1:2"
     assert str(error) == error.message

@@ -28,7 +28,9 @@ def test_the_floor_is_the_cloud_one_for_any_cloud_backend_and_the_local_one_othe
     # An endpoint on this machine (moto, LocalStack) has no account rate to spare.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:5000")
     assert polling.floor(["sagemaker", "batch"]) == 0.1
-    monkeypatch.setenv("AWS_ENDPOINT_URL_BATCH", "https://batch.us-east-1.amazonaws.com")
+    # A service's own endpoint on this machine, the other service's AWS's own (no endpoint set).
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER", "http://127.0.0.1:5000")
     assert polling.floor(["sagemaker"]) == 0.1 and polling.floor(["batch"]) == 5.0
 
 

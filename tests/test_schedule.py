@@ -305,7 +305,7 @@ def test_crontab_line_carries_the_aws_profile_and_region_in_use(tmp_path, orch_h
     config = tmp_path / "aws config"
     config.write_text("[profile research]\nregion = eu-west-1\n"
                       "[profile sso]\nregion = eu-west-1\nsso_session = corp\n[sso-session corp]\n"
-                      "sso_start_url = https://corp.awsapps.com/start\nsso_region = eu-west-1\n")
+                      "sso_start_url = https://127.0.0.1:9/start\nsso_region = eu-west-1\n")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_PROFILE", "research")
     monkeypatch.delenv("AWS_REGION")

@@ -183,7 +183,7 @@ def scheduler_in_cloudformation(monkeypatch):
 
 @pytest.fixture
 def interpreter(moto_server, monkeypatch):
-    """moto's Step Functions interpreter on (its clients call http://localhost:$MOTO_PORT).
+    """moto's Step Functions interpreter on (its clients call the moto server on 127.0.0.1).
 
     With it on, moto 5.2.5's Step Functions API serves the interpreter's backend, while its
     CloudFormation model of AWS::StepFunctions::StateMachine creates and deletes in the other

@@ -864,7 +864,7 @@ def test_an_infra_region_that_is_no_region_is_reported_with_the_other_problems_o
     # QA: region `mars` in the infra file with a region in the spec said "remove region: to use
     # mars" and hid the file's three other errors.
     infra = tmp_path / "infra.yaml"
-    infra.write_text("role_arn: nope\ncompile_cache_uri: http://x\noutput_uri: s3://UP/x\nregion: mars\n")
+    infra.write_text("role_arn: nope\ncompile_cache_uri: http://127.0.0.1:9/x\noutput_uri: s3://UP/x\nregion: mars\n")
     (tmp_path / "job.yaml").write_text("name: x\nbackend: sagemaker\nregion: us-east-1\ninfra: infra.yaml\n")
     with pytest.raises(SpecError) as info:
         spec.load(tmp_path / "job.yaml")
