@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import io
 import json
 import os
 import shutil
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -45,24 +43,9 @@ sys.path.insert(0, str(ROOT))
 
 def per_trial_archive(job: dict) -> bytes:
     """The archive as it was built before: one tar stream, gzipped whole, per job."""
-    from entrypoints.shared import contract
     from orchestrator import sourcedir
 
-    files = sourcedir._sources(sourcedir.entrypoints_dir())
-    files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/{contract.PROGRAM}"]
-    files[contract.JOB_FILE] = sourcedir.job_bytes(job)
-    files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
-    entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name, directory in sorted(entries):
-            size = 0 if directory else len(files[name])
-            tar.addfile(sourcedir._info(name, directory=directory, size=size),
-                        None if directory else io.BytesIO(files[name]))
-    packed = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0, compresslevel=6) as gz:
-        gz.write(raw.getvalue())
-    return packed.getvalue()
+    return sourcedir._gzip(sourcedir.tar_stream(job))
 
 
 class _Forgetful(dict):

@@ -178,14 +178,9 @@ def _look(root: Path) -> tuple:
     return tuple((path, st.st_size, st.st_mtime_ns) for path in (*dirs, *files) for st in (os.stat(path),))
 
 
-def _code(root: Path) -> _Code:
-    """The shared members for the package at `root`, built once per content of its files: a
-    sweep of 10,000 trials gzips its code once, not 10,000 times (issue 22). The key is each
-    file's and directory's path, size and mtime (`_signature`), so an edit builds anew."""
-    key = (str(root), _signature(root))
-    code = _CODE.get(key)
-    if code is not None:
-        return code
+def _package_files(root: Path) -> dict[str, bytes]:
+    """Every file of the archive but the job file, by its name in the archive: the package's
+    sources, launch.py again at the root, requirements.txt. OrchestratorError without a launcher."""
     files = _sources(root)
     launch = files.get(f"{PACKAGE}/{LAUNCHER}")
     if launch is None:
@@ -195,6 +190,33 @@ def _code(root: Path) -> _Code:
         )
     files[contract.PROGRAM] = launch
     files["requirements.txt"] = REQUIREMENTS.encode()
+    return files
+
+
+def tar_stream(job: dict, root: Path | None = None) -> bytes:
+    """The archive's tar stream as `tarfile` writes it in one go (uncompressed): what
+    `build_archive`'s gzip members decompress to, and how the archive was built before its
+    shared code was compressed once (`tests/test_sourcedir.py` holds one to the other;
+    `bench/sweep_plan.py` times the old way)."""
+    files = {**_package_files(entrypoints_dir() if root is None else Path(root)), contract.JOB_FILE: job_bytes(job)}
+    entries = [(n, True) for n in _directories(list(files))] + [(n, False) for n in files]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, directory in sorted(entries):
+            tar.addfile(_info(name, directory=directory, size=0 if directory else len(files[name])),
+                        None if directory else io.BytesIO(files[name]))
+    return raw.getvalue()
+
+
+def _code(root: Path) -> _Code:
+    """The shared members for the package at `root`, built once per content of its files: a
+    sweep of 10,000 trials gzips its code once, not 10,000 times (issue 22). The key is each
+    file's and directory's path, size and mtime (`_signature`), so an edit builds anew."""
+    key = (str(root), _signature(root))
+    code = _CODE.get(key)
+    if code is not None:
+        return code
+    files = _package_files(root)
     entries = [(name, None) for name in _directories([*files, contract.JOB_FILE])] + list(files.items())
     before = b"".join(_entry(n, d) for n, d in sorted(entries) if n < contract.JOB_FILE)
     after = b"".join(_entry(n, d) for n, d in sorted(entries) if n > contract.JOB_FILE)

@@ -136,29 +136,12 @@ def test_real_entrypoints_package_is_packed_whole(tmp_path):
     assert "--container" in started.stdout
 
 
-def _reference_tar(job: dict, root: Path) -> bytes:
-    """The tar stream as tarfile writes it for these files (how the archive was built before
-    its shared code was compressed once): what the multi-member archive must decompress to."""
-    files = sourcedir._sources(root)
-    files[contract.PROGRAM] = files[f"{sourcedir.PACKAGE}/launcher/{contract.PROGRAM}"]
-    files[contract.JOB_FILE] = sourcedir.job_bytes(job)
-    files["requirements.txt"] = sourcedir.REQUIREMENTS.encode()
-    entries = [(n, True) for n in sourcedir._directories(list(files))] + [(n, False) for n in files]
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name, directory in sorted(entries):
-            size = 0 if directory else len(files[name])
-            tar.addfile(sourcedir._info(name, directory=directory, size=size),
-                        None if directory else io.BytesIO(files[name]))
-    return raw.getvalue()
-
-
 @pytest.mark.parametrize("padding", [0, 1, 511, 512, 9000, 20000])
 def test_the_archive_is_the_same_tar_stream_whatever_the_job_size(fake_root, padding):
     job = dict(JOB, note="x" * padding)
-    assert gzip.decompress(sourcedir.build_archive(job, root=fake_root)) == _reference_tar(job, fake_root)
+    assert gzip.decompress(sourcedir.build_archive(job, root=fake_root)) == sourcedir.tar_stream(job, fake_root)
     real = sourcedir.entrypoints_dir()
-    assert gzip.decompress(sourcedir.build_archive(job)) == _reference_tar(job, real)
+    assert gzip.decompress(sourcedir.build_archive(job)) == sourcedir.tar_stream(job, real)
 
 
 def test_the_shared_code_is_compressed_once_for_many_jobs(fake_root, monkeypatch):
