@@ -7,24 +7,12 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from cli_harness import run_cli
+from sweep_fakes import Clock
 
 from orchestrator import follow as following
 from orchestrator.backends import JobStatus
 from orchestrator.backends.sagemaker.backend import SageMakerBackend, translate
 from orchestrator.errors import BackendError, JobFailed
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def translated(exc: Exception) -> BackendError:
