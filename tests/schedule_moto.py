@@ -111,9 +111,9 @@ def batch_use_no_docker(url: str) -> None:
                            timeout=10).read()
 
 
-def run_once(plan, region: str) -> dict:
+def run_once(plan, region: str, fired: str = "2026-12-05T03:00:00Z") -> dict:
     """Create the state machine of `plan` in moto and run one execution of it as the scheduler
-    would start it, to its end: DescribeExecution's answer."""
+    would start it at `fired`, to its end: DescribeExecution's answer."""
     import time
 
     import boto3
@@ -124,7 +124,7 @@ def run_once(plan, region: str) -> dict:
     arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
                                    roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
     execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
-        sm.execution_input("2026-12-05T03:00:00Z")))["executionArn"]
+        sm.execution_input(fired)))["executionArn"]
     for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
         described = sfn.describe_execution(executionArn=execution)
         if described["status"] != "RUNNING":

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import datetime, timezone
 
 import pytest
-from schedule_moto import interpreter_on
+from schedule_moto import interpreter_on, run_once
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, request, spec
@@ -223,27 +222,12 @@ def received(monkeypatch) -> list[dict]:
     return bodies
 
 
-def _run(plan, execution_input: dict, region: str) -> dict:
-    import boto3
-
-    sfn = boto3.client("stepfunctions", region_name=region)
-    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
-                                   roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
-    execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(execution_input))["executionArn"]
-    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
-        described = sfn.describe_execution(executionArn=execution)
-        if described["status"] != "RUNNING":
-            break
-        time.sleep(0.1)
-    return described
-
-
 def test_moto_one_run_creates_every_trial_with_its_plan_request(nightly, interpreter, received):
     import boto3
 
     loaded, plan = nightly
     region = loaded.base_spec.region
-    described = _run(plan, sm.execution_input("2026-12-05T03:00:00Z"), region)
+    described = run_once(plan, region)
     assert described["status"] == "SUCCEEDED", described
     output = json.loads(described["output"])
     assert output["run"] == RUN
@@ -271,7 +255,7 @@ def test_moto_a_start_time_shaped_fire_time_gives_its_minute(nightly, interprete
     loaded, plan = nightly
     fallback = sm.compile_plan(plan)["States"]["From start time"]
     assert fallback["Parameters"] == {"time.$": "$$.Execution.StartTime"} and fallback["Next"] == "Split time"
-    described = _run(plan, sm.execution_input("2026-12-05T03:07:59.123Z"), loaded.base_spec.region)
+    described = run_once(plan, loaded.base_spec.region, "2026-12-05T03:07:59.123Z")
     assert described["status"] == "SUCCEEDED", described
     assert json.loads(described["output"])["run"] == "202612050307"
     jobs = boto3.client("sagemaker", region_name=loaded.base_spec.region).list_training_jobs()["TrainingJobSummaries"]
@@ -296,7 +280,7 @@ def test_moto_a_quota_refusal_is_retried(nightly, interpreter, monkeypatch):
 
     monkeypatch.setattr(models.SageMakerModelBackend, "create_training_job", create)
     loaded, plan = nightly
-    described = _run(plan, sm.execution_input("2026-12-05T03:00:00Z"), loaded.base_spec.region)
+    described = run_once(plan, loaded.base_spec.region)
     assert described["status"] == "SUCCEEDED", described
     output = json.loads(described["output"])
     assert refused and refused[0] in {t["job"] for t in output["trials"]}
