@@ -31,15 +31,19 @@ from urllib.parse import urlsplit
 
 LOCAL_FLOOR_S = 0.1
 CLOUD_FLOOR_S = 5.0
-_LOCAL = frozenset({"local"})
 
 
 def _on_this_machine(name: str) -> bool:
-    """Whether backend `name`'s endpoint is a loopback address (botocore's endpoint variables:
-    the service's own first, then AWS_ENDPOINT_URL)."""
-    url = os.environ.get(f"AWS_ENDPOINT_URL_{name.upper()}") or os.environ.get("AWS_ENDPOINT_URL")
-    if name in _LOCAL:
+    """Whether backend `name`'s jobs are asked about on this machine: a backend that is not a
+    cloud one, or one whose AWS service's endpoint is a loopback address (botocore's endpoint
+    variables: the service's own first, then AWS_ENDPOINT_URL)."""
+    from orchestrator import backends
+
+    backend = backends.backend_class(name)
+    if not backend.cloud:
         return True
+    service = backend.operation[0]
+    url = os.environ.get(f"AWS_ENDPOINT_URL_{service.upper()}") or os.environ.get("AWS_ENDPOINT_URL")
     try:
         host = urlsplit(url).hostname if url else None
         return host == "localhost" or (host is not None and ipaddress.ip_address(host).is_loopback)

@@ -288,6 +288,12 @@ def _name_comparisons(source: str) -> list[int]:
             parts = (node.left, *node.comparators)
             if any(names_in(part) for part in parts) and any(says_backend(part) for part in parts):
                 found.append(node.lineno)
+        elif isinstance(node, ast.Dict):
+            # A table keyed by backends (what each says, does...): "local" and another backend's
+            # name among its keys; an AWS service's table ("sagemaker", "batch") has no "local".
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if "local" in keys and keys & {"sagemaker", "batch"}:
+                found.append(node.lineno)
     return found
 
 
@@ -309,8 +315,9 @@ def test_outside_its_folder_no_code_branches_on_a_backends_name():
 
 def test_the_name_comparison_reader_sees_each_form():
     source = ('a = spec.backend == "batch"\nb = backend in ("sagemaker", "batch")\nc = "local" != backend_name\n'
-              'd = kind.cloud\ne = mode == "tarball"\nf = arn["service"] != "batch"\n')
-    assert _name_comparisons(source) == [1, 2, 3]
+              'd = kind.cloud\ne = mode == "tarball"\nf = arn["service"] != "batch"\n'
+              'g = {"sagemaker": "in SageMaker", "local": "on this machine"}\nh = {"sagemaker": 1, "batch": 2}\n')
+    assert _name_comparisons(source) == [1, 2, 3, 7]
 
 
 def test_the_layers_hold_as_import_linter_reads_them(capsys):

@@ -106,7 +106,12 @@ def progress_of(data: bytes, uri: str) -> JobProgress | None:
 class DamagedStatus(InputError):
     """The backend's own record of the job cannot be read (a local job's status.json damaged
     by hand or by a full disk): exit 2 naming the file. `stop` still stops such a job while
-    its supervisor runs; sweeps report it per trial instead of giving up on the sweep."""
+    its supervisor runs; sweeps report it per trial instead of giving up on the sweep. `log`:
+    the job's log file, which the damaged record does not take away (`logs` shows it)."""
+
+    def __init__(self, message: str, hint: str | None = None, log=None):
+        super().__init__(message, hint=hint)
+        self.log = log
 
 
 class UnknownJob(InputError):
@@ -140,6 +145,7 @@ class Backend(Protocol):
     # Other machines submit to it too, so its own job list is the truth: sweeps adopt the
     # attempts it has and count its in-flight jobs against their concurrency (`job_names`).
     shared: ClassVar[bool]
+    runs_in: ClassVar[str]  # where its jobs run, for "the job keeps running ...": "in SageMaker"
     wait_interval_s: ClassVar[float]  # default seconds between polls of `submit --wait`
     sweep_poll_s: ClassVar[float]  # default seconds between a sweep runner's rounds
 

@@ -7,10 +7,8 @@ import typer
 from orchestrator.cli.output import err, out, plain
 from orchestrator.errors import JobFailed
 
+
 # Where a job goes on running while its status cannot be read, by backend name.
-_RUNS_IN = {"sagemaker": "in SageMaker", "batch": "in AWS Batch", "local": "on this machine"}
-
-
 def status_lines(st, here: bool = False) -> list[str]:
     """A job's status as `status` and `submit --wait` print it. A local job's instance line
     says what it runs on (this machine's CPU, as `results` does), and the spec's type it stands
@@ -76,7 +74,9 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
     def text_of(st) -> str:
         return f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
 
-    runs_in = _RUNS_IN.get(getattr(backend, "name", ""), "where it runs")
+    from orchestrator import backends
+
+    runs_in = backends.backend_class(backend.name).runs_in
     ticking = _Ticking(f"{job_name}: waiting", clock or time.monotonic)
     try:
         with console.status(ticking):
@@ -98,7 +98,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
         err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
             f"`python -m orchestrator stop {job_name}` stops it")
         raise typer.Exit(code=130) from None
-    for text in status_lines(st, here=not getattr(backend, "cloud", True)):
+    for text in status_lines(st, here=not backends.backend_class(backend.name).cloud):
         out(text)
     if st.status != "completed":
         reason = f": {st.failure_reason}" if st.failure_reason else ""
@@ -116,7 +116,7 @@ def print_logs(backend, job: str, follow: bool) -> None:
     try:
         _print_logs(backend, job, follow)
     except DamagedStatus as exc:
-        path = _log_beside_a_damaged_status(backend, job)
+        path = _regular_file(exc.log)
         if path is None:
             raise
         err(f"warning: {exc.message}; its log {path} is shown as it is" + (
@@ -126,15 +126,13 @@ def print_logs(backend, job: str, follow: bool) -> None:
                 out(line.decode("utf-8", "replace").rstrip("\n"))
 
 
-def _log_beside_a_damaged_status(backend, job: str):
-    """The job's log file on this machine (a backend with `log_file`: the local one), if it is
-    there as a regular file; else None."""
+def _regular_file(path):
+    """`path` (a damaged job's log, `DamagedStatus.log`) when it is there as a regular file;
+    else None."""
     import stat
 
-    log_file = getattr(backend, "log_file", None)
-    if log_file is None:
+    if path is None:
         return None
-    path = log_file(job)
     try:
         # lstat: never follow a link, never open a FIFO (it would block).
         return path if stat.S_ISREG(path.lstat().st_mode) else None

@@ -79,6 +79,7 @@ class BatchBackend(CloudBackend):
     name: ClassVar[str] = "batch"
     service: ClassVar[str] = "batch"
     service_title: ClassVar[str] = "AWS Batch"
+    runs_in: ClassVar[str] = "in AWS Batch"
     wait_interval_s: ClassVar[float] = 30.0
     sweep_poll_s: ClassVar[float] = 60.0
     operation: ClassVar[tuple[str, str]] = ("batch", "SubmitJob")

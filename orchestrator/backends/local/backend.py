@@ -69,6 +69,7 @@ class LocalBackend:
     region = None
     place = "the local backend"
     label = "local"
+    runs_in: ClassVar[str] = "on this machine"
     operation: ClassVar[tuple[str, str] | None] = None  # its request never leaves this machine
     section: ClassVar[str | None] = None
     preferences: ClassVar[str | None] = "emulated"  # the first type with capacity (`capacity`)
@@ -352,7 +353,7 @@ class LocalBackend:
                      f"orchestrator stop {job_name}` stops it; then remove its folder")
         raise DamagedStatus(f"{path}: the local job's status file is damaged: {why}",
                             hint=f"{first} (rm -r {folder}) to forget it. To run it again: `submit --rerun SPEC`, or "
-                                 "`sweep resume` for a sweep's trial")
+                                 "`sweep resume` for a sweep's trial", log=self.log_file(job_name))
 
     def _supervisor_pid(self, job_name: str, data: dict) -> int | None:
         if data.get("pid"):

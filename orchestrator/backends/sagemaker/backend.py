@@ -114,6 +114,7 @@ class SageMakerBackend(CloudBackend):
     name: ClassVar[str] = "sagemaker"
     service: ClassVar[str] = "sagemaker"
     service_title: ClassVar[str] = "SageMaker"
+    runs_in: ClassVar[str] = "in SageMaker"
     wait_interval_s: ClassVar[float] = 15.0
     sweep_poll_s: ClassVar[float] = 30.0
     operation: ClassVar[tuple[str, str]] = ("sagemaker", "CreateTrainingJob")
