@@ -1,26 +1,48 @@
-# The virtual environment holds dependencies only; the project runs from this checkout
-# (PYTHONPATH), so one cached environment can serve several clones (CI sets VENV).
+# Every dependency comes from uv.lock (exact versions with hashes); `make venv` installs exactly
+# it with uv (`uv sync --frozen`), and the checkout itself in editable mode, so an activated
+# environment runs `python -m orchestrator` from any folder. uv is bootstrapped from PyPI into
+# the environment at the version the lock pins (the lock holds uv as a dev dependency).
+# CI caches the environment outside the clone (VENV=...): the stamp names the lock's hash and
+# the checkout, so a changed lock or another clone syncs again (seconds when nothing moved).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DEPS_HASH := $(shell sha256sum pyproject.toml | cut -c1-16)
-STAMP := $(VENV)/.deps-$(DEPS_HASH)
+UV := $(VENV)/bin/uv
+UV_VERSION := $(shell awk '/^name = "uv"$$/ {getline; gsub(/[^0-9.]/, ""); print}' uv.lock)
+LOCK_HASH := $(shell cat uv.lock | sha256sum | cut -c1-12)
+SYNC_KEY := $(shell echo '$(LOCK_HASH) $(CURDIR)' | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.synced-$(SYNC_KEY)
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 export PYTHONPATH := $(CURDIR)
 export ORCHESTRATOR_HOME ?= $(HOME)/.orchestrator
 
-.PHONY: venv demo test test-slow bench lint
+.PHONY: venv demo test test-slow bench lint lock upgrade lock-check
 
 venv: $(STAMP)
 
-# Recreated only when missing, or when pyproject.toml's dependencies changed.
-$(STAMP):
+$(STAMP): uv.lock
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-	  deps = p['dependencies'] + [d for e in ('train', 'dev') for d in p['optional-dependencies'][e]]; \
-	  open('$(VENV)/requirements.txt', 'w').write('\n'.join(deps) + '\n')"
-	$(PY) -m pip install -q -r $(VENV)/requirements.txt
-	rm -f $(VENV)/.deps-*
+	test -x $(UV) && $(UV) --version | grep -qx 'uv $(UV_VERSION)' || \
+	  $(PY) -m pip install -q --disable-pip-version-check 'uv==$(UV_VERSION)'
+	$(UV) sync --frozen --all-extras
+	rm -f $(VENV)/.synced-* $(VENV)/.deps-*
 	touch $@
+
+# Fails when pyproject.toml's dependencies and uv.lock disagree (CI runs it first).
+lock-check: $(STAMP)
+	$(UV) lock --check
+
+# After editing pyproject.toml's dependencies: resolve them again, keeping every other pin.
+lock: $(STAMP)
+	$(UV) lock
+	$(MAKE) venv
+
+# Every dependency to the newest version pyproject.toml allows, then both test tiers. uv prints
+# what moved ("Updated moto v5.2.5 -> v5.2.6"); commit uv.lock once both tiers pass.
+upgrade: $(STAMP)
+	$(UV) lock --upgrade
+	$(MAKE) venv
+	$(MAKE) test
+	$(MAKE) test-slow
 
 demo: $(STAMP)
 	$(PY) -m orchestrator validate configs/local-smoke.yaml

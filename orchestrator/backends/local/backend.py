@@ -305,7 +305,7 @@ class LocalBackend:
     def _start_supervisor(self, job_dir: Path) -> None:
         """Start the supervisor in its own session; it forks once more and this call reaps the
         intermediate, so the supervisor is nobody's zombie and outlives this process."""
-        package_root = str(Path(__file__).resolve().parents[2])
+        package_root = str(Path(__file__).resolve().parents[3])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         with open(job_dir / SUPERVISOR_LOG, "ab") as log:
