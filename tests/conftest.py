@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import moto_shim
 import pytest
 from hypothesis import settings
 
@@ -104,45 +105,8 @@ def moto_server(_moto_server, monkeypatch) -> str:
 
 @pytest.fixture
 def moto_change_set_outputs(monkeypatch):
-    """Make moto's executed CREATE change sets carry the stack's outputs, and its updates leave
-    resources whose condition is false alone, as CloudFormation does.
-
-    moto 5.2.5 builds the stack of a CREATE change set from an empty template and, on execute,
-    swaps in the template without rebuilding its outputs, so DescribeStacks shows none. This
-    rebuilds them after each execute (the server runs in this process, so the patch reaches it).
-    """
-    from moto.cloudformation import models
-
-    original = models.CloudFormationBackend.execute_change_set
-
-    def execute_change_set(self, change_set_name, stack_name=None):
-        original(self, change_set_name, stack_name)
-        change_set = self.change_sets.get(change_set_name) or next(
-            cs for cs in self.change_sets.values() if cs.change_set_name == change_set_name)
-        stack = change_set.stack
-        stack._parse_template()
-        stack.output_map = stack._create_output_map()
-
-    monkeypatch.setattr(models.CloudFormationBackend, "execute_change_set", execute_change_set)
-
-    # moto 5.2.5's stack update "modifies" every resource that refers to a parameter whose value
-    # it sees change, even one whose Condition was false and which was never created (the
-    # stack's EnableBatch=false resources): it then fails resolving a GetAtt of another resource
-    # never created. CloudFormation creates such a resource when its condition turns true and
-    # leaves it alone otherwise: moto's "Add" step does exactly that (it checks the condition).
-    from moto.cloudformation import parsing
-
-    build_resource_diff = parsing.ResourceMap.build_resource_diff
-
-    def diff_without_uncreated(self, other_template, parameters=None):
-        actions = build_resource_diff(self, other_template, parameters)
-        uncreated = [name for name in actions["Modify"] if name not in self._parsed_resources
-                     and "Condition" in other_template["Resources"][name]]
-        actions["Modify"] = [name for name in actions["Modify"] if name not in uncreated]
-        actions["Add"] += uncreated
-        return actions
-
-    monkeypatch.setattr(parsing.ResourceMap, "build_resource_diff", diff_without_uncreated)
+    """moto's CloudFormation change sets and updates as CloudFormation's (tests/moto_shim.py)."""
+    moto_shim.cloudformation_change_set_outputs(monkeypatch)
 
 
 FAKE_TRAIN_SOURCE = '''
@@ -227,7 +191,7 @@ if os.environ.get("FAKE_TRAIN_FAIL_RANK") == str(rank):
     if entry and cache and rank != 0:
         # The crash comes after rank 0's compile, as the tests say: on a loaded machine rank 0
         # may still be starting when this rank fails, and torchrun would stop it first.
-        deadline = time.time() + 60
+        deadline = time.time() + patience(60)
         while not (pathlib.Path(cache) / entry / "graph.bin").exists() and time.time() < deadline:
             time.sleep(0.05)
     stats["error"] = "RuntimeError: boom on purpose"
@@ -274,18 +238,8 @@ def moto_bucket(moto_server, monkeypatch) -> str:
     without a lock, so two concurrent conditional writers could both win there. The server
     runs in this process, so serialising its PUT handler restores S3's behaviour.
     """
-    import threading
-
     import boto3
-    from moto.s3.responses import S3Response
 
-    lock = threading.Lock()
-    put_object = S3Response.put_object
-
-    def atomic_put_object(self, *args, **kwargs):
-        with lock:
-            return put_object(self, *args, **kwargs)
-
-    monkeypatch.setattr(S3Response, "put_object", atomic_put_object)
+    moto_shim.s3_atomic_conditional_put(monkeypatch)
     boto3.client("s3").create_bucket(Bucket="test-bucket")
     return "test-bucket"

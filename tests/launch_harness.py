@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from job_waits import patience
+
 from entrypoints.launcher import environment, torchrun
 from entrypoints.shared import compile_cache, contract
 from orchestrator import names, request, spec
@@ -52,7 +54,7 @@ class Host:
     def run(self, *args: str, cwd: Path = ROOT, argv: list[str] | None = None, **extra: str):
         env = {**self.env, **extra}
         command = argv or [sys.executable, "-m", "entrypoints.launcher.launch", "--job", str(self.job_file), *args]
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=patience(180))
 
     @property
     def results(self) -> dict:

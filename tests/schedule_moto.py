@@ -1,5 +1,5 @@
 """moto's Step Functions interpreter made to behave, where the schedule's tests rely on it, as
-the AWS documentation says Step Functions and CloudFormation do (moto 5.2.5).
+the AWS documentation says Step Functions and CloudFormation do (the patches are in moto_shim).
 
 - `interpreter_on(url, monkeypatch)`: the interpreter executes state machines (the moto
   server's `execute_state_machine` configuration). Its AWS SDK clients are pointed at the
@@ -20,86 +20,22 @@ from __future__ import annotations
 import json
 import urllib.request
 
+import moto_shim
+from job_waits import patience
+
 
 def _moto_config(url: str, execute: bool) -> None:
     body = json.dumps({"stepfunctions": {"execute_state_machine": execute}}).encode()
     urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
-
-
-def _operation(task):
-    import botocore.session
-
-    action = task.resource.api_action
-    service = task._get_boto_service_name()
-    return botocore.session.get_session().get_service_model(service).operation_model(action[:1].upper() + action[1:])
-
-
-def _pascal_case_sdk(monkeypatch) -> None:
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-        state_task_service_aws_sdk,
-    )
-
-    cls = state_task_service_aws_sdk.StateTaskServiceAwsSdk
-
-    def normalise_parameters(self, parameters, boto_service_name=None, service_action_name=None):
-        self._to_boto_request(parameters, _operation(self).input_shape)
-
-    def normalise_response(self, response, boto_service_name=None, service_action_name=None):
-        self._from_boto_response(response, _operation(self).output_shape)
-
-    monkeypatch.setattr(cls, "_normalise_parameters", normalise_parameters)
-    monkeypatch.setattr(cls, "_normalise_response", normalise_response)
-
-
-def _loopback_clients(url: str, monkeypatch) -> None:
-    import boto3
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
-        state_task_service_aws_sdk,
-    )
-
-    made = state_task_service_aws_sdk.boto_client_for
-
-    def client_for(region, service, state_credentials=None):
-        client = made(region, service, state_credentials)  # builds its config; calls nothing
-        return boto3.client(service, region_name=region, endpoint_url=url, aws_access_key_id="ak",
-                            aws_secret_access_key="sk", config=client.meta.config)
-
-    monkeypatch.setattr(state_task_service_aws_sdk, "boto_client_for", client_for)
-
-
-def _definition_from_s3(monkeypatch) -> None:
-    from moto.s3.models import s3_backends
-    from moto.stepfunctions import models
-
-    def resolved(cloudformation_json, account_id):
-        props = cloudformation_json.get("Properties", {})
-        where = props.get("DefinitionS3Location")
-        if where and "DefinitionString" not in props:
-            found = s3_backends[account_id]["aws"].get_object(where["Bucket"], where["Key"])
-            props = {**props, "DefinitionString": found.value.decode()}
-        return {**cloudformation_json, "Properties": props}
-
-    create = models.StateMachine.create_from_cloudformation_json.__func__
-    update = models.StateMachine.update_from_cloudformation_json.__func__
-
-    def create_from(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs):
-        return create(cls, resource_name, resolved(cloudformation_json, account_id), account_id, region_name, **kwargs)
-
-    def update_from(cls, original_resource, new_resource_name, cloudformation_json, account_id, region_name):
-        return update(cls, original_resource, new_resource_name, resolved(cloudformation_json, account_id),
-                      account_id, region_name)
-
-    monkeypatch.setattr(models.StateMachine, "create_from_cloudformation_json", classmethod(create_from))
-    monkeypatch.setattr(models.StateMachine, "update_from_cloudformation_json", classmethod(update_from))
+                           timeout=patience(10)).read()
 
 
 def interpreter_on(url: str, monkeypatch):
     """Turn the interpreter on (and these fixes in); returns the function that turns it off."""
     monkeypatch.setenv("MOTO_PORT", url.rsplit(":", 1)[1])
-    _loopback_clients(url, monkeypatch)
-    _pascal_case_sdk(monkeypatch)
-    _definition_from_s3(monkeypatch)
+    moto_shim.stepfunctions_loopback_clients(url, monkeypatch)
+    moto_shim.stepfunctions_sdk_pascal_case(monkeypatch)
+    moto_shim.stepfunctions_definition_from_s3(monkeypatch)
     _moto_config(url, True)
     return lambda: _moto_config(url, False)
 
@@ -108,7 +44,7 @@ def batch_use_no_docker(url: str) -> None:
     """moto's Batch runs jobs without docker: each SUCCEEDED at once (FACTS: moto 5.2)."""
     body = json.dumps({"batch": {"use_docker": False}}).encode()
     urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
+                           timeout=patience(10)).read()
 
 
 def run_once(plan, region: str, fired: str = "2026-12-05T03:00:00Z") -> dict:

@@ -10,7 +10,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import moto_shim
 import pytest
+from job_waits import patience
 
 from orchestrator import spec
 from orchestrator import sweep as sweeps
@@ -74,7 +76,7 @@ def line_of(text: str, needle: str) -> int:
 
 def cli_run(*args, env=None, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=env)
+                          timeout=patience(120), cwd=cwd, env=env)
 
 
 class FakeCloud:
@@ -235,10 +237,7 @@ def moto_backend(ledger: Ledger, creates: Counter):
 
 
 def set_moto_status(name: str, status: str) -> None:
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.sagemaker.models import sagemaker_backends
-
-    sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[name].training_job_status = status
+    moto_shim.sagemaker_jobs("us-east-1")[name].training_job_status = status
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cli_harness import run_cli
+from job_waits import patience
 
 from orchestrator import aws_contract, provenance, request
 from orchestrator.spec import load
@@ -171,7 +172,7 @@ def test_a_test_whose_call_aws_would_refuse_fails(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "aws_contract_hook", "-p", "no:cacheprovider",
                            "-p", "no:xdist", str(tmp_path / "test_refused.py")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=patience(120))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed, 1 passed" in done.stdout
     assert "AWS would refuse calls this test made" in done.stdout and "s3 PutObject: Key: 1025 bytes" in done.stdout

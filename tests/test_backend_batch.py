@@ -9,9 +9,11 @@ import time
 import urllib.request
 
 import boto3
+import moto_shim
 import pytest
 from aws_calls import Calls
 from botocore.config import Config
+from job_waits import patience
 
 from entrypoints.launcher import bootstrap
 from orchestrator import backends, request, spec
@@ -38,16 +40,14 @@ QUEUE = "orchestrator-inf2-xlarge"
 
 
 def _moto_job(job_id: str):
-    from moto.batch.models import batch_backends
-
-    return batch_backends[ACCOUNT][REGION]._jobs[job_id]
+    return moto_shim.batch_jobs(REGION, ACCOUNT)[job_id]
 
 
 @pytest.fixture
 def clients(moto_server, orch_home):
     body = json.dumps({"batch": {"use_docker": False}}).encode()
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
+                           timeout=patience(10)).read()
     config = Config(retries={"mode": "standard", "max_attempts": 1})
     made = {name: boto3.client(name, region_name=REGION, config=config) for name in ("batch", "s3", "logs", "iam")}
     made["s3"].create_bucket(Bucket="orchestrator-example-bucket")
@@ -122,15 +122,7 @@ def test_a_missing_queue_is_an_input_error_naming_infra_deploy(clients, backend)
 def test_an_invalid_compute_environment_is_an_input_error(clients, backend, monkeypatch):
     # moto always answers VALID: make it answer what Batch says of an environment whose
     # instance role or AMI is wrong.
-    from moto.batch.models import BatchBackend as MotoBatch
-
-    original = MotoBatch.describe_compute_environments
-
-    def invalid(self, environments=None):
-        return [dict(env, status="INVALID", statusReason="CLIENT_ERROR - the AMI does not exist")
-                for env in original(self, environments)]
-
-    monkeypatch.setattr(MotoBatch, "describe_compute_environments", invalid)
+    moto_shim.batch_compute_environments_invalid(monkeypatch, "CLIENT_ERROR - the AMI does not exist")
     with pytest.raises(InputError) as err:
         backend.submit(_prepared())
     assert "INVALID" in err.value.message and "infra deploy" in err.value.hint

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 from entrypoints.shared import contract, storage
 from orchestrator import names, processes, request, spec
@@ -61,7 +62,7 @@ def prepared_for(path: Path):
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.2) -> None:
     """Poll `condition` until it is true; fail with `what` after `timeout` seconds."""
-    deadline = time.time() + timeout
+    deadline = time.time() + patience(timeout)
     while not condition():
         assert time.time() < deadline, what
         time.sleep(interval)
@@ -85,7 +86,7 @@ def start_sleeping_job(orch_home, tmp_path, monkeypatch):
 
 
 def wait_terminal(backend: LocalBackend, job: str, timeout: float = 120.0):
-    deadline = time.time() + timeout
+    deadline = time.time() + patience(timeout)
     while time.time() < deadline:
         status = backend.status(job)
         if status.terminal:
@@ -635,10 +636,10 @@ def test_cli_submit_wait_status_logs_with_real_training(orch_home, tmp_path):
     job = names.job_name(spec.load(path))
     assert job in done.stdout
 
-    status = _cli("status", job, env=env, timeout=60)
+    status = _cli("status", job, env=env, timeout=patience(60))
     assert status.returncode == 0, status.stderr
     assert "completed" in status.stdout
-    logs = _cli("logs", job, env=env, timeout=60)
+    logs = _cli("logs", job, env=env, timeout=patience(60))
     assert logs.returncode == 0, logs.stderr
     assert contract.SUMMARY_TAG in logs.stdout and "[algo-1]" in logs.stdout
 

@@ -12,6 +12,7 @@ import types
 from pathlib import Path
 
 import boto3
+import moto_shim
 import pytest
 from aws_calls import Calls
 from botocore.config import Config
@@ -73,15 +74,11 @@ def prepared():
 
 def moto_job(name: str):
     """moto's in-process record of a training job (the server runs in this process)."""
-    from moto.sagemaker.models import sagemaker_backends
-
-    return sagemaker_backends[ACCOUNT][REGION].training_jobs[name]
+    return moto_shim.sagemaker_jobs(REGION, ACCOUNT)[name]
 
 
 def moto_jobs() -> dict:
-    from moto.sagemaker.models import sagemaker_backends
-
-    return sagemaker_backends[ACCOUNT][REGION].training_jobs
+    return moto_shim.sagemaker_jobs(REGION, ACCOUNT)
 
 
 def stubbed(service: str):

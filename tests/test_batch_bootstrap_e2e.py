@@ -14,6 +14,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from job_waits import patience
 
 from orchestrator import doctor, request, results, spec
 from orchestrator.backends.local import batch_task as local_batch
@@ -66,7 +67,7 @@ def test_the_submitjob_request_trains_a_tiny_vit_through_the_bootstrap(moto_serv
     # The local backend's stand-in for the image's start script (eval "$@").
     (tmp_path / "start_with_right_hostname.sh").write_text(local_batch.START_SCRIPT)
     done = subprocess.run(["bash", "-m", str(tmp_path / "start_with_right_hostname.sh"), *overrides["command"]],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=patience(300))
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
     doc = json.loads(s3.get_object(Bucket=BUCKET, Key=f"jobs/results/{prepared.job_name}/results.json")["Body"].read())

@@ -15,6 +15,7 @@ import botocore.session
 import pytest
 from botocore.validate import ParamValidator
 from cli_harness import run_cli as _cli
+from job_waits import patience
 
 from entrypoints.launcher import bootstrap
 from entrypoints.shared import contract
@@ -128,7 +129,7 @@ def test_the_archive_fetch_takes_the_jobs_region(tmp_path):
     lines = bootstrap.script().split("; ")
     upto = "; ".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("python3 -c")) + 1])
     env["SAGEMAKER_BASE_DIR"] = str(tmp_path / "opt-ml")
-    done = subprocess.run(["bash", "-c", upto], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["bash", "-c", upto], env=env, capture_output=True, text=True, timeout=patience(60))
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "seen.json").read_text()) == ["s3", "eu-west-3"]
     fetched = tmp_path / "opt-ml" / "input" / "data" / "code" / "sourcedir.tar.gz"
@@ -182,7 +183,7 @@ def test_the_image_start_script_runs_the_bootstrap_which_execs_launch_py(tmp_pat
     env.update(SAGEMAKER_BASE_DIR=str(base), OUT=str(tmp_path / "out.json"))
     proc = subprocess.Popen(["bash", "-m", str(tmp_path / "start_with_right_hostname.sh"), *bootstrap.command()],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output, _ = proc.communicate(timeout=60)
+    output, _ = proc.communicate(timeout=patience(60))
     assert proc.returncode == 3, output
     seen = json.loads((tmp_path / "out.json").read_text())
     assert seen["argv"] == ["--container"] and seen["pid"] == proc.pid  # exec'd all the way down
@@ -200,7 +201,7 @@ def test_a_missing_archive_fails_the_job_before_anything_runs(tmp_path):
                **{bootstrap.CODE_URI_ENV: f"file://{tmp_path}/absent.tar.gz", bootstrap.HYPERPARAMETERS_ENV: "{}",
                   bootstrap.INPUT_DATA_CONFIG_ENV: "{}"})
     done = subprocess.run(["bash", "-c", 'eval "$@"', "start", *bootstrap.command()], env=env, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=patience(60))
     assert done.returncode != 0 and "absent.tar.gz" in done.stderr
     assert not (tmp_path / "b" / "code" / contract.PROGRAM).exists()
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_benchmark_runs_and_prints_json(tmp_path, script, args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(tmp_path / "home"))
     done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=patience(600))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout[done.stdout.index("{"):])
     assert isinstance(report, dict) and report

@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 import boto3
+import moto_shim
 import pytest
 from botocore.stub import Stubber
 from cli_harness import run_cli as _cli
+from job_waits import patience
 
 from orchestrator import backends, names, request, spec
 from orchestrator.backends.sagemaker.backend import LOG_GROUP, SageMakerBackend
@@ -27,9 +29,7 @@ ACCOUNT = "123456789012"
 
 
 def _moto_jobs() -> dict:
-    from moto.sagemaker.models import sagemaker_backends
-
-    return sagemaker_backends[ACCOUNT][REGION].training_jobs
+    return moto_shim.sagemaker_jobs(REGION, ACCOUNT)
 
 
 def hook_sagemaker(monkeypatch, event: str, handler) -> None:
@@ -456,7 +456,7 @@ def test_live_sweep_display_shows_bracketed_text_verbatim():
 
 def _run(*args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=patience(120))
 
 
 def test_cli_end_to_end_in_subprocesses(moto_server, orch_home, prepared):

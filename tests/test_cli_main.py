@@ -7,6 +7,7 @@ import errno
 
 import pytest
 from cli_harness import run_cli
+from job_waits import patience
 
 # --- the last resort: no traceback for anything a command did not turn into our error ---------
 
@@ -63,7 +64,7 @@ def test_validate_loads_the_spec_side_only(tmp_path):
     )
     env = dict(os.environ, PYTHONPATH=str(root), ORCHESTRATOR_HOME=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", script, str(root / "configs" / "vit-trn1-2xlarge.yaml")],
-                          env=env, capture_output=True, text=True, timeout=120)
+                          env=env, capture_output=True, text=True, timeout=patience(120))
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, done.stderr
     loaded = set(report["modules"])

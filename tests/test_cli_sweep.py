@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from cli_harness import run_cli
+from job_waits import patience
 from sweep_fakes import (
     LOCAL_BASE,
     ROOT,
@@ -145,23 +146,23 @@ def test_cli_sweep_stop_from_another_terminal_ends_a_foreground_run_cleanly(
     reader.start()
     ledger = Ledger()
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + patience(90)
         while sum(e.status in ("submitted", "running") for e in ledger.entries(sweep_id=definition.sweep_id)) < 2:
             assert run.poll() is None and time.monotonic() < deadline, b"".join(chunks).decode(errors="replace")
             time.sleep(0.2)
         stopped = cli_run("sweep", "stop", definition.sweep_id, env=env)
         assert stopped.returncode == 0, stopped.stderr
         assert "2 job(s) stopping, 1 trial(s) cancelled" in stopped.stdout
-        assert run.wait(timeout=30) == 0, b"".join(chunks).decode(errors="replace")
+        assert run.wait(timeout=patience(30)) == 0, b"".join(chunks).decode(errors="replace")
     finally:
         run.kill()
-        reader.join(timeout=5)
+        reader.join(timeout=patience(5))
         os.close(master)
     output = b"".join(chunks).decode(errors="replace")
     assert "stopped (sweep stop)" in output
     assert output.rfind("\x1b[?25h") > output.rfind("\x1b[?25l") >= 0  # the cursor is shown again
     backend = LocalBackend(ledger=ledger)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience(60)
     for entry in ledger.entries(sweep_id=definition.sweep_id, statuses=("stopped",)):
         if (backend.job_dir(entry.job_name) / "status.json").exists():
             while backend.status(entry.job_name).status != "stopped":
@@ -200,7 +201,7 @@ def test_cli_stop_with_no_wait_still_waits_briefly_for_the_runner_it_signalled(t
         done = invoke("sweep", "stop", definition.sweep_id, "--wait", "0")
         assert done.exit_code == 0, (done.output, done.exception)
         assert "0 job(s) stopping, 2 trial(s) cancelled" in done.output
-        assert holder.wait(timeout=10) == -15
+        assert holder.wait(timeout=patience(10)) == -15
     finally:
         holder.kill()
     # A runner that does not exit in time: exit 1, saying so, and what running it again does.

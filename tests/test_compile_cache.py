@@ -26,6 +26,7 @@ from compile_cache_harness import (
     manifest,
     neuron_entry,
 )
+from job_waits import patience
 
 from entrypoints.shared import compile_cache as cc
 from entrypoints.shared import storage
@@ -163,7 +164,7 @@ def test_s3_multipart_push_and_ranged_pull(moto_bucket, tmp_path):
 
 
 def _push_worker(store_uri: str, cache_dir: str, barrier) -> None:
-    barrier.wait(timeout=120)
+    barrier.wait(timeout=patience(120))
     stats = cc.push(store_uri, KEY, Path(cache_dir))
     if stats.warnings or stats.new_entries != 3:
         raise SystemExit(f"push went wrong: {stats}")
@@ -182,7 +183,7 @@ def test_eight_processes_pushing_at_once_end_with_the_union(store_uri, tmp_path)
     for process in processes:
         process.start()
     for process in processes:
-        process.join(timeout=240)
+        process.join(timeout=patience(240))
     assert [process.exitcode for process in processes] == [0] * 8
     doc = manifest(store_uri)
     assert set(doc["entries"]) == expected
@@ -257,7 +258,7 @@ def test_push_killed_at_a_random_point_never_publishes_a_missing_archive(store_u
             time.sleep(delays[-1])
         finally:
             child.send_signal(signal.SIGKILL)
-            child.wait(timeout=30)
+            child.wait(timeout=patience(30))
         assert child.returncode == -signal.SIGKILL
         assert_manifests_name_only_present_archives(store_uri)
     doc = manifest(store_uri) or {"entries": {}}

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 from entrypoints.launcher import container
 from entrypoints.shared import contract
@@ -52,7 +53,7 @@ def test_the_emulated_sm_variables_are_the_toolkits(tmp_path):
     script = ("import json; from entrypoints.launcher import container; "
               "print(json.dumps(container.toolkit_sm_environment()))")
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(root), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=patience(120))
     assert done.returncode == 0, done.stderr
     toolkit, source = json.loads(done.stdout.strip().splitlines()[-1])
     assert source.startswith("sagemaker-training ")
@@ -96,7 +97,7 @@ def test_the_hostname_override_is_built_and_preloaded_for_the_training_processes
     lib = container.hostname_library(source, "algo-2", tmp_path)
     env = {**os.environ, "LD_PRELOAD": str(lib)}
     done = subprocess.run([sys.executable, "-c", "import socket; print(socket.gethostname())"], env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=patience(60))
     assert done.stdout.strip() == "algo-2" != socket.gethostname()
 
 
@@ -161,7 +162,7 @@ while orphan not in reaped and time.time() < deadline:
 print("reaped" if orphan in reaped else "not reaped")
 """
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "pid")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          timeout=patience(60), env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.stdout.strip() == "reaped", done.stderr
 
 
@@ -169,13 +170,13 @@ def test_orphaned_zombies_are_reaped_and_our_own_children_are_not():
     mine = subprocess.Popen([sys.executable, "-c", "pass"])
     orphan = subprocess.Popen([sys.executable, "-c", "pass"])
     for proc in (mine, orphan):
-        deadline = time.time() + 30
+        deadline = time.time() + patience(30)
         while container._children_table() and not any(
                 pid == proc.pid and state == "Z" for pid, _, state in container._children_table()):
             assert time.time() < deadline, "the child never exited"
             time.sleep(0.05)
     assert container.reap_orphans(keep={mine.pid}) == [orphan.pid]
-    assert mine.wait(timeout=10) == 0  # still ours to wait for, with its real exit code
+    assert mine.wait(timeout=patience(10)) == 0  # still ours to wait for, with its real exit code
     states = {pid: state for pid, _, state in container._children_table()}
     assert orphan.pid not in states
 
@@ -189,7 +190,7 @@ def test_a_torchrun_that_outlives_half_the_grace_period_is_killed(orch_home, tmp
     try:
         wait_for(lambda: any("fake-train rank 0 warm" in line for line in proc.lines), 60, "no start", proc)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 1
+        assert proc.wait(timeout=patience(60)) == 1
     finally:
         proc.kill()
     assert any("torchrun still runs 2 s after the stop signal: killing it and its workers" in line
@@ -222,7 +223,7 @@ def test_a_failed_set_up_fails_the_job_with_its_reason_and_a_record(orch_home, t
     if toolkit == "off":
         env[container.TOOLKIT_ENV] = "off"
     done = subprocess.run([sys.executable, str(code / "launch.py"), "--container"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=patience(180))
     assert done.returncode == 1, done.stdout + done.stderr
     failure = (root / "output" / "failure").read_text()
     assert failure.startswith("algo-1: container set-up failed: ") and "requirements" in failure

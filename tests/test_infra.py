@@ -21,6 +21,7 @@ import boto3
 import pytest
 import yaml
 from botocore.stub import Stubber
+from job_waits import patience
 
 from entrypoints.shared import atomic
 from orchestrator import infra, spec
@@ -53,7 +54,7 @@ def run_cli(monkeypatch, capsys, *args: str, stdin: str = "") -> tuple[int, str,
 def run_subprocess(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=patience(120))
 
 
 def cfn_client():
@@ -378,7 +379,7 @@ def test_readme_setup_commands_run_from_nothing_to_a_submitted_job(
         stdin = "y\n" if argv[3:5] == ["infra", "deploy"] else ""
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, input=stdin,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=patience(120))
         assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
     outputs = stack_outputs()
     boto3.client("iam", region_name=REGION).get_policy(PolicyArn=outputs["OperatorPolicyArn"])  # step 3 attaches this

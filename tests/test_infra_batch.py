@@ -17,6 +17,7 @@ import boto3
 import botocore.session
 import pytest
 import yaml
+from job_waits import patience
 
 from orchestrator import catalog, infra, request, spec
 from orchestrator.backends.batch import request as batch_request
@@ -333,7 +334,7 @@ def network(moto_server):
     runner off."""
     body = json.dumps({"batch": {"use_docker": False}}).encode()
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
+                           timeout=patience(10)).read()
     ec2 = boto3.client("ec2", region_name=REGION)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.0.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2)]

@@ -16,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 from launch_harness import Host, make_job
 from pydantic import TypeAdapter
 
@@ -114,7 +115,7 @@ def start_launcher(host: Host, **extra: str) -> subprocess.Popen:
 def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
     import time
 
-    deadline = time.time() + timeout
+    deadline = time.time() + patience(timeout)
     while True:
         value = condition()
         if value:
@@ -144,7 +145,7 @@ def test_new_entries_are_pushed_while_training_runs_each_push_only_the_new_ones(
         entries = manifest_entries(job, key)
         assert proc.poll() is None
         assert entries["fxgraph/aa/first/graph.bin"]["archive"] != entries["fxgraph/bb/second/graph.bin"]["archive"]
-        assert proc.wait(timeout=120) == 0, "".join(proc.lines)
+        assert proc.wait(timeout=patience(120)) == 0, "".join(proc.lines)
     finally:
         proc.kill()
     results = host.results
@@ -166,7 +167,7 @@ def test_a_killed_job_leaves_its_compiled_entries_and_its_last_step(orch_home, t
                  "no push after the warmup steps", proc)
         wait_for(lambda: stored_results(job)["steps_done"] >= 1, 30, "no heartbeat")
         kill_tree(proc.pid, 9)  # every process of the host at once: no handler runs
-        proc.wait(timeout=30)
+        proc.wait(timeout=patience(30))
     finally:
         proc.kill()
     last = stored_results(job)
@@ -300,7 +301,7 @@ def test_sigterm_stops_training_and_still_pushes_and_reports(orch_home, tmp_path
         threading.Thread(target=watch, daemon=True).start()
         assert started.wait(60), "the fake trainer never reported its compile"
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)  # the watching thread keeps draining the output
+        proc.wait(timeout=patience(60))  # the watching thread keeps draining the output
     finally:
         proc.kill()
     assert proc.returncode == 1
@@ -339,7 +340,7 @@ def test_unreadable_job_file_still_writes_the_failure_file(tmp_path):
     env = {**os.environ, **contract.sm_environment(root, ["algo-1"], "algo-1", "ml.trn1.2xlarge", {}, [])}
     (tmp_path / "job.json").write_text('{"schema": 99}')
     done = subprocess.run([sys.executable, "-m", "entrypoints.launcher.launch", "--job", str(tmp_path / "job.json")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=patience(60))
     assert done.returncode == 1
     assert "job file schema 99" in (root / contract.FAILURE_FILE).read_text()
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from job_waits import wait_for
+from job_waits import patience, wait_for
 
 from entrypoints.launcher import bootstrap, torchrun
 from entrypoints.shared import contract, storage
@@ -159,9 +159,9 @@ def test_the_start_script_evaluates_its_arguments_and_the_exec_keeps_the_first_p
     # The words as Batch passes them: parsed again by eval, and `exec` replaces the script's bash.
     words = ["exec", "/bin/bash", "-c", "'echo pid=$$ arg=\"a b\"'"]
     proc = subprocess.Popen(["bash", "-m", str(script), *words], stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=patience(30))
     assert proc.returncode == 0 and out.strip() == f"pid={proc.pid} arg=a b"
-    done = subprocess.run(["bash", "-m", str(script), "train"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(["bash", "-m", str(script), "train"], capture_output=True, text=True, timeout=patience(30))
     assert done.returncode == 127 and "not emulated" in done.stderr
 
 
@@ -212,7 +212,7 @@ def test_an_attempt_that_outlives_its_timeout_is_stopped_as_ecs_stops_it_and_fai
     plan = json.loads((job_dir / local_layout.PLAN_FILE).read_text())
     plan["max_run_s"] = 2  # Batch's least is 60 s: shortened to keep the test fast
     (job_dir / local_layout.PLAN_FILE).write_text(json.dumps(plan))
-    done = subprocess.run([sys.executable, "-m", local_layout.RUNNER_MODULE, str(job_dir)], timeout=120)
+    done = subprocess.run([sys.executable, "-m", local_layout.RUNNER_MODULE, str(job_dir)], timeout=patience(120))
     assert done.returncode == 0
     status = LocalBackend().status(prepared.job_name)
     assert status.status == "failed" and status.failure_reason == f"{local_batch.TIMEOUT_REASON} (1800 s)"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 from launch_harness import Host, make_job
 
 from entrypoints.shared import compile_cache, contract
@@ -175,7 +176,7 @@ def test_a_local_job_with_the_stand_ins_shows_precompile_utilization_and_mfu_in_
     prepared = request.prepare(loaded)
     backend = LocalBackend()
     backend.submit(prepared)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + patience(120)
     while not backend.status(prepared.job_name).terminal:
         assert time.monotonic() < deadline, "\n".join(backend.logs(prepared.job_name))
         time.sleep(0.3)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from job_waits import patience
+
 from orchestrator import processes
 
 # A group leader whose child leaves the group for a session of its own (as torchrun's workers
@@ -24,7 +26,7 @@ def test_a_live_process_a_zombie_and_none():
     assert processes.process_alive(os.getpid())
     assert not processes.process_alive(None) and not processes.process_alive(0)
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(30)
     while processes.process_alive(child.pid) and time.monotonic() < deadline:
         time.sleep(0.05)  # exited and not reaped: a zombie, not alive
     assert not processes.process_alive(child.pid)
@@ -37,7 +39,7 @@ def test_runs_tells_the_recorded_program_from_a_recycled_pid():
     try:
         # Popen may return before the exec has replaced the forked copy of this process, whose
         # /proc/PID/cmdline is still pytest's (or empty) until then.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(30)
         while "marker-arg" not in (processes.command_line(child.pid) or []) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert processes.runs(child.pid, ["marker-arg"], ["-c"])
@@ -59,8 +61,8 @@ def test_a_tree_includes_descendants_that_left_the_group_and_kill_tree_ends_them
         (other,) = [pid for pid in tree if pid != leader.pid]
         assert os.getpgid(other) != leader.pid  # outside the group: found as a descendant
         processes.kill_tree(leader.pid, signal.SIGKILL)
-        leader.wait(timeout=30)
-        deadline = time.monotonic() + 30
+        leader.wait(timeout=patience(30))
+        deadline = time.monotonic() + patience(30)
         while processes.process_alive(other) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not processes.process_alive(other)

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from job_waits import patience
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,5 +35,5 @@ def test_the_code_needs_no_python_newer_than_declared():
     vermin = Path(sys.executable).with_name("vermin")  # its console script, beside this Python
     done = subprocess.run([str(vermin), "--no-tips", "--eval-annotations", "--violations",
                            "--no-parse-comments", f"-t={major}.{minor}-", "orchestrator", "entrypoints"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, capture_output=True, text=True, timeout=patience(300))
     assert done.returncode == 0, done.stdout + done.stderr

@@ -16,6 +16,7 @@ import botocore.session
 import pytest
 from botocore.validate import ParamValidator
 from cli_harness import run_cli as _cli
+from job_waits import patience
 
 from entrypoints.shared import contract
 from orchestrator import catalog, locations, names, request, sourcedir, spec
@@ -282,7 +283,7 @@ def test_the_container_entrypoint_runs_launch_py_as_the_first_process(tmp_path):
     (shim / "python3").symlink_to(sys.executable)
     env = {"SAGEMAKER_BASE_DIR": str(base), "PATH": f"{shim}:/usr/bin:/bin"}
     proc = subprocess.Popen(contract.container_entrypoint(), env=env, stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = proc.communicate(timeout=patience(60))
     assert proc.returncode == 0 and out.split(" ", 1) == [str(proc.pid), "['--container']\n"]
     assert (base / "code" / "launch.py").is_file()
 
@@ -594,7 +595,7 @@ def test_validate_doctor_plan_never_import_heavy_modules(tmp_path):
     config = str(ROOT / "configs" / "vit-trn1-2xlarge.yaml")
     for args in (["validate", config], ["doctor", config], ["plan", config], ["plan", config, "--json"]):
         done = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=patience(120))
         report = json.loads(done.stderr.strip().splitlines()[-1])
         assert report == {"code": 0, "heavy": []}, (args, done.stderr)
 

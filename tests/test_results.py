@@ -12,8 +12,10 @@ import io
 import json
 import threading
 
+import moto_shim
 import pytest
 from cli_harness import run_cli
+from job_waits import patience
 from typer.testing import CliRunner
 
 from orchestrator import results as res
@@ -94,10 +96,7 @@ def create_job(sm, job: str, *, type_: str = "ml.trn1.2xlarge", count: int = 1, 
     }
     sm.create_training_job(**args)
     # moto completes jobs at once and reports no seconds: set what SageMaker would report.
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.sagemaker.models import sagemaker_backends
-
-    fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[job]
+    fake = moto_shim.sagemaker_jobs("us-east-1")[job]
     if billable is not None:
         fake.billable_time_in_seconds = billable
     if training is not None:
@@ -425,9 +424,6 @@ def test_collects_from_a_prefix_without_any_ledger(aws, prices, tmp_path, monkey
 
 def test_the_region_rule_applies_to_s3_and_to_jobs_whose_results_name_no_region(aws, prices, monkeypatch):
     import boto3
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.sagemaker.models import sagemaker_backends
-
     s3, _ = aws
     doc = results_doc("far-1")
     del doc["region"]  # an older launcher's results
@@ -438,7 +434,7 @@ def test_the_region_rule_applies_to_s3_and_to_jobs_whose_results_name_no_region(
         AlgorithmSpecification={"TrainingImage": "x:1", "TrainingInputMode": "File"},
         ResourceConfig={"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
         StoppingCondition={"MaxRuntimeInSeconds": 3600})
-    sagemaker_backends[DEFAULT_ACCOUNT_ID]["eu-west-2"].training_jobs["far-1"].billable_time_in_seconds = 321
+    moto_shim.sagemaker_jobs("eu-west-2")["far-1"].billable_time_in_seconds = 321
     monkeypatch.setenv("AWS_REGION", "eu-west-2")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     from orchestrator import aws as aws_clients
@@ -930,7 +926,7 @@ def test_cli_results_exit_codes_through_main(orch_home):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--job", "a", "--sweep", "b",
-                           "--prefix", "file:///tmp"], capture_output=True, text=True, env=env, timeout=120)
+                           "--prefix", "file:///tmp"], capture_output=True, text=True, env=env, timeout=patience(120))
     assert done.returncode == 2
     assert "error: --job and --sweep" in done.stderr
 

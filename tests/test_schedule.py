@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 from sweep_fakes import BASE, Clock, FakeCloud, moto_backend
 
 from orchestrator import schedule as schedules
@@ -291,7 +292,7 @@ def test_crontab_line_works_from_any_directory(tmp_path, orch_home, monkeypatch)
     # Run the entry's command as cron would (bare environment, cwd /), asking for `next`
     # instead of `tick` so nothing is submitted.
     command = line.split(" ", 5)[5].replace(" schedule tick ", " schedule next ").split(" >> ")[0]
-    done = subprocess.run(["sh", "-c", command + " -n 1"], capture_output=True, text=True, timeout=120, cwd="/",
+    done = subprocess.run(["sh", "-c", command + " -n 1"], capture_output=True, text=True, timeout=patience(120), cwd="/",
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00 UTC\n", done.stdout)
@@ -317,7 +318,7 @@ def test_crontab_line_carries_the_aws_profile_and_region_in_use(tmp_path, orch_h
     probe = ("import boto3; s = boto3.session.Session(); import os; "
              "print(s.profile_name, s.region_name, os.environ['AWS_REGION'])")
     command = line.split(" ", 5)[5].split(" -m orchestrator ")[0] + f" -c {shlex.quote(probe)}"
-    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120, cwd="/",
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=patience(120), cwd="/",
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["research", "eu-west-1", "eu-west-1"]
@@ -379,7 +380,7 @@ def test_crontab_of_a_sweep_without_schedule_names_the_file(tmp_path, orch_home)
 
 def _cli(*args, env):
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, env=env)
+                          timeout=patience(120), cwd=ROOT, env=env)
 
 
 def test_cli_schedule_next_crontab_and_errors(tmp_path, orch_home):
@@ -426,7 +427,7 @@ def test_cli_schedule_tick_submits_the_current_minute_once(tmp_path, orch_home, 
     assert second.returncode == 0, second.stderr
     assert re.search(rf"{sweep_id}: followed in the background \(pid \d+", second.stdout)
     # (If the minute turned between the two calls, the new minute's tick is followed too.)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience(60)
     for pid in map(int, re.findall(r"followed in the background \(pid (\d+)", second.stdout)):
         while process_alive(pid):
             assert time.monotonic() < deadline, (orch_home / "sweeps" / f"{sweep_id}.log").read_text()
@@ -495,7 +496,7 @@ def test_the_crontab_entry_gives_the_shell_every_path_exactly(tmp_path, orch_hom
     assert expr == "0 3 * * *" and "\n" not in field
     record = tmp_path / "record.json"
     done = subprocess.run(["/bin/sh", "-c", cron_hands_the_shell(field)], env={"RECORD": str(record),
-                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=patience(60))
     assert done.returncode == 0, (done.stderr, (home / "schedules" / "nightly.log").read_text())
     got = json.loads(record.read_text())
     assert got == {"argv": ["-m", "orchestrator", "schedule", "tick", str(weird / "nightly.yaml")],
@@ -594,7 +595,7 @@ def test_ctrl_c_in_schedule_run_says_what_it_interrupted_and_how_to_go_on(tmp_pa
     first = run.stdout.readline()
     assert "next tick:" in first, first + run.stderr.read()
     run.send_signal(signal.SIGINT)
-    out, err = run.communicate(timeout=60)
+    out, err = run.communicate(timeout=patience(60))
     assert run.returncode == 130
     assert "Traceback" not in err
     assert re.search(r"interrupted \(Ctrl-C\) while sleeping until the next tick, \d{4}-01-01 03:00 UTC\n", err), err

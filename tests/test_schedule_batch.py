@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import moto_shim
 import pytest
 from schedule_moto import batch_use_no_docker, interpreter_on, run_once
 from sweep_fakes import ROOT, write
@@ -161,7 +162,6 @@ def batch_stack(moto_server, monkeypatch):
     """The queues and job definition the requests name, in moto's Batch (docker off), and the
     interpreter on. Returns the SubmitJob bodies the server receives, as sent."""
     import boto3
-    from moto.batch import responses
 
     batch_use_no_docker(moto_server)
     off = interpreter_on(moto_server, monkeypatch)
@@ -175,31 +175,9 @@ def batch_stack(moto_server, monkeypatch):
     batch.register_job_definition(jobDefinitionName="orchestrator-neuron-1chip", type="container",
                                   containerProperties={"image": "pytorch-training-neuronx", "vcpus": 4,
                                                        "memory": 14745})
-    bodies: list[dict] = []
-    original = responses.BatchResponse.submitjob
-
-    def submitjob(self):
-        bodies.append(json.loads(self.body))
-        return original(self)
-
-    monkeypatch.setattr(responses.BatchResponse, "submitjob", submitjob)
+    bodies = moto_shim.record_bodies(monkeypatch, "SubmitJob")
     yield bodies
     off()
-
-
-def fail_jobs(monkeypatch, reasons: dict[str, str]) -> None:
-    """moto's Batch fails the job named in `reasons` (once each), with that status reason."""
-    from moto.batch_simple import models
-
-    original = models.BatchSimpleBackend._mark_job_as_finished
-
-    def finished(self, include_start_attempt, job):
-        original(self, include_start_attempt, job)
-        reason = reasons.pop(job.job_name, None)
-        if reason is not None:
-            job.status, job.job_stopped_reason = "FAILED", reason
-
-    monkeypatch.setattr(models.BatchSimpleBackend, "_mark_job_as_finished", finished)
 
 
 def test_moto_one_run_submits_every_batch_trial_as_planned(inf, batch_stack):
@@ -225,7 +203,7 @@ def test_moto_one_run_submits_every_batch_trial_as_planned(inf, batch_stack):
 def test_moto_a_capacity_failure_fails_over_and_a_user_failure_ends_the_trial(inf, batch_stack, monkeypatch):
     _, plan = inf
     first, second = (renamed(t.prepared.job_name, sm.PLACEHOLDER_LABEL, RUN) for t in plan.trials)
-    fail_jobs(monkeypatch, {first: CAPACITY, second: USER})
+    moto_shim.fail_batch_jobs(monkeypatch, {first: CAPACITY, second: USER})
     described = run_once(plan, REGION)
     assert described["status"] == "SUCCEEDED", described
     by_trial = {t["trial"]: t for t in json.loads(described["output"])["trials"]}

@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
+import moto_shim
 import pytest
 from schedule_moto import interpreter_on
 from sweep_fakes import ROOT, cli_run, write
@@ -138,61 +139,19 @@ def test_a_run_over_budget_is_refused_at_plan(tmp_path, orch_home):
 
 @pytest.fixture
 def scheduler_in_cloudformation(monkeypatch):
-    """moto 5.2.5's CloudFormation skips AWS::Scheduler::Schedule (it has no model for it; its
-    Scheduler API exists). This gives it one on moto's own Scheduler backend, so the stack's
-    schedule is created, read back, updated and deleted with the stack as CloudFormation would."""
-    from moto.cloudformation import parsing
-    from moto.core.common_models import CloudFormationModel
-    from moto.scheduler.models import scheduler_backends
-
-    class ScheduleResource(CloudFormationModel):
-        __module__ = "moto.scheduler.cloudformation_model"  # moto's model registry reads the service from it
-
-        def __init__(self, name, region, account):
-            self.name, self.region, self.account = name, region, account
-
-        @property
-        def physical_resource_id(self):
-            return self.name
-
-        @classmethod
-        def create_from_cloudformation_json(cls, resource_name, cloudformation_json, account_id, region_name,
-                                            **kwargs):
-            p = cloudformation_json["Properties"]
-            scheduler_backends[account_id][region_name].create_schedule(
-                description=p.get("Description"), end_date=None, flexible_time_window=p["FlexibleTimeWindow"],
-                group_name=None, kms_key_arn=None, name=resource_name, schedule_expression=p["ScheduleExpression"],
-                schedule_expression_timezone=p.get("ScheduleExpressionTimezone"), start_date=None,
-                state=p.get("State"), target=p["Target"], action_after_completion=None)
-            return cls(resource_name, region_name, account_id)
-
-        @classmethod
-        def update_from_cloudformation_json(cls, original_resource, new_resource_name, cloudformation_json,
-                                            account_id, region_name):
-            original_resource.delete(account_id, region_name)
-            return cls.create_from_cloudformation_json(original_resource.name, cloudformation_json, account_id,
-                                                       region_name)
-
-        def delete(self, account_id, region_name):
-            scheduler_backends[account_id][region_name].delete_schedule(None, self.name)
-
-    original = parsing.resource_class_from_type
-    monkeypatch.setattr(parsing, "resource_class_from_type",
-                        lambda kind: ScheduleResource if kind == "AWS::Scheduler::Schedule" else original(kind))
+    """AWS::Scheduler::Schedule in moto's CloudFormation, on its Scheduler backend (moto_shim)."""
+    moto_shim.cloudformation_scheduler_schedules(monkeypatch)
 
 
 @pytest.fixture
 def interpreter(moto_server, monkeypatch):
     """moto's Step Functions interpreter on (its clients call the moto server on 127.0.0.1).
 
-    With it on, moto 5.2.5's Step Functions API serves the interpreter's backend, while its
+    With it on, moto's Step Functions API serves the interpreter's backend, while its
     CloudFormation model of AWS::StepFunctions::StateMachine creates and deletes in the other
     one: the stack's state machine would be invisible to the API. The model is pointed at the
     interpreter's backend here."""
-    from moto.stepfunctions import models
-    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
-
-    monkeypatch.setattr(models, "stepfunctions_backends", stepfunctions_parser_backends)
+    moto_shim.stepfunctions_api_serves_the_interpreter(monkeypatch)
     off = interpreter_on(moto_server, monkeypatch)
     yield moto_server
     off()

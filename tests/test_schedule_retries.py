@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import json
 
+import moto_shim
 import pytest
 from schedule_moto import interpreter_on, run_once
 from sweep_fakes import ROOT, write
@@ -97,28 +98,17 @@ def nightly(orch_home):
 def sagemaker_fails(moto_server, monkeypatch):
     """moto's SageMaker ends the jobs named in the returned dict Failed with that reason (each
     once); every CreateTrainingJob body the server receives is kept in `sent`."""
-    from moto.sagemaker import models, responses
-
     off = interpreter_on(moto_server, monkeypatch)
     reasons: dict[str, str] = {}
-    sent: list[dict] = []
-    original = models.SageMakerModelBackend.create_training_job
-    original_response = responses.SageMakerResponse.create_training_job
 
-    def create(self, training_job_name, *args, **kwargs):
-        made = original(self, training_job_name, *args, **kwargs)
+    def fail(backend, training_job_name):
         reason = reasons.pop(training_job_name, None)
         if reason is not None:
-            job = self.training_jobs[training_job_name]
+            job = backend.training_jobs[training_job_name]
             job.training_job_status, job.secondary_status, job.failure_reason = "Failed", "Failed", reason
-        return made
 
-    def create_response(self):
-        sent.append(json.loads(self.body))
-        return original_response(self)
-
-    monkeypatch.setattr(models.SageMakerModelBackend, "create_training_job", create)
-    monkeypatch.setattr(responses.SageMakerResponse, "create_training_job", create_response)
+    moto_shim.after_create_training_job(monkeypatch, fail)
+    sent = moto_shim.record_bodies(monkeypatch, "CreateTrainingJob")
     yield reasons, sent
     off()
 

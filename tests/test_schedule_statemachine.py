@@ -8,6 +8,7 @@ import json
 import re
 from datetime import datetime, timezone
 
+import moto_shim
 import pytest
 from schedule_moto import interpreter_on, run_once
 from sweep_fakes import ROOT, write
@@ -209,17 +210,7 @@ def interpreter(moto_server, monkeypatch):
 def received(monkeypatch) -> list[dict]:
     """The body of every CreateTrainingJob the moto server received, as sent (the server runs in
     this process): what the state machine asked for, not what moto keeps of it."""
-    from moto.sagemaker import responses
-
-    bodies: list[dict] = []
-    original = responses.SageMakerResponse.create_training_job
-
-    def create_training_job(self):
-        bodies.append(json.loads(self.body))
-        return original(self)
-
-    monkeypatch.setattr(responses.SageMakerResponse, "create_training_job", create_training_job)
-    return bodies
+    return moto_shim.record_bodies(monkeypatch, "CreateTrainingJob")
 
 
 def test_moto_one_run_creates_every_trial_with_its_plan_request(nightly, interpreter, received):
@@ -263,22 +254,8 @@ def test_moto_a_start_time_shaped_fire_time_gives_its_minute(nightly, interprete
 
 
 def test_moto_a_quota_refusal_is_retried(nightly, interpreter, monkeypatch):
-    from moto.sagemaker import models
-    from moto.sagemaker.exceptions import SagemakerClientError
-
-    class QuotaRefused(SagemakerClientError):
-        code = "ResourceLimitExceeded"
-
-    refused: list[str] = []
-    original = models.SageMakerModelBackend.create_training_job
-
-    def create(self, training_job_name, *args, **kwargs):
-        if not refused:
-            refused.append(training_job_name)
-            raise QuotaRefused("ResourceLimitExceeded", "The account-level service limit is exceeded")
-        return original(self, training_job_name, *args, **kwargs)
-
-    monkeypatch.setattr(models.SageMakerModelBackend, "create_training_job", create)
+    refused = moto_shim.refuse_create_training_job(monkeypatch, "ResourceLimitExceeded",
+                                                   "The account-level service limit is exceeded")
     loaded, plan = nightly
     described = run_once(plan, loaded.base_spec.region)
     assert described["status"] == "SUCCEEDED", described

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 from entrypoints.trainer import smoke as entry_smoke
 from orchestrator import names, request, spec
@@ -39,7 +40,7 @@ def test_both_sides_agree_on_the_protocol():
 def test_orchestrator_side_never_imports_torch():
     code = "import sys, orchestrator.smoke, orchestrator.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=patience(60))
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -75,7 +76,7 @@ def test_native_compile_recompilation_is_caught(tmp_path):
     path.write_text(json.dumps(job))
     proc = subprocess.run([sys.executable, "-m", "entrypoints.trainer.smoke", "--job", str(path), "--steps", "2",
                            "--warmup", "1", "--vary-batch"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=patience(600))
     assert proc.returncode == entry_smoke.EXIT_RECOMPILED, proc.stdout + proc.stderr[-2000:]
     verdict = json.loads(proc.stdout.splitlines()[-1].removeprefix(entry_smoke.SMOKE_TAG + " "))
     assert verdict["graphs_per_step"] == [1, 1] and verdict["recompiled_steps"] == [1]

@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 from entrypoints.shared import contract
 from orchestrator import sourcedir
@@ -123,7 +124,7 @@ def test_real_entrypoints_package_is_packed_whole(tmp_path):
         tar.extractall(tmp_path, filter="data")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     found = subprocess.run([sys.executable, "-c", "import entrypoints.shared.contract as c; print(c.__file__)"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=True)
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=patience(60), check=True)
     assert Path(found.stdout.strip()).resolve() == (tmp_path / "entrypoints" / "shared" / "contract.py").resolve()
     # The container runs `python3 <code>/launch.py` from another folder and with no PYTHONPATH
     # (contract.container_entrypoint, bootstrap.script): the copy at the root finds the package
@@ -131,7 +132,7 @@ def test_real_entrypoints_package_is_packed_whole(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     started = subprocess.run([sys.executable, str(tmp_path / contract.PROGRAM), "--help"], cwd=elsewhere, env=env,
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=patience(60))
     assert started.returncode == 0, started.stderr
     assert "--container" in started.stdout
 

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from job_waits import patience
 
 from orchestrator import spec
 from orchestrator.errors import SpecError
@@ -269,15 +270,15 @@ def test_cli_validate_exit_codes(tmp_path):
     bad.write_text(LOCAL.replace("batch_size: 4", "batch_sise: 4"))
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     ok = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(good)], env=env,
-                        capture_output=True, text=True, timeout=60)
+                        capture_output=True, text=True, timeout=patience(60))
     assert ok.returncode == 0, ok.stderr
     fail = subprocess.run([sys.executable, "-m", "orchestrator", "validate", str(bad)], env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=patience(60))
     assert fail.returncode == 2
     assert f"{bad}:4:" in fail.stderr and "did you mean 'batch_size'" in fail.stderr
     assert "Traceback" not in fail.stderr
     schema = subprocess.run([sys.executable, "-m", "orchestrator", "schema"], env=env,
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=patience(60))
     assert schema.returncode == 0 and json.loads(schema.stdout)["title"] == "JobSpec"
 
 
@@ -548,7 +549,7 @@ def test_a_sweep_spec_is_named_as_such(tmp_path):
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     for command in ("validate", "submit"):
         run = subprocess.run([sys.executable, "-m", "orchestrator", command, str(path)], env=env,
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=patience(60))
         assert run.returncode == 2 and f"sweep plan {path}" in run.stderr and f"sweep run {path}" in run.stderr
         assert "unknown field" not in run.stderr and "did you mean" not in run.stderr
 
@@ -568,9 +569,9 @@ def test_validating_a_job_spec_builds_only_the_job_models(tmp_path):
              "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('orchestrator', 'botocore')))))")
     argv = [sys.executable, "-c", probe, str(ROOT / "configs" / "vit-trn1-2xlarge.yaml")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ORCHESTRATOR_HOME": str(tmp_path)}
-    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=patience(120))
     assert first.returncode == 0, first.stderr
-    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=patience(120))
     assert run.returncode == 0, run.stderr
     loaded = set(json.loads(run.stdout))
     assert {"orchestrator.spec.models", "orchestrator.doctor"} <= loaded
@@ -609,7 +610,7 @@ def test_validate_builds_one_validator_and_only_its_backends_rules(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "ORCHESTRATOR_HOME": str(tmp_path / "home")}
     for _ in range(2):  # the first run reads botocore (which imports shlex) into the catalog's cache
         run = subprocess.run([sys.executable, "-c", probe, str(path)], env=env, capture_output=True, text=True,
-                             timeout=120)
+                             timeout=patience(120))
         assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["built"] == ["JobSpec"]
@@ -684,7 +685,7 @@ def test_plan_refuses_a_data_source_without_a_bucket(tmp_path):
            "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     run = subprocess.run([sys.executable, "-m", "orchestrator", "plan", str(path)], env=env,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=patience(60))
     assert run.returncode == 2, run.stderr
     assert f"{path}:17:16: data.source" in run.stderr and "S3Uri" not in run.stdout
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from job_waits import patience
 
 from entrypoints.shared import storage
 from entrypoints.shared.storage import PreconditionFailed, StorageError, open_store
@@ -102,7 +103,7 @@ def test_concurrent_conditional_writers_lose_no_update(store_uri):
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=60)
+        thread.join(timeout=patience(60))
     names = store.get_bytes("counter").decode().strip(",").split(",")
     assert sorted(names) == sorted(f"t{i}" for i in range(8))
 

@@ -24,6 +24,9 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import moto_shim
+from job_waits import patience
+
 from orchestrator import spec
 from orchestrator import sweep as sweeps
 from orchestrator.ledger import Ledger
@@ -95,38 +98,34 @@ class MotoSide:
     the concurrency cap at each create, and completes jobs at seeded random moments."""
 
     def __init__(self, monkeypatch, seed: int):
-        from moto.core import DEFAULT_ACCOUNT_ID
-        from moto.sagemaker import models
-
-        self.backend = models.sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+        self.jobs = moto_shim.sagemaker_jobs("us-east-1")
         self.creates: Counter = Counter()
         self.over_cap: list[tuple[str, int]] = []
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
         self.done = threading.Event()
-        original = models.SageMakerModelBackend.create_training_job
         side = self
 
-        def create_training_job(backend, training_job_name, *args, **kwargs):
+        def create_training_job(create, backend, training_job_name, *args, **kwargs):
             with side.lock:
                 running = side.in_progress()
                 if running >= CONCURRENCY:
                     side.over_cap.append((training_job_name, running))
                 side.creates[training_job_name] += 1
-                job = original(backend, training_job_name, *args, **kwargs)
+                job = create(backend, training_job_name, *args, **kwargs)
                 backend.training_jobs[training_job_name].training_job_status = "InProgress"
                 return job
 
-        monkeypatch.setattr(models.SageMakerModelBackend, "create_training_job", create_training_job)
+        moto_shim.around_create_training_job(monkeypatch, create_training_job)
         self.thread = threading.Thread(target=self._complete, daemon=True)
 
     def in_progress(self) -> int:
-        return sum(1 for j in self.backend.training_jobs.values() if j.training_job_status == "InProgress")
+        return sum(1 for j in self.jobs.values() if j.training_job_status == "InProgress")
 
     def _complete(self) -> None:
         while not self.done.wait(0.1):
             with self.lock:
-                for job in list(self.backend.training_jobs.values()):
+                for job in list(self.jobs.values()):
                     if job.training_job_status == "InProgress" and self.rng.random() < 0.025:
                         job.training_job_status = "Completed"
 
@@ -136,7 +135,7 @@ class MotoSide:
 
     def __exit__(self, *exc):
         self.done.set()
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=patience(5))
 
 
 def test_sigkilled_runner_never_duplicates_or_loses_a_trial(tmp_path, orch_home, moto_server, monkeypatch):
@@ -177,11 +176,11 @@ def test_sigkilled_runner_never_duplicates_or_loses_a_trial(tmp_path, orch_home,
                 proc.wait(timeout=60 if seed < 2 else rng.uniform(0.3, 2.5))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
+                proc.wait(timeout=patience(30))
             if proc.returncode == -signal.SIGKILL and unfinished:
                 killed_mid_sweep += 1
         final = runner(10_000, 0.0, 0.0, log)
-        assert final.wait(timeout=240) == 0, (tmp_path / "runs.log").read_text()[-3000:]
+        assert final.wait(timeout=patience(240)) == 0, (tmp_path / "runs.log").read_text()[-3000:]
         over_cap = list(moto.over_cap)
         creates = Counter(moto.creates)
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from cli_harness import run_cli
+from job_waits import patience
 from sweep_fakes import (
     LOCAL_BASE,
     ROOT,
@@ -28,21 +29,21 @@ def test_local_sweep_runs_to_completion_and_results_tabulate_it(tmp_path, orch_h
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
     run = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "run", "configs/sweep-local.yaml",
-                          "--poll", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+                          "--poll", "1"], capture_output=True, text=True, timeout=patience(600), cwd=ROOT, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     sweep_id = re.search(r"sweep (local-[0-9a-f]{8})", run.stderr + run.stdout).group(1)
     ledger = Ledger(orch_home / "ledger.sqlite3")
     entries = ledger.entries(sweep_id=sweep_id)
     assert len(entries) == 4 and {e.status for e in entries} == {"completed"}
     status = subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "status", sweep_id, "--json"],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+                            capture_output=True, text=True, timeout=patience(120), cwd=ROOT, env=env)
     assert status.returncode == 0, status.stderr
     assert {t["state"] for t in json.loads(status.stdout)["trials"]} == {"completed"}
     plot = tmp_path / "out.png"
     page = tmp_path / "report.html"
     results = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--sweep", sweep_id, "--plot",
                               str(plot), "--html", str(page), "--format", "json"], capture_output=True, text=True,
-                             timeout=300, cwd=ROOT, env=env)
+                             timeout=patience(300), cwd=ROOT, env=env)
     assert results.returncode == 0, results.stderr
     doc = json.loads(results.stdout)
     rows = doc["rows"]
@@ -58,7 +59,7 @@ def test_local_sweep_runs_to_completion_and_results_tabulate_it(tmp_path, orch_h
     assert "<th class=\"varied\">training.optimizer.lr</th>" in text and "<th>final loss</th>" in text
     assert text.count("data:image/png;base64,") == 2
     table = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--sweep", sweep_id, "--sort",
-                            "final_loss"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+                            "final_loss"], capture_output=True, text=True, timeout=patience(300), cwd=ROOT, env=env)
     assert table.returncode == 0, table.stderr
     assert "training.optimizer.lr" in table.stdout and "final loss" in table.stdout
     assert "ml.trn1.2xlarge" not in table.stdout
@@ -110,7 +111,7 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
         assert shown.returncode == 0, shown.stderr
         return json.loads(shown.stdout)["trials"]
 
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + patience(90)
     while sum(t["state"] in ("submitted", "running") for t in trials()) < 2:
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.5)
@@ -124,7 +125,7 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
     assert "2 job(s) stopping, 1 trial(s) cancelled" in stopped.stdout
     assert f"continue it with `python -m orchestrator sweep resume {sweep_id}`" in stopped.stdout
     assert {t["state"] for t in trials()} == {"stopped"}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(30)
     while process_alive(pid):
         assert time.monotonic() < deadline, "the detached runner did not exit"
         time.sleep(0.2)
@@ -132,7 +133,7 @@ def test_cli_detach_status_and_stop_on_the_local_backend(tmp_path, orch_home, fa
     ledger = Ledger(orch_home / "ledger.sqlite3")
     jobs = [e.job_name for e in ledger.entries(sweep_id=sweep_id) if e.status == "stopped"]
     backend = LocalBackend(ledger=ledger)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience(60)
     for name in jobs:
         if (backend.job_dir(name) / "status.json").exists():
             while backend.status(name).status != "stopped":
@@ -159,7 +160,7 @@ def test_two_detached_runs_of_one_sweep_at_once_start_one_runner_and_the_other_s
     command = [sys.executable, "-m", "orchestrator", "sweep", "run", str(path), "--detach", "--poll", "0.2"]
     runs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
-    done = [(run.wait(timeout=180), *run.communicate()) for run in runs]
+    done = [(run.wait(timeout=patience(180)), *run.communicate()) for run in runs]
     try:
         assert sorted(code for code, _, _ in done) == [0, 2], done
         (_, won, _), = [d for d in done if d[0] == 0]
@@ -173,7 +174,7 @@ def test_two_detached_runs_of_one_sweep_at_once_start_one_runner_and_the_other_s
         assert sweeps.lock_holder(sweep_id) == pid
     finally:
         stopped = cli_run("sweep", "stop", "twice", "--wait", "60", env=env)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + patience(60)
         while any(process_alive(int(p)) for p in re.findall(r"\(pid (\d+)\)", " ".join(d[1] for d in done))):
             assert time.monotonic() < deadline, "the runner did not exit"
             time.sleep(0.2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import moto_shim
 import pytest
 from sweep_fakes import (
     ROOT,
@@ -138,9 +139,6 @@ def test_moto_a_fresh_home_continues_each_trial_from_its_latest_attempt_in_sagem
     retried (-r2): every trial completed. Laptop B, with a fresh ledger, runs the same sweep:
     it finds each trial's attempts in SageMaker and reports both completed, creating nothing
     (before, it adopted attempt 0 only and reported them stopped)."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.sagemaker.models import sagemaker_backends
-
     creates: Counter = Counter()
     text = "sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [16, 32]\nmax_retries: 2\n"
     planned = sweeps.plan(load(tmp_path, text))
@@ -158,7 +156,7 @@ def test_moto_a_fresh_home_continues_each_trial_from_its_latest_attempt_in_sagem
     sweeps.clear_stop(ledger_a, runner_a.d.sweep_id)
     runner_a.step()  # both resubmitted as -r1 (moto completes them at once)
     failing = firsts[1] + "-r1"
-    fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[failing]
+    fake = moto_shim.sagemaker_jobs("us-east-1")[failing]
     fake.training_job_status, fake.failure_reason = "Failed", "InternalServerError: try again"
     assert runner_a.run(max_steps=10).done
     assert {v.job_name: v.status for v in runner_a.views()} == {firsts[0] + "-r1": "completed",

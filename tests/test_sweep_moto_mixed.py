@@ -12,9 +12,11 @@ import urllib.request
 from collections import Counter
 
 import boto3
+import moto_shim
 import pytest
 from aws_calls import Calls
 from botocore.config import Config
+from job_waits import patience
 from sweep_fakes import load, moto_backend, set_moto_status
 
 from orchestrator import sweep as sweeps
@@ -41,7 +43,7 @@ def batch_setup(moto_server, bucket):
     """moto's Batch without docker, with the queue and job definition an inf2.xlarge job names."""
     body = json.dumps({"batch": {"use_docker": False}}).encode()
     urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/config", data=body, method="POST"),
-                           timeout=10).read()
+                           timeout=patience(10)).read()
     batch = boto3.client("batch", region_name=REGION)
     iam = boto3.client("iam", region_name=REGION)
     # moto needs a service role for a compute environment (AWS does not: it uses its linked role).
@@ -67,9 +69,7 @@ def _backends(ledger: Ledger, creates: Counter):
 
 def _moto_batch_job(name: str):
     """moto's model of the Batch job `name`, once its (docker-less) run has ended."""
-    from moto.batch.models import batch_backends
-
-    jobs = [j for j in batch_backends[ACCOUNT][REGION]._jobs.values() if j.job_name == name]
+    jobs = [j for j in moto_shim.batch_jobs(REGION, ACCOUNT).values() if j.job_name == name]
     assert len(jobs) == 1, name
     for _ in range(200):  # moto's thread ends the job at once; wait for it before overriding its state
         if jobs[0].job_stopped:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_harness import run_cli
+from job_waits import patience
 
 from entrypoints.trainer import scalars as scalars_module
 from orchestrator.results import tensorboard as boards
@@ -141,11 +142,11 @@ def test_a_local_job_writes_event_files_that_the_command_collects(orch_home, tmp
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(orch_home))
     submit = subprocess.run([sys.executable, "-m", "orchestrator", "submit", "configs/local-tiny.yaml", "--wait"],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+                            capture_output=True, text=True, timeout=patience(600), cwd=ROOT, env=env)
     assert submit.returncode == 0, submit.stdout[-2000:] + submit.stderr[-2000:]
     job = next(p.name for p in (orch_home / "store" / "jobs" / "results").iterdir())
     board = subprocess.run([sys.executable, "-m", "orchestrator", "tensorboard", job, "--dir", str(tmp_path / "tb")],
-                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+                           capture_output=True, text=True, timeout=patience(300), cwd=ROOT, env=env)
     assert board.returncode == 0, board.stderr
     assert board.stdout.strip() == f"tensorboard --logdir {tmp_path / 'tb'}"
     tags = _tags(tmp_path / "tb" / job)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from job_waits import wait_for
+from job_waits import patience, wait_for
 
 from entrypoints.launcher import torchrun
 from entrypoints.shared import contract
@@ -71,7 +71,7 @@ def _seen(out: Path, rank: int) -> dict:
 @pytest.mark.parametrize("module", IMPLEMENTATIONS)
 def test_each_worker_gets_torchruns_environment_in_a_session_of_its_own(tmp_path, module):
     proc, out = _start(module, tmp_path, workers=2)
-    output, _ = proc.communicate(timeout=120)
+    output, _ = proc.communicate(timeout=patience(120))
     assert proc.returncode == 0, output
     port = _seen(out, 0)["MASTER_PORT"]
     for rank in (0, 1):
@@ -86,7 +86,7 @@ def test_each_worker_gets_torchruns_environment_in_a_session_of_its_own(tmp_path
 @pytest.mark.parametrize("module", IMPLEMENTATIONS)
 def test_a_failed_worker_stops_the_others_with_sigterm_and_torchrun_exits_1(tmp_path, module):
     proc, out = _start(module, tmp_path, workers=2, PROBE_FAIL_RANK="1", PROBE_SLEEP="120")
-    output, _ = proc.communicate(timeout=120)
+    output, _ = proc.communicate(timeout=patience(120))
     assert proc.returncode == 1, output
     assert (out / "signal-0").read_text() == "SIGTERM"
 
@@ -99,7 +99,7 @@ def test_a_stop_signal_reaches_every_worker_and_torchrun_exits_1(tmp_path, modul
         wait_for(lambda: all((out / f"rank-{r}.json").exists() for r in (0, 1)), 120, "workers did not start")
         time.sleep(0.2)  # the probe's handler is set before it writes its file; let torchrun settle too
         proc.send_signal(signum)
-        output, _ = proc.communicate(timeout=120)
+        output, _ = proc.communicate(timeout=patience(120))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -113,5 +113,5 @@ def test_a_stop_signal_reaches_every_worker_and_torchrun_exits_1(tmp_path, modul
 def test_the_standin_refuses_the_real_trainer(tmp_path):
     done = subprocess.run([sys.executable, "-m", "torchrun_standin", "--nproc_per_node", "1", "-m",
                            "entrypoints.trainer.train", "--job", "x"], env=dict(os.environ, PYTHONPATH=str(STANDINS)),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=patience(60))
     assert done.returncode == 2 and "mark the test real_torchrun" in done.stderr

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 from entrypoints.shared import contract
 
@@ -274,7 +275,7 @@ def test_sigterm_ends_through_the_error_path(tmp_path):
             if line.startswith(contract.METRICS_TAG):
                 proc.terminate()
                 break
-        assert proc.wait(timeout=60) == 1
+        assert proc.wait(timeout=patience(60)) == 1
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -311,7 +312,7 @@ def test_compiled_ddp_job_with_a_warm_inductor_cache_reuses_every_graph(tmp_path
     counts = []
     for name in ("cold", "warm"):
         job = Job(tmp_path / name, tiny_spec(compile=True, steps=3, warmup_steps=1))
-        proc = job.run(torchrun_procs=2, extra_env=cache, timeout=600)
+        proc = job.run(torchrun_procs=2, extra_env=cache, timeout=patience(600))
         assert proc.returncode == 0, proc.stderr[-3000:]
         stats = job.rank_stats()
         assert stats["ddp_split_graphs"] is False
@@ -366,7 +367,7 @@ def test_compiled_ddp_without_the_graph_split_still_averages_gradients(tmp_path)
                TORCHINDUCTOR_COMPILE_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--master_addr", "127.0.0.1", "--master_port", str(port), str(script)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=patience(600))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "split False diff 0.0 moved True" in proc.stdout
 

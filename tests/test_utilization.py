@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from job_waits import patience
 
 from entrypoints.launcher import utilization
 from entrypoints.shared import contract, results_schema
@@ -33,7 +34,7 @@ def on_path(tmp_path) -> dict:
 
 
 def _until(monitor: utilization.Monitor, reports: int) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(30)
     while monitor.reports < reports and time.monotonic() < deadline:
         time.sleep(0.02)
 

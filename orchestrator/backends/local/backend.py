@@ -58,6 +58,10 @@ from orchestrator.processes import kill_tree, process_alive, runs
 _RECORDED_FROM = (Status.PLANNED, Status.SUBMITTING, Status.SUBMITTED, Status.RUNNING)
 
 
+class SupervisorDidNotStart(BackendError):
+    """The supervisor process exited at once: this Python cannot run it (no retry helps)."""
+
+
 class LocalBackend:
     """Runs jobs on this machine as SageMaker's container would. See the module docstring."""
 
@@ -231,6 +235,9 @@ class LocalBackend:
                 layout = batch_task.lay_out if batch_task.is_batch_request(prepared.request) else lay_out
                 layout(prepared, job_dir, ledger=self.ledger.path, python=self.python, now=self.clock())
                 self._start_supervisor(job_dir)
+            except SupervisorDidNotStart as exc:  # this Python cannot run it: a retry would fail the same way
+                shutil.rmtree(job_dir, ignore_errors=True)
+                raise BackendError(f"could not start local job {name}: {exc.message}", hint=exc.hint) from exc
             except (OSError, subprocess.SubprocessError, BackendError) as exc:
                 shutil.rmtree(job_dir, ignore_errors=True)
                 raise BackendError(f"could not start local job {name}: {exc}",
@@ -314,7 +321,14 @@ class LocalBackend:
                                     cwd=str(job_dir), env=env, start_new_session=True)
         code = proc.wait(timeout=60)
         if code != 0 or not (job_dir / PID_FILE).exists():
-            raise BackendError(f"the local supervisor did not start (exit code {code})")
+            # The job folder goes with the failure: what the supervisor said goes into the error.
+            said = [line for line in (job_dir / SUPERVISOR_LOG).read_text(errors="replace").splitlines()
+                    if line.strip()][-3:]
+            raise SupervisorDidNotStart(
+                f"the local supervisor did not start (exit code {code})" + (": " + " / ".join(said) if said else ""),
+                hint=f"{self.python} must import this package and its dependencies: activate the environment "
+                     "`make venv` made (it installs this checkout), or run from the checkout with PYTHONPATH "
+                     "naming it; then submit again")
 
     # --- status -----------------------------------------------------------------------------
 
