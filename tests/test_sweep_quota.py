@@ -127,3 +127,47 @@ def test_sweep_admission_reads_quotas_once_and_refuses_a_trial_that_fits_nowhere
     monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: answers[:2])
     with pytest.raises(InputError, match="L-11111111"):
         quota_check.sweep_admission(runner.d, Router.of(Cloud(), names), said.append)
+
+
+FAILOVER = """\
+sweep: quota-failover
+base: base.yaml
+grid:
+  training.batch_size: [8, 16]
+failover:
+  instance.type: [ml.trn1n.32xlarge]
+concurrency: 2
+"""
+
+
+def test_a_failover_type_its_quota_refuses_is_left_out_with_a_note(tmp_path, orch_home):
+    """The failover type's quota (no applied value, default 0) would make SageMaker reject every
+    trial's preference list: the sweep is planned without it, and says so."""
+    from sweep_fakes import load
+    from test_quotas import _clients
+
+    from orchestrator import sweep as sweeps
+    from orchestrator.sweep import admission
+
+    sweep = load(tmp_path, FAILOVER, TRN1)
+    listed = sweeps.plan(sweep)
+    assert [[p.type for p in t.trial.spec.instance.preferences] for t in listed.trials] == \
+        [["ml.trn1.32xlarge", "ml.trn1n.32xlarge"]] * 2  # the failover, sent as one preference list
+    answers = _clients({"ml.trn1.32xlarge for training job usage": ("L-11111111", 8)},
+                       defaults={"ml.trn1n.32xlarge for training job usage": ("L-22222222", 0)})
+
+    class Cloud:
+        def quota_clients(self, attempts=None):
+            return answers[:2]
+
+    planned, notes = admission.plan_within_quotas(sweep, Router.of(Cloud(), ["sagemaker"]))
+    assert [t.trial.spec.instance.preferences for t in planned.trials] == [None, None]
+    assert [t.chain for t in planned.trials] == [("ml.trn1.32xlarge",)] * 2
+    [note] = notes
+    assert note.startswith("failover type ml.trn1n.32xlarge left out of every trial: ") and "L-22222222" in note
+    assert any(w.startswith("quota: failover type ml.trn1n.32xlarge left out") for w in planned.warnings)
+    # With room for it, the list is kept as planned.
+    answers = _clients({"ml.trn1.32xlarge for training job usage": ("L-11111111", 8),
+                        "ml.trn1n.32xlarge for training job usage": ("L-22222222", 4)})
+    planned, notes = admission.plan_within_quotas(sweep, Router.of(Cloud(), ["sagemaker"]))
+    assert notes == [] and planned.trials[0].trial.spec.instance.preferences is not None
