@@ -12,7 +12,6 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 from cli_harness import run_cli
-
 from quota_fake import quota, service_quotas
 
 from orchestrator import quotas, spec

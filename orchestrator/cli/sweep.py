@@ -386,7 +386,6 @@ def sweep_run(
     from orchestrator import spec
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
-
     from orchestrator.sweep import admission
 
     loaded = spec.load_sweep(path)
