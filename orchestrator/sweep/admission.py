@@ -240,9 +240,10 @@ class _PlannedView:
 
 def for_attempts(plan, attempts_of_trial: dict, clients) -> list[str]:
     """The admission of a cloud schedule (`schedule deploy`), before anything is uploaded: every
-    job a run may make (`attempts_of_trial`: trial id -> its attempts, each with .prepared.spec
-    and .label or .kind) must pass the quota check; InputError (exit 2) naming the first that
-    cannot. Returns one line per quota."""
+    job a run may make (`attempts_of_trial`: trial id -> its `schedule.attempts.Attempt`s, each
+    with .prepared) must pass the quota check; InputError (exit 2) naming the first that cannot
+    (trial and job name). Returns one line per quota; [] when `clients` is None or no job needs
+    a quota."""
     jobs = []
     for trial_id, graph in attempts_of_trial.items():
         for attempt in graph:
