@@ -97,11 +97,42 @@ def _generic(path: str) -> str:
     return re.sub(r"\[\d+\]", "[]", path)
 
 
+WHOLE = "(request)"  # the `param` of a limit on the whole request
+
+
+def _whole_value(entry: Mapping, params: Mapping) -> list[Violation]:
+    """A limit on the whole value at `entry["param"]` (a dotted path, or the whole request),
+    serialized as compact JSON, as the services count it."""
+    value: Any = params
+    if entry["param"] != WHOLE:
+        for part in entry["param"].split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+    if value is None:
+        return []
+    found = []
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    for key, unit, size in (("max_json_chars", "characters of JSON", len(text)),
+                            ("max_json_bytes", "bytes of JSON", len(text.encode("utf-8")))):
+        if key in entry and size > entry[key]:
+            found.append(Violation("payload" if entry["param"] == WHOLE else entry["param"], f"{size:,} {unit}; at most {entry[key]:,} allowed: "
+                                   f"{size - entry[key]:,} over", entry["source"]))
+    if "max_entries" in entry and isinstance(value, Mapping | list):
+        counted = [k for k in value if not str(k).lower().startswith(entry.get("ignored_prefix") or "\0")] \
+            if isinstance(value, Mapping) else list(value)
+        if len(counted) > entry["max_entries"]:
+            found.append(Violation(entry["param"], f"{len(counted)} entries; at most {entry['max_entries']} allowed: "
+                                   f"{len(counted) - entry['max_entries']} over", entry["source"]))
+    return found
+
+
 def table_violations(service: str, operation: str, params: Mapping) -> list[Violation]:
     """What the documented-limits table refuses in `params`."""
     found = []
     for entry in limits():
         if not _applies(entry, service, operation):
+            continue
+        if {"max_json_chars", "max_json_bytes", "max_entries"} & set(entry):
+            found += _whole_value(entry, params)
             continue
         source = entry["source"]
         for path, value in _leaves(params):

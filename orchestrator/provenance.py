@@ -76,6 +76,10 @@ def field(spec, operation: str, request: dict, path: str) -> str | None:
             return "image.uri" if spec.image.uri else "image.neuron_sdk"
         return _lookup(_SAGEMAKER, path)
     if operation == "SubmitJob":
+        if path in ("containerOverrides", "payload"):
+            # The overrides' and the payload's size: the environment is what grows them (the
+            # user's variables and the hyperparameters; the rest is the bootstrap's, fixed).
+            return "environment"
         if path.startswith("containerOverrides.environment[") and (item := re.search(r"\[(\d+)\]", path)):
             entry = request["containerOverrides"]["environment"][int(item.group(1))]
             return _variable(spec, entry.get("name"))

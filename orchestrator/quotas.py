@@ -9,17 +9,21 @@ Contract:
   Other backends need none.
 - `read(spec, quota_client, sagemaker_client)`: one `Verdict` per need, from Service Quotas'
   ListServiceQuotas (the applied values, matched by quota name; its code comes from the same
-  answer) and, for SageMaker, the training jobs in progress (ListTrainingJobs, then
-  DescribeTrainingJob for each one's selected type and count). Read-only calls that cost nothing.
+  answer), then ListAWSDefaultServiceQuotas for the needs it left out (the default applies
+  where no value was applied: 0 for Trainium training on a new account), and, for SageMaker,
+  the training jobs in progress (ListTrainingJobs, then DescribeTrainingJob for each one's
+  selected type, count and whether it is spot: spot and on-demand jobs hold different quotas).
+  Read-only calls that cost nothing. EC2 instances in use (Batch) are not read: unknown.
 - `require_fit(verdicts, region)`: InputError (exit 2) when the job needs more than the quota of
-  every type it could run on, naming each quota, its code and how to request an increase.
-  A quota that is known and large enough, but taken by running jobs, is not an error: the
-  job would wait or fail for capacity, which `Verdict.free_now` says.
+  ANY type it could run on (rules table `sagemaker-preferences-every-quota`: SageMaker checks
+  every type of a preference list), naming each short quota, its code and how to request an
+  increase. A quota that is known and large enough, but taken by running jobs, is not an
+  error: the job would wait, which `Verdict.free_now` says.
 
-Source: the Service Quotas API reference (ListServiceQuotas: "the applied quota values for the
-specified AWS service"; quotas whose applied value is not available are left out, which reads
-here as unknown, never as 0), and SageMaker's quota names in the Service Quotas console
-("ml.trn1.32xlarge for training job usage").
+Sources (data/aws_rules.json): the Service Quotas API reference, ListServiceQuotas ("Lists the
+applied quota values ... If the applied quota value is not available for a quota, the quota is
+not retrieved") and ListAWSDefaultServiceQuotas ("Lists the default values for the quotas");
+SageMaker's quota names in the Service Quotas console ("ml.trn1.32xlarge for training job usage").
 """
 
 from __future__ import annotations
@@ -54,6 +58,17 @@ class Quota(NamedTuple):
     name: str
     code: str
     value: float
+    default: bool = False  # the AWS default (ListAWSDefaultServiceQuotas): no value was applied
+
+
+def quota_key(need: Need) -> tuple[str, str]:
+    """What a need is counted against: its service's quota of that name (vCPUs of an EC2 quota
+    never meet instances of a SageMaker one)."""
+    return (need.service, need.quota_name)
+
+
+def spot_of(quota_name: str) -> bool:
+    return " for spot training job usage" in quota_name
 
 
 class Verdict(NamedTuple):
@@ -80,12 +95,13 @@ class Verdict(NamedTuple):
         n = self.need
         head = f"{n.instance_type}: needs {n.amount} {n.unit} of \"{n.quota_name}\""
         if self.quota is None:
-            return f"{head}: quota unknown (not among the applied {n.service} quotas)"
+            return f"{head}: quota unknown (neither an applied nor a default {n.service} quota of that name)"
         used = "in use unknown" if self.in_use is None else f"{self.in_use} in use"
         state = ("does not fit the quota" if not self.fits else
                  "fits now" if self.free_now else "fits the quota (waits for running jobs)" if self.free_now is False
                  else "fits the quota")
-        return f"{head} ({self.quota.code}): quota {self.quota.value:g}, {used}: {state}"
+        origin = " (the AWS default: no increase applied)" if self.quota.default else ""
+        return f"{head} ({self.quota.code}): quota {self.quota.value:g}{origin}, {used}: {state}"
 
 
 def needs(spec: JobSpec) -> list[Need]:
@@ -106,19 +122,33 @@ def clients(region: str, *, attempts: int | None = None):
     return aws.client("service-quotas", region, config=config), aws.client("sagemaker", region, config=config)
 
 
-def applied(quota_client, service: str, names: set[str]) -> dict[str, Quota]:
-    """The applied quotas of `service` whose names are in `names` (ListServiceQuotas, every page)."""
+def _listed(quota_client, operation: str, service: str, names: set[str]) -> dict[str, Quota]:
     found: dict[str, Quota] = {}
-    for page in quota_client.get_paginator("list_service_quotas").paginate(ServiceCode=service):
+    default = operation == "list_aws_default_service_quotas"
+    for page in quota_client.get_paginator(operation).paginate(ServiceCode=service):
         for q in page.get("Quotas") or []:
             if q.get("QuotaName") in names and q.get("Value") is not None:
-                found[q["QuotaName"]] = Quota(q["QuotaName"], q.get("QuotaCode") or "?", float(q["Value"]))
+                found[q["QuotaName"]] = Quota(q["QuotaName"], q.get("QuotaCode") or "?", float(q["Value"]), default)
+    return found
+
+
+def applied(quota_client, service: str, names: set[str]) -> dict[str, Quota]:
+    """The quotas of `service` whose names are in `names`: the applied value (ListServiceQuotas,
+    every page), else the AWS default (ListAWSDefaultServiceQuotas, read only when a name is
+    missing): ListServiceQuotas leaves out a quota whose applied value is not available, and
+    the default is what AWS then enforces (rules table `service-quotas-applied-or-default`)."""
+    found = _listed(quota_client, "list_service_quotas", service, names)
+    missing = names - set(found)
+    if missing:
+        found.update(_listed(quota_client, "list_aws_default_service_quotas", service, missing))
     return found
 
 
 def training_in_use(sagemaker_client) -> Counter | None:
-    """Instances of each type that SageMaker training jobs in progress hold (the selected type
-    with instance preferences); None when there are more than MAX_DESCRIBED to describe."""
+    """Instances that SageMaker training jobs in progress hold, by the quota they count against
+    ("<type> for training job usage", or "... for spot training job usage" for a managed-spot
+    job: the selected type with instance preferences); None when there are more than
+    MAX_DESCRIBED to describe."""
     names = []
     for page in sagemaker_client.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress"):
         names += [j["TrainingJobName"] for j in page.get("TrainingJobSummaries") or []]
@@ -126,12 +156,21 @@ def training_in_use(sagemaker_client) -> Counter | None:
         return None
     used: Counter = Counter()
     for name in names:
-        resources = sagemaker_client.describe_training_job(TrainingJobName=name).get("ResourceConfig") or {}
+        described = sagemaker_client.describe_training_job(TrainingJobName=name)
+        resources = described.get("ResourceConfig") or {}
         itype = resources.get("SelectedInstanceType") or resources.get("InstanceType")
         count = resources.get("SelectedInstanceCount") or resources.get("InstanceCount") or 0
         if itype:  # not selected yet: holds nothing so far
-            used[itype] += int(count)
+            usage = "spot training job usage" if described.get("EnableManagedSpotTraining") else "training job usage"
+            used[f"{itype} for {usage}"] += int(count)
     return used
+
+
+def _verdicts(wanted: list[Need], by_service: dict[str, dict[str, Quota]], used: Counter | None) -> list[Verdict]:
+    # In use is read for SageMaker's quotas only (training jobs): an EC2 quota's is unknown.
+    return [Verdict(n, by_service[n.service].get(n.quota_name),
+                    None if used is None or n.service != SAGEMAKER else used.get(n.quota_name, 0))
+            for n in wanted]
 
 
 def read(spec: JobSpec, quota_client, sagemaker_client=None) -> list[Verdict]:
@@ -144,8 +183,7 @@ def read(spec: JobSpec, quota_client, sagemaker_client=None) -> list[Verdict]:
         by_service[service] = applied(quota_client, service, {n.quota_name for n in wanted if n.service == service})
     training = any(n.service == SAGEMAKER for n in wanted)  # training jobs hold its quotas
     used = training_in_use(sagemaker_client) if training and sagemaker_client else None
-    return [Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
-            for n in wanted]
+    return _verdicts(wanted, by_service, used)
 
 
 def increase_hint(verdict: Verdict, region: str) -> str:
@@ -157,16 +195,35 @@ def increase_hint(verdict: Verdict, region: str) -> str:
             f"https://{region}.console.aws.amazon.com/servicequotas/home/services/{n.service}/quotas/{code}")
 
 
+def short(verdicts: list[Verdict]) -> list[Verdict]:
+    """The verdicts whose known quota is below what the job asks of it."""
+    return [v for v in verdicts if v.fits is False]
+
+
+def shortfall(verdicts: list[Verdict], region: str) -> tuple[str, str]:
+    """(what is short, how to raise it) for `short(verdicts)`, each quota with its code."""
+    said = "; ".join(f"\"{v.need.quota_name}\" ({v.quota.code}) is {v.quota.value:g} {v.need.unit} in {region}"
+                     f"{' (the AWS default)' if v.quota.default else ''}, the job needs {v.need.amount}"
+                     for v in verdicts)
+    return said, "; ".join(increase_hint(v, region) for v in verdicts)
+
+
 def require_fit(verdicts: list[Verdict], region: str) -> None:
-    """InputError (exit 2) when every way of running the job needs more than its known quota."""
-    if not verdicts or not all(v.fits is False for v in verdicts):
+    """InputError (exit 2) when any way of running the job needs more than its known quota:
+    SageMaker checks the quota of every type of a preference list and rejects the request if
+    any falls short, "even when the types ahead of it would have succeeded" (rules table
+    `sagemaker-preferences-every-quota`)."""
+    below = short(verdicts)
+    if not below:
         return
-    said = "; ".join(f"\"{v.need.quota_name}\" ({v.quota.code}) is {v.quota.value:g} {v.need.unit} in {region}, "
-                     f"the job needs {v.need.amount}" for v in verdicts)
-    hints = "; ".join(increase_hint(v, region) for v in verdicts)
-    raise InputError(f"the job cannot start on any instance type it may run on: {said}",
-                     hint=f"request an increase (new accounts start at 0 for Trainium training): {hints}; "
-                          "or add an instance preference whose quota allows it")
+    said, hints = shortfall(below, region)
+    several = len(verdicts) > 1
+    raise InputError(
+        (f"{len(below)} of the job's {len(verdicts)} instance types fall short of their quota, and SageMaker checks "
+         f"every type of a preference list, rejecting the request if any falls short: {said}") if several else
+        f"the job does not fit its quota: {said}",
+        hint=f"request an increase (new accounts start at 0 for Trainium training): {hints}"
+             + ("; or remove the short types from instance.preferences" if several else ""))
 
 
 def sweep_verdicts(specs: list[JobSpec], quota_client, sagemaker_client) -> list[list[Verdict]]:
@@ -180,5 +237,4 @@ def sweep_verdicts(specs: list[JobSpec], quota_client, sagemaker_client) -> list
                   for service in dict.fromkeys(n.service for n in flat)}
     training = any(n.service == SAGEMAKER for n in flat)  # training jobs hold its quotas
     used = training_in_use(sagemaker_client) if training and sagemaker_client else None
-    return [[Verdict(n, by_service[n.service].get(n.quota_name), None if used is None else used.get(n.instance_type, 0))
-             for n in found] for found in wanted]
+    return [_verdicts(found, by_service, used) for found in wanted]

@@ -123,6 +123,36 @@ def cloud_rig(tmp_path, orch_home):
     return ledger, FakeCloud(ledger), Clock()
 
 
+def test_a_tick_admits_by_quota_as_sweep_run_does(tmp_path, cloud_rig):
+    """`schedule run`/`tick` build each tick sweep's runner with the sweeps' admission
+    (`sweep.admission.for_sweep`): a quota of 1 lets one job of the tick's two through, and a
+    quota of 0 (the default, no applied value) stops the tick with exit 2 before any submit."""
+    from test_quotas import _clients
+
+    ledger, _, clock = cloud_rig
+    answers: list = []
+
+    class QuotaCloud(FakeCloud):
+        def quota_clients(self, attempts=None):
+            return answers[-1][:2]
+
+    cloud = QuotaCloud(ledger)
+    answers.append(_clients({"ml.trn1.2xlarge for training job usage": ("L-11111111", 1)}))
+    at(clock, utc(2026, 1, 5, 3, 0, 30))
+    report = schedules.Scheduler(load(tmp_path), cloud, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    [progress] = report.progress
+    assert len(cloud.jobs) == 1 and progress.waiting_reason.startswith("waiting for quota: ml.trn1.2xlarge")
+    assert any("quota: ml.trn1.2xlarge: needs 1 instances" in note for note in report.notes)
+
+    answers.append(_clients({}, defaults={"ml.trn1.2xlarge for training job usage": ("L-11111111", 0)}))
+    at(clock, utc(2026, 1, 6, 3, 0, 30))
+    fresh = QuotaCloud(ledger)
+    with pytest.raises(InputError) as refused:
+        schedules.Scheduler(load(tmp_path), fresh, ledger, clock=clock, sleep=clock.sleep).evaluate()
+    assert refused.value.exit_code == 2 and "L-11111111" in refused.value.message
+    assert fresh.jobs == {}
+
+
 def test_a_tick_is_submitted_once_across_restarts(tmp_path, cloud_rig):
     ledger, cloud, clock = cloud_rig
     sweep = load(tmp_path)

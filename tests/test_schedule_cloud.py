@@ -157,6 +157,26 @@ def interpreter(moto_server, monkeypatch):
     off()
 
 
+def _quotas(monkeypatch, applied: dict[str, float], defaults: dict[str, float] | None = None, *, moto: bool = True):
+    """The deploy's quota clients: a Service Quotas answering as the real one does (applied
+    values and defaults apart, tests/quota_fake.py; moto implements no ListServiceQuotas) and,
+    with `moto`, moto's SageMaker for the training jobs in progress (else none: in use unknown).
+    Returns the fake."""
+    import boto3
+    from quota_fake import quota, service_quotas
+
+    from orchestrator import quotas
+
+    fake = service_quotas({"sagemaker": [quota(n, f"L-{i:08d}", v) for i, (n, v) in enumerate(applied.items())]},
+                          {"sagemaker": [quota(n, f"L-9{i:07d}", v) for i, (n, v) in enumerate((defaults or {}).items())]})
+    monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: (
+        fake.client, boto3.client("sagemaker", region_name=region) if moto else None))
+    return fake
+
+
+TRN1_2XL = "ml.trn1.2xlarge for training job usage"
+
+
 def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloudformation,
                                         moto_change_set_outputs, tmp_path, monkeypatch, capsys):
     import boto3
@@ -169,8 +189,10 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     bucket = plan.trials[0].prepared.source_uri.split("/")[2]
     boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
 
-    deployed = CliRunner().invoke(app, ["schedule", "deploy", str(NIGHTLY)])
+    fake = _quotas(monkeypatch, {TRN1_2XL: 3})
+    deployed = CliRunner().invoke(app, ["schedule", "deploy", str(NIGHTLY), "--yes"])
     assert deployed.exit_code == 0, deployed.output
+    assert ("ListServiceQuotas", "sagemaker") in fake.calls  # admitted by quota before anything was uploaded
     assert "deployed stack" in deployed.output and "add: Schedule (AWS::Scheduler::Schedule)" in deployed.output
     stack = cloud_stack.stack_name(plan)
 
@@ -216,7 +238,7 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     changed = tmp_path / "nightly.yaml"
     changed.write_text(NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", f"base: {NIGHTLY.parent}/vit-trn1-2xlarge.yaml")
                        .replace("concurrency: 3", "concurrency: 2").replace('cron: "0 3 * * *"', 'cron: "30 4 * * 1-5"'))
-    again = CliRunner().invoke(app, ["schedule", "deploy", str(changed)])
+    again = CliRunner().invoke(app, ["schedule", "deploy", str(changed), "--yes"])
     assert again.exit_code == 0, again.output
     assert "modify: StateMachine" in again.output and "modify: Schedule" in again.output
     assert f"deployed stack {stack} in {region} (update)" in again.output
@@ -242,7 +264,7 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
 
     assert len(roles()) == 2
 
-    removed = CliRunner().invoke(app, ["schedule", "remove", stack, "--region", region])
+    removed = CliRunner().invoke(app, ["schedule", "remove", stack, "--region", region, "--yes"])
     assert removed.exit_code == 0, removed.output
     assert boto3.client("scheduler", region_name=region).list_schedules()["Schedules"] == []
     assert sfn.list_state_machines()["stateMachines"] == []
@@ -251,6 +273,55 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
         StackStatusFilter=["CREATE_COMPLETE", "UPDATE_COMPLETE"])["StackSummaries"] == []
     # The jobs the run started are untouched.
     assert {j["TrainingJobName"] for j in client.list_training_jobs()["TrainingJobSummaries"]} == made
+
+
+def test_moto_deploy_asks_and_off_a_terminal_deploys_nothing(nightly, interpreter, scheduler_in_cloudformation,
+                                                             moto_change_set_outputs, monkeypatch, capsys):
+    """`schedule deploy` commits money: it shows the plan, the monthly worst case and the
+    stack's changes, then asks, as `infra deploy` does. Off a terminal without --yes: exit 2,
+    the change set deleted, no archive uploaded, no stack made. `schedule remove` asks too."""
+    import boto3
+    from cli_harness import run_cli
+
+    loaded, plan = nightly
+    region = loaded.base_spec.region
+    bucket = plan.trials[0].prepared.source_uri.split("/")[2]
+    s3 = boto3.client("s3", region_name=region)
+    s3.create_bucket(Bucket=bucket)
+    _quotas(monkeypatch, {TRN1_2XL: 3})
+    monkeypatch.setattr("sys.stdin", open("/dev/null"))
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "deploy", str(NIGHTLY))
+    assert code == 2 and "pass --yes" in err and "nothing was uploaded or deployed" in err
+    assert "a month" in out and "add: StateMachine (AWS::StepFunctions::StateMachine)" in out
+    assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+    cfn = boto3.client("cloudformation", region_name=region)
+    # The change set is gone and no resource was made (the CREATE change set's empty stack is
+    # deleted by `infra.deploy.discard`; moto keeps its REVIEW_IN_PROGRESS shell listed).
+    made = [s["StackStatus"] for s in cfn.list_stacks()["StackSummaries"] if s["StackName"] == cloud_stack.stack_name(plan)]
+    assert not [status for status in made if status.endswith("_COMPLETE") and status != "DELETE_COMPLETE"]
+    assert boto3.client("stepfunctions", region_name=region).list_state_machines()["stateMachines"] == []
+    assert run_cli(monkeypatch, capsys, "schedule", "deploy", str(NIGHTLY), "--yes")[0] == 0
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(NIGHTLY))
+    assert code == 2 and "nothing was removed" in err and "would be deleted" in out
+    assert "CREATE_COMPLETE" in [d.status for d in cloud.deployed(region)]  # still there (moto also lists the declined shell)
+
+
+def test_deploy_refuses_a_job_its_quota_cannot_pass_before_any_call(nightly, monkeypatch):
+    """The cloud schedule admits through the sweeps' admission: every job a run may make must
+    pass its quota (here the default, 0, with no applied value): exit 2 naming the quota and
+    its code, before a change set is made or an archive uploaded."""
+    from orchestrator.backends import sagemaker
+    from orchestrator.infra import deploy as infra_deploy
+
+    _, plan = nightly
+    _quotas(monkeypatch, {}, {TRN1_2XL: 0}, moto=False)
+    monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", lambda *a, **k: pytest.fail("a client was made"))
+    monkeypatch.setattr(infra_deploy, "plan_change_set", lambda *a, **k: pytest.fail("a change set was made"))
+    with pytest.raises(InputError) as refused:
+        cloud.deploy(plan, "us-east-1", clients={"cloudformation": object()})
+    assert refused.value.exit_code == 2
+    assert f'"{TRN1_2XL}" (L-90000000) is 0' in refused.value.message and "(the AWS default)" in refused.value.message
+    assert "request-service-quota-increase --service-code sagemaker --quota-code L-90000000" in refused.value.hint
 
 
 def test_the_schedules_policies_pass_parliament(nightly):
@@ -303,7 +374,7 @@ def _wide(tmp_path, trials: int, max_retries: int):
 
 
 def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
-                                               moto_change_set_outputs):
+                                               moto_change_set_outputs, monkeypatch):
     """Sixty trials with two retries each (180 requests) once made a template far over
     CloudFormation's 51,200-byte TemplateBody (CreateChangeSet API reference); the definition
     now travels as an S3 object (DefinitionS3Location) within Step Functions' 1 MB."""
@@ -331,6 +402,7 @@ def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, 
     region = plan.sweep.base_spec.region
     bucket = plan.trials[0].prepared.source_uri.split("/")[2]
     boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
+    _quotas(monkeypatch, {"ml.trn1.2xlarge for training job usage": 60})
     cloud.deploy(plan, region, sleep=lambda s: None)
     sfn = boto3.client("stepfunctions", region_name=region)
     [machine] = sfn.list_state_machines()["stateMachines"]

@@ -208,8 +208,8 @@ def submit(
                                "request, through the image's start script and the bootstrap, against the local "
                                "store, as job <name>-<hash>-local (the local backend; no AWS call)."),
     quota_check_: bool = typer.Option(True, "--quota-check/--no-quota-check", help="Read the account's Service "
-                                      "Quotas first and exit 2 when the job fits no instance type's quota "
-                                      "(SageMaker, Batch)."),
+                                      "Quotas first and exit 2 when any instance type it may run on falls short "
+                                      "of its quota (SageMaker checks every preference; Batch)."),
 ) -> None:
     """Submit a job: doctor, budget and quota checks, then the spec's backend. Prints the job name.
 

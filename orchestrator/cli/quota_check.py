@@ -1,5 +1,6 @@
 """The quota check of `doctor --quotas`, `plan --quotas` and `submit` (`orchestrator.quotas`):
-print each way of running the job against its quota, and exit 2 when none fits."""
+print each way of running the job against its quota, and exit 2 when any falls short (SageMaker
+checks every type of a preference list); and the sweeps' admission said (`sweep.admission`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from orchestrator.cli.output import err
 
 def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, backend=None) -> list:
     """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
-    raise InputError (exit 2) when the job fits no instance type's quota. Returns the verdicts
+    raise InputError (exit 2) when any instance type it may run on falls short of its quota. Returns the verdicts
     (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
     the endpoint refuses to give (no servicequotas grant in an older stack, an endpoint without
     the API) are said and skipped, not the submit's failure; the clients are then the submitting
@@ -48,46 +49,13 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
     return verdicts
 
 
-def _quota_clients(router, definition):
-    """The quota clients of the sweep's first backend that has quotas (`Backend.quota_clients`,
-    tried once), or None."""
-    for name in definition.backends:
-        clients = router.get(name).quota_clients(attempts=1)
-        if clients is not None:
-            return clients
-    return None
-
-
 def sweep_admission(definition, router, say: Callable[[str], None] = err):
-    """The `sweep.admission.Admission` of a saved sweep from the account's quotas (read-only
-    calls, tried once, through the sweep's cloud `backend`), or None when none could be read
-    (said) or its backends have none (`router`: the sweep's `sweep.Router`). InputError (exit 2) before any submit when a trial fits no
-    instance type's quota: it would wait forever."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    """The `sweep.admission.Admission` of a saved sweep (`admission.for_sweep`, the one
+    admission of every path), each quota's line said; None when none applies or none could be
+    read (said). InputError (exit 2) before any submit when a trial cannot pass its quota."""
+    from orchestrator.sweep import admission
 
-    from orchestrator import aws, quotas
-    from orchestrator.errors import InputError
-    from orchestrator.sweep.admission import Admission
-
-    specs = [t.spec for t in definition.trials]
-    if not any(quotas.needs(s) for s in specs):
-        return None
-    try:
-        clients = _quota_clients(router, definition)
-        if clients is None:
-            return None
-        quota_client, sagemaker_client = clients
-        per_trial = quotas.sweep_verdicts(specs, quota_client, sagemaker_client)
-    except (BotoCoreError, ClientError) as exc:
-        why = aws.describe(exc) or f"{type(exc).__name__}: {exc}"
-        say(f"quota: not read ({why}); trials are submitted without admission by quota")
-        return None
-    for trial, verdicts in zip(definition.trials, per_trial, strict=True):
-        try:
-            quotas.require_fit(verdicts, definition.region)
-        except InputError as exc:
-            raise InputError(f"trial {trial.trial_id}: {exc.message}", hint=exc.hint) from None
-    flat = [v for verdicts in per_trial for v in verdicts]
-    for verdict in {v.need.quota_name: v for v in flat}.values():
-        say(f"quota: {verdict.describe()}")
-    return Admission.from_verdicts(flat)
+    found, lines = admission.for_sweep(definition, router)
+    for line in lines:
+        say(f"quota: {line}")
+    return found

@@ -169,11 +169,30 @@ def schedule_plan(path: Path = typer.Argument(..., help="Sweep spec YAML with a 
         out(line)
 
 
+YES_OPTION = typer.Option(False, "--yes", "-y", help="Go ahead without asking (for scripts).")
+
+
+def _ask(question: str, yes: bool, refused: str) -> bool:
+    """True when the user (or --yes) agrees. No terminal to answer (a script without --yes) or
+    Ctrl-C: InputError (exit 2) saying `refused`, as `infra deploy` does."""
+    from orchestrator.errors import InputError
+
+    if yes:
+        return True
+    try:
+        return typer.confirm(question, default=False)
+    except typer.Abort:
+        raise InputError(f"no answer to the confirmation; {refused}", hint="pass --yes to go ahead without asking") from None
+
+
 @app.command("deploy")
-def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule.")) -> None:
+def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with a schedule."),
+                    yes: bool = YES_OPTION) -> None:
     """Deploy the schedule to AWS (EventBridge Scheduler starting a Step Functions state machine):
-    it then runs with this machine off. Shows the plan and the stack's changes; a re-deploy of a
-    changed sweep updates it in place. Exit 2 when a run would pass the sweep's budget."""
+    it then runs with this machine off. Shows the plan, the monthly worst case and the stack's
+    changes, then asks (as `infra deploy` does; --yes for scripts; off a terminal without
+    --yes: exit 2, nothing deployed). A re-deploy of a changed sweep updates it in place. Exit 2
+    when a run would pass the sweep's budget, or a job it may make cannot pass its quota."""
     from datetime import datetime, timezone
 
     from orchestrator.schedule import cloud, cloud_stack
@@ -182,15 +201,25 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
     for line in cloud_stack.describe(planned, datetime.now(timezone.utc)):
         out(line)
     region = planned.sweep.base_spec.region
-    change, outputs = cloud.deploy(planned, region,
+
+    def confirm(change) -> bool:
+        out(f"stack {change.stack_name} in {region} ({change.kind.lower()}) would change:")
+        for c in change.changes:
+            out(f"  {c.action.lower()}: {c.logical_id} ({c.resource_type})"
+                + (f", replacement {c.replacement}" if c.replacement else ""))
+        if not change.changes:
+            out("  no resource changes (parameters or outputs only)")
+        return _ask("Deploy this schedule? It starts paid jobs on its cron until removed", yes,
+                    "the change set was deleted, nothing was uploaded or deployed")
+
+    change, outputs = cloud.deploy(planned, region, confirm=confirm, on_note=lambda line: err(f"quota: {line}"),
                                    on_event=lambda e: out(f"  {e.logical_id} {e.resource_type}: {e.status}"
                                                           + (f" ({e.reason})" if e.reason else "")))
     if change.nothing_to_do:
         out(f"stack {change.stack_name} is already this schedule: nothing changed")
+    elif outputs is None:
+        out("not deployed; the change set was deleted")
     else:
-        for c in change.changes:
-            out(f"{c.action.lower()}: {c.logical_id} ({c.resource_type})"
-                + (f", replacement {c.replacement}" if c.replacement else ""))
         out(f"deployed stack {change.stack_name} in {region} ({change.kind.lower()})")
 
 
@@ -219,8 +248,10 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
 def schedule_remove(
     target: str = typer.Argument(..., help="Sweep spec YAML with a schedule, or a stack name `schedule list` shows."),
     region: str = typer.Option(None, "--region", help="AWS region (default: the sweep's, or the profile's)."),
+    yes: bool = YES_OPTION,
 ) -> None:
-    """Remove a deployed schedule: its schedule, state machine, roles and queue. Jobs it started
+    """Remove a deployed schedule: its schedule, state machine, roles and queue, after asking
+    (--yes for scripts; off a terminal without --yes: exit 2, nothing removed). Jobs it started
     keep running (they are not the stack's)."""
     from orchestrator.region import default_region
     from orchestrator.schedule import cloud, cloud_stack
@@ -230,5 +261,12 @@ def schedule_remove(
         stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
     else:
         stack, where = target, default_region(region)
-    cloud.remove(stack, where)
+    def confirm() -> bool:
+        out(f"stack {stack} in {where}: its schedule, state machine, roles and queue would be deleted (jobs it "
+            "started keep running)")
+        return _ask(f"Remove schedule stack {stack}?", yes, "nothing was removed")
+
+    if not cloud.remove(stack, where, confirm=confirm):
+        out("not removed")
+        return
     out(f"removed stack {stack} from {where}")

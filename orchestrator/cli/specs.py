@@ -34,7 +34,7 @@ def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
 def doctor(
     path: Path = typer.Argument(..., help="Job spec YAML."),
     quotas: bool = typer.Option(False, "--quotas", help="Also read the account's Service Quotas for each instance "
-                                "type the job may run on (read-only AWS calls): exit 2 when it fits none."),
+                                "type the job may run on (read-only AWS calls): exit 2 when any falls short."),
 ) -> None:
     """Run the Neuron-aware rules on a job spec. Exit 2 when any finding is an error."""
     from orchestrator import doctor as doctor_rules
@@ -61,7 +61,7 @@ def plan(
     read_stores: bool = typer.Option(False, "--forecast", help="Also read an s3:// output and compile cache "
                                      "for the forecast (the local store is always read)."),
     quotas: bool = typer.Option(False, "--quotas", help="Also read the account's Service Quotas for each instance "
-                                "type the job may run on (read-only AWS calls): exit 2 when it fits none."),
+                                "type the job may run on (read-only AWS calls): exit 2 when any falls short."),
 ) -> None:
     """Show the exact request that submit sends (CreateTrainingJob; SubmitJob for batch), its
     cost bound, and a forecast: what the compile cache holds for the job's key, and the

@@ -297,6 +297,11 @@ class SweepDisplay:
             self.last_line = now
 
 
+def _plan_backends(loaded) -> list[str]:
+    """Every backend a sweep's variants name (the base spec's first)."""
+    return list(dict.fromkeys([loaded.base_spec.backend, *[v["backend"] for v in loaded.variants if "backend" in v]]))
+
+
 def sweep_backend(definition, ledger):
     """The backends a saved sweep's trials run on (its definition says which, and where), each
     made when first needed (`sweep.Router`)."""
@@ -381,12 +386,17 @@ def sweep_run(
     from orchestrator import spec
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
+    from orchestrator.sweep import admission
 
     loaded = spec.load_sweep(path)
     _say_if_nothing_varies(loaded)
-    planned = sweeps.plan(loaded)
-    sweeps.check_budget(planned)
     ledger = Ledger()
+    # Planned without the failover types whose quota a trial cannot pass (said).
+    planned, notes = admission.plan_within_quotas(
+        loaded, sweeps.Router.create(_plan_backends(loaded), region=loaded.base_spec.region, ledger=ledger))
+    for note in notes:
+        err(f"quota: {note}")
+    sweeps.check_budget(planned)
     definition = sweeps.save(planned, ledger)
     err(f"sweep {definition.sweep_id}: {len(planned.trials)} trials, {plan_summary(planned)[0]}")
     if detach and not sweeps.Runner(definition, None, ledger).has_work():

@@ -26,6 +26,7 @@ from orchestrator.doctor import (
     keep_alive,
     model,
     precompile,
+    undocumented,
 )
 from orchestrator.doctor.finding import ORDER, Finding, Severity
 from orchestrator.errors import Problem, SpecError
@@ -83,6 +84,7 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, pr
     findings += model.training(spec)
     findings += precompile.precompile(spec)
     findings += keep_alive.check(spec)
+    findings += undocumented.check(spec)
     return sorted(findings, key=lambda f: ORDER[f.severity])
 
 

@@ -1,7 +1,10 @@
 """Deploying, listing and removing schedules kept in the cloud (`schedule deploy/list/remove`).
 
 Contract:
-- `deploy(plan, region)` uploads the source archive of every job a run may make (each trial's
+- `deploy(plan, region, confirm=...)` first admits every job a run may make by quota
+  (`sweep.admission.for_attempts`: exit 2 before any upload when one cannot pass its quota),
+  computes the change set and asks `confirm(change)`; declined, the change set is deleted and
+  nothing is uploaded. Then it uploads the source archive of every job a run may make (each trial's
   first, retry and failover attempts, `attempts`) to its content-addressed URI (the backend's
   own upload, `CloudBackend.upload_source`) and the state machine's definition beside them
   (`upload_definition`, the template's DefinitionS3Location), then creates or updates the
@@ -42,8 +45,12 @@ class Deployed:
 
 
 def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
-           clients: dict | None = None):
-    """Upload the archives and deploy the stack; returns (change set plan, outputs)."""
+           clients: dict | None = None, confirm: Callable = lambda change: True,
+           on_note: Callable[[str], None] = lambda line: None):
+    """Admit by quota, plan the change set, ask `confirm(change)`, then upload the archives and
+    execute it; returns (change set plan, outputs), outputs None when `confirm` said no (the
+    change set is then deleted and nothing is uploaded or changed). `on_note`: the quota
+    lines (`sweep.admission.for_attempts`)."""
     from orchestrator import aws_contract
     from orchestrator.backends.sagemaker import SageMakerBackend
     from orchestrator.infra import deploy as infra_deploy
@@ -58,16 +65,39 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
         hint=f"the template names the roles' resources of the {len(plan.trials)} trials; schedule fewer trials per "
              "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
     clients = clients or {}
-    backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
-    for graph in attempts.of_plan(plan).values():
-        for attempt in graph:  # every job a run may make: its first, each retry's and failover's
-            backend.upload_source(attempt.prepared)
-    upload_definition(backend.s3, plan)
+    graphs = attempts.of_plan(plan)
+    for line in _admit(plan, graphs, region, clients):
+        on_note(line)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
     change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
                                   description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
+    if not change.nothing_to_do and not confirm(change):
+        infra_deploy.discard(cfn, change)
+        return change, None
+    backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
+    for graph in graphs.values():
+        for attempt in graph:  # every job a run may make: its first, each retry's and failover's
+            backend.upload_source(attempt.prepared)
+    upload_definition(backend.s3, plan)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs
+
+
+def _admit(plan, graphs: dict, region: str, clients: dict) -> list[str]:
+    """The quota admission of every job a run may make (`sweep.admission.for_attempts`, the one
+    admission of every path): InputError (exit 2) before anything is uploaded when one cannot
+    pass its quota; quotas the endpoint refuses to give are said and skipped, as submit's."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from orchestrator import aws, quotas
+    from orchestrator.sweep import admission
+
+    try:
+        found = clients.get("quotas") or quotas.clients(region, attempts=1)
+        return admission.for_attempts(plan, graphs, found)
+    except (BotoCoreError, ClientError) as exc:
+        return [f"quotas not read ({aws.describe(exc) or f'{type(exc).__name__}: {exc}'}); deploying without "
+                "the quota check"]
 
 
 def upload_definition(s3, plan) -> str:
@@ -128,8 +158,10 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
 
 
 def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Callable[[float], None] = time.sleep,
-           timeout_s: float = 900.0, clock: Callable[[], float] = time.monotonic) -> None:
-    """Delete a schedule stack and wait until it is gone (BackendError if it fails to)."""
+           timeout_s: float = 900.0, clock: Callable[[], float] = time.monotonic,
+           confirm: Callable[[], bool] = lambda: True) -> bool:
+    """Delete a schedule stack, once it is found and `confirm()` agrees, and wait until it is
+    gone (BackendError if it fails to). False when `confirm` said no (nothing deleted)."""
     from orchestrator.infra.cloudformation import describe_stack, make_client, translate
 
     if not stack.startswith(cloud_stack.STACK_PREFIX):
@@ -139,6 +171,8 @@ def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Calla
     existing = describe_stack(cfn, stack)
     if existing is None:
         raise InputError(f"no schedule stack {stack!r} in {region}", hint="`schedule list` shows them")
+    if not confirm():
+        return False
     try:
         cfn.delete_stack(StackName=existing["StackId"])
     except Exception as exc:  # noqa: BLE001 - translated
@@ -148,7 +182,7 @@ def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Calla
         current = describe_stack(cfn, existing["StackId"])
         status = None if current is None else current["StackStatus"]
         if status in (None, "DELETE_COMPLETE"):
-            return
+            return True
         if status == "DELETE_FAILED":
             raise BackendError(f"stack {stack} could not be deleted: {current.get('StackStatusReason')}",
                                hint=f"look at its events: aws cloudformation describe-stack-events --stack-name {stack}")

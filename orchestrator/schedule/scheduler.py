@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from orchestrator import sweep as sweeps
 from orchestrator.schedule import cron
 from orchestrator.schedule.cron import next_fires, require_schedule
+from orchestrator.sweep import admission
 
 if TYPE_CHECKING:
     from orchestrator.backends import Backend
@@ -109,6 +110,7 @@ class Scheduler:
         self.key = schedule_key(sweep)
         # What the scheduler is at, in words, for a user who interrupts it.
         self.doing = "starting"
+        self._admissions: dict[str, admission.Admission | None] = {}
 
     def state(self) -> dict:
         value = self.ledger.get_value(self.key)
@@ -118,10 +120,16 @@ class Scheduler:
         """The tick sweeps the schedule still follows (from the ledger)."""
         return [str(sweep_id) for sweep_id in self.state().get("active", [])]
 
-    def _runner(self, sweep_id: str) -> sweeps.Runner:
+    def _runner(self, sweep_id: str, notes: list[str]) -> sweeps.Runner:
         definition = sweeps.load_definition(self.ledger, sweep_id)
+        if sweep_id not in self._admissions:
+            # The one admission of every path (`sweep.admission`), read once per tick sweep in
+            # this process: InputError (exit 2) before its first submit when a trial cannot
+            # pass its quota.
+            self._admissions[sweep_id], lines = admission.for_sweep(definition, self.backend)
+            notes += [f"{sweep_id}: quota: {line}" for line in lines]
         return sweeps.Runner(definition, self.backend, self.ledger, clock=self.clock, sleep=self.sleep,
-                             **self.runner_options)
+                             admission=self._admissions[sweep_id], **self.runner_options)
 
     def evaluate(self) -> TickReport:
         """One pass: submit due ticks, advance unfinished tick sweeps (see the module docstring)."""
@@ -140,7 +148,9 @@ class Scheduler:
         history = list(state.get("ticks", []))
         for tick in found.submit:
             self.doing = f"submitting the tick of {tick:%Y-%m-%d %H:%M} UTC"
-            planned = sweeps.plan(self.sweep, tick=tick)
+            # Planned without the failover types whose quota a trial cannot pass (said).
+            planned, said = admission.plan_within_quotas(self.sweep, self.backend, tick=tick)
+            report.notes += said
             sweeps.check_budget(planned)
             sweep_id = planned.sweep_id
             try:
@@ -166,7 +176,7 @@ class Scheduler:
             self.doing = f"following tick sweep {sweep_id}"
             try:
                 with sweeps.runner_lock(sweep_id):
-                    progress = self._runner(sweep_id).step()
+                    progress = self._runner(sweep_id, report.notes).step()
             except sweeps.RunnerBusy:
                 report.busy.append(sweep_id)
                 still.append(sweep_id)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -150,14 +150,17 @@ def platform_failover(spec: JobSpec, chain: tuple[str, ...]) -> doctor.Diagnosis
 
 
 def plan(sweep: SweepSpec, *, tick: datetime | None = None,
-         progress: Callable[[int, int], None] | None = None) -> Plan:
+         progress: Callable[[int, int], None] | None = None, leave_out: Mapping[str, str] | None = None) -> Plan:
     """Expand, doctor-check and prepare every trial (see the module docstring).
-    `progress(done, total)` is called after each trial (the CLI's progress bar)."""
+    `progress(done, total)` is called after each trial (the CLI's progress bar). `leave_out`:
+    failover type -> why no trial fails over to it (`admission.plan_within_quotas`: its quota
+    would refuse the job), each said as a plan warning."""
     with sourcedir.same_sources():  # every trial's archive from one look at the package's files
-        return _plan(sweep, tick, progress)
+        return _plan(sweep, tick, progress, dict(leave_out or {}))
 
 
-def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int], None] | None) -> Plan:
+def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int], None] | None,
+          leave_out: dict[str, str]) -> Plan:
     trials, duplicates = expand(sweep)
     ident = identity(sweep.sweep, trials, tick)
     where_of = {i: w for i, (_, w) in enumerate(points(sweep))} if sweep.grid or sweep.random or sweep.variants else {}
@@ -176,6 +179,11 @@ def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int]
         label = f"trial {trial.index} {trial.trial_id} ({describe_overrides(trial.overrides)})"
         bad: list[Problem] = []
         chain = failover_chain(sweep, trial.spec)
+        for itype in chain[1:]:
+            if itype in leave_out:
+                warnings.setdefault(f"quota: failover type {itype} left out: {leave_out[itype]}", []).append(
+                    trial.trial_id)
+        chain = tuple(t for t in chain if t == chain[0] or t not in leave_out)
         source: JobSpec | doctor.Diagnosis = trial.spec
         listed = platform_failover(trial.spec, chain)
         if listed is not None:
@@ -221,7 +229,7 @@ def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int]
             continue
         planned.append(PlannedTrial(trial, name, prepared, tuple(kept), tuple(chain_usd), sweep.max_retries))
     for i, fallback in enumerate(sweep.failover.get("instance.type", [])):
-        if mixed and fallback not in fits and trials:
+        if mixed and fallback not in fits and fallback not in leave_out and trials:
             failing += 1
             file, line, col = sweep.locate("failover", "instance.type", str(i))
             problems.append(Problem(file, line, col, "failover.instance.type",

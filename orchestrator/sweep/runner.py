@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from orchestrator import cost, request
+from orchestrator import cost, quotas, request
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Entry, Ledger
@@ -106,6 +106,7 @@ class Runner(History):
         # `sweep.admission.Admission`: jobs beyond the account's quota wait instead of failing.
         self.admission = admission
         self.quota_wait: str | None = None
+        self._quota_needs: dict[str, list] = {}
         self._noted_elsewhere = False
         self._adopted_remote = False
 
@@ -470,14 +471,14 @@ class Runner(History):
                 adopted.add(entry.job_name)
         self._last_elsewhere = len(elsewhere - adopted)
         self.quota_wait = None
-        held = [e.request for e in latest if e.status in IN_FLIGHT]  # and what this round submits
+        held = [self._needs(e) for e in latest if e.status in IN_FLIGHT]  # and what this round submits
         for entry in latest:
             if entry.status != Status.PLANNED or entry.job_name in adopted:
                 continue
             if room <= 0 or self.backing_off() or self.stop_requested():
                 return
             if self.admission is not None:
-                why = self.admission.why_not(entry.request, held)
+                why = self.admission.why_not(self._needs(entry), held)
                 if why is not None:
                     # Not submitted to fail: it waits for this sweep's jobs on that type to end.
                     if self.quota_wait != why:
@@ -487,7 +488,19 @@ class Runner(History):
             if self._submit(entry, reconcile=False):
                 room -= 1
                 self._acted += 1
-                held.append(entry.request)
+                held.append(self._needs(entry))
+
+    def _needs(self, entry: Entry) -> list:
+        """What the job of `entry` asks of the account's quotas (`quotas.needs` of the spec of
+        its attempt), for the admission; kept per job name."""
+        if self.admission is None:
+            return []
+        found = self._quota_needs.get(entry.job_name)
+        if found is None:
+            trial = self.trials.get(entry.trial_id or "")
+            found = [] if trial is None else quotas.needs(self.attempt_spec(trial, entry))
+            self._quota_needs[entry.job_name] = found
+        return found
 
     def _submit(self, entry: Entry, *, reconcile: bool) -> bool:
         trial = self.trials[entry.trial_id or ""]
