@@ -100,6 +100,9 @@ class Runner(History):
         self._waiting_reason: str | None = None
         self._events: list[str] = []
         self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
+        # Job name -> its backend: this sweep's jobs in progress that the one listing of each
+        # shared backend found (`_elsewhere`); None until that listing is made.
+        self._listed: dict[str, Backend] | None = None
         self._last_elsewhere = 0
         self._acted = 0
         self._event_count = 0
@@ -414,26 +417,53 @@ class Runner(History):
                 self._event(f"{name}: {target} in {where} (submitted from another machine or home); adopted")
 
     def _elsewhere(self, own: set[str]) -> set[str]:
-        """Names of this sweep's jobs in progress that this ledger does not count in flight."""
+        """Names of this sweep's jobs in progress that this ledger does not count in flight.
+
+        Each shared backend's list of the sweep's jobs in progress is asked once per runner
+        (ListTrainingJobs pages through every job of the account in the worst case, so a
+        list per round would grow with the square of the sweep); later rounds ask only about
+        the jobs that list found and that are still running (one describe each). A job
+        another machine creates later is adopted when this runner reaches its planned row
+        (the submit asks for the name before creating it), and a runner started later
+        lists this one's jobs at its start."""
         if not self.count_elsewhere or self.backends is None:
             return set()
-        # Only a shared backend has jobs another machine may have started; each is asked.
-        owner: dict[str, Backend] = {}
-        for backend in self.backends.shared(self.d.backends):
-            for name in backend.job_names(self.ident.job_prefix, in_flight=True):
-                owner.setdefault(name, backend)
-        known = {e.job_name for e in self.ledger.entries(sweep_id=self.d.sweep_id)}
+        if self._listed is None:
+            # Only a shared backend has jobs another machine may have started; each is asked.
+            owner: dict[str, Backend] = {}
+            for backend in self.backends.shared(self.d.backends):
+                for name in backend.job_names(self.ident.job_prefix, in_flight=True):
+                    owner.setdefault(name, backend)
+            self._listed = owner
+            fresh = True
+        else:
+            fresh = False
+        known = {e.job_name: e for e in self.ledger.entries(sweep_id=self.d.sweep_id)}
         out = set()
-        for name in set(owner) - own:
-            if not self.ident.owns(name):
+        for name, backend in list(self._listed.items()):
+            if name in own or not self.ident.owns(name):
                 continue
-            if name not in known and name not in self._foreign:
+            entry = known.get(name)
+            if entry is not None and entry.status not in (Status.PLANNED,):
+                self._listed.pop(name)  # this ledger follows it (or it ended) from here on
+                continue
+            if not fresh:
                 try:
-                    tags = owner[name].status(name).tags
+                    seen = backend.describe(name)
+                except (BackendError, InputError):
+                    if entry is not None or self._foreign.get(name):
+                        out.add(name)  # not known to have ended: still counted
+                    continue
+                if seen is None or seen.terminal:
+                    self._listed.pop(name)
+                    continue
+            if entry is None and name not in self._foreign:
+                try:
+                    tags = backend.status(name).tags
                 except (BackendError, InputError):
                     continue
                 self._foreign[name] = tags.get(TAG_SWEEP) == self.d.sweep_id
-            if name in known or self._foreign.get(name):
+            if entry is not None or self._foreign.get(name):
                 out.add(name)
         return out
 
@@ -451,6 +481,10 @@ class Runner(History):
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
         own = {e.job_name for e in latest if e.status in IN_FLIGHT}
+        if not any(e.status == Status.PLANNED for e in latest) or len(own) >= self.d.concurrency:
+            # Nothing to submit, or no room whatever runs elsewhere: nothing to ask.
+            self.quota_wait = None
+            return
         try:
             elsewhere = self._elsewhere(own)
         except BackendError as exc:
