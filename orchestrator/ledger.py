@@ -27,6 +27,10 @@ from orchestrator.errors import BackendError, InputError
 from orchestrator.lifecycle import RECORDED, Status
 from orchestrator.paths import home
 
+# The ledger's format, in SQLite's user_version: 0 before it was kept, 2 since the `account`
+# column. A column added later is added in place (`_open`), and the version bumped with it.
+LEDGER_SCHEMA = 2
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_name   TEXT PRIMARY KEY,
@@ -41,7 +45,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     detail     TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    locations  TEXT
+    locations  TEXT,
+    account    TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep_id, trial_id);
 CREATE TABLE IF NOT EXISTS kv (
@@ -68,6 +73,9 @@ class Entry:
     # Where the job's objects go (`locations.Locations.to_json`), as it was prepared; None for a
     # row written before the ledger kept them.
     locations: dict | None = None
+    # The AWS account (STS GetCallerIdentity) whose credentials were in use when the job was
+    # about to be created; None for a local job, a row not submitted yet, or an older row.
+    account: str | None = None
 
 
 class Ledger:
@@ -173,9 +181,13 @@ class Ledger:
                     for statement in _SCHEMA.strip().split(";"):
                         if statement.strip():
                             self._db.execute(statement)
-                    if "locations" not in self._job_columns():
-                        # A ledger from before the column: added in place (SQLite keeps the rows).
-                        self._db.execute("ALTER TABLE jobs ADD COLUMN locations TEXT")
+                    columns = self._job_columns()
+                    for column in ("locations", "account"):
+                        if column not in columns:
+                            # A ledger from before the column: added in place (SQLite keeps the rows).
+                            self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+                    if self._db.execute("PRAGMA user_version").fetchone()[0] < LEDGER_SCHEMA:
+                        self._db.execute(f"PRAGMA user_version={LEDGER_SCHEMA}")
             except BaseException:
                 self._db.close()
                 raise
@@ -184,9 +196,11 @@ class Ledger:
         return {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
 
     def _columns(self) -> str:
-        """The SELECT list of an `Entry` (a read-only ledger from before `locations` reads None)."""
+        """The SELECT list of an `Entry` (a read-only ledger from before `locations` or `account`
+        reads None for it)."""
         if self._select is None:
-            self._select = _COLUMNS if "locations" in self._job_columns() else _COLUMNS.replace(", locations", ", NULL")
+            present = self._job_columns()
+            self._select = ", ".join(c if c in present else "NULL" for c in _COLUMNS.split(", "))
         return self._select
 
     def _use_wal(self) -> None:
@@ -298,6 +312,13 @@ class Ledger:
             return cur.rowcount > 0
         return False
 
+    def set_account(self, job_name: str, account: str) -> None:
+        """Record the AWS account a job is created in, once (a row that has one keeps it)."""
+        if not self.writable:
+            return
+        with self._unless_read_only(), self._tx() as db:
+            db.execute("UPDATE jobs SET account=? WHERE job_name=? AND account IS NULL", (account, job_name))
+
     def get(self, job_name: str) -> Entry | None:
         with self._translated():
             row = self._db.execute(f"SELECT {self._columns()} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
@@ -338,12 +359,12 @@ class Ledger:
 
 
 _COLUMNS = ("job_name, backend, region, spec_hash, state, request, sweep_id, trial_id, attempt, detail,"
-            " created_at, updated_at, locations")
+            " created_at, updated_at, locations, account")
 
 
 def _entry(row: tuple) -> Entry:
     return Entry(row[0], row[1], row[2], row[3], Status(row[4]), json.loads(row[5]), row[6], row[7], row[8], row[9],
-                 row[10], row[11], json.loads(row[12]) if row[12] else None)
+                 row[10], row[11], json.loads(row[12]) if row[12] else None, row[13])
 
 
 # SQLite's primary result codes (the low byte of an extended code) that are about the file.

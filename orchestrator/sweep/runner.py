@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from orchestrator import cost, request
+from orchestrator.accounts import OtherAccount
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Entry, Ledger
@@ -187,6 +188,9 @@ class Runner(History):
                 if submit_error_kind(exc) in WAIT_KINDS:
                     self._backoff(f"status of {latest.job_name}: {exc.message}", "status", exc)
                     return
+                self._halt(exc)
+            except OtherAccount as exc:
+                # Not lost: the credentials are another account's. Nothing is marked or created.
                 self._halt(exc)
             except UnknownJob as exc:
                 # The job the ledger says exists is gone (deleted account data, wrong region):
