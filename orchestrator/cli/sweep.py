@@ -12,6 +12,7 @@ import typer
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
 from orchestrator.cli.output import err, out, plain, screen_width, shared_widths, table_text
+from orchestrator.errors import OrchestratorError
 from orchestrator.lifecycle import Status
 
 app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
@@ -276,8 +277,9 @@ class SweepDisplay:
         if self.live is not None:
             self.live.update(self.render(progress))
             return
-        fresh = min(progress.event_count - self.printed, len(progress.events))
-        for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
+        # Every event, once: a log (this, or --detach's) may not summarise.
+        fresh = len(progress.new_events)
+        for line in progress.new_events:
             out(line)
         first = self.rounds == 0
         self.rounds += 1
@@ -347,6 +349,10 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
                     with sigterm.armed() as go:
                         if go:
                             final = runner.run()
+            except OrchestratorError:
+                for line in runner.unreported:  # the stopping round's events, before its error
+                    out(line)
+                raise
             except KeyboardInterrupt:
                 err(f"interrupted; continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
                     "(jobs already submitted keep running)")

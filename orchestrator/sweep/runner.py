@@ -59,6 +59,8 @@ class SweepProgress:
     done: bool
     stopped: bool = False
     event_count: int = 0  # events so far in this process; `events` holds the last 20
+    # Every event since the previous step's progress, none left out: what a log prints.
+    new_events: tuple[str, ...] = ()
 
     @property
     def failed(self) -> int:
@@ -99,7 +101,8 @@ class Runner(History):
         self._streaks: dict[str, int] = {}
         self._not_before = 0.0
         self._waiting_reason: str | None = None
-        self._events: list[str] = []
+        self._events: list[str] = []  # the last 20, for a live view
+        self._fresh: list[str] = []  # every event since the last step's progress (`new_events`)
         self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
         # Job name -> its backend: this sweep's jobs in progress that the one listing of each
         # shared backend found (`_elsewhere`); None until that listing is made.
@@ -112,12 +115,15 @@ class Runner(History):
         self.quota_wait: str | None = None
         self._noted_elsewhere = False
         self._adopted_remote = False
+        # The events of a round that ended in an error (the run stops): the CLI prints them.
+        self.unreported: tuple[str, ...] = ()
 
 
     def _event(self, text: str) -> None:
         stamp = datetime.fromtimestamp(self.clock(), timezone.utc).strftime("%H:%M:%S")
         self._events.append(f"{stamp} {text}")
         del self._events[:-20]
+        self._fresh.append(f"{stamp} {text}")
         self._event_count += 1
 
     def _prepare(self, trial: TrialDef, entry: Entry) -> request.Prepared:
@@ -562,14 +568,27 @@ class Runner(History):
         self._last_elsewhere = 0
         self._acted = 0
         if self.stop_requested():
-            return self.progress(stopped=True)
-        self.adopt_remote()
-        self.reopen_stopped()
-        self.note_completed_elsewhere()
-        self.refresh()
-        self.plan_retries()
-        self.submit_ready()
-        return self.progress()
+            return self._told(self.progress(stopped=True))
+        try:
+            self.adopt_remote()
+            self.reopen_stopped()
+            self.note_completed_elsewhere()
+            self.refresh()
+            self.plan_retries()
+            self.submit_ready()
+        except OrchestratorError:
+            # The run stops on this error; what the round did before it is not lost to the log.
+            self.unreported = tuple(self._fresh)
+            self._fresh.clear()
+            raise
+        return self._told(self.progress())
+
+    def _told(self, progress: SweepProgress) -> SweepProgress:
+        """`progress` with every event since the previous step (`new_events`)."""
+        fresh, self._fresh = tuple(self._fresh), []
+        from dataclasses import replace
+
+        return replace(progress, new_events=fresh)
 
     def progress(self, stopped: bool = False) -> SweepProgress:
         views = self.views()
