@@ -170,10 +170,14 @@ class Ledger:
 
             raise InputError(f"{self.path}: cannot create the ledger's folder: {exc.strerror or exc}",
                              hint=write_hint(exc, "point ORCHESTRATOR_HOME at a folder you can write to")) from exc
+        new = not self.path.exists()
         with self._translated():
             self._db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
             try:
+                if new and self.path.exists():
+                    # Private before anything is in it; SQLite gives its -wal and -shm the same mode.
+                    os.chmod(self.path, 0o600)
                 self._use_wal()
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
