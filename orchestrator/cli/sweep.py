@@ -469,8 +469,9 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     if refresh:
         runner.refresh()
     views = runner.views()
+    holder = sweeps.runner_state(ledger, definition.sweep_id)
     if as_json:
-        out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
+        out(json.dumps({"sweep_id": definition.sweep_id, "runner": holder, "trials": [{
             "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
             "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.status, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
@@ -492,6 +493,22 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
+    out(_runner_line(definition.sweep_id, holder, runner.has_work()))
+
+
+def _runner_line(sweep_id: str, holder: dict, has_work: bool) -> str:
+    """Whether a runner holds the sweep (pid, host, alive) and, when none does, how to go on."""
+    who = f"pid {holder['pid']} on {holder['host']}" if holder["pid"] is not None else None
+    resume = f"`python -m orchestrator sweep resume {sweep_id}` continues it"
+    if holder["alive"]:
+        return f"runner: {who or 'a process of this machine'}, running"
+    if holder["alive"] is None:
+        return (f"runner: last {who}, on another host: this machine cannot tell whether it still runs"
+                + (f"; if it does not, {resume}" if has_work else ""))
+    if not has_work:
+        return "runner: none (nothing left to run)"
+    ended = f" ({who} has exited)" if who else ""
+    return f"runner: none{ended}; jobs already submitted keep running, and {resume}"
 
 
 @app.command("stop")

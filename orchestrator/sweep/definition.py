@@ -32,6 +32,7 @@ from orchestrator.names import Identity
 from orchestrator.spec import JobSpec, load_sweep
 from orchestrator.sweep.expand import identify
 from orchestrator.sweep.plan import Plan
+from orchestrator.processes import process_alive
 from orchestrator.sweep.process import RunnerBusy, runner_lock
 
 # The newest schema this version reads and writes; it reads every schema in READABLE_SCHEMAS.
@@ -304,3 +305,21 @@ def runner_pid(ledger: Ledger, sweep_id: str) -> int | None:
     if isinstance(info, dict) and info.get("host") == os.uname().nodename and isinstance(info.get("pid"), int):
         return info["pid"]
     return None
+
+
+def runner_state(ledger: Ledger, sweep_id: str) -> dict:
+    """Who runs the sweep, for `sweep status`: {"pid", "host", "alive"} of the last runner the
+    ledger recorded (pid and host None when none was), "alive" True or False when this
+    machine can tell (the runner ran here: its lock is held, or not), None when it cannot
+    (the runner ran on another host). Reads only."""
+    from orchestrator.sweep.process import lock_held
+
+    info = ledger.get_value(key(sweep_id, "runner"))
+    info = info if isinstance(info, dict) else {}
+    pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+    host = info.get("host") if isinstance(info.get("host"), str) else None
+    alive: bool | None = None
+    if host is None or host == os.uname().nodename:
+        held = lock_held(sweep_id)
+        alive = held if held is not None else (pid is not None and process_alive(pid))
+    return {"pid": pid, "host": host, "alive": alive}
