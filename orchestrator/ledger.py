@@ -56,6 +56,18 @@ CREATE TABLE IF NOT EXISTS kv (
 """
 
 
+class NewerLedger(InputError):
+    """The ledger was written by a newer orchestrator (its user_version is above
+    LEDGER_SCHEMA): it is not written by this one (exit 2); a read-only command reads it."""
+
+    def __init__(self, path: Path, version: int):
+        super().__init__(f"{path}: the ledger is in format {version}, written by a newer orchestrator; this one "
+                         f"knows formats up to {LEDGER_SCHEMA} and does not write to it",
+                         hint="upgrade this orchestrator (pip install -U, or the checkout that wrote it); read "
+                              "commands (status, sweep status) still show what it holds")
+        self.version = version
+
+
 @dataclass(frozen=True)
 class Entry:
     job_name: str
@@ -106,6 +118,10 @@ class Ledger:
                                   "empty ledger, or point ORCHESTRATOR_HOME at another folder")
         try:
             self._open()
+        except NewerLedger as exc:
+            if not read_only:
+                raise
+            self._open_for_reading(exc)  # its rows read as this version knows them
         except InputError as exc:
             if not read_only or not isinstance(exc.__cause__, (sqlite3.DatabaseError, OSError)):
                 raise
@@ -190,7 +206,10 @@ class Ledger:
                         if column not in columns:
                             # A ledger from before the column: added in place (SQLite keeps the rows).
                             self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
-                    if self._db.execute("PRAGMA user_version").fetchone()[0] < LEDGER_SCHEMA:
+                    version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                    if version > LEDGER_SCHEMA:
+                        raise NewerLedger(self.path, version)
+                    if version < LEDGER_SCHEMA:
                         self._db.execute(f"PRAGMA user_version={LEDGER_SCHEMA}")
             except BaseException:
                 self._db.close()

@@ -39,6 +39,12 @@ from orchestrator.sweep.process import RunnerBusy, runner_lock
 # 1: one backend for the sweep (top-level "backend"); 2: each trial's "backend" may differ.
 DEFINITION_SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
+# The job spec's fields (`spec_fields`) that schema DEFINITION_SCHEMA's readers know, as a
+# digest. A saved trial carries its whole spec, and an earlier version refuses a field it does
+# not know ("Extra inputs are not permitted") instead of saying the sweep is newer: a change of
+# the spec's fields goes with a new schema number (READABLE_SCHEMAS keeps the older ones), so
+# an earlier version says "schema N: upgrade". tests/test_upgrade.py holds this to the spec.
+SPEC_FIELDS_DIGEST = "d9cd50c1132fdf0f"
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,28 @@ class Definition:
                    tuple(TrialDef(t.trial.index, t.trial.trial_id, t.trial.overrides, t.trial.spec, t.chain)
                          for t in planned.trials),
                    str(sweep.path.resolve()) if sweep.path else None)
+
+
+def spec_fields() -> list[str]:
+    """The job spec's field paths ("instance.type", ...), sorted, and their digest's input."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def paths(model, prefix: str) -> set[str]:
+        found = set()
+        for name, field in model.model_fields.items():
+            found.add(prefix + name)
+            stack = [field.annotation]
+            while stack:
+                kind = stack.pop()
+                if isinstance(kind, type) and issubclass(kind, BaseModel):
+                    found |= paths(kind, f"{prefix}{name}.")
+                else:
+                    stack.extend(typing.get_args(kind))
+        return found
+
+    return sorted(paths(JobSpec, ""))
 
 
 def key(sweep_id: str, what: str = "") -> str:
