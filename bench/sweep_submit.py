@@ -274,7 +274,7 @@ def held(workdir: Path, trials: int, rounds: int, concurrency: int) -> dict:
         backend = backends.create("sagemaker", region="us-east-1", ledger=ledger)
         backend.sm.list_training_jobs(MaxResults=1)  # warm-up, not counted
         now = [1_800_000_000.0]
-        runner = cls(definition, backend, ledger, poll_seconds=30, clock=lambda: now[0], sleep=lambda s: None,
+        runner = cls(definition, backend, ledger, poll_seconds=30, clock=lambda now=now: now[0], sleep=lambda s: None,
                      prepared=planned.prepared())
         jobs = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs
         age: dict[str, int] = {}

@@ -29,10 +29,10 @@ from orchestrator import names
 from orchestrator.errors import InputError, SpecError
 from orchestrator.ledger import Ledger
 from orchestrator.names import Identity
+from orchestrator.processes import process_alive
 from orchestrator.spec import JobSpec, load_sweep
 from orchestrator.sweep.expand import identify
 from orchestrator.sweep.plan import Plan
-from orchestrator.processes import process_alive
 from orchestrator.sweep.process import RunnerBusy, runner_lock
 
 # The newest schema this version reads and writes; it reads every schema in READABLE_SCHEMAS.
