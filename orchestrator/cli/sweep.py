@@ -415,10 +415,15 @@ def sweep_resume(
     target: str = typer.Argument(..., help="Sweep id, name or YAML."),
     poll: float | None = POLL_OPTION,
     ready_fd: int | None = typer.Option(None, "--ready-fd", hidden=True, help="(internal: sweep run --detach)"),
+    retry_failed: bool = typer.Option(False, "--retry-failed",
+                                      help="Also run again, as new attempts (-rN), trials that failed for a reason "
+                                           "outside the job (store, infrastructure, capacity), within the budget."),
 ) -> None:
     """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
     then run on. Trials that `sweep stop` cancelled before submission are submitted under their
-    own names; jobs it stopped in flight are submitted again as new attempts (-rN)."""
+    own names; jobs it stopped in flight are submitted again as new attempts (-rN). With
+    --retry-failed, trials that failed for a reason outside the job run again too (a job's
+    own error does not)."""
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
@@ -432,6 +437,11 @@ def sweep_resume(
         raise
     if note:
         err(note)
+    if retry_failed:
+        with sweeps.runner_lock(definition.sweep_id):
+            again = sweeps.Runner(definition, None, ledger).rerun_failed()
+        out(f"sweep {definition.sweep_id}: {len(again)} failed trial(s) to run again" + (
+            f": {', '.join(again)}" if again else " (none failed outside the job)"))
     drive(definition, ledger, poll, ready_fd=ready_fd)
 
 

@@ -33,6 +33,7 @@ from orchestrator.sweep.failures import (
     WAIT_KINDS,
     attempt_tag,
     budget_refused_reason,
+    outside_the_job,
     submit_error_kind,
 )
 from orchestrator.sweep.remote import Remote
@@ -277,6 +278,36 @@ class Runner(Remote):
             self._plan_attempt(trial, name, attempt, prepared)
             how = f"failing over to {instance_type}" if failover else "retrying"
             self._event(f"{trial.trial_id}: {how} as {name} after: {reason}")
+
+    def rerun_failed(self) -> list[str]:
+        """`sweep resume --retry-failed`: plan the next attempt (-rN, same instance type) of each
+        trial whose latest job failed for a reason outside the job (`outside_the_job`: the
+        store, the infrastructure, capacity), even past `max_retries`, within the budget.
+        Returns the names planned; a trial the budget refuses keeps its failure and a
+        "[budget]" detail that says why."""
+        rows = self.rows()
+        spent = self.spent_bound(rows) if self.d.budget_usd is not None else None
+        planned = []
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history or history[-1].status != Status.FAILED or not outside_the_job(history[-1].detail):
+                continue
+            latest = history[-1]
+            instance_type = self.attempt_info(trial, latest)["instance_type"]
+            if spent is not None:
+                usd = cost.estimate(self.retry_spec(trial, instance_type)).usd_max
+                if spent + usd > self.d.budget_usd:
+                    self._event(f"{trial.trial_id}: not rerun (budget): {self.budget_hint()}")
+                    continue
+                spent += usd
+            attempt = latest.attempt + 1
+            name = self.ident.job_name(trial.trial_id, attempt)
+            prepared = self._prepare_attempt(trial, name, attempt,
+                                             {"instance_type": instance_type, "failover": False, "resumed": True})
+            self._plan_attempt(trial, name, attempt, prepared)
+            self._event(f"{trial.trial_id}: rerunning as {name} (--retry-failed) after: {latest.detail}")
+            planned.append(name)
+        return planned
 
     def _stopped_before_submission(self, entry: Entry) -> bool | None:
         """Whether `sweep stop` cancelled this row before its job was created (True), or
