@@ -31,9 +31,9 @@ def home() -> Path:
     try:
         if not path.is_dir():
             # Private: the ledger and job files hold requests, and a request may hold a secret
-            # (`environment:`). Folders above it are made as the umask says.
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.mkdir(mode=0o700)
+            # (`environment:`). Folders above it are made as the umask says (mkdir's `mode` is
+            # the last folder's only).
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(path, 0o700)
     except FileExistsError:
         what = "is a file, not a folder" if path.is_file() else "exists and is not a folder"
