@@ -266,7 +266,8 @@ class Ledger:
             yield
         except InputError as exc:
             code = getattr(exc.__cause__, "sqlite_errorcode", None)
-            if not self._may_read_only or code is None or (code & 0xFF) not in (3, 8, 14, 23):
+            # 13: SQLITE_FULL: a read command on a full disk records nothing, as on a read-only one.
+            if not self._may_read_only or code is None or (code & 0xFF) not in (3, 8, 13, 14, 23):
                 raise
             self.writable = False
 

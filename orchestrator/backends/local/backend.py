@@ -417,7 +417,12 @@ class LocalBackend:
         for host in (data.get("hosts") or {}).values():
             kill_tree(host.get("pgid"), signal.SIGKILL)
         data = self._orphaned(job_name, data)
-        write_json(self.job_dir(job_name) / STATUS_FILE, data)
+        try:
+            write_json(self.job_dir(job_name) / STATUS_FILE, data)
+        except OSError:
+            # A read (`status`) on a full disk or a read-only home: the orphan is reported as
+            # such, and marked by the next command that can write.
+            pass
         return data
 
     def _orphaned(self, job_name: str, data: dict) -> dict:
