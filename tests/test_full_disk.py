@@ -61,3 +61,28 @@ def test_a_read_only_ledger_on_a_full_disk_records_nothing(orch_home, monkeypatc
     monkeypatch.setattr(reader, "_db", FullDisk(reader._db))
     reader.put_value("x", 2)  # nothing recorded, no error
     assert not reader.writable and reader.get_value("kept") == 1
+
+
+def test_status_shows_no_output_that_was_never_written(orch_home, tmp_path, fake_train):
+    """Issue 33, item 6: status.json names the model's place from the lay-out on; a store that
+    could not be written leaves nothing there, and status must not show it."""
+    prepared = prepared_for(make_spec(tmp_path))
+    clock = {"now": 1_000_000.0}
+    backend = LocalBackend(clock=lambda: clock["now"])
+    job_dir = backend.job_dir(prepared.job_name)
+    job_dir.mkdir(parents=True)
+    local_layout.lay_out(prepared, job_dir, ledger=backend.ledger.path, python=backend.python, now=clock["now"])
+    data = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
+    named = data["output_uri"]
+    assert named.startswith("file://") and named.endswith("/model.tar.gz")
+    (job_dir / local_layout.STATUS_FILE).write_text(json.dumps({**data, "state": "completed", "ended": clock["now"]}))
+    assert backend.status(prepared.job_name).output_uri is None
+    from urllib.parse import unquote, urlsplit
+
+    model = unquote(urlsplit(named).path)
+    import os
+
+    os.makedirs(os.path.dirname(model), exist_ok=True)
+    with open(model, "wb") as f:
+        f.write(b"model")
+    assert backend.status(prepared.job_name).output_uri == named

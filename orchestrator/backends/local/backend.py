@@ -397,7 +397,7 @@ class LocalBackend:
             training_seconds=int(data["ended"] - data["started"]) if data.get("ended") and data.get("started") else None,
             instance_type=data.get("instance_type"), instance_count=data.get("instance_count"), spot=False,
             created=data.get("created"), started=data.get("started"), ended=data.get("ended"),
-            output_uri=data.get("output_uri"), tags=dict(data.get("tags") or {}),
+            output_uri=_written(data.get("output_uri")), tags=dict(data.get("tags") or {}),
         )
 
     def _supervisor_alive(self, job_name: str, data: dict) -> bool:
@@ -557,3 +557,15 @@ class LocalBackend:
                 pass
         else:
             self._mark_orphaned(job_name, self._read_status(job_name))
+
+
+def _written(uri: str | None) -> str | None:
+    """`uri` when the output is there to be shown: the job's status.json names the model's
+    place from the start, and a store that could not be written (or a job that ended before
+    its upload) leaves nothing there. A file:// output is looked at; another is shown as named."""
+    if not uri or not uri.startswith("file://"):
+        return uri
+    from urllib.parse import unquote, urlsplit
+
+    return uri if Path(unquote(urlsplit(uri).path)).exists() else None
+
