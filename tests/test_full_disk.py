@@ -86,3 +86,44 @@ def test_status_shows_no_output_that_was_never_written(orch_home, tmp_path, fake
     with open(model, "wb") as f:
         f.write(b"model")
     assert backend.status(prepared.job_name).output_uri == named
+
+
+def test_a_supervisor_that_dies_names_its_cause(tmp_path, monkeypatch):
+    from orchestrator.backends.local import supervisor
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / local_layout.STATUS_FILE).write_text(json.dumps({"state": "running"}))
+
+    def dies(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(supervisor.Supervisor, "run", dies)
+    monkeypatch.setattr(supervisor.Supervisor, "__init__", lambda self, job_dir: None)
+    assert supervisor.main([str(job_dir)]) == 1
+    reason = json.loads((job_dir / local_layout.STATUS_FILE).read_text())["failure_reason"]
+    assert "No space left on device" in reason and reason.startswith("InternalServerError")
+
+
+def test_an_orphan_on_a_full_disk_says_the_disk_is_full(orch_home, tmp_path, fake_train, monkeypatch):
+    import os
+
+    prepared = prepared_for(make_spec(tmp_path))
+    clock = {"now": 1_000_000.0}
+    backend = LocalBackend(clock=lambda: clock["now"])
+    job_dir = backend.job_dir(prepared.job_name)
+    job_dir.mkdir(parents=True)
+    local_layout.lay_out(prepared, job_dir, ledger=backend.ledger.path, python=backend.python, now=clock["now"])
+    clock["now"] += local_layout.START_GRACE_S + 1
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, st):
+            self._st = st
+
+        def __getattr__(self, name):
+            return 0 if name == "f_bavail" else getattr(self._st, name)
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Full(real(path)))
+    reason = backend.describe(prepared.job_name).failure_reason
+    assert "disk that holds its folder is full (No space left on device)" in reason

@@ -435,7 +435,8 @@ class LocalBackend:
                 "output_uri": None,
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
-                f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
+                f"exited without finishing the job{_disk_note(self.job_dir(job_name))}; see "
+                f"{self.job_dir(job_name) / SUPERVISOR_LOG}"}
 
     def _record(self, status: JobStatus) -> None:
         entry = self.ledger.get(status.job_name)
@@ -568,4 +569,14 @@ def _written(uri: str | None) -> str | None:
     from urllib.parse import unquote, urlsplit
 
     return uri if Path(unquote(urlsplit(uri).path)).exists() else None
+
+
+def _disk_note(job_dir: Path) -> str:
+    """", its disk is full (...)" when the file system that holds the job has no block left
+    for this user: the likely cause, which a supervisor that died of it could not log."""
+    try:
+        full = os.statvfs(job_dir).f_bavail == 0
+    except (OSError, AttributeError):
+        return ""
+    return ": the disk that holds its folder is full (No space left on device)" if full else ""
 
