@@ -22,9 +22,20 @@ prepared requests handed over (what `sweep run` does) and a second, identical sw
 runner prepares every request again (what `sweep resume` in a fresh process does), each
 submitted to an emptied server.
 
+With `--held-rounds H`, instead: the calls a sweep makes while its jobs stay in flight for
+H rounds each, at a concurrency of `--concurrency` (default 100), for the whole sweep. Jobs
+are held InProgress by setting the status of moto's job objects between rounds (moto
+completes a job at once); the runner's clock advances by SageMaker's poll interval per
+round. The two ways compared in one run, each on an emptied server: "per_round_listing"
+(the runner as it was: each round lists the sweep's jobs in progress, and every describe
+asks ListTags too) and "current" (the one listing per runner and the tags asked once per
+job). Prints calls per trial of ListTrainingJobs, DescribeTrainingJob and ListTags, and the
+CPU seconds of the round loop (process time, the server's included).
+
 Prints one JSON object.
 
     PYTHONPATH=. .venv/bin/python bench/sweep_submit.py [--trials 200]
+    PYTHONPATH=. .venv/bin/python bench/sweep_submit.py --trials 2000 --held-rounds 6
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ max_run_minutes: 30
 GRID_POINTS = 8
 
 
-def sweep_text(name: str, trials: int) -> str:
+def sweep_text(name: str, trials: int, concurrency: int | None = None) -> str:
     if trials % GRID_POINTS:
         raise SystemExit(f"--trials must be a multiple of {GRID_POINTS}")
     return f"""\
@@ -74,7 +85,7 @@ random:
   seed: 0
   params:
     training.optimizer.lr: {{loguniform: [1.0e-5, 1.0e-3]}}
-concurrency: {trials}
+concurrency: {concurrency or trials}
 """
 
 
@@ -139,6 +150,9 @@ def reset_server(bucket: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--held-rounds", type=int, default=0,
+                        help="measure the calls of a whole sweep whose jobs stay in flight this many rounds")
+    parser.add_argument("--concurrency", type=int, default=100, help="with --held-rounds: the sweep's concurrency")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
@@ -157,7 +171,10 @@ def main() -> None:
     try:
         host, port = server.get_host_and_port()
         os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
-        result = run(workdir, args.trials)
+        if args.held_rounds:
+            result = held(workdir, args.trials, args.held_rounds, args.concurrency)
+        else:
+            result = run(workdir, args.trials)
     finally:
         server.stop()
     print(json.dumps(result))
@@ -214,6 +231,83 @@ def run(workdir: Path, trials: int) -> dict:
         "states_after_refresh": dict(states),
         "python": sys.version.split()[0],
     }
+
+
+def held(workdir: Path, trials: int, rounds: int, concurrency: int) -> dict:
+    """Both ways of a whole sweep whose jobs each stay InProgress for `rounds` rounds."""
+    import boto3
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sagemaker.models import sagemaker_backends
+
+    from orchestrator import backends, spec
+    from orchestrator import sweep as sweeps
+    from orchestrator.ledger import Ledger
+    from orchestrator.lifecycle import IN_FLIGHT
+
+    (workdir / "base.yaml").write_text(BASE)
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    ledger = Ledger()
+    timer = BotocoreTimer()
+    out: dict = {"trials": trials, "held_rounds": rounds, "concurrency": concurrency}
+
+    class PerRoundListing(sweeps.Runner):
+        """The runner as it was: the sweep's jobs in progress listed on every round, and
+        ListTags with every DescribeTrainingJob."""
+
+        def step(self):
+            for backend in self.backends.shared(self.d.backends):
+                backend._tag_cache.clear()
+            return super().step()
+
+        def submit_ready(self):
+            if not self.backing_off():
+                self._listed = None  # listed again, whether or not there is room
+                rows = self.rows()
+                self._elsewhere({h[-1].job_name for h in rows.values() if h[-1].status in IN_FLIGHT})
+            super().submit_ready()
+
+    for way, cls in (("per_round_listing", PerRoundListing), ("current", sweeps.Runner)):
+        reset_server(BUCKET)
+        (workdir / f"{way}.yaml").write_text(sweep_text(way.replace("_", "-"), trials, concurrency))
+        planned = sweeps.plan(spec.load_sweep(workdir / f"{way}.yaml"))
+        definition = sweeps.save(planned, ledger)
+        backend = backends.create("sagemaker", region="us-east-1", ledger=ledger)
+        backend.sm.list_training_jobs(MaxResults=1)  # warm-up, not counted
+        now = [1_800_000_000.0]
+        runner = cls(definition, backend, ledger, poll_seconds=30, clock=lambda now=now: now[0], sleep=lambda s: None,
+                     prepared=planned.prepared())
+        jobs = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs
+        age: dict[str, int] = {}
+        timer.reset()
+        cpu, wall, steps = time.process_time(), time.perf_counter(), 0
+        while True:
+            progress = runner.step()
+            steps += 1
+            if progress.done:
+                break
+            for name, job in jobs.items():  # every job created so far: one round older
+                age[name] = age.get(name, -1) + 1
+                job.training_job_status = "InProgress" if age[name] < rounds else "Completed"
+                job.secondary_status = "Training" if age[name] < rounds else "Completed"
+            now[0] += 30
+            if steps > 10 * (trials // concurrency + 2) * (rounds + 2):
+                raise SystemExit(f"{way}: the sweep did not end")
+        calls = timer.calls
+        out[way] = {
+            "rounds": steps, "cpu_s": round(time.process_time() - cpu, 2),
+            "wall_s": round(time.perf_counter() - wall, 2),
+            "calls": dict(sorted(calls.items())),
+            "per_trial": {op: round(calls[op] / trials, 3)
+                          for op in ("ListTrainingJobs", "DescribeTrainingJob", "ListTags")},
+        }
+        if Counter(v.status for v in runner.views()) != {"completed": trials}:
+            raise SystemExit(f"{way}: not every trial completed")
+    before, after = out["per_round_listing"], out["current"]
+    out["list_calls_ratio"] = round(before["calls"].get("ListTrainingJobs", 0)
+                                    / max(1, after["calls"].get("ListTrainingJobs", 0)), 1)
+    out["cpu_ratio"] = round(before["cpu_s"] / max(after["cpu_s"], 1e-9), 2)
+    out["python"] = sys.version.split()[0]
+    return out
 
 
 if __name__ == "__main__":

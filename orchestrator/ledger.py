@@ -27,6 +27,10 @@ from orchestrator.errors import BackendError, InputError
 from orchestrator.lifecycle import RECORDED, Status
 from orchestrator.paths import home
 
+# The ledger's format, in SQLite's user_version: 0 before it was kept, 2 since the `account`
+# column. A column added later is added in place (`_open`), and the version bumped with it.
+LEDGER_SCHEMA = 2
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_name   TEXT PRIMARY KEY,
@@ -41,7 +45,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     detail     TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    locations  TEXT
+    locations  TEXT,
+    account    TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_sweep ON jobs (sweep_id, trial_id);
 CREATE TABLE IF NOT EXISTS kv (
@@ -49,6 +54,18 @@ CREATE TABLE IF NOT EXISTS kv (
     value TEXT NOT NULL
 );
 """
+
+
+class NewerLedger(InputError):
+    """The ledger was written by a newer orchestrator (its user_version is above
+    LEDGER_SCHEMA): it is not written by this one (exit 2); a read-only command reads it."""
+
+    def __init__(self, path: Path, version: int):
+        super().__init__(f"{path}: the ledger is in format {version}, written by a newer orchestrator; this one "
+                         f"knows formats up to {LEDGER_SCHEMA} and does not write to it",
+                         hint="upgrade this orchestrator (pip install -U, or the checkout that wrote it); read "
+                              "commands (status, sweep status) still show what it holds")
+        self.version = version
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,9 @@ class Entry:
     # Where the job's objects go (`locations.Locations.to_json`), as it was prepared; None for a
     # row written before the ledger kept them.
     locations: dict | None = None
+    # The AWS account (STS GetCallerIdentity) whose credentials were in use when the job was
+    # about to be created; None for a local job, a row not submitted yet, or an older row.
+    account: str | None = None
 
 
 class Ledger:
@@ -98,6 +118,10 @@ class Ledger:
                                   "empty ledger, or point ORCHESTRATOR_HOME at another folder")
         try:
             self._open()
+        except NewerLedger as exc:
+            if not read_only:
+                raise
+            self._open_for_reading(exc)  # its rows read as this version knows them
         except InputError as exc:
             if not read_only or not isinstance(exc.__cause__, (sqlite3.DatabaseError, OSError)):
                 raise
@@ -162,10 +186,14 @@ class Ledger:
 
             raise InputError(f"{self.path}: cannot create the ledger's folder: {exc.strerror or exc}",
                              hint=write_hint(exc, "point ORCHESTRATOR_HOME at a folder you can write to")) from exc
+        new = not self.path.exists()
         with self._translated():
             self._db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
             try:
+                if new and self.path.exists():
+                    # Private before anything is in it; SQLite gives its -wal and -shm the same mode.
+                    os.chmod(self.path, 0o600)
                 self._use_wal()
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
@@ -173,9 +201,16 @@ class Ledger:
                     for statement in _SCHEMA.strip().split(";"):
                         if statement.strip():
                             self._db.execute(statement)
-                    if "locations" not in self._job_columns():
-                        # A ledger from before the column: added in place (SQLite keeps the rows).
-                        self._db.execute("ALTER TABLE jobs ADD COLUMN locations TEXT")
+                    columns = self._job_columns()
+                    for column in ("locations", "account"):
+                        if column not in columns:
+                            # A ledger from before the column: added in place (SQLite keeps the rows).
+                            self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT")
+                    version = self._db.execute("PRAGMA user_version").fetchone()[0]
+                    if version > LEDGER_SCHEMA:
+                        raise NewerLedger(self.path, version)
+                    if version < LEDGER_SCHEMA:
+                        self._db.execute(f"PRAGMA user_version={LEDGER_SCHEMA}")
             except BaseException:
                 self._db.close()
                 raise
@@ -184,9 +219,11 @@ class Ledger:
         return {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
 
     def _columns(self) -> str:
-        """The SELECT list of an `Entry` (a read-only ledger from before `locations` reads None)."""
+        """The SELECT list of an `Entry` (a read-only ledger from before `locations` or `account`
+        reads None for it)."""
         if self._select is None:
-            self._select = _COLUMNS if "locations" in self._job_columns() else _COLUMNS.replace(", locations", ", NULL")
+            present = self._job_columns()
+            self._select = ", ".join(c if c in present else "NULL" for c in _COLUMNS.split(", "))
         return self._select
 
     def _use_wal(self) -> None:
@@ -229,7 +266,8 @@ class Ledger:
             yield
         except InputError as exc:
             code = getattr(exc.__cause__, "sqlite_errorcode", None)
-            if not self._may_read_only or code is None or (code & 0xFF) not in (3, 8, 14, 23):
+            # 13: SQLITE_FULL: a read command on a full disk records nothing, as on a read-only one.
+            if not self._may_read_only or code is None or (code & 0xFF) not in (3, 8, 13, 14, 23):
                 raise
             self.writable = False
 
@@ -298,6 +336,13 @@ class Ledger:
             return cur.rowcount > 0
         return False
 
+    def set_account(self, job_name: str, account: str) -> None:
+        """Record the AWS account a job is created in, once (a row that has one keeps it)."""
+        if not self.writable:
+            return
+        with self._unless_read_only(), self._tx() as db:
+            db.execute("UPDATE jobs SET account=? WHERE job_name=? AND account IS NULL", (account, job_name))
+
     def get(self, job_name: str) -> Entry | None:
         with self._translated():
             row = self._db.execute(f"SELECT {self._columns()} FROM jobs WHERE job_name=?", (job_name,)).fetchone()
@@ -338,12 +383,12 @@ class Ledger:
 
 
 _COLUMNS = ("job_name, backend, region, spec_hash, state, request, sweep_id, trial_id, attempt, detail,"
-            " created_at, updated_at, locations")
+            " created_at, updated_at, locations, account")
 
 
 def _entry(row: tuple) -> Entry:
     return Entry(row[0], row[1], row[2], row[3], Status(row[4]), json.loads(row[5]), row[6], row[7], row[8], row[9],
-                 row[10], row[11], json.loads(row[12]) if row[12] else None)
+                 row[10], row[11], json.loads(row[12]) if row[12] else None, row[13])
 
 
 # SQLite's primary result codes (the low byte of an extended code) that are about the file.

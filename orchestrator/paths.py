@@ -29,7 +29,12 @@ def home() -> Path:
     label = f"ORCHESTRATOR_HOME={path}" if raw else f"{path} (the default ORCHESTRATOR_HOME)"
     hint = "point ORCHESTRATOR_HOME at a folder (it is created if missing)"
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if not path.is_dir():
+            # Private: the ledger and job files hold requests, and a request may hold a secret
+            # (`environment:`). Folders above it are made as the umask says (mkdir's `mode` is
+            # the last folder's only).
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(path, 0o700)
     except FileExistsError:
         what = "is a file, not a folder" if path.is_file() else "exists and is not a folder"
         raise InputError(f"{label} {what}", hint=hint) from None
@@ -52,8 +57,8 @@ def home_folder(name: str, *, create: bool = True, base: Path | None = None) -> 
     it when it cannot be one: something else is there under that name, or it cannot be created."""
     path = (home() if base is None else base) / name
     try:
-        if create:
-            path.mkdir(exist_ok=True)
+        if create and not path.is_dir():
+            path.mkdir(mode=0o700, exist_ok=True)
         elif not path.is_dir() and os.path.lexists(path):
             raise FileExistsError(path)
     except FileExistsError:

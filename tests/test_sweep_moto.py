@@ -210,3 +210,33 @@ def test_moto_cli_resume_continues_a_stopped_sweep(tmp_path, orch_home, bucket, 
     assert {n: states_now[n] for n in report.stopped_jobs} == {n: "stopped" for n in report.stopped_jobs}
     assert all(states_now[n] == "completed" for n in report.cancelled)
     assert all(states_now[n + "-r1"] == "completed" for n in report.stopped_jobs)
+
+
+def test_moto_rounds_ask_about_jobs_in_flight_not_the_whole_sweep(tmp_path, orch_home, bucket):
+    """Issue 33, item 4: jobs held in flight for many rounds. Each round describes the jobs in
+    flight (one DescribeTrainingJob each) and nothing else: the sweep's jobs are listed once
+    per runner (not once per round, which grew with the square of the sweep), and each job's
+    tags are asked once."""
+    from aws_calls import Calls
+
+    ledger = Ledger()
+    creates: Counter = Counter()
+    backend, sm = moto_backend(ledger, creates)
+    calls = Calls(sm._client)
+    text = "sweep: demo\nbase: base.yaml\ngrid:\n  training.batch_size: [8, 16, 32, 64]\nconcurrency: 2\n"
+    definition = sweeps.save(sweeps.plan(load(tmp_path, text)), ledger)
+    runner = sweeps.Runner(definition, backend, ledger, sleep=lambda s: None, poll_seconds=0)
+    held, rounds = 5, 0
+    age: Counter = Counter()
+    while not runner.step().done:
+        rounds += 1
+        for name in list(creates):
+            age[name] += 1
+            set_moto_status(name, "InProgress" if age[name] <= held else "Completed")
+        assert rounds < 40
+    assert len(creates) == 4 and set(states(runner).values()) == {"completed"}
+    assert rounds >= 2 * held  # two waves of two jobs, each held `held` rounds
+    assert len(calls.named("ListTrainingJobs")) <= 2  # adopt_remote's and the one for concurrency
+    assert len(calls.named("ListTags")) == 4  # once per job
+    # One describe per submit (is the name free?) and one per job per round in flight.
+    assert len(calls.named("DescribeTrainingJob")) <= 4 + 4 * (held + 1)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar
 
 from orchestrator import aws, aws_errors
-from orchestrator.backends import JobProgress, Submitted, progress_of
+from orchestrator.backends import JobProgress, Submitted, UnknownJob, progress_of
 from orchestrator.backends.cloud_errors import translate
 from orchestrator.errors import InputError
 
@@ -170,8 +170,31 @@ class CloudBackend:
         try:
             yield
         except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, operation=operation, job_name=job_name, region=self.region,
-                            instance_type=instance_type) from exc
+            error = translate(exc, operation=operation, job_name=job_name, region=self.region,
+                              instance_type=instance_type)
+            if isinstance(error, UnknownJob) and job_name:
+                self.check_account(job_name)  # not found because it is in another account?
+            raise error from exc
+
+    @property
+    def account(self) -> str | None:
+        """The AWS account of the credentials in use (`accounts.caller`, asked once)."""
+        if not hasattr(self, "_account"):
+            from orchestrator import accounts
+
+            self._account = accounts.caller(self.region)
+        return self._account
+
+    def check_account(self, job_name: str) -> None:
+        """OtherAccount (exit 2) when the ledger records `job_name` in another AWS account
+        than the credentials in use; nothing when either is unknown."""
+        from orchestrator.accounts import OtherAccount
+
+        entry = self.ledger.get(job_name)
+        if entry is None or not entry.account or entry.backend != self.name:
+            return
+        if self.account is not None and self.account != entry.account:
+            raise OtherAccount(job_name, entry.account, self.account, entry.region)
 
     # --- submit -------------------------------------------------------------------------------
 
@@ -189,8 +212,15 @@ class CloudBackend:
                              hint="change the spec's name so the job name differs")
         if entry.status not in ("planned", "submitting"):
             return Submitted(name, created=False)
+        # A row left in `submitting` under another account's credentials may name a job that
+        # exists there: never create it here (OtherAccount). The account is recorded before
+        # the create, so a crash between the two still knows where the job may be.
+        if entry.status == "submitting":
+            self.check_account(name)
         if entry.status == "planned":  # recorded ahead (a sweep), or refused earlier
             self.ledger.transition(name, "submitting", expect=("planned",))
+        if self.account is not None:
+            self.ledger.set_account(name, self.account)
         return None
 
     def _not_submitted(self, name: str, detail: str) -> None:

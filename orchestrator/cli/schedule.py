@@ -38,7 +38,7 @@ def _print_tick(report) -> None:
         out(f"{stamp} skipped {len(report.skipped)} missed tick(s) (catchup policy): "
              + ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in report.skipped[-5:]))
     for progress in report.progress:
-        for line in progress.events:
+        for line in progress.new_events:  # every event of the tick, none left out
             out(f"{stamp} {progress.sweep_id}: {line}")
         counts = ", ".join(f"{n} {state}" for state, n in sorted(progress.counts.items()))
         out(f"{stamp} {progress.sweep_id}: {counts}" + (" (done)" if progress.done else ""))

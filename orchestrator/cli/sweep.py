@@ -12,6 +12,7 @@ import typer
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
 from orchestrator.cli.output import err, out, plain, screen_width, shared_widths, table_text
+from orchestrator.errors import OrchestratorError
 from orchestrator.lifecycle import Status
 
 app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
@@ -276,8 +277,9 @@ class SweepDisplay:
         if self.live is not None:
             self.live.update(self.render(progress))
             return
-        fresh = min(progress.event_count - self.printed, len(progress.events))
-        for line in progress.events[len(progress.events) - fresh:] if fresh > 0 else ():
+        # Every event, once: a log (this, or --detach's) may not summarise.
+        fresh = len(progress.new_events)
+        for line in progress.new_events:
             out(line)
         first = self.rounds == 0
         self.rounds += 1
@@ -352,6 +354,10 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
                     with sigterm.armed() as go:
                         if go:
                             final = runner.run()
+            except OrchestratorError:
+                for line in runner.unreported:  # the stopping round's events, before its error
+                    out(line)
+                raise
             except KeyboardInterrupt:
                 err(f"interrupted; continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
                     "(jobs already submitted keep running)")
@@ -419,10 +425,15 @@ def sweep_resume(
     target: str = typer.Argument(..., help="Sweep id, name or YAML."),
     poll: float | None = POLL_OPTION,
     ready_fd: int | None = typer.Option(None, "--ready-fd", hidden=True, help="(internal: sweep run --detach)"),
+    retry_failed: bool = typer.Option(False, "--retry-failed",
+                                      help="Also run again, as new attempts (-rN), trials that failed for a reason "
+                                           "outside the job (store, infrastructure, capacity), within the budget."),
 ) -> None:
     """Continue a sweep after a crash, a closed laptop, --detach or `sweep stop`: reconcile,
     then run on. Trials that `sweep stop` cancelled before submission are submitted under their
-    own names; jobs it stopped in flight are submitted again as new attempts (-rN)."""
+    own names; jobs it stopped in flight are submitted again as new attempts (-rN). With
+    --retry-failed, trials that failed for a reason outside the job run again too (a job's
+    own error does not)."""
     from orchestrator import sweep as sweeps
     from orchestrator.ledger import Ledger
 
@@ -436,6 +447,11 @@ def sweep_resume(
         raise
     if note:
         err(note)
+    if retry_failed:
+        with sweeps.runner_lock(definition.sweep_id):
+            again = sweeps.Runner(definition, None, ledger).rerun_failed()
+        out(f"sweep {definition.sweep_id}: {len(again)} failed trial(s) to run again" + (
+            f": {', '.join(again)}" if again else " (none failed outside the job)"))
     drive(definition, ledger, poll, ready_fd=ready_fd)
 
 
@@ -473,8 +489,9 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     if refresh:
         runner.refresh()
     views = runner.views()
+    holder = sweeps.runner_state(ledger, definition.sweep_id)
     if as_json:
-        out(json.dumps({"sweep_id": definition.sweep_id, "trials": [{
+        out(json.dumps({"sweep_id": definition.sweep_id, "runner": holder, "trials": [{
             "trial_id": v.trial.trial_id, "index": v.trial.index, "overrides": v.trial.overrides,
             "job_name": v.job_name, "attempt": v.attempt, "backend": v.trial.backend, "state": v.status, "final": v.final,
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
@@ -496,6 +513,22 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
+    out(_runner_line(definition.sweep_id, holder, runner.has_work()))
+
+
+def _runner_line(sweep_id: str, holder: dict, has_work: bool) -> str:
+    """Whether a runner holds the sweep (pid, host, alive) and, when none does, how to go on."""
+    who = f"pid {holder['pid']} on {holder['host']}" if holder["pid"] is not None else None
+    resume = f"`python -m orchestrator sweep resume {sweep_id}` continues it"
+    if holder["alive"]:
+        return f"runner: {who or 'a process of this machine'}, running"
+    if holder["alive"] is None:
+        return (f"runner: last {who}, on another host: this machine cannot tell whether it still runs"
+                + (f"; if it does not, {resume}" if has_work else ""))
+    if not has_work:
+        return "runner: none (nothing left to run)"
+    ended = f" ({who} has exited)" if who else ""
+    return f"runner: none{ended}; jobs already submitted keep running, and {resume}"
 
 
 @app.command("stop")

@@ -79,6 +79,7 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, pr
     findings = backends.backend_class(spec.backend).rules(spec, target, estimate, priced)
     findings += instance.lnc(spec, target)
     findings += environment.lnc_env(spec, target)
+    findings += environment.secret_env(spec)
     findings += model.precision(spec, target)
     findings += model.model(spec)
     findings += model.training(spec)

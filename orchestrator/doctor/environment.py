@@ -1,9 +1,10 @@
 """Doctor rules about the container environment every backend's job gets: the LNC it sets
-(N006). SageMaker's limits on it (N023) and on tags (N029) are the sagemaker backend's rules,
+(N006), a value that looks like a secret (N076). SageMaker's limits on it (N023) and on tags (N029) are the sagemaker backend's rules,
 what a local process can receive (N031) the local backend's."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from orchestrator import catalog
@@ -37,3 +38,28 @@ def lnc_env(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     return out
 
 
+
+
+# A name part that says the value is a credential (MY_API_TOKEN, DB_PASSWORD, HF_KEY...).
+_SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|KEY|APIKEY|CREDENTIALS?)S?(_|$)|SECRET|PASSWORD|TOKEN",
+                          re.IGNORECASE)
+
+
+def secret_env(spec: JobSpec) -> list[Finding]:
+    """N076 (warning): an `environment:` name that looks like a secret. The value travels in
+    the request: SageMaker returns a job's Environment to anyone allowed DescribeTrainingJob
+    (botocore's DescribeTrainingJobResponse has the member `Environment`), and the
+    orchestrator keeps the request in the ledger and the job's files (the home is private,
+    0700, but a copy is a copy)."""
+    out = []
+    for name in sorted(spec.environment):
+        if _SECRET_NAME.search(name):
+            out.append(Finding(
+                "N076-secret-in-environment", "warning",
+                f"environment.{name} looks like a secret: its value is sent in the job's request, shown by "
+                "DescribeTrainingJob (and the console) to anyone who may describe the job, and kept in this "
+                "machine's ledger and job files",
+                "keep the secret in AWS Secrets Manager and have the training code read it at run time "
+                "(GetSecretValue, with secretsmanager:GetSecretValue on the job's role); pass only its name or "
+                "ARN in environment", f"environment.{name}"))
+    return out

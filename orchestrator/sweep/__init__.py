@@ -28,6 +28,7 @@ from orchestrator.sweep.definition import (
     reload_policy,
     request_stop,
     runner_pid,
+    runner_state,
     save,
     sweep_ids,
 )
@@ -60,6 +61,6 @@ __all__ = [
     "Definition", "History", "Plan", "PlannedTrial", "Router", "Runner", "RunnerBusy", "STOPPED_LEGACY", "SweepProgress",
     "StopReport", "Trial", "TrialDef", "TrialView", "check_budget", "clear_stop", "failure_kind", "completed_elsewhere",
     "expand", "identify", "load_definition", "lock_holder", "log_path", "plan", "record_runner", "reload_policy",
-    "request_stop", "find_sweep_id", "find_sweep", "runner_lock", "runner_pid", "sample", "save", "shown", "stop",
+    "request_stop", "find_sweep_id", "find_sweep", "runner_lock", "runner_pid", "runner_state", "sample", "save", "shown", "stop",
     "submit_error_kind", "sweep_ids", "WAIT_KINDS", "STOPPED_BEFORE_SUBMISSION", "STOPPED_IN_FLIGHT", "Sigterm", "spawn", "take_over", "tell",
 ]

@@ -29,6 +29,7 @@ from orchestrator import names
 from orchestrator.errors import InputError, SpecError
 from orchestrator.ledger import Ledger
 from orchestrator.names import Identity
+from orchestrator.processes import process_alive
 from orchestrator.spec import JobSpec, load_sweep
 from orchestrator.sweep.expand import identify
 from orchestrator.sweep.plan import Plan
@@ -38,6 +39,12 @@ from orchestrator.sweep.process import RunnerBusy, runner_lock
 # 1: one backend for the sweep (top-level "backend"); 2: each trial's "backend" may differ.
 DEFINITION_SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
+# The job spec's fields (`spec_fields`) that schema DEFINITION_SCHEMA's readers know, as a
+# digest. A saved trial carries its whole spec, and an earlier version refuses a field it does
+# not know ("Extra inputs are not permitted") instead of saying the sweep is newer: a change of
+# the spec's fields goes with a new schema number (READABLE_SCHEMAS keeps the older ones), so
+# an earlier version says "schema N: upgrade". tests/test_upgrade.py holds this to the spec.
+SPEC_FIELDS_DIGEST = "d9cd50c1132fdf0f"
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,28 @@ class Definition:
                    tuple(TrialDef(t.trial.index, t.trial.trial_id, t.trial.overrides, t.trial.spec, t.chain)
                          for t in planned.trials),
                    str(sweep.path.resolve()) if sweep.path else None)
+
+
+def spec_fields() -> list[str]:
+    """The job spec's field paths ("instance.type", ...), sorted, and their digest's input."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def paths(model, prefix: str) -> set[str]:
+        found = set()
+        for name, field in model.model_fields.items():
+            found.add(prefix + name)
+            stack = [field.annotation]
+            while stack:
+                kind = stack.pop()
+                if isinstance(kind, type) and issubclass(kind, BaseModel):
+                    found |= paths(kind, f"{prefix}{name}.")
+                else:
+                    stack.extend(typing.get_args(kind))
+        return found
+
+    return sorted(paths(JobSpec, ""))
 
 
 def key(sweep_id: str, what: str = "") -> str:
@@ -304,3 +333,21 @@ def runner_pid(ledger: Ledger, sweep_id: str) -> int | None:
     if isinstance(info, dict) and info.get("host") == os.uname().nodename and isinstance(info.get("pid"), int):
         return info["pid"]
     return None
+
+
+def runner_state(ledger: Ledger, sweep_id: str) -> dict:
+    """Who runs the sweep, for `sweep status`: {"pid", "host", "alive"} of the last runner the
+    ledger recorded (pid and host None when none was), "alive" True or False when this
+    machine can tell (the runner ran here: its lock is held, or not), None when it cannot
+    (the runner ran on another host). Reads only."""
+    from orchestrator.sweep.process import lock_held
+
+    info = ledger.get_value(key(sweep_id, "runner"))
+    info = info if isinstance(info, dict) else {}
+    pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+    host = info.get("host") if isinstance(info.get("host"), str) else None
+    alive: bool | None = None
+    if host is None or host == os.uname().nodename:
+        held = lock_held(sweep_id)
+        alive = held if held is not None else (pid is not None and process_alive(pid))
+    return {"pid": pid, "host": host, "alive": alive}

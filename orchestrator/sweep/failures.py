@@ -89,6 +89,25 @@ def failure_kind(detail: str | None) -> str:
 _BUDGET_REFUSAL = re.compile(r"^\[budget\] (.*?); a retry would take the sweep's cost bound to ", re.S)
 
 
+# A job's failure whose reason names its store or disk, not its code: the bucket gone or
+# refused, or no space left (the reason launch.py reports names the cause).
+_ENVIRONMENT_REASON = re.compile(r"NoSuchBucket|bucket does not exist|No space left on device|disk is full|"
+                                 r"\bS3\b.{0,80}(AccessDenied|Access Denied|Forbidden)", re.I | re.S)
+
+
+def outside_the_job(detail: str | None) -> bool:
+    """Whether a failure came from outside the job's own code (what `sweep resume
+    --retry-failed` runs again): one the runner decided (the create refused, the job lost, a
+    retry the budget refused: each "[kind] "-prefixed, `sweep stop`'s excepted), a retryable
+    kind (capacity, spot, internal), or a reason naming the store or the disk. A job's own
+    error (an algorithm error, a bad spec SageMaker reported) is not."""
+    text = detail or ""
+    found = _KIND_PREFIX.match(text)
+    if found:
+        return found.group(1) != "stopped"
+    return failure_kind(text) in RETRYABLE or bool(_ENVIRONMENT_REASON.search(text))
+
+
 def budget_refused_reason(detail: str | None) -> str | None:
     """The failure a "[budget]" row's retry was refused after, or None for any other row."""
     found = _BUDGET_REFUSAL.match(detail or "")

@@ -60,6 +60,35 @@ def lock_holder(sweep_id: str) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
 
 
+def lock_held(sweep_id: str) -> bool | None:
+    """Whether a process holds the sweep's runner lock now (None when this cannot be told
+    here: no flock). Reads only: a missing lock file is "not held", nothing is created."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    from orchestrator.paths import home
+
+    path = home() / "sweeps" / f"{sweep_id}.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 class RunnerBusy(InputError):
     """Another process of this machine holds the sweep's runner lock; `pid` is its pid when
     it recorded one."""

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from orchestrator import cost, quotas, request
+from orchestrator.accounts import OtherAccount
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.lifecycle import IN_FLIGHT, Status
-from orchestrator.names import TAG_ATTEMPT, TAG_SWEEP
+from orchestrator.names import TAG_ATTEMPT
 from orchestrator.sweep.definition import Definition, TrialDef, completed_elsewhere, key
 from orchestrator.sweep.failures import (
     STOPPED_BEFORE_SUBMISSION,
@@ -32,9 +33,10 @@ from orchestrator.sweep.failures import (
     WAIT_KINDS,
     attempt_tag,
     budget_refused_reason,
+    outside_the_job,
     submit_error_kind,
 )
-from orchestrator.sweep.history import History
+from orchestrator.sweep.remote import Remote
 from orchestrator.sweep.router import Router
 
 # Waits in a row for a passing error (throttling, 5xx, the network) before a runner gives up.
@@ -58,13 +60,15 @@ class SweepProgress:
     done: bool
     stopped: bool = False
     event_count: int = 0  # events so far in this process; `events` holds the last 20
+    # Every event since the previous step's progress, none left out: what a log prints.
+    new_events: tuple[str, ...] = ()
 
     @property
     def failed(self) -> int:
         return self.counts.get(Status.FAILED, 0)
 
 
-class Runner(History):
+class Runner(Remote):
     """Drives one sweep to completion. See the module docstring for the protocol.
 
     `backend` is the sweep's `Router` (or one backend, for a sweep whose trials share it).
@@ -98,8 +102,12 @@ class Runner(History):
         self._streaks: dict[str, int] = {}
         self._not_before = 0.0
         self._waiting_reason: str | None = None
-        self._events: list[str] = []
+        self._events: list[str] = []  # the last 20, for a live view
+        self._fresh: list[str] = []  # every event since the last step's progress (`new_events`)
         self._foreign: dict[str, bool] = {}  # job name -> carries this sweep's tag
+        # Job name -> its backend: this sweep's jobs in progress that the one listing of each
+        # shared backend found (`_elsewhere`); None until that listing is made.
+        self._listed: dict[str, Backend] | None = None
         self._last_elsewhere = 0
         self._acted = 0
         self._event_count = 0
@@ -109,12 +117,15 @@ class Runner(History):
         self._quota_needs: dict[str, list] = {}
         self._noted_elsewhere = False
         self._adopted_remote = False
+        # The events of a round that ended in an error (the run stops): the CLI prints them.
+        self.unreported: tuple[str, ...] = ()
 
 
     def _event(self, text: str) -> None:
         stamp = datetime.fromtimestamp(self.clock(), timezone.utc).strftime("%H:%M:%S")
         self._events.append(f"{stamp} {text}")
         del self._events[:-20]
+        self._fresh.append(f"{stamp} {text}")
         self._event_count += 1
 
     def _prepare(self, trial: TrialDef, entry: Entry) -> request.Prepared:
@@ -185,6 +196,9 @@ class Runner(History):
                 if submit_error_kind(exc) in WAIT_KINDS:
                     self._backoff(f"status of {latest.job_name}: {exc.message}", "status", exc)
                     return
+                self._halt(exc)
+            except OtherAccount as exc:
+                # Not lost: the credentials are another account's. Nothing is marked or created.
                 self._halt(exc)
             except UnknownJob as exc:
                 # The job the ledger says exists is gone (deleted account data, wrong region):
@@ -266,6 +280,36 @@ class Runner(History):
             how = f"failing over to {instance_type}" if failover else "retrying"
             self._event(f"{trial.trial_id}: {how} as {name} after: {reason}")
 
+    def rerun_failed(self) -> list[str]:
+        """`sweep resume --retry-failed`: plan the next attempt (-rN, same instance type) of each
+        trial whose latest job failed for a reason outside the job (`outside_the_job`: the
+        store, the infrastructure, capacity), even past `max_retries`, within the budget.
+        Returns the names planned; a trial the budget refuses keeps its failure and a
+        "[budget]" detail that says why."""
+        rows = self.rows()
+        spent = self.spent_bound(rows) if self.d.budget_usd is not None else None
+        planned = []
+        for trial in self.d.trials:
+            history = rows.get(trial.trial_id)
+            if not history or history[-1].status != Status.FAILED or not outside_the_job(history[-1].detail):
+                continue
+            latest = history[-1]
+            instance_type = self.attempt_info(trial, latest)["instance_type"]
+            if spent is not None:
+                usd = cost.estimate(self.retry_spec(trial, instance_type)).usd_max
+                if spent + usd > self.d.budget_usd:
+                    self._event(f"{trial.trial_id}: not rerun (budget): {self.budget_hint()}")
+                    continue
+                spent += usd
+            attempt = latest.attempt + 1
+            name = self.ident.job_name(trial.trial_id, attempt)
+            prepared = self._prepare_attempt(trial, name, attempt,
+                                             {"instance_type": instance_type, "failover": False, "resumed": True})
+            self._plan_attempt(trial, name, attempt, prepared)
+            self._event(f"{trial.trial_id}: rerunning as {name} (--retry-failed) after: {latest.detail}")
+            planned.append(name)
+        return planned
+
     def _stopped_before_submission(self, entry: Entry) -> bool | None:
         """Whether `sweep stop` cancelled this row before its job was created (True), or
         stopped a job that existed (False); None when the backend cannot say now."""
@@ -345,99 +389,6 @@ class Runner(History):
             self._event(f"note: {len(found)} trial(s) already completed under another sweep id with the same "
                         f"spec: {shown}{more}; they run again under {self.d.sweep_id}")
 
-    def adopt_remote(self) -> None:
-        """Once per runner, for each shared backend of the sweep: write into the ledger each
-        trial's attempts that the trial's backend has and this ledger lacks or only planned
-        (the sweep was run from another machine or another ORCHESTRATOR_HOME), with the state
-        the backend reports, so that each trial goes on from its latest attempt instead of from
-        the first. A job whose `orchestrator:sweep` tag names another sweep, or that is on
-        another backend than its trial's, is left alone. A transient failure to list waits
-        (backoff) and tries again at the next step."""
-        if self._adopted_remote or self.backends is None or self.backing_off():
-            return
-        shared = self.backends.shared(self.d.backends)
-        if not shared:
-            return
-        listed: dict[str, list[str]] = {}
-        for backend in shared:
-            try:
-                listed[backend.name] = backend.job_names(self.ident.job_prefix)
-            except BackendError as exc:
-                if submit_error_kind(exc) not in WAIT_KINDS:
-                    self._halt(exc)
-                self._backoff(f"listing this sweep's jobs in {backend.place}: {exc.message}", "list", exc)
-                return
-        self._worked("list")
-        self._adopted_remote = True
-        remote: dict[str, dict[int, str]] = {}
-        for backend_name, names in listed.items():
-            for name in names:
-                found = self.ident.parse(name)
-                if found and found[0] in self.trials and self.trials[found[0]].backend == backend_name:
-                    remote.setdefault(found[0], {})[found[1]] = name
-        rows = self.rows()
-        for trial_id, attempts in remote.items():
-            trial = self.trials[trial_id]
-            backend = self.backends.get(trial.backend)
-            where = backend.place
-            known = {e.attempt: e for e in rows.get(trial_id, [])}
-            previous_type = trial.chain[0]
-            for attempt in sorted(attempts):
-                name, entry = attempts[attempt], known.get(attempt)
-                if entry is not None and entry.status != Status.PLANNED:
-                    previous_type = self.attempt_info(trial, entry)["instance_type"]
-                    continue
-                try:
-                    status = backend.status(name)
-                except (BackendError, InputError) as exc:
-                    self._event(f"{name}: in {where}, not adopted yet ({exc.message})")
-                    self._adopted_remote = False  # look again next step
-                    continue
-                if status.tags.get(TAG_SWEEP) != self.d.sweep_id:
-                    continue
-                instance_type = status.instance_type or previous_type
-                if entry is None:
-                    kind = status.tags.get(TAG_ATTEMPT, "")
-                    info = {"instance_type": instance_type,
-                            "failover": kind.startswith("failover:") or (not kind and instance_type != previous_type)}
-                    if info["failover"]:
-                        info["from_type"] = kind.removeprefix("failover:") if kind else previous_type
-                    if kind == "resumed":
-                        info["resumed"] = True
-                    prepared = self._prepare_attempt(trial, name, attempt, info)
-                    self._plan_attempt(trial, name, attempt, prepared)
-                previous_type = instance_type
-                target = status.status if status.terminal else Status.SUBMITTED
-                detail = status.failure_reason if status.status == Status.FAILED else f"adopted: found in {where}"
-                self.ledger.transition(name, target, detail=detail, expect=(Status.PLANNED,))
-                if status.terminal and status.billable_seconds is not None:
-                    self.ledger.put_value(key(self.d.sweep_id, f"billed:{name}"), int(status.billable_seconds))
-                self._event(f"{name}: {target} in {where} (submitted from another machine or home); adopted")
-
-    def _elsewhere(self, own: set[str]) -> set[str]:
-        """Names of this sweep's jobs in progress that this ledger does not count in flight."""
-        if not self.count_elsewhere or self.backends is None:
-            return set()
-        # Only a shared backend has jobs another machine may have started; each is asked.
-        owner: dict[str, Backend] = {}
-        for backend in self.backends.shared(self.d.backends):
-            for name in backend.job_names(self.ident.job_prefix, in_flight=True):
-                owner.setdefault(name, backend)
-        known = {e.job_name for e in self.ledger.entries(sweep_id=self.d.sweep_id)}
-        out = set()
-        for name in set(owner) - own:
-            if not self.ident.owns(name):
-                continue
-            if name not in known and name not in self._foreign:
-                try:
-                    tags = owner[name].status(name).tags
-                except (BackendError, InputError):
-                    continue
-                self._foreign[name] = tags.get(TAG_SWEEP) == self.d.sweep_id
-            if name in known or self._foreign.get(name):
-                out.add(name)
-        return out
-
     def submit_ready(self) -> None:
         """Reconcile rows left in `submitting`, then submit planned rows while there is room."""
         if self.backing_off():
@@ -452,6 +403,10 @@ class Runner(History):
         rows = self.rows()
         latest = [rows[t.trial_id][-1] for t in self.d.trials if t.trial_id in rows]
         own = {e.job_name for e in latest if e.status in IN_FLIGHT}
+        if not any(e.status == Status.PLANNED for e in latest) or len(own) >= self.d.concurrency:
+            # Nothing to submit, or no room whatever runs elsewhere: nothing to ask.
+            self.quota_wait = None
+            return
         try:
             elsewhere = self._elsewhere(own)
         except BackendError as exc:
@@ -537,14 +492,27 @@ class Runner(History):
         self._last_elsewhere = 0
         self._acted = 0
         if self.stop_requested():
-            return self.progress(stopped=True)
-        self.adopt_remote()
-        self.reopen_stopped()
-        self.note_completed_elsewhere()
-        self.refresh()
-        self.plan_retries()
-        self.submit_ready()
-        return self.progress()
+            return self._told(self.progress(stopped=True))
+        try:
+            self.adopt_remote()
+            self.reopen_stopped()
+            self.note_completed_elsewhere()
+            self.refresh()
+            self.plan_retries()
+            self.submit_ready()
+        except OrchestratorError:
+            # The run stops on this error; what the round did before it is not lost to the log.
+            self.unreported = tuple(self._fresh)
+            self._fresh.clear()
+            raise
+        return self._told(self.progress())
+
+    def _told(self, progress: SweepProgress) -> SweepProgress:
+        """`progress` with every event since the previous step (`new_events`)."""
+        fresh, self._fresh = tuple(self._fresh), []
+        from dataclasses import replace
+
+        return replace(progress, new_events=fresh)
 
     def progress(self, stopped: bool = False) -> SweepProgress:
         views = self.views()

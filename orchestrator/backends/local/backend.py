@@ -411,7 +411,7 @@ class LocalBackend:
             training_seconds=int(data["ended"] - data["started"]) if data.get("ended") and data.get("started") else None,
             instance_type=data.get("instance_type"), instance_count=data.get("instance_count"), spot=False,
             created=data.get("created"), started=data.get("started"), ended=data.get("ended"),
-            output_uri=data.get("output_uri"), tags=dict(data.get("tags") or {}),
+            output_uri=_written(data.get("output_uri")), tags=dict(data.get("tags") or {}),
         )
 
     def _supervisor_alive(self, job_name: str, data: dict) -> bool:
@@ -431,7 +431,12 @@ class LocalBackend:
         for host in (data.get("hosts") or {}).values():
             kill_tree(host.get("pgid"), signal.SIGKILL)
         data = self._orphaned(job_name, data)
-        write_json(self.job_dir(job_name) / STATUS_FILE, data)
+        try:
+            write_json(self.job_dir(job_name) / STATUS_FILE, data)
+        except OSError:
+            # A read (`status`) on a full disk or a read-only home: the orphan is reported as
+            # such, and marked by the next command that can write.
+            pass
         return data
 
     def _orphaned(self, job_name: str, data: dict) -> dict:
@@ -444,7 +449,8 @@ class LocalBackend:
                 "output_uri": None,
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
-                f"exited without finishing the job; see {self.job_dir(job_name) / SUPERVISOR_LOG}"}
+                f"exited without finishing the job{_disk_note(self.job_dir(job_name))}; see "
+                f"{self.job_dir(job_name) / SUPERVISOR_LOG}"}
 
     def _record(self, status: JobStatus) -> None:
         entry = self.ledger.get(status.job_name)
@@ -566,3 +572,25 @@ class LocalBackend:
                 pass
         else:
             self._mark_orphaned(job_name, self._read_status(job_name))
+
+
+def _written(uri: str | None) -> str | None:
+    """`uri` when the output is there to be shown: the job's status.json names the model's
+    place from the start, and a store that could not be written (or a job that ended before
+    its upload) leaves nothing there. A file:// output is looked at; another is shown as named."""
+    if not uri or not uri.startswith("file://"):
+        return uri
+    from urllib.parse import unquote, urlsplit
+
+    return uri if Path(unquote(urlsplit(uri).path)).exists() else None
+
+
+def _disk_note(job_dir: Path) -> str:
+    """", its disk is full (...)" when the file system that holds the job has no block left
+    for this user: the likely cause, which a supervisor that died of it could not log."""
+    try:
+        full = os.statvfs(job_dir).f_bavail == 0
+    except (OSError, AttributeError):
+        return ""
+    return ": the disk that holds its folder is full (No space left on device)" if full else ""
+

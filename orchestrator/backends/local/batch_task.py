@@ -86,7 +86,8 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     root = job_dir / host
     root.mkdir()
     (job_dir / LOG_DIR).mkdir()
-    write_json(job_dir / "request.json", request)
+    os.chmod(job_dir, 0o700)  # the request (and its environment) is this user's only
+    write_json(job_dir / "request.json", request, mode=0o600)
     script = job_dir / START_SCRIPT_NAME
     write_text(script, START_SCRIPT)
     script.chmod(0o755)
@@ -109,7 +110,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "python": python,
         "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
-    write_json(job_dir / PLAN_FILE, plan)
+    write_json(job_dir / PLAN_FILE, plan, mode=0o600)
     write_json(job_dir / STATUS_FILE, {
         "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},

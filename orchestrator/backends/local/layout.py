@@ -170,8 +170,9 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     runtime = prepared.job["spec"]["training"]["runtime"]
     grace = stop_grace_s()
     port = free_port()
-    (job_dir / LOG_DIR).mkdir()
-    write_json(job_dir / "request.json", request)
+    os.chmod(job_dir, 0o700)  # the request (and its environment) is this user's only
+    (job_dir / LOG_DIR).mkdir(mode=0o700)
+    write_json(job_dir / "request.json", request, mode=0o600)
     plan_hosts = {}
     for host in hosts:
         root = job_dir / host
@@ -193,7 +194,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "python": python,
         "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
-    write_json(job_dir / PLAN_FILE, plan)
+    write_json(job_dir / PLAN_FILE, plan, mode=0o600)  # each host's environment
     write_json(job_dir / STATUS_FILE, {
         "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},

@@ -18,6 +18,7 @@ With `--detach` the process forks: the parent writes the supervisor's pid to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -345,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(0)
     try:
         return Supervisor(job_dir).run()
-    except Exception:  # noqa: BLE001 - last resort: status.json must not stay non-terminal
-        traceback.print_exc()
+    except Exception as exc:  # noqa: BLE001 - last resort: status.json must not stay non-terminal
+        with contextlib.suppress(OSError):  # a full disk may refuse the log too
+            traceback.print_exc()
         try:
             status = read_json(job_dir / STATUS_FILE) or {}
         except ValueError:  # the status file itself was what failed: write a whole one
@@ -354,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(status, dict):
             status = {}
         status.update(state="failed", secondary="Failed", ended=time.time(),
-                      failure_reason="InternalServerError: the local supervisor crashed; see supervisor.log")
+                      # The cause in the reason itself: on a full disk the log may have stayed empty.
+                      failure_reason=f"InternalServerError: the local supervisor crashed: {type(exc).__name__}: "
+                                     f"{exc}; see supervisor.log")
         write_json(job_dir / STATUS_FILE, status)
         return 1
 

@@ -120,6 +120,10 @@ class SageMakerBackend(CloudBackend):
     operation: ClassVar[tuple[str, str]] = ("sagemaker", "CreateTrainingJob")
     preferences: ClassVar[str | None] = "sent"  # ResourceConfig.InstancePreferences
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._tag_cache: dict[str, dict[str, str]] = {}  # job ARN -> its tags (`_tags`)
+
     # --- the spec side (`backends.Backend`) -------------------------------------------------
 
     @classmethod
@@ -267,6 +271,13 @@ class SageMakerBackend(CloudBackend):
         return self._describe_or_none(job_name) is not None
 
     def _tags(self, arn: str, job_name: str) -> dict[str, str]:
+        """The job's tags (ListTags, every page), asked once per job and backend: the tags the
+        orchestrator reads are the ones CreateTrainingJob set, so a sweep's round asks
+        DescribeTrainingJob alone for a job it already knows (calls in proportion to the jobs
+        in flight, docs/BENCHMARKS.md)."""
+        cache = self._tag_cache
+        if arn in cache:
+            return dict(cache[arn])
         tags: dict[str, str] = {}
         args = {"ResourceArn": arn}
         while True:
@@ -274,6 +285,7 @@ class SageMakerBackend(CloudBackend):
                 page = self.sm.list_tags(**args)
             tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
             if not page.get("NextToken"):
+                cache[arn] = dict(tags)
                 return tags
             args["NextToken"] = page["NextToken"]
 
