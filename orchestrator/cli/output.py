@@ -7,27 +7,18 @@ import inspect
 import re
 import sys
 
-from orchestrator.errors import redact
+from orchestrator.errors import redact, visible
 
 
-def out(text: str = "") -> None:
-    _echo(sys.stdout, text)
+def out(text: str = "", *, styled: bool = False) -> None:
+    """A line on stdout, every control character shown as its escape (`errors.visible`), as
+    err does: values from results.json, the ledger or AWS never act on the terminal.
+    `styled`: text a renderer coloured itself, having passed each value through `visible`."""
+    _echo(sys.stdout, text if styled else visible(text))
 
 
 def err(text: str) -> None:
     _echo(sys.stderr, visible(text))
-
-
-# Control characters (C0 but newline and tab, DEL, C1) and bidirectional overrides: a NUL, an
-# escape sequence or a carriage return in a value would otherwise act on the terminal (or vanish
-# from it) instead of being shown.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """`text` with each control character shown as its escape (a NUL as \\x00), as Python's
-    repr writes it; newlines and tabs stay."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _echo(stream, text: str) -> None:
@@ -45,7 +36,7 @@ def plain(value):
     `[/opt/ml/code]` in a failure reason would raise MarkupError and a `[user]` would vanish."""
     from rich.text import Text
 
-    return Text("" if value is None else str(value))
+    return Text("" if value is None else visible(str(value)))
 
 
 def columns(*headers: tuple[str, str]):
