@@ -221,14 +221,16 @@ def schedule_remove(
     region: str = typer.Option(None, "--region", help="AWS region (default: the sweep's, or the profile's)."),
 ) -> None:
     """Remove a deployed schedule: its schedule, state machine, roles and queue. Jobs it started
-    keep running (they are not the stack's)."""
+    keep running (they are not the stack's). Given a file, only the schedule that file deployed
+    (exit 2 when another file with the same sweep name owns it); given a stack name, that stack."""
     from orchestrator.region import default_region
     from orchestrator.schedule import cloud, cloud_stack
 
+    planned = None
     if target.endswith((".yaml", ".yml")):
         planned = _cloud_plan(Path(target), budget=False)
         stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
     else:
         stack, where = target, default_region(region)
-    cloud.remove(stack, where)
+    cloud.remove(stack, where, plan=planned)  # by file: only the schedule that file deployed
     out(f"removed stack {stack} from {where}")

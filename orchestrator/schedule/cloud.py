@@ -12,7 +12,10 @@ Contract:
 - `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
   fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
 - `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
-  machine, its roles and queue. Training jobs are never stopped: the state machine may not
+  machine, its roles and queue.
+- A schedule belongs to the sweep file that deployed it (the stack's `SweepFile` output, host
+  and absolute path, `check_owner`): another file with the same sweep name is refused by
+  `deploy` and by `remove FILE` (exit 2); `remove STACK` by name removes whichever it is. Training jobs are never stopped: the state machine may not
   stop them, and they are not resources of the stack.
 """
 
@@ -58,16 +61,47 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
         hint=f"the template names the roles' resources of the {len(plan.trials)} trials; schedule fewer trials per "
              "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
     clients = clients or {}
+    cfn = clients.get("cloudformation") or make_client("cloudformation", region)
+    check_owner(cfn, plan, region, "deploy")  # before any upload: another file's schedule is never replaced
     backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
     for graph in attempts.of_plan(plan).values():
         for attempt in graph:  # every job a run may make: its first, each retry's and failover's
             backend.upload_source(attempt.prepared)
     upload_definition(backend.s3, plan)
-    cfn = clients.get("cloudformation") or make_client("cloudformation", region)
     change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
                                   description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs
+
+
+def check_owner(cfn, plan, region: str, action: str) -> None:
+    """InputError (exit 2) when the schedule stack of `plan`'s sweep name exists and records
+    another sweep file as its owner (`cloud_stack.OWNER_OUTPUT`): `deploy` would replace that
+    file's schedule, `remove` would delete it. A stack that records none (deployed before
+    owners were recorded) is taken as this file's."""
+    from orchestrator.infra.cloudformation import describe_stack
+
+    name = cloud_stack.stack_name(plan)
+    stack = describe_stack(cfn, name)
+    if stack is None:
+        return
+    recorded = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs") or []}.get(cloud_stack.OWNER_OUTPUT)
+    mine = cloud_stack.owner(plan)
+    if not recorded or recorded == mine:
+        return
+    sweep = plan.sweep.sweep
+    path = plan.sweep.path or "this sweep file"
+    if action == "deploy":
+        raise InputError(f"stack {name} in {region} holds the schedule of sweep {sweep!r} deployed from {recorded}; "
+                         f"{path} has the same sweep name, and deploying it would replace that schedule: nothing "
+                         "was deployed",
+                         hint=f"give this sweep its own name (e.g. `sweep: {sweep}-2` in {path}) to deploy it beside "
+                              f"the other, or remove the other first: `python -m orchestrator schedule remove {name} "
+                              f"--region {region}`")
+    raise InputError(f"stack {name} in {region} holds the schedule deployed from {recorded}, not from {path}; "
+                     "nothing was removed",
+                     hint=f"remove it with the file that deployed it, or by its name: `python -m orchestrator "
+                          f"schedule remove {name} --region {region}`")
 
 
 def upload_definition(s3, plan) -> str:
@@ -128,8 +162,9 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
 
 
 def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Callable[[float], None] = time.sleep,
-           timeout_s: float = 900.0, clock: Callable[[], float] = time.monotonic) -> None:
-    """Delete a schedule stack and wait until it is gone (BackendError if it fails to)."""
+           timeout_s: float = 900.0, clock: Callable[[], float] = time.monotonic, plan=None) -> None:
+    """Delete a schedule stack and wait until it is gone (BackendError if it fails to).
+    `plan`: removed by its sweep file, which must own the stack (`check_owner`)."""
     from orchestrator.infra.cloudformation import describe_stack, make_client, translate
 
     if not stack.startswith(cloud_stack.STACK_PREFIX):
@@ -139,6 +174,8 @@ def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Calla
     existing = describe_stack(cfn, stack)
     if existing is None:
         raise InputError(f"no schedule stack {stack!r} in {region}", hint="`schedule list` shows them")
+    if plan is not None:
+        check_owner(cfn, plan, region, "remove")
     try:
         cfn.delete_stack(StackName=existing["StackId"])
     except Exception as exc:  # noqa: BLE001 - translated
