@@ -29,6 +29,11 @@ def home() -> Path:
                          hint="set ORCHESTRATOR_HOME to an absolute folder path") from None
     label = f"ORCHESTRATOR_HOME={path}" if raw else f"{path} (the default ORCHESTRATOR_HOME)"
     hint = "point ORCHESTRATOR_HOME at a folder (it is created if missing)"
+    if not path.is_absolute():
+        # Checked before anything is created: a relative home would mean another folder in each
+        # working directory, and file:// URIs and background runners need an absolute one.
+        raise InputError(f"{label} is a relative path; nothing was created",
+                         hint=f"set it to an absolute path, e.g. ORCHESTRATOR_HOME={Path.cwd() / path}")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:

@@ -466,6 +466,14 @@ def test_moto_a_schedule_belongs_to_the_file_that_deployed_it(tmp_path, orch_hom
     code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(files["b"]))
     assert code == 2 and "nothing was removed" in err, (out, err)
     assert cron_kept() == "cron(0 3 * * ? *)"
+    # Its state machine deleted out of band: `schedule list` says so (it was an internal error).
+    sfn = boto3.client("stepfunctions", region_name=region)
+    [machine] = sfn.list_state_machines()["stateMachines"]
+    sfn.delete_state_machine(stateMachineArn=machine["stateMachineArn"])
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "list", "--region", region)
+    assert code == 0, err
+    assert f"warning: {stack}: its state machine {machine['stateMachineArn']} no longer exists" in err
+    assert f"schedule remove {stack}` removes the rest" in err
     code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(files["a"]))
     assert code == 0, err
     assert boto3.client("scheduler", region_name=region).list_schedules()["Schedules"] == []

@@ -208,6 +208,9 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
         out(f"{item.stack} {item.status}: {item.description}")
         if item.next_fire:
             out(f"  next fire: {item.next_fire}")
+        if item.problem:
+            err(f"warning: {item.stack}: {item.problem}")
+            continue
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
             out(f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"

@@ -42,6 +42,7 @@ class Deployed:
     last_run: str | None = None  # the latest execution's status
     last_start: str | None = None
     jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status"} of an ended run
+    problem: str | None = None  # why its runs could not be read (its state machine deleted out of band)
 
 
 def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
@@ -134,6 +135,8 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
     """The schedule stacks of `region`, with their latest run (see the module docstring)."""
     from datetime import datetime, timezone
 
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from orchestrator.infra.cloudformation import make_client
     from orchestrator.schedule.cron import next_fires
     from orchestrator.spec import ScheduleSpec
@@ -150,15 +153,40 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
             kept = ScheduleSpec(cron=outputs["Cron"], timezone=outputs.get("Timezone") or "UTC")
             item.next_fire = next_fires(kept, datetime.now(timezone.utc), 1)[0].strftime("%Y-%m-%d %H:%M UTC")
         if item.state_machine:
-            runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
-            if runs:
-                latest = runs[0]
-                item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
-                if latest["status"] != "RUNNING":
-                    described = sfn.describe_execution(executionArn=latest["executionArn"])
-                    item.jobs = list(json.loads(described.get("output") or "{}").get("trials", []))
+            try:
+                _latest_run(sfn, item)
+            except (BotoCoreError, ClientError) as exc:  # one stack's runs unreadable: the others still listed
+                item.problem = _runs_problem(exc, item)
         found.append(item)
     return found
+
+
+def _latest_run(sfn, item: Deployed) -> None:
+    runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
+    if runs:
+        latest = runs[0]
+        item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
+        if latest["status"] != "RUNNING":
+            described = sfn.describe_execution(executionArn=latest["executionArn"])
+            try:
+                output = json.loads(described.get("output") or "{}")
+            except ValueError:
+                output = {}
+            trials = output.get("trials") if isinstance(output, dict) else None
+            item.jobs = [t for t in trials if isinstance(t, dict)] if isinstance(trials, list) else []
+
+
+def _runs_problem(exc: Exception, item: Deployed) -> str:
+    """Why a stack's runs could not be read, in words (no traceback for one damaged stack)."""
+    from orchestrator import aws, aws_errors
+    from orchestrator.errors import service_message
+
+    if aws_errors.is_not_found(exc) or aws_errors.code_of(exc) == "StateMachineDoesNotExist":
+        return (f"its state machine {item.state_machine} no longer exists (deleted outside the stack); "
+                f"`python -m orchestrator schedule remove {item.stack}` removes the rest")
+    said = aws.describe(exc) or (f"{aws_errors.code_of(exc)}: {service_message(aws_errors.message_of(exc))}"
+                                 if aws_errors.code_of(exc) else service_message(str(exc)))
+    return f"its runs could not be read: {said}"
 
 
 def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Callable[[float], None] = time.sleep,
