@@ -188,10 +188,10 @@ class Ledger:
             self._db = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None,
                                        check_same_thread=False)
             try:
+                self._check_schema()  # before WAL mode and CREATE INDEX: a foreign file stays as it is
                 self._use_wal()
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-                self._check_schema()  # before CREATE INDEX, which a foreign jobs table fails
                 with self._tx():
                     for statement in _SCHEMA.strip().split(";"):
                         if statement.strip():
