@@ -227,3 +227,35 @@ def listing_needle(sweep: str) -> str:
     name = asked["name"] if asked else sweep
     kept = MAX_PREFIX - len("-12345678-202601010000") - 1
     return name[:kept].rstrip("-") or name[:1]
+
+
+# Where a job name or an override list may break across lines in a narrow table: after its
+# separators, never inside a word (issue 32: at 80 columns names folded mid-word).
+_PIECE = re.compile(r"[^-._=,/ ]*[-._=,/ ]+|[^-._=,/ ]+")
+
+
+def shown_lines(text: str, width: int) -> str:
+    """`text` (a job name, overrides) as lines of at most `width` characters, broken after a
+    separator (- . _ = , / or a space); a piece longer than a line is shortened in the middle
+    with an ellipsis ("…"). Existing line breaks stay."""
+    if width < 1:
+        return text
+    out: list[str] = []
+    for given in text.split("\n"):
+        line = ""
+        for piece in _PIECE.findall(given):
+            if len(piece.rstrip(" ")) > width:
+                piece = _middle(piece.rstrip(" "), width)
+            if line and len(line) + len(piece.rstrip(" ")) > width:
+                out.append(line.rstrip(" "))
+                line = ""
+            line += piece
+        out.append(line.rstrip(" "))
+    return "\n".join(out)
+
+
+def _middle(piece: str, width: int) -> str:
+    if width < 3:
+        return piece[:width]
+    head = (width - 1) // 2
+    return piece[:head] + "…" + piece[len(piece) - (width - 1 - head):]

@@ -1,0 +1,75 @@
+"""Issue 32, what is shown is true and fits: the in-request failover `sweep plan` shows, and job
+names and overrides that break at separators at 80 columns, never mid-word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_harness import run_cli
+
+from orchestrator import names, spec
+from orchestrator import sweep as sweeps
+
+ROOT = Path(__file__).resolve().parents[1]
+SEPARATORS = "-._=,/ "
+
+
+def column_cells(table: str, column: int) -> list[list[str]]:
+    """The fragments of one column of a `sweep plan` / `sweep status` table, per row."""
+    rows: list[list[str]] = []
+    for line in table.splitlines():
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) <= column or set(line) <= set("─┼ "):
+            continue
+        if parts[0] and parts[0] != "#":
+            rows.append([])
+        if rows and parts[column]:
+            rows[-1].append(parts[column])
+    return rows
+
+
+def test_sweep_plan_shows_the_failover_a_request_sends(orch_home, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(ROOT / "configs" / "sweep-instances.yaml"))
+    assert code == 0, err
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
+    big = [t for t in planned.trials if t.trial.spec.instance.type == "ml.trn1.32xlarge"]
+    assert big and all(t.preferences == ("ml.trn1.32xlarge", "ml.trn1n.32xlarge") for t in big)
+    for t in big:
+        sent = [p["InstanceType"] for p in t.prepared.request["ResourceConfig"]["InstancePreferences"]]
+        assert sent == list(t.preferences) and t.failover == ("ml.trn1n.32xlarge",)
+        row = next(line for line in out.splitlines() if t.job_name in line)
+        assert "ml.trn1n.32xlarge (in the request)" in row
+
+
+def test_sweep_plan_at_80_columns_breaks_names_at_separators(orch_home, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(ROOT / "configs" / "sweep-instances.yaml"))
+    assert code == 0, err
+    assert max(len(line.rstrip()) for line in out.splitlines() if "│" in line) <= 80
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
+    cells = column_cells(out, 1)
+    assert ["".join(c) for c in cells] == [t.job_name for t in planned.trials]
+    for fragments in cells:
+        assert all(f[-1] in SEPARATORS for f in fragments[:-1]), fragments  # never cut mid-word
+    from orchestrator.cli.sweep import overrides_text
+
+    for fragments, t in zip(column_cells(out, 2), planned.trials, strict=True):
+        lines = overrides_text(t.trial.overrides).splitlines()  # one override a line, each broken at separators
+        assert "".join(fragments) == "".join(lines)
+        joined = ""
+        for f in fragments:
+            joined += f
+            assert joined in "".join(lines) and (f[-1] in SEPARATORS or any(
+                "".join(lines).startswith(joined) and joined.endswith(line) for line in lines)), fragments
+
+
+@pytest.mark.parametrize("text, width, lines", [
+    ("instances-95e94bc6-t9a7f7a3e", 12, ["instances-", "95e94bc6-", "t9a7f7a3e"]),
+    ("training.batch_size=16", 12, ["training.", "batch_size=", "16"]),
+    ("a" * 30, 9, ["aaaa…aaaa"]),
+    ("short", 40, ["short"]),
+])
+def test_shown_lines_breaks_after_separators_or_shortens_in_the_middle(text, width, lines):
+    assert names.shown_lines(text, width).split("\n") == lines
