@@ -236,26 +236,24 @@ _PIECE = re.compile(r"[^-._=,/ ]*[-._=,/ ]+|[^-._=,/ ]+")
 
 def shown_lines(text: str, width: int) -> str:
     """`text` (a job name, overrides) as lines of at most `width` characters, broken after a
-    separator (- . _ = , / or a space); a piece longer than a line is shortened in the middle
-    with an ellipsis ("…"). Existing line breaks stay."""
+    separator (- . _ = , / or a space); only a piece longer than a whole line is broken inside
+    (nothing is ever cut: every character shows). Existing line breaks stay."""
     if width < 1:
         return text
     out: list[str] = []
     for given in text.split("\n"):
         line = ""
         for piece in _PIECE.findall(given):
-            if len(piece.rstrip(" ")) > width:
-                piece = _middle(piece.rstrip(" "), width)
             if line and len(line) + len(piece.rstrip(" ")) > width:
                 out.append(line.rstrip(" "))
                 line = ""
+            while len(piece.rstrip(" ")) > width:  # a piece wider than the column: broken, not cut
+                if line:
+                    out.append(line.rstrip(" "))
+                    line = ""
+                out.append(piece[:width])
+                piece = piece[width:]
             line += piece
         out.append(line.rstrip(" "))
     return "\n".join(out)
 
-
-def _middle(piece: str, width: int) -> str:
-    if width < 3:
-        return piece[:width]
-    head = (width - 1) // 2
-    return piece[:head] + "…" + piece[len(piece) - (width - 1 - head):]

@@ -57,11 +57,12 @@ def orphan(uri: str, key: cc.CacheKey = NEURON, data: bytes = b"orphan archive")
 
 
 def test_ls_lists_keys_with_counts_and_sizes(store_uri, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")  # whole keys on one line each (80 columns: see the fit test)
     populate(store_uri, tmp_path)
     code, out, err = _cli(monkeypatch, capsys, "cache", "ls", store_uri)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["KEY", "ENTRIES", "ENTRY"]
+    assert lines[0].split()[:3] == ["KEY", "ENTRIES", "SIZE"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == {NEURON.digest(), INDUCTOR.digest()}
     assert rows[NEURON.digest()][1] == "3" and rows[NEURON.digest()][4] == "2"  # entries, archives
@@ -81,6 +82,7 @@ def test_list_keys_reports_what_the_manifest_says(store_uri, tmp_path):
 
 
 def test_ls_defaults_to_the_local_store(orch_home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")  # whole keys on one line each (80 columns: see the fit test)
     uri = f"file://{orch_home}/store/compile-cache"
     assert cache.default_uri() == uri
     code, out, err = _cli(monkeypatch, capsys, "cache", "ls")
@@ -96,6 +98,7 @@ def test_ls_defaults_to_the_local_store(orch_home, tmp_path, monkeypatch, capsys
 
 
 def test_ls_flags_a_key_without_a_usable_manifest(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")  # whole keys on one line each (80 columns: see the fit test)
     uri = f"file://{tmp_path}/store"
     orphan(uri)
     code, out, err = _cli(monkeypatch, capsys, "cache", "ls", uri)
@@ -504,3 +507,18 @@ def test_prune_deletes_only_what_the_user_confirmed(tmp_path):
     report = cache.prune(uri, grace_s=0, only={f"{uri}/{NEURON.digest()}/{name}"})
     assert [a.uri for a in report.deleted] == [f"{uri}/{NEURON.digest()}/{name}"]
     assert storage.open_store(uri).exists(f"{INDUCTOR.digest()}/{other}")
+
+
+def test_ls_and_show_fit_the_columns_asked(tmp_path, monkeypatch, capsys):
+    # Issue 32: `cache ls` and `cache show` drew 120 columns whatever COLUMNS said.
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    for args in (["ls", uri], ["show", uri, NEURON.digest()]):
+        code, out, err = _cli(monkeypatch, capsys, "cache", *args)
+        assert code == 0, err
+        table = [line for line in out.splitlines() if not line.startswith(("key:", "manifest:", "  ", "updated:"))]
+        assert max(len(line) for line in table) <= 80, out
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "ls", uri)
+    # A key too long for its column breaks after a separator: its hex part stays whole.
+    assert NEURON.digest().rsplit("-", 1)[1] in out and NEURON.digest().rsplit("-", 1)[0] in out

@@ -68,8 +68,21 @@ def test_sweep_plan_at_80_columns_breaks_names_at_separators(orch_home, monkeypa
 @pytest.mark.parametrize("text, width, lines", [
     ("instances-95e94bc6-t9a7f7a3e", 12, ["instances-", "95e94bc6-", "t9a7f7a3e"]),
     ("training.batch_size=16", 12, ["training.", "batch_size=", "16"]),
-    ("a" * 30, 9, ["aaaa…aaaa"]),
+    ("a" * 20 + "-b", 9, ["a" * 9, "a" * 9, "aa-b"]),
     ("short", 40, ["short"]),
 ])
-def test_shown_lines_breaks_after_separators_or_shortens_in_the_middle(text, width, lines):
+def test_shown_lines_breaks_after_separators_and_cuts_nothing(text, width, lines):
     assert names.shown_lines(text, width).split("\n") == lines
+
+
+def test_the_nightly_figures_in_the_config_and_usage_are_what_schedule_plan_prints(orch_home, monkeypatch, capsys):
+    import re
+
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "plan", str(ROOT / "configs" / "sweep-nightly.yaml"))
+    assert code == 0, err
+    first, worst = re.search(r"first jobs (\d+\.\d\d) USD", out).group(1), re.search(
+        r"at most (\d+\.\d\d) USD a run", out).group(1)
+    config = (ROOT / "configs" / "sweep-nightly.yaml").read_text()
+    assert f"bound {first} USD" in config and f"worst case ({worst} USD)" in config
+    usage = (ROOT / "docs" / "USAGE.md").read_text()
+    assert f"its {first} USD of\nfirst jobs ({worst} USD" in usage

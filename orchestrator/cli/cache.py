@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli.output import columns, err, out, plain, table_text
+from orchestrator.cli.output import err, fitted_text, out
 
 app = typer.Typer(name="cache", no_args_is_help=True, help="Compile caches in a store: list keys, show a manifest, "
                   "prune unreferenced archives and old keys.")
@@ -43,12 +43,13 @@ def cache_ls(uri: str | None = _CACHE_URI) -> None:
     if not keys:
         out(f"no compile caches under {root}")
         return
-    table = columns(("KEY", "left"), ("ENTRIES", "right"), ("ENTRY SIZE", "right"), ("ARCHIVES", "right"),
-                    ("STORED", "right"), ("UPDATED", "left"))
-    for key in keys:
-        table.add_row(*map(plain, (key.key, key.entries, size(key.entry_bytes), key.archives, size(key.archive_bytes),
-                                   key.updated_at or "-")))
-    out(table_text(table, 120))
+    rows = [tuple(map(str, (key.key, key.entries, size(key.entry_bytes), key.archives, size(key.archive_bytes),
+                            key.updated_at or "-"))) for key in keys]
+    # At the screen's width (COLUMNS): a key too long for what is left breaks after one of its
+    # separators (its hex part whole), never mid-word.
+    out(fitted_text((("KEY", "left"), ("ENTRIES", "right"), ("SIZE", "right"), ("ARCHIVES", "right"),
+                     ("STORED", "right"), ("UPDATED", "left")), rows,
+                    whole=("ENTRIES", "SIZE", "ARCHIVES", "STORED", "UPDATED"), first=("KEY",)))
     for key in keys:
         if key.problem:
             err(f"warning: {key.key}: {key.problem}")
@@ -72,10 +73,9 @@ def cache_show(args: list[str] = typer.Argument(..., metavar="[URI] KEY", help="
     for name, value in detail.fields.items():
         out(f"  {name}: {value}")
     out(f"updated: {detail.updated_at or '-'}")
-    table = columns(("ENTRY", "left"), ("SIZE", "right"), ("ARCHIVE", "left"))
-    for name, archive, entry_bytes in detail.entries:
-        table.add_row(plain(name), plain(size(entry_bytes)), plain(archive))
-    out(table_text(table, 120))
+    rows = [(name, size(entry_bytes), archive) for name, archive, entry_bytes in detail.entries]
+    out(fitted_text((("ENTRY", "left"), ("SIZE", "right"), ("ARCHIVE", "left")), rows, whole=("SIZE",),
+                    first=("ENTRY",)))
     referenced = sum(1 for _, _, used in detail.archives if used)
     stored = sum(n for _, n, _ in detail.archives)
     out(f"{len(detail.entries)} entries; {len(detail.archives)} archives ({size(stored)}), "

@@ -139,3 +139,24 @@ def reflow_help(app) -> None:
     for info in app.registered_commands:
         if info.help is None and info.callback is not None and info.callback.__doc__:
             info.help = reflowed(info.callback.__doc__)
+
+
+def fitted_text(headers: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]], whole: tuple[str, ...] = (),
+                first: tuple[str, ...] = ()) -> str:
+    """A borderless table (`columns`) at `screen_width()`: the `whole` columns as wide as their
+    values, the others sharing the rest (`shared_widths`, `first` served first), each cell
+    broken at separators to its width (`names.shown_lines`), never folded mid-word."""
+    from orchestrator.names import shown_lines
+
+    names = [h for h, _ in headers]
+    texts = [[visible(str(v)) for v in row] for row in rows]
+    fixed = {h: max([len(h), *(len(r[i]) for r in texts)]) for i, h in enumerate(names) if h in whole}
+    wants = {h: max([len(h), *(len(line) for r in texts for line in r[i].splitlines())])
+             for i, h in enumerate(names) if h not in whole}
+    widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 2 * (len(names) - 1), first)}
+    table = columns(*headers)
+    for column, name in zip(table.columns, names, strict=True):
+        column.width, column.no_wrap = widths[name], name in whole
+    for row in texts:
+        table.add_row(*(plain(v if names[i] in whole else shown_lines(v, widths[names[i]])) for i, v in enumerate(row)))
+    return table_text(table)
