@@ -86,3 +86,33 @@ def test_the_nightly_figures_in_the_config_and_usage_are_what_schedule_plan_prin
     assert f"bound {first} USD" in config and f"worst case ({worst} USD)" in config
     usage = (ROOT / "docs" / "USAGE.md").read_text()
     assert f"its {first} USD of\nfirst jobs ({worst} USD" in usage
+
+
+def test_sweep_status_of_a_sweep_this_machine_never_ran_says_where_to_look(orch_home, monkeypatch, capsys):
+    # Issue 32: the hint was "start it with `sweep run`", which submits a cloud run's paid jobs again.
+    nightly = ROOT / "configs" / "sweep-nightly.yaml"
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "status", str(nightly))
+    assert code == 2, (out, err)
+    hint = err.split("hint: ", 1)[1]
+    assert hint.startswith("this machine's ledger has no run of it. If it ran elsewhere")
+    assert f"results --sweep nightly --spec {nightly.parent / 'vit-trn1-2xlarge.yaml'}" in hint
+    assert hint.index("results --sweep") < hint.index("Only if it never ran: `python -m orchestrator sweep run")
+
+
+def test_make_demo_table_shows_compile_seconds_and_cache_hits_as_the_docs_say(orch_home, monkeypatch, capsys):
+    import shlex
+
+    from test_results import results_doc, write_local
+
+    makefile = (ROOT / "Makefile").read_text()
+    demo = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    command = next(line for line in demo.splitlines() if "orchestrator results" in line)
+    args = shlex.split(command.split("-m orchestrator ", 1)[1])
+    write_local(orch_home, "local-smoke-1", results_doc("local-smoke-1", backend="local", sps=40.0))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("job"))
+    assert "compile s" in header and "cache hit" in header
+    usage = (ROOT / "docs" / "USAGE.md").read_text()
+    assert "compile_s,cache_hit_ratio" in usage and "the default table has neither" in usage
