@@ -46,3 +46,37 @@ def test_poll_must_be_seconds_a_loop_can_sleep(orch_home, monkeypatch, capsys, v
     assert code == 2 and "internal error" not in err, err
     assert "--poll" in err
     assert not (orch_home / "ledger.sqlite3").exists()  # refused before anything was submitted
+
+
+def test_a_utf16_spec_gets_a_utf16_hint(tmp_path, orch_home, monkeypatch, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_bytes((ROOT / "configs" / "local-tiny.yaml").read_text().encode("utf-16"))
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and "is UTF-16 text" in err and "iconv -f utf-16 -t utf-8" in err and "Latin-1" not in err
+
+
+def test_a_confusable_letter_in_name_is_named(tmp_path, orch_home, monkeypatch, capsys):
+    path = tmp_path / "job.yaml"
+    text = (ROOT / "configs" / "local-tiny.yaml").read_text()
+    import re
+
+    path.write_text(re.sub(r"(?m)^name: .*$", "name: v\u0456t-tiny", text, count=1))
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and "character 2, 'і' (U+0456 CYRILLIC SMALL LETTER BYELORUSSIAN-UKRAINIAN I)" in err, err
+
+
+@pytest.mark.parametrize("arn, said", [
+    ("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-1", "expected a SageMaker training plan ARN"),
+    ("arn:aws:sagemaker:eu-west-1:123456789012:training-plan/p", "N075-training-plan-region"),
+])
+def test_a_training_plan_arn_of_another_service_or_region_is_refused_in_words(tmp_path, orch_home, monkeypatch,
+                                                                             capsys, arn, said):
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "configs" / "vit-trn1-32xlarge.yaml").read_text())
+    doc["instance"]["training_plan_arn"] = arn
+    doc.pop("infra", None)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 2 and said in err and "^arn" not in err, err
