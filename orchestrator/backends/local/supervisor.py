@@ -159,6 +159,20 @@ class Supervisor:
         name, as an S3Prefix channel of the object's whole key does."""
         from entrypoints.shared import storage
 
+        try:
+            self._download()
+        except BaseException:
+            # Nothing copied stays behind a failed download: the channels are copies, the
+            # user's data is where data.source says.
+            for channel in self.plan["channels"]:
+                for host in self.plan["hosts"]:
+                    shutil.rmtree(Path(self.plan["host"][host]["root"]) / contract.INPUT_DATA / channel,
+                                  ignore_errors=True)
+            raise
+
+    def _download(self) -> None:
+        from entrypoints.shared import storage
+
         for channel, uri in self.plan["channels"].items():
             first = None
             for host in self.plan["hosts"]:
