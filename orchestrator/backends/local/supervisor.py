@@ -157,8 +157,6 @@ class Supervisor:
         """Every channel into each host's input/data/<channel>, FullyReplicated. A channel whose
         URI names one object (the code channel's source archive) gets that object under its
         name, as an S3Prefix channel of the object's whole key does."""
-        from entrypoints.shared import storage
-
         try:
             self._download()
         except BaseException:
