@@ -35,10 +35,9 @@ def _foreign(value) -> str | None:
     if not isinstance(value, str):
         return None
     for i, char in enumerate(value):
-        if not (" " < char < "\x7f"):
+        if not (" " <= char < "\x7f"):
             name = unicodedata.name(char, "") or "a control character"
-            return (f"character {i + 1}, {char!r} (U+{ord(char):04X} {name}), is not ASCII: names and ids take "
-                    "ASCII letters, digits and the separators shown")
+            return f"character {i + 1}, {char!r} (U+{ord(char):04X} {name}), is not ASCII"
     return None
 
 
@@ -100,8 +99,10 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
             message = "required field is missing"
         elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_HINTS:
             pattern = err["ctx"]["pattern"]
-            why = uri_reason(err.get("input")) if pattern in (URI_PATTERN, DATA_PATTERN) else _foreign(err.get("input"))
-            message = f"{err.get('input')!r} is not valid: {why or f'expected {PATTERN_HINTS[pattern]}'}"
+            why = uri_reason(err.get("input")) if pattern in (URI_PATTERN, DATA_PATTERN) else None
+            foreign = _foreign(err.get("input"))
+            message = (f"{err.get('input')!r} is not valid: {why or f'expected {PATTERN_HINTS[pattern]}'}"
+                       + (f"; {foreign}" if foreign else ""))
         elif kind == "model_type" or kind == "dict_type":
             message = f"expected a mapping, got {type(err.get('input')).__name__}"
             if loc == ("schedule",) and isinstance(err.get("input"), str):
