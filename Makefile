@@ -47,7 +47,7 @@ upgrade: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m orchestrator validate configs/local-smoke.yaml
 	$(PY) -m orchestrator submit configs/local-smoke.yaml --wait --rerun
-	$(PY) -m orchestrator results --format table
+	$(PY) -m orchestrator results --columns job,instance,samples_per_s,compile_s,cache_hit_ratio,status
 
 # The fast tier: every test but those marked slow, on TEST_WORKERS pytest-xdist processes
 # (they mostly wait on subprocesses, so more workers than cores overlap), each worker with its

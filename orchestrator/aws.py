@@ -263,3 +263,27 @@ def tries_said(exc: BaseException | None = None) -> str:
 
 NO_ANSWER_HINT = ("check the network, the region and AWS_ENDPOINT_URL if it is set; a slow link may need a longer "
                   f"{READ_TIMEOUT_VARIABLE} (seconds)")
+
+
+# A paginated read stops after this many pages or seconds: an API that hands out a new
+# NextToken on every page would otherwise be asked for ever (botocore's paginators catch only
+# a repeated token). Far above any real answer: ListServiceQuotas' sagemaker quotas are a few
+# hundred (MaxResults 100: a handful of pages); GetProducts for one type and region, a few items.
+MAX_PAGES = 200
+MAX_PAGING_S = 300.0
+
+
+class EndlessPages(Exception):
+    """A paginated answer that did not end within MAX_PAGES pages or MAX_PAGING_S seconds."""
+
+
+def bounded_pages(pages, what: str, *, max_pages: int = MAX_PAGES, max_s: float = MAX_PAGING_S,
+                  clock: Callable[[], float] = time.monotonic):
+    """The pages of `pages` (a paginator's iterator), raising EndlessPages, naming `what`, once
+    more than `max_pages` pages came or `max_s` seconds passed with more still to come."""
+    start = clock()
+    for count, page in enumerate(pages, 1):
+        if count > max_pages or clock() - start > max_s:
+            raise EndlessPages(f"{what}: the answer did not end after {count - 1} pages ({clock() - start:.0f} s), "
+                               "each with a new NextToken; stopped asking")
+        yield page

@@ -30,13 +30,14 @@ that cannot be read (an unknown AWS_PROFILE) is an InputError.
 from __future__ import annotations
 
 import errno
-import json
+import re
 import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from entrypoints.shared import compile_cache
+from entrypoints.shared.compile_cache.manifest import manifest_bytes
 from entrypoints.shared.storage import FileStore, ObjectInfo, S3Store, StorageError, Store, open_store
 from orchestrator.errors import BackendError, InputError
 
@@ -139,6 +140,10 @@ class _KeyObjects:
     others: list[ObjectInfo] = field(default_factory=list)
 
 
+# The archives a push writes: content-addressed, `archives/<sha256>.tar` (manifest.py's names).
+_ARCHIVE_NAME = re.compile(rf"^{compile_cache.ARCHIVE_DIR}/[0-9a-f]{{64}}\.tar(\.gz)?$")
+
+
 def _group(objects: list[ObjectInfo]) -> dict[str, _KeyObjects]:
     keys: dict[str, _KeyObjects] = {}
     for info in objects:
@@ -148,11 +153,27 @@ def _group(objects: list[ObjectInfo]) -> dict[str, _KeyObjects]:
         group = keys.setdefault(name, _KeyObjects())
         if rest == compile_cache.MANIFEST:
             group.manifest = info
-        elif rest.startswith(_ARCHIVE_PREFIX):
+        elif rest.startswith(_ARCHIVE_PREFIX) and _ARCHIVE_NAME.match(rest):
             group.archives[rest] = info
         else:
-            group.others.append(info)
+            group.others.append(info)  # never deleted: not a name a push writes
     return keys
+
+
+def _our_manifest(store: Store, name: str) -> tuple[dict | None, str | None]:
+    """(manifest, None) when `name` is a compile-cache key of ours: its manifest reads as one
+    (`parse_manifest`) and names the key whose folder `name` is; else (None, why not)."""
+    raw = store.get_bytes(f"{name}/{compile_cache.MANIFEST}")
+    if raw is None:
+        return None, f"no {compile_cache.MANIFEST}"
+    try:
+        doc, _ = compile_cache.parse_manifest(raw)
+        fields = doc.get("key")
+        if not isinstance(fields, dict) or compile_cache.CacheKey(**fields).digest() != name:
+            return None, "its manifest names another cache key"
+    except (ValueError, TypeError) as exc:
+        return None, f"unreadable manifest ({str(exc)[:80]})"
+    return doc, None
 
 
 def _manifest(store: Store, key: str) -> tuple[dict | None, str | None]:
@@ -268,12 +289,18 @@ class PruneReport:
 
 def prune(uri: str | None = None, *, key: str | None = None, older_than_days: float | None = None,
           grace_s: float = DEFAULT_GRACE_S, dry_run: bool = False, now: float | None = None,
-          s3_client=None) -> PruneReport:
+          s3_client=None, only: set[str] | None = None) -> PruneReport:
     """Delete unreferenced archives older than `grace_s`, and whole keys when asked.
 
     `key`: delete that key (manifest, then archives past the grace period). `older_than_days`:
     delete every key whose manifest (or, without one, newest object) is older than that.
     Without either, only unreferenced archives go. `dry_run` reports without deleting.
+    `only`: delete nothing but these URIs (the plan a dry run showed and the user confirmed).
+
+    Only keys of ours are touched: a folder whose manifest does not read as a compile-cache
+    manifest of that very key is left alone (reported in `skipped`), and only the names a push
+    writes (the manifest, `archives/<sha256>.tar`) are deleted. A store that holds no key of
+    ours is refused (InputError): it is no compile cache (a jobs store, a folder of files).
     """
     if older_than_days is not None and older_than_days < 0:
         raise InputError(f"--older-than must be zero or more days, got {older_than_days}",
@@ -292,63 +319,96 @@ def prune(uri: str | None = None, *, key: str | None = None, older_than_days: fl
         if key is not None and key not in groups:
             raise InputError(f"no cache key {key!r} under {store.uri_root}",
                              hint=_ls_hint(store))
-        if isinstance(store, FileStore) and key is None:
-            for path, size in store.stale_temporaries(grace_s, now=now):
-                if not dry_run:
-                    try:
-                        path.unlink(missing_ok=True)
-                    except OSError as exc:
-                        raise BackendError(f"cannot delete {path}: {exc.strerror or exc}") from exc
-                report.deleted.append(PruneAction(f"file://{path}", size, "left by an interrupted write"))
-        for name, group in sorted(groups.items()):
-            whole = key is not None
-            if older_than_days is not None:
-                newest = group.manifest or max([*group.archives.values(), *group.others],
-                                               key=lambda info: info.last_modified)
-                whole = whole or now - newest.last_modified > older_than_days * 86400
-            if whole:
-                _drop_key(store, group, now, grace_s, report)
+        ours: dict[str, dict] = {}
+        for name in sorted(groups):
+            doc, why = _our_manifest(store, name)
+            if doc is not None:
+                ours[name] = doc
+            elif key is not None:
+                raise InputError(f"{store.uri_root}/{key}/ is not a compile-cache key ({why}); nothing was deleted",
+                                 hint=f"cache prune deletes only keys whose manifest it can read; {_ls_hint(store)}")
             else:
-                _drop_unreferenced(store, name, group, now, grace_s, report)
+                report.skipped.append(f"{name}/: not a compile-cache key ({why}); nothing in it deleted")
+        if groups and not ours:
+            raise InputError(f"{store.uri_root} is not a compile cache: none of its {len(groups)} folder(s) holds a "
+                             f"compile-cache manifest ({compile_cache.MANIFEST}); nothing was deleted",
+                             hint="give the compile cache's URI (a job spec's compile_cache.uri, e.g. "
+                                  "s3://BUCKET/compile-cache); `cache prune` never deletes what a push did not write")
+        if only is not None:
+            report.skipped.clear()  # said when the plan was shown
+        if isinstance(store, FileStore) and key is None and ours:
+            for path, size in store.stale_temporaries(grace_s, now=now):
+                _delete_file(path, size, report, only)
+        for name in sorted(ours):
+            group = groups[name]
+            whole = key is not None
+            if older_than_days is not None and group.manifest is not None:  # None: published since the listing
+                whole = whole or now - group.manifest.last_modified > older_than_days * 86400
+            if whole:
+                _drop_key(store, group, ours[name], now, grace_s, report, only)
+            else:
+                _drop_unreferenced(store, name, group, ours[name], now, grace_s, report, only)
     except StorageError as exc:
         raise _backend(exc) from exc
     return report
 
 
-def _delete(store: Store, key: str, size: int, reason: str, report: PruneReport) -> None:
+def _delete_file(path, size: int, report: PruneReport, only: set[str] | None) -> None:
+    uri = f"file://{path}"
+    if only is not None and uri not in only:
+        return
+    if not report.dry_run:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot delete {path}: {exc.strerror or exc}") from exc
+    report.deleted.append(PruneAction(uri, size, "left by an interrupted write"))
+
+
+def _delete(store: Store, key: str, size: int, reason: str, report: PruneReport, only: set[str] | None) -> None:
+    if only is not None and store.uri(key) not in only:
+        return  # not in the plan the user confirmed
     if not report.dry_run:
         store.delete(key)
     report.deleted.append(PruneAction(store.uri(key), size, reason))
 
 
-def _drop_key(store: Store, group: _KeyObjects, now: float, grace_s: float, report: PruneReport) -> None:
-    if group.manifest is not None:
-        _delete(store, group.manifest.key, group.manifest.size, "key removed", report)
-    for info in [*group.archives.values(), *group.others]:
-        if now - info.last_modified > grace_s:
-            _delete(store, info.key, info.size, "key removed", report)
-        else:
-            report.kept_young += 1
+def _drop_key(store: Store, group: _KeyObjects, doc: dict, now: float, grace_s: float, report: PruneReport,
+              only: set[str] | None) -> None:
+    old = [info for info in group.archives.values() if now - info.last_modified > grace_s]
+    young = len(group.archives) - len(old)
+    manifest_key = group.manifest.key if group.manifest is not None else None
+    if manifest_key is not None and not young:
+        _delete(store, manifest_key, group.manifest.size, "key removed", report, only)
+    elif manifest_key is not None:
+        # Young archives may belong to a push in flight: they stay, and so does a manifest of
+        # this key, emptied (pulls find nothing, as with none), so that a later prune still
+        # knows the folder for ours and removes them once they are old.
+        empty = manifest_bytes(compile_cache.new_manifest(compile_cache.CacheKey(**doc["key"])))
+        if only is None or store.uri(manifest_key) in only:
+            if not report.dry_run:
+                store.put_bytes(manifest_key, empty)
+            report.deleted.append(PruneAction(store.uri(manifest_key), group.manifest.size,
+                                              f"key emptied; {young} archive(s) younger than the grace period are "
+                                              "left for a later prune"))
+    report.kept_young += young
+    for info in old:  # `others` are no names of ours: left alone
+        _delete(store, info.key, info.size, "key removed", report, only)
 
 
-def _drop_unreferenced(store: Store, name: str, group: _KeyObjects, now: float, grace_s: float,
-                       report: PruneReport) -> None:
-    referenced: set[str] = set()
-    if group.archives:
-        # Read even when the listing showed no manifest: a push may have published it since.
-        raw = store.get_bytes(f"{name}/{compile_cache.MANIFEST}")
-        if raw is not None:
-            try:
-                doc = json.loads(raw)
-                referenced = {entry["archive"] for entry in doc["entries"].values()}
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                # Which archives it names is unknown: keep them all.
-                report.skipped.append(f"{name}: unreadable manifest ({type(exc).__name__}); archives kept")
-                return
+def _drop_unreferenced(store: Store, name: str, group: _KeyObjects, doc: dict, now: float, grace_s: float,
+                       report: PruneReport, only: set[str] | None) -> None:
+    # `doc` was read after the listing: an archive listed as old and not named there is no
+    # push's in flight (see the module docstring).
+    referenced = {entry["archive"] for entry in doc["entries"].values()}
+    if not group.archives and not referenced and group.manifest is not None:
+        # A key a whole-key prune emptied, its last archives gone since: nothing left of it.
+        _delete(store, group.manifest.key, group.manifest.size, "empty key removed", report, only)
+        return
     for archive, info in sorted(group.archives.items()):
         if archive in referenced:
             continue
         if now - info.last_modified > grace_s:
-            _delete(store, info.key, info.size, "not referenced by the manifest", report)
+            _delete(store, info.key, info.size, "not referenced by the manifest", report, only)
         else:
             report.kept_young += 1

@@ -42,6 +42,20 @@ def redact(text: str) -> str:
     return _URL_USERINFO.sub(r"\g<scheme>***@", text)
 
 
+# Control characters (C0 but newline and tab, DEL, C1) and bidirectional overrides: a NUL, an
+# escape sequence or a carriage return in a value would otherwise act on the terminal (or vanish
+# from it) instead of being shown.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """`text` with each control character shown as its escape (a NUL as \\x00), as Python's
+    repr writes it; newlines and tabs stay. The one terminal-safe escaping of everything shown:
+    every line the CLI prints passes here, and renderers of data (results, ledger, AWS answers)
+    apply it to each value before laying out a table."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 class OrchestratorError(Exception):
     """Base of our errors: a message, an optional hint, an exit code. Credentials inside a
     URL in either are replaced by *** (`redact`)."""

@@ -126,6 +126,28 @@ class Ledger:
             if not read_only or not isinstance(exc.__cause__, (sqlite3.DatabaseError, OSError)):
                 raise
             self._open_for_reading(exc)
+        self._check_schema()
+
+    # The columns every query reads (`locations` may be missing: added in place when writable).
+    _REQUIRED = {"job_name", "backend", "region", "spec_hash", "state", "request", "sweep_id", "trial_id", "attempt",
+                 "detail", "created_at", "updated_at"}
+
+    def _check_schema(self) -> None:
+        """InputError when the file is an SQLite database of another schema (its `jobs` table
+        lacks our columns): every query would fail. It is left as it is."""
+        with self._translated():
+            jobs = self._job_columns()
+            kv = {row[1] for row in self._db.execute("PRAGMA table_info(kv)")}
+        missing = sorted(self._REQUIRED - jobs) if jobs else []  # no table yet: the schema makes it
+        if (not kv or {"key", "value"} <= kv) and not missing:
+            return
+        self._db.close()
+        what = (f"its jobs table lacks the column(s) {', '.join(missing)}" if missing
+                else "its kv table lacks the columns key, value")
+        raise InputError(f"{self.path} is not a ledger of this orchestrator: {what} (an SQLite file of another "
+                         "schema); it was left as it is",
+                         hint=f"move it aside (mv {self.path} {self.path}.other) and run again to start a new, empty "
+                              "ledger, or point ORCHESTRATOR_HOME at another folder")
 
     def _open_for_reading(self, why: InputError) -> None:
         """The ledger as it is, without writing to it (see __init__'s `read_only`): read in
@@ -194,6 +216,7 @@ class Ledger:
                 if new and self.path.exists():
                     # Private before anything is in it; SQLite gives its -wal and -shm the same mode.
                     os.chmod(self.path, 0o600)
+                self._check_schema()  # before WAL mode and CREATE INDEX: a foreign file stays as it is
                 self._use_wal()
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")

@@ -227,3 +227,33 @@ def listing_needle(sweep: str) -> str:
     name = asked["name"] if asked else sweep
     kept = MAX_PREFIX - len("-12345678-202601010000") - 1
     return name[:kept].rstrip("-") or name[:1]
+
+
+# Where a job name or an override list may break across lines in a narrow table: after its
+# separators, never inside a word (issue 32: at 80 columns names folded mid-word).
+_PIECE = re.compile(r"[^-._=,/ ]*[-._=,/ ]+|[^-._=,/ ]+")
+
+
+def shown_lines(text: str, width: int) -> str:
+    """`text` (a job name, overrides) as lines of at most `width` characters, broken after a
+    separator (- . _ = , / or a space); only a piece longer than a whole line is broken inside
+    (nothing is ever cut: every character shows). Existing line breaks stay."""
+    if width < 1:
+        return text
+    out: list[str] = []
+    for given in text.split("\n"):
+        line = ""
+        for piece in _PIECE.findall(given):
+            if line and len(line) + len(piece.rstrip(" ")) > width:
+                out.append(line.rstrip(" "))
+                line = ""
+            while len(piece.rstrip(" ")) > width:  # a piece wider than the column: broken, not cut
+                if line:
+                    out.append(line.rstrip(" "))
+                    line = ""
+                out.append(piece[:width])
+                piece = piece[width:]
+            line += piece
+        out.append(line.rstrip(" "))
+    return "\n".join(out)
+

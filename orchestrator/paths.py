@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from entrypoints.shared.atomic import NotRegularFile, kind_of, not_a_file
@@ -28,6 +29,11 @@ def home() -> Path:
                          hint="set ORCHESTRATOR_HOME to an absolute folder path") from None
     label = f"ORCHESTRATOR_HOME={path}" if raw else f"{path} (the default ORCHESTRATOR_HOME)"
     hint = "point ORCHESTRATOR_HOME at a folder (it is created if missing)"
+    if not path.is_absolute():
+        # Checked before anything is created: a relative home would mean another folder in each
+        # working directory, and file:// URIs and background runners need an absolute one.
+        raise InputError(f"{label} is a relative path; nothing was created",
+                         hint=f"set it to an absolute path, e.g. ORCHESTRATOR_HOME={Path.cwd() / path}")
     try:
         if not path.is_dir():
             # Private: the ledger and job files hold requests, and a request may hold a secret
@@ -149,15 +155,57 @@ def check_write_target(path: str | os.PathLike, option: str, *, folder_must_exis
     return landing
 
 
-def check_write_targets(targets: list[tuple[str | os.PathLike | None, str]]) -> None:
-    """`check_write_target` for each (path, option) given (None: not asked for), in a folder that
-    exists, and InputError when two of them land on one file: the second write would silently
-    replace the first."""
+def check_output_file(path: str | os.PathLike, option: str, *, force: bool = False,
+                      ours: Callable[[Path], str | None] | None = None, create_folder: bool = False) -> Path:
+    """The one rule for a file a command writes where the user asks (`results --plot/--html/
+    --output`, `infra outputs --write`): InputError (exit 2), before anything is read or
+    written, when `path` is a symbolic link (output is never written through one), something
+    that is not a regular file, in a folder that does not exist, or an existing file while
+    `force` is off (unless `ours(path)`, None, says an earlier run of the same option wrote it;
+    else it says what the file is). `create_folder`: a missing folder is created by the write.
+    Returns the path as written (its folder resolved, the name itself never followed)."""
+    why = unusable(path)
+    if why is not None:
+        raise InputError(f"{option} {path}: {why}", hint=f"give {option} a shorter or plainer path")
+    if os.path.islink(path):
+        raise InputError(f"{option} {path}: is a symbolic link (to {os.readlink(path)}); output is never written "
+                         "through a link, and the link and its target were left as they are",
+                         hint=f"give {option} the file itself or a new path")
+    kind = not_a_file(path, follow_symlinks=False)
+    if kind is not None:
+        raise InputError(f"{option} {path}: is {kind}, not a regular file; nothing was written to it",
+                         hint=f"give {option} a new or regular file, e.g. {option} results.png" if option == "--plot"
+                         else f"give {option} a new or regular file")
+    landing = Path(os.path.realpath(Path(path).parent)) / Path(path).name
+    if not landing.parent.is_dir() and not (create_folder and not os.path.lexists(landing.parent)):
+        raise InputError(f"{option} {path}: the folder {landing.parent} does not exist; nothing was written "
+                         "and no folder was created", hint=f"create the folder first, or give {option} a file in a "
+                         "folder that exists")
+    if os.path.lexists(path) and not force:
+        what = ours(Path(path)) if ours is not None else ""
+        if what is None:
+            return landing
+        raise InputError(f"{option} {path}: exists{' and ' + what if what else ''}; it was left as it is",
+                         hint=f"give {option} a new file, or pass --force to replace this one")
+    return landing
+
+
+def write_output_file(path: str | os.PathLike, data: bytes) -> Path:
+    """Write a file `check_output_file` allowed, atomically; a link planted there since is
+    replaced by the file, never written through. OSError propagates."""
+    from entrypoints.shared.atomic import write_bytes
+
+    return write_bytes(path, data, follow_symlinks=False)
+
+
+def check_write_targets(targets: list[tuple[str | os.PathLike | None, str]], *, force: bool = False) -> None:
+    """`check_output_file` for each (path, option) given (None: not asked for), and InputError
+    when two of them land on one file: the second write would silently replace the first."""
     seen: dict[Path, str] = {}
     for path, option in targets:
         if path is None:
             continue
-        landing = check_write_target(path, option, folder_must_exist=True)
+        landing = check_output_file(path, option, force=force)
         if landing in seen:
             raise InputError(f"{seen[landing]} and {option} both write {landing}; only one of them would be kept",
                              hint=f"give {option} another file")

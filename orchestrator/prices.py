@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,11 @@ KIND = "sagemaker-on-demand"
 # The Price List API is served from us-east-1 (and a few others); prices cover every region.
 PRICING_REGION = "us-east-1"
 _HOURLY_UNITS = frozenset({"hrs", "hr", "hour", "hours"})
+# The range of hourly USD prices taken as real, checked before a price is stored (issue 32:
+# `Infinity` made every plan exit 2, 1e-10 let every budget pass). Assumed bounds, far outside
+# SageMaker's training prices (cents to about a hundred USD an hour per instance).
+MIN_USD_PER_HOUR = 0.001
+MAX_USD_PER_HOUR = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -116,24 +122,42 @@ def _on_demand_usd_per_hour(doc: dict) -> tuple[float, str] | None:
                 continue
             try:
                 value = float(usd)
-            except ValueError:
+            except (TypeError, ValueError):
                 continue
-            if value > 0:
+            if math.isfinite(value) and MIN_USD_PER_HOUR <= value <= MAX_USD_PER_HOUR:
                 return value, str(dim.get("description", ""))
     return None
 
 
 def _products(pricing, type_: str, region: str) -> Iterable[dict]:
+    """The PriceList documents for one type and region: BackendError for an item that is not a
+    JSON object, or pages that never end (`aws.MAX_PAGES`, `aws.MAX_PAGING_S`)."""
+    from orchestrator import aws
+
     token = None
     seen: set[str] = set()
+    pages = 0
     while True:
+        pages += 1
+        if pages > aws.MAX_PAGES:
+            raise BackendError(f"Price List API: GetProducts for {type_} in {region} did not end after "
+                               f"{aws.MAX_PAGES} pages, each with a new NextToken; stopped asking, nothing written",
+                               hint="try again later; the catalog's prices stay as they were")
         kwargs = {"ServiceCode": SERVICE_CODE, "Filters": filters(type_, region), "FormatVersion": "aws_v1",
                   "MaxResults": 100}
         if token:
             kwargs["NextToken"] = token
         response = pricing.get_products(**kwargs)
         for item in response.get("PriceList", []):
-            yield json.loads(item) if isinstance(item, str) else item
+            try:
+                doc = json.loads(item) if isinstance(item, str) else item
+            except ValueError:
+                doc = None
+            if not isinstance(doc, dict):
+                raise BackendError(f"Price List API answered GetProducts for {type_} in {region} with an item that "
+                                   f"is not a JSON object ({service_message(repr(item), 80)}); nothing written",
+                                   hint="try again later; the catalog's prices stay as they were")
+            yield doc
         token = response.get("NextToken")
         if not token or token in seen:  # a repeated token would loop forever
             return
@@ -165,7 +189,8 @@ def fetch(pricing, types: Iterable[str], regions: Iterable[str], today: dt.date 
                     price = _on_demand_usd_per_hour(doc)
                     sku = product.get("sku", "?")
                     if price is None:
-                        refresh.notes.append(f"{type_} {region}: product {sku} has no OnDemand USD hourly price; skipped")
+                        refresh.notes.append(f"{type_} {region}: product {sku} has no OnDemand USD hourly price from "
+                                             f"{MIN_USD_PER_HOUR:g} to {MAX_USD_PER_HOUR:g} (a finite number); skipped")
                         continue
                     candidates.append((price[0], sku, price[1], str(attrs.get("usagetype", ""))))
             except ClientError as exc:

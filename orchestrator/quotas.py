@@ -28,10 +28,11 @@ SageMaker's quota names in the Service Quotas console ("ml.trn1.32xlarge for tra
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import TYPE_CHECKING, NamedTuple
 
-from orchestrator.errors import InputError
+from orchestrator.errors import BackendError, InputError, service_message
 
 if TYPE_CHECKING:
     from orchestrator.spec import JobSpec
@@ -42,6 +43,28 @@ INF_ON_DEMAND = "Running On-Demand Inf instances"
 INF_SPOT = "All Inf Spot Instance Requests"
 # In-progress jobs described for what is in use; more are counted as unknown (said so).
 MAX_DESCRIBED = 100
+# The largest applied quota value taken as real (instances or vCPUs); assumed: no Service Quotas
+# page states a maximum, and no account runs a million training instances or vCPUs of one kind.
+MAX_PLAUSIBLE_QUOTA = 1_000_000
+
+
+class MalformedAnswer(BackendError):
+    """Service Quotas answered something that is not a quota list (exit 1): a page without
+    `Quotas`, a value that is not a finite number in range, pages that never end."""
+
+
+def quota_value(q: dict) -> float:
+    """A ListServiceQuotas entry's Value, checked: a number (not a string, a bool, NaN or
+    infinite), at least 0 and at most MAX_PLAUSIBLE_QUOTA. MalformedAnswer otherwise."""
+    value = q.get("Value")
+    good = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and 0 <= value <= MAX_PLAUSIBLE_QUOTA
+    if not good:
+        raise MalformedAnswer(f"Service Quotas answered a malformed value for \"{service_message(q.get('QuotaName'), 80)}\" "
+                              f"({service_message(q.get('QuotaCode') or '?', 40)}): {service_message(repr(value), 80)}, "
+                              f"not a number from 0 to {MAX_PLAUSIBLE_QUOTA:,}; the quota was not used",
+                              hint="ask again later; the Service Quotas console shows the applied value")
+    return float(value)
 
 
 class Need(NamedTuple):
@@ -123,12 +146,24 @@ def clients(region: str, *, attempts: int | None = None):
 
 
 def _listed(quota_client, operation: str, service: str, names: set[str]) -> dict[str, Quota]:
+    from orchestrator import aws
+
     found: dict[str, Quota] = {}
     default = operation == "list_aws_default_service_quotas"
-    for page in quota_client.get_paginator(operation).paginate(ServiceCode=service):
-        for q in page.get("Quotas") or []:
-            if q.get("QuotaName") in names and q.get("Value") is not None:
-                found[q["QuotaName"]] = Quota(q["QuotaName"], q.get("QuotaCode") or "?", float(q["Value"]), default)
+    api = "ListAWSDefaultServiceQuotas" if default else "ListServiceQuotas"
+    pages = quota_client.get_paginator(operation).paginate(ServiceCode=service)
+    try:
+        for page in aws.bounded_pages(pages, f"{api} ({service})"):
+            if not isinstance(page.get("Quotas"), list):
+                raise MalformedAnswer(f"Service Quotas answered {api} ({service}) without a quota list "
+                                      f"(not the JSON it documents: {service_message(page.get('message'), 120)})",
+                                      hint="ask again later; an endpoint or proxy that is not Service Quotas "
+                                           "answers so (check AWS_ENDPOINT_URL)")
+            for q in page["Quotas"]:
+                if isinstance(q, dict) and q.get("QuotaName") in names and q.get("Value") is not None:
+                    found[q["QuotaName"]] = Quota(q["QuotaName"], q.get("QuotaCode") or "?", quota_value(q), default)
+    except aws.EndlessPages as exc:
+        raise MalformedAnswer(str(exc), hint="ask again later; the quotas were not used") from None
     return found
 
 
@@ -136,7 +171,8 @@ def applied(quota_client, service: str, names: set[str]) -> dict[str, Quota]:
     """The quotas of `service` whose names are in `names`: the applied value (ListServiceQuotas,
     every page), else the AWS default (ListAWSDefaultServiceQuotas, read only when a name is
     missing): ListServiceQuotas leaves out a quota whose applied value is not available, and
-    the default is what AWS then enforces (rules table `service-quotas-applied-or-default`)."""
+    the default is what AWS then enforces (rules table `service-quotas-applied-or-default`).
+    Pages are bounded and values checked (MalformedAnswer)."""
     found = _listed(quota_client, "list_service_quotas", service, names)
     missing = names - set(found)
     if missing:
@@ -149,9 +185,17 @@ def training_in_use(sagemaker_client) -> Counter | None:
     ("<type> for training job usage", or "... for spot training job usage" for a managed-spot
     job: the selected type with instance preferences); None when there are more than
     MAX_DESCRIBED to describe."""
+    from orchestrator import aws
+
     names = []
-    for page in sagemaker_client.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress"):
-        names += [j["TrainingJobName"] for j in page.get("TrainingJobSummaries") or []]
+    pages = sagemaker_client.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+    try:
+        for page in aws.bounded_pages(pages, "ListTrainingJobs (in progress)"):
+            names += [j["TrainingJobName"] for j in page.get("TrainingJobSummaries") or []]
+            if len(names) > MAX_DESCRIBED:
+                return None  # more than are described: unknown, and no need to read on
+    except aws.EndlessPages:
+        return None
     if len(names) > MAX_DESCRIBED:
         return None
     used: Counter = Counter()

@@ -738,3 +738,32 @@ def test_a_file_named_jobs_in_the_home_is_said_to_be_a_file_where_a_folder_belon
         assert code == 2, (command, err)
         assert said in err and "status file" not in err and "internal error" not in err, (command, err)
     assert (orch_home / "jobs").is_file()  # left as it was
+
+
+def test_an_unreadable_file_in_a_data_folder_is_refused_before_anything_is_copied(orch_home, tmp_path, fake_train,
+                                                                                  monkeypatch):
+    # Issue 32: one unreadable file ended the job after 2.1 GB were copied, as "InternalServerError:
+    # local supervisor: StorageError ... Permission denied", and the copy stayed behind.
+    import os
+
+    data = tmp_path / "data"
+    (data / "cat").mkdir(parents=True)
+    (data / "cat" / "1.png").write_bytes(b"meow")
+    secret = data / "cat" / "2.png"
+    secret.write_bytes(b"purr")
+    prepared = prepared_for(make_spec(tmp_path, source=f"file://{data}"))
+    real_open = os.open
+
+    def refusing(path, flags, *args, **kwargs):  # what chmod 000 does to a user who is not root
+        if str(path) == str(secret):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)  # the tests run as root here, whom chmod 000 does not stop
+    with pytest.raises(InputError) as info:
+        LocalBackend().submit(prepared)
+    monkeypatch.undo()
+    assert f"data channel 'train': {secret} cannot be read: Permission denied; nothing was copied" in info.value.message
+    assert "chmod u+r" in info.value.hint
+    assert not (orch_home / "jobs" / prepared.job_name).exists()
+    assert Ledger().get(prepared.job_name) is None

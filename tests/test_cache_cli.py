@@ -57,11 +57,12 @@ def orphan(uri: str, key: cc.CacheKey = NEURON, data: bytes = b"orphan archive")
 
 
 def test_ls_lists_keys_with_counts_and_sizes(store_uri, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")  # whole keys on one line each (80 columns: see the fit test)
     populate(store_uri, tmp_path)
     code, out, err = _cli(monkeypatch, capsys, "cache", "ls", store_uri)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["KEY", "ENTRIES", "ENTRY"]
+    assert lines[0].split()[:3] == ["KEY", "ENTRIES", "SIZE"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == {NEURON.digest(), INDUCTOR.digest()}
     assert rows[NEURON.digest()][1] == "3" and rows[NEURON.digest()][4] == "2"  # entries, archives
@@ -81,6 +82,7 @@ def test_list_keys_reports_what_the_manifest_says(store_uri, tmp_path):
 
 
 def test_ls_defaults_to_the_local_store(orch_home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")  # whole keys on one line each (80 columns: see the fit test)
     uri = f"file://{orch_home}/store/compile-cache"
     assert cache.default_uri() == uri
     code, out, err = _cli(monkeypatch, capsys, "cache", "ls")
@@ -96,6 +98,7 @@ def test_ls_defaults_to_the_local_store(orch_home, tmp_path, monkeypatch, capsys
 
 
 def test_ls_flags_a_key_without_a_usable_manifest(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")  # whole keys on one line each (80 columns: see the fit test)
     uri = f"file://{tmp_path}/store"
     orphan(uri)
     code, out, err = _cli(monkeypatch, capsys, "cache", "ls", uri)
@@ -247,8 +250,8 @@ def test_prune_cli_reports_and_dry_run_keeps(tmp_path, monkeypatch, capsys):
     assert storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
     code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri)
     assert code == 0 and "kept 1 archive(s) younger than the grace period" in out
-    code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0")
-    assert code == 0 and f"deleted {uri}/{NEURON.digest()}/{name}" in out and "deleted 1 object(s)" in out
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0", "--yes")
+    assert code == 0 and f"will delete {uri}/{NEURON.digest()}/{name}" in out and "deleted 1 object(s)" in out
     assert not storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
 
 
@@ -256,26 +259,30 @@ def test_prune_on_s3_says_the_space_comes_back_when_noncurrent_versions_expire(m
                                                                                capsys):
     uri = f"s3://{moto_bucket}/compile-cache"
     populate(uri, tmp_path)
-    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", uri, "--key", NEURON.digest(), "--grace-hours", "0")
+    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", uri, "--key", NEURON.digest(), "--grace-hours", "0",
+                          "--yes")
     assert code == 0 and "deleted 3 object(s)" in out
     assert "on a versioned bucket (the stack's is) S3 keeps what is deleted as noncurrent versions" in err
     assert "CompileCacheNoncurrentDays" in err and "not at once" in err
     local = f"file://{tmp_path}/store"
     populate(local, tmp_path / "again")
-    code, _, err = _cli(monkeypatch, capsys, "cache", "prune", local, "--key", NEURON.digest(), "--grace-hours", "0")
+    code, _, err = _cli(monkeypatch, capsys, "cache", "prune", local, "--key", NEURON.digest(), "--grace-hours", "0",
+                        "--yes")
     assert code == 0 and "versioned" not in err
 
 
 def test_prune_a_whole_key(store_uri, tmp_path, monkeypatch, capsys):
     populate(store_uri, tmp_path)
     report = cache.prune(store_uri, key=NEURON.digest())
-    # The manifest goes at once; archives younger than the grace period stay for now.
+    # The manifest is emptied at once (a later prune still knows the key for ours); archives
+    # younger than the grace period stay for now.
     assert [a.uri.rsplit("/", 1)[1] for a in report.deleted] == ["manifest.json"]
+    assert "key emptied" in report.deleted[0].reason
     assert report.kept_young == 2
     assert cc.pull(store_uri, NEURON, tmp_path / "cold").hit_entries == 0
     code, out, _ = _cli(monkeypatch, capsys, "cache", "prune", store_uri, "--key", NEURON.digest(),
-                        "--grace-hours", "0")
-    assert code == 0 and "deleted 2 object(s)" in out
+                        "--grace-hours", "0", "--yes")
+    assert code == 0 and "deleted 3 object(s)" in out
     keys = [k.key for k in cache.list_keys(store_uri)[1]]
     assert keys == [INDUCTOR.digest()]
 
@@ -418,3 +425,100 @@ def test_ls_reports_its_progress_through_the_keys(tmp_path):
     seen = []
     _, keys = cache.list_keys(uri, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(i, len(keys)) for i in range(len(keys))] and keys
+
+
+# Issue 32: prune deletes only what a push wrote, in keys whose manifest it can read, and asks.
+
+def jobs_store(root: Path, age_s: float = 90 * 86400) -> list[Path]:
+    """A jobs store and a folder of the user's files: nothing a compile cache holds."""
+    files = [root / "jobs" / "j-1" / "output" / "model.tar.gz", root / "results" / "j-1" / "results.json",
+             root / "photos" / "cat.jpg", root / "archives" / ("a" * 64 + ".tar")]
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"user data")
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+    return files
+
+
+@pytest.mark.parametrize("options", [[], ["--older-than", "1"], ["--older-than", "0", "--grace-hours", "0"]])
+def test_prune_refuses_a_prefix_that_is_no_compile_cache(tmp_path, monkeypatch, capsys, options):
+    files = jobs_store(tmp_path / "store")
+    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", f"file://{tmp_path}/store", *options, "--yes")
+    assert code == 2, (out, err)
+    assert "is not a compile cache: none of its 4 folder(s) holds a compile-cache manifest" in err
+    assert "nothing was deleted" in err
+    assert all(path.read_bytes() == b"user data" for path in files)
+
+
+def test_prune_on_s3_refuses_a_jobs_prefix(moto_bucket, monkeypatch, capsys):
+    store = storage.open_store(f"s3://{moto_bucket}/jobs")
+    for key in ("j-1/output/model.tar.gz", "results/j-1/results.json", "j-1/source/sourcedir.tar.gz"):
+        store.put_bytes(key, b"x")
+    with pytest.raises(InputError, match="is not a compile cache"):
+        cache.prune(f"s3://{moto_bucket}/jobs", older_than_days=0, grace_s=0, now=time.time() + 86400)
+    assert len(store.list()) == 3
+
+
+def test_prune_leaves_folders_and_files_that_are_not_ours_in_a_cache(tmp_path, monkeypatch, capsys):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    files = jobs_store(tmp_path / "store")
+    stray = tmp_path / "store" / NEURON.digest() / "notes.txt"
+    stray.write_text("mine")
+    forged = tmp_path / "store" / "forged"
+    forged.mkdir()
+    (forged / cc.MANIFEST).write_bytes((tmp_path / "store" / NEURON.digest() / cc.MANIFEST).read_bytes())
+    (forged / "archives").mkdir()
+    (forged / "archives" / ("b" * 64 + ".tar")).write_bytes(b"x")
+    report = cache.prune(uri, older_than_days=0, grace_s=0, now=time.time() + 86400)
+    deleted = {a.uri.removeprefix(uri + "/").split("/")[0] for a in report.deleted}
+    assert deleted == {NEURON.digest(), INDUCTOR.digest()}
+    assert all(path.exists() for path in files) and stray.read_text() == "mine"
+    assert (forged / "archives" / ("b" * 64 + ".tar")).exists()  # its manifest names another key
+    assert any("forged/: not a compile-cache key (its manifest names another cache key)" in n for n in report.skipped)
+    with pytest.raises(InputError, match="is not a compile-cache key"):
+        cache.prune(uri, key="photos")
+
+
+def test_prune_asks_and_off_a_terminal_needs_yes(tmp_path, monkeypatch, capsys):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    name = orphan(uri)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0")
+    assert code == 2 and f"will delete {uri}/{NEURON.digest()}/{name}" in out
+    assert "nothing was deleted: confirm with --yes" in err
+    assert storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr("typer.confirm", lambda *a, **k: False)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0")
+    assert code == 1 and "nothing deleted" in err
+    assert storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+    monkeypatch.setattr("typer.confirm", lambda *a, **k: True)
+    code, out, err = _cli(monkeypatch, capsys, "cache", "prune", uri, "--grace-hours", "0")
+    assert code == 0 and "deleted 1 object(s)" in out
+    assert not storage.open_store(uri).exists(f"{NEURON.digest()}/{name}")
+
+
+def test_prune_deletes_only_what_the_user_confirmed(tmp_path):
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    name = orphan(uri)
+    other = orphan(uri, INDUCTOR)
+    report = cache.prune(uri, grace_s=0, only={f"{uri}/{NEURON.digest()}/{name}"})
+    assert [a.uri for a in report.deleted] == [f"{uri}/{NEURON.digest()}/{name}"]
+    assert storage.open_store(uri).exists(f"{INDUCTOR.digest()}/{other}")
+
+
+def test_ls_and_show_fit_the_columns_asked(tmp_path, monkeypatch, capsys):
+    # Issue 32: `cache ls` and `cache show` drew 120 columns whatever COLUMNS said.
+    uri = f"file://{tmp_path}/store"
+    populate(uri, tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    for args in (["ls", uri], ["show", uri, NEURON.digest()]):
+        code, out, err = _cli(monkeypatch, capsys, "cache", *args)
+        assert code == 0, err
+        table = [line for line in out.splitlines() if not line.startswith(("key:", "manifest:", "  ", "updated:"))]
+        assert max(len(line) for line in table) <= 80, out
+    code, out, _ = _cli(monkeypatch, capsys, "cache", "ls", uri)
+    # A key too long for its column breaks after a separator: its hex part stays whole.
+    assert NEURON.digest().rsplit("-", 1)[1] in out and NEURON.digest().rsplit("-", 1)[0] in out

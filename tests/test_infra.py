@@ -903,8 +903,7 @@ def test_outputs_write_refuses_a_job_spec_a_fifo_or_a_folder_before_any_aws_call
     code, out, err = run_cli(monkeypatch, capsys, "infra", "outputs", "--write", str(spec_file))
     assert code == 2 and out == ""
     assert err == (f"error: --write {spec_file}: exists and is not an infra outputs file (its keys are backend, "
-                   "name); it was left as it is\nhint: write the outputs to another file (e.g. --write "
-                   "configs/infra.yaml and `infra: infra.yaml` in the job spec), or pass --force to replace this one\n")
+                   "name); it was left as it is\nhint: give --write a new file, or pass --force to replace this one\n")
     assert spec_file.read_text() == "name: vit\nbackend: local\n"
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "dir").mkdir()

@@ -649,3 +649,13 @@ def test_the_scheduler_says_what_it_is_doing(tmp_path, orch_home):
         scheduler.run(poll_seconds=5)
     assert seen == ["waiting to poll 1 unfinished tick sweep(s)"]
     assert scheduler.unfinished() == [sweeps.identify(scheduler.sweep, utc(2026, 1, 5, 3)).sweep_id]
+
+
+@pytest.mark.parametrize("alias", ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly", "@midnight"])
+def test_crontab_takes_the_aliases_system_cron_reads(tmp_path, orch_home, alias):
+    # Issue 32: `schedule crontab` refused @yearly saying it "uses L" (the L of "yearly").
+    sweep = load(tmp_path)
+    text = (tmp_path / "nightly.yaml").read_text().replace('"0 3 * * *"', f'"{alias}"')
+    (tmp_path / "nightly.yaml").write_text(text)
+    line = schedules.crontab_line(spec.load_sweep(tmp_path / "nightly.yaml")).splitlines()[-1]
+    assert line.startswith(f"{alias} cd "), (sweep.schedule.cron, line)

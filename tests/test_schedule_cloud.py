@@ -190,7 +190,11 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
 
     fake = _quotas(monkeypatch, {TRN1_2XL: 3})
-    deployed = CliRunner().invoke(app, ["schedule", "deploy", str(NIGHTLY), "--yes"])
+    # The schedule belongs to its file (issue 32): deployed from a copy that is changed below.
+    mine = tmp_path / "nightly.yaml"
+    mine.write_text(NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml",
+                                                f"base: {NIGHTLY.parent}/vit-trn1-2xlarge.yaml"))
+    deployed = CliRunner().invoke(app, ["schedule", "deploy", str(mine), "--yes"])
     assert deployed.exit_code == 0, deployed.output
     assert ("ListServiceQuotas", "sagemaker") in fake.calls  # admitted by quota before anything was uploaded
     assert "deployed stack" in deployed.output and "add: Schedule (AWS::Scheduler::Schedule)" in deployed.output
@@ -235,9 +239,9 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
 
     # A changed sweep (concurrency and cron) re-deploys in place: the same stack, one schedule,
     # the change set saying what changed.
-    changed = tmp_path / "nightly.yaml"
-    changed.write_text(NIGHTLY.read_text().replace("base: vit-trn1-2xlarge.yaml", f"base: {NIGHTLY.parent}/vit-trn1-2xlarge.yaml")
-                       .replace("concurrency: 3", "concurrency: 2").replace('cron: "0 3 * * *"', 'cron: "30 4 * * 1-5"'))
+    changed = mine
+    changed.write_text(mine.read_text().replace("concurrency: 3", "concurrency: 2")
+                       .replace('cron: "0 3 * * *"', 'cron: "30 4 * * 1-5"'))
     again = CliRunner().invoke(app, ["schedule", "deploy", str(changed), "--yes"])
     assert again.exit_code == 0, again.output
     assert "modify: StateMachine" in again.output and "modify: Schedule" in again.output
@@ -454,3 +458,53 @@ def test_remove_by_file_is_not_refused_for_the_budget(tmp_path, orch_home, moto_
     # The CLI's entry point makes an InputError exit 2; CliRunner hands the exception back.
     assert isinstance(done.exception, InputError), done.output
     assert done.exception.message == "no schedule stack 'orchestrator-schedule-nightly' in us-east-1"
+
+
+def test_moto_a_schedule_belongs_to_the_file_that_deployed_it(tmp_path, orch_home, interpreter,
+                                                              scheduler_in_cloudformation, moto_change_set_outputs,
+                                                              monkeypatch, capsys):
+    """Issue 32: `schedule deploy collide-b.yaml` silently replaced collide-a.yaml's schedule of
+    the same sweep name, and `schedule remove collide-b.yaml` removed A's."""
+    import boto3
+    from cli_harness import run_cli
+
+    base = (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text()
+    (tmp_path / "base.yaml").write_text(base)
+    files = {}
+    for name, cron in (("a", "0 3 * * *"), ("b", "30 5 * * *")):
+        files[name] = tmp_path / f"collide-{name}.yaml"
+        files[name].write_text(f"sweep: collide\nbase: base.yaml\ngrid: {{training.optimizer.lr: [0.001]}}\n"
+                               f"schedule: {{cron: '{cron}'}}\n")
+    plan = sm.placeholder_plan(spec.load_sweep(files["a"]))
+    region = plan.sweep.base_spec.region
+    boto3.client("s3", region_name=region).create_bucket(Bucket=plan.trials[0].prepared.source_uri.split("/")[2])
+    cloud.deploy(plan, region, sleep=lambda s: None)
+    stack = cloud_stack.stack_name(plan)
+    cfn = boto3.client("cloudformation", region_name=region)
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]}
+    assert outputs[cloud_stack.OWNER_OUTPUT].endswith(f":{files['a'].resolve()}")
+
+    def cron_kept() -> str:
+        [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
+        return boto3.client("scheduler", region_name=region).get_schedule(Name=found["Name"])["ScheduleExpression"]
+
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "deploy", str(files["b"]))
+    assert code == 2, (out, err)
+    assert f"stack {stack} in {region} holds the schedule of sweep 'collide' deployed from " in err
+    assert f"{files['a'].resolve()}; {files['b']} has the same sweep name" in err and "nothing was deployed" in err
+    assert "sweep: collide-2" in err and f"schedule remove {stack}" in err
+    assert cron_kept() == "cron(0 3 * * ? *)"  # A's schedule, untouched
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(files["b"]))
+    assert code == 2 and "nothing was removed" in err, (out, err)
+    assert cron_kept() == "cron(0 3 * * ? *)"
+    # Its state machine deleted out of band: `schedule list` says so (it was an internal error).
+    sfn = boto3.client("stepfunctions", region_name=region)
+    [machine] = sfn.list_state_machines()["stateMachines"]
+    sfn.delete_state_machine(stateMachineArn=machine["stateMachineArn"])
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "list", "--region", region)
+    assert code == 0, err
+    assert f"warning: {stack}: its state machine {machine['stateMachineArn']} no longer exists" in err
+    assert f"schedule remove {stack}` removes the rest" in err
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(files["a"]))
+    assert code == 0, err
+    assert boto3.client("scheduler", region_name=region).list_schedules()["Schedules"] == []

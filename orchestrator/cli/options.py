@@ -55,6 +55,24 @@ JOB_REGION_OPTION = typer.Option(None, "--region", callback=check_region, help="
 REGION_OPTION = typer.Option(None, "--region", callback=check_region, help=f"AWS region (default: {REGION_DEFAULTS}).")
 # The floor keeps a loop from spinning a core (QA: --poll 0 did); a cloud round's is higher (`polling`).
 POLL_MIN_S = LOCAL_FLOOR_S
-POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, help="Seconds between status rounds (default: 30 on "
+# The longest wait between rounds: one day. Longer (or inf) would leave submitted jobs unwatched.
+POLL_MAX_S = 86400.0
+
+
+def finite_seconds(param: typer.CallbackParam, value: float | None) -> float | None:
+    """A seconds option (--poll, --interval) a loop can sleep: a NaN passes click's range check
+    (every comparison with it is false) and `inf` made a sweep submit a trial and then fail."""
+    import math
+
+    from orchestrator.errors import InputError
+
+    if value is not None and not math.isfinite(value):
+        option = param.opts[0] if param.opts else "the option"
+        raise InputError(f"{option} {value}: not a number of seconds; nothing was submitted",
+                         hint=f"give {option} seconds between {POLL_MIN_S:g} and {POLL_MAX_S:g}, e.g. {option} 60")
+    return value
+
+
+POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, max=POLL_MAX_S, callback=finite_seconds, help="Seconds between status rounds (default: 30 on "
                            f"SageMaker, 60 on Batch, 2 locally); at least {CLOUD_FLOOR_S:g} when the sweep has "
                            f"SageMaker or Batch jobs, {POLL_MIN_S:g} locally: a shorter one is raised, with a note.")

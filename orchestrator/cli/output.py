@@ -7,27 +7,18 @@ import inspect
 import re
 import sys
 
-from orchestrator.errors import redact
+from orchestrator.errors import redact, visible
 
 
-def out(text: str = "") -> None:
-    _echo(sys.stdout, text)
+def out(text: str = "", *, styled: bool = False) -> None:
+    """A line on stdout, every control character shown as its escape (`errors.visible`), as
+    err does: values from results.json, the ledger or AWS never act on the terminal.
+    `styled`: text a renderer coloured itself, having passed each value through `visible`."""
+    _echo(sys.stdout, text if styled else visible(text))
 
 
 def err(text: str) -> None:
     _echo(sys.stderr, visible(text))
-
-
-# Control characters (C0 but newline and tab, DEL, C1) and bidirectional overrides: a NUL, an
-# escape sequence or a carriage return in a value would otherwise act on the terminal (or vanish
-# from it) instead of being shown.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """`text` with each control character shown as its escape (a NUL as \\x00), as Python's
-    repr writes it; newlines and tabs stay."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _echo(stream, text: str) -> None:
@@ -45,7 +36,7 @@ def plain(value):
     `[/opt/ml/code]` in a failure reason would raise MarkupError and a `[user]` would vanish."""
     from rich.text import Text
 
-    return Text("" if value is None else str(value))
+    return Text("" if value is None else visible(str(value)))
 
 
 def columns(*headers: tuple[str, str]):
@@ -148,3 +139,24 @@ def reflow_help(app) -> None:
     for info in app.registered_commands:
         if info.help is None and info.callback is not None and info.callback.__doc__:
             info.help = reflowed(info.callback.__doc__)
+
+
+def fitted_text(headers: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]], whole: tuple[str, ...] = (),
+                first: tuple[str, ...] = ()) -> str:
+    """A borderless table (`columns`) at `screen_width()`: the `whole` columns as wide as their
+    values, the others sharing the rest (`shared_widths`, `first` served first), each cell
+    broken at separators to its width (`names.shown_lines`), never folded mid-word."""
+    from orchestrator.names import shown_lines
+
+    names = [h for h, _ in headers]
+    texts = [[visible(str(v)) for v in row] for row in rows]
+    fixed = {h: max([len(h), *(len(r[i]) for r in texts)]) for i, h in enumerate(names) if h in whole}
+    wants = {h: max([len(h), *(len(line) for r in texts for line in r[i].splitlines())])
+             for i, h in enumerate(names) if h not in whole}
+    widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 2 * (len(names) - 1), first)}
+    table = columns(*headers)
+    for column, name in zip(table.columns, names, strict=True):
+        column.width, column.no_wrap = widths[name], name in whole
+    for row in texts:
+        table.add_row(*(plain(v if names[i] in whole else shown_lines(v, widths[names[i]])) for i, v in enumerate(row)))
+    return table_text(table)

@@ -9,6 +9,25 @@ from collections.abc import Callable
 from orchestrator.cli.output import err
 
 
+def failure_text(exc) -> tuple[str, str]:
+    """(what went wrong, what to do) of a failed quota read, worded by its kind: the server
+    failed (try later; no permissions involved), the call was denied (the IAM grant), or
+    anything else; the service's text reduced to one line (an HTML error page to its title)."""
+    from orchestrator import aws_errors
+    from orchestrator.errors import service_message
+
+    kind = aws_errors.kind_of(exc)
+    code, status = aws_errors.code_of(exc), aws_errors.http_status_of(exc)
+    said = service_message(f"{code}: {aws_errors.message_of(exc)}" if code else str(exc), 160)
+    if kind == "server":
+        return (f"the Service Quotas endpoint failed (HTTP {status or '5xx'}, a server error: {said})",
+                "try again later: a server error, not a permissions problem")
+    if kind in ("denied", "credentials"):
+        return (f"{said} (access denied)", "the operator policy grants servicequotas:ListServiceQuotas (infra/README.md); "
+                                    "update the stack if yours predates it")
+    return (f"{type(exc).__name__}: {said}", "check the region and the endpoint (AWS_ENDPOINT_URL), then try again")
+
+
 def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, backend=None) -> list:
     """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
     raise InputError (exit 2) when any instance type it may run on falls short of its quota. Returns the verdicts
@@ -29,6 +48,11 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
             return []
         quota_client, sagemaker_client = clients
         verdicts = quotas.read(loaded, quota_client, sagemaker_client)
+    except quotas.MalformedAnswer as exc:
+        if not tolerant:
+            raise
+        say(f"quota: not read ({exc.message}); submitting without the check (--no-quota-check skips it)")
+        return []
     except (BotoCoreError, ClientError) as exc:
         # An endpoint that does not answer would not take the job either: that stops the submit
         # (exit 1, as any call to it). A refusal (no servicequotas grant in an older stack, an
@@ -36,12 +60,10 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
         silent = aws.describe(exc, "ListServiceQuotas")
         if silent is not None:
             raise BackendError(f"reading the quotas: {silent}; {aws.tries_said(exc)}", hint=aws.NO_ANSWER_HINT) from None
+        what, todo = failure_text(exc)
         if not tolerant:
-            raise BackendError(f"reading the quotas: {type(exc).__name__}: {exc}",
-                               hint="the operator policy grants servicequotas:ListServiceQuotas (infra/README.md); "
-                                    "update the stack if yours predates it") from exc
-        say(f"quota: not read ({type(exc).__name__}: {exc}); submitting without the check "
-            "(--no-quota-check skips it)")
+            raise BackendError(f"reading the quotas: {what}", hint=todo) from exc
+        say(f"quota: not read ({what}); submitting without the check (--no-quota-check skips it)")
         return []
     for verdict in verdicts:
         say(f"quota: {verdict.describe()}")

@@ -41,14 +41,13 @@ def _results_prefix(prefix: str | None, spec_path: Path | None, region: str | No
 
 def _write(path: Path, option: str, data: bytes, example: str) -> None:
     """Write one output file atomically (a failed write leaves no truncated file behind)."""
-    from entrypoints.shared.atomic import write_bytes
     from orchestrator.errors import InputError
-    from orchestrator.paths import write_hint
+    from orchestrator.paths import write_hint, write_output_file
 
     try:
-        write_bytes(path, data)
+        write_output_file(path, data)
     except OSError as exc:
-        what = "plot" if option == "--plot" else "page"
+        what = {"--plot": "plot", "--html": "page"}.get(option, "file")
         raise InputError(f"{option} {path}: cannot write: {exc.strerror or exc}",
                          hint=f"the results above are complete; for the {what}, " + write_hint(
                              exc, f"run again with {option} a file in a folder you can write, e.g. {option} "
@@ -66,6 +65,10 @@ def results(
                                       "file:///...). Default: --spec's, else the local store."),
     spec_path: Path | None = typer.Option(None, "--spec", help="A job spec whose output.uri and region to use."),
     fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the --format output to this file "
+                                       "instead of stdout (a new file; see --force)."),
+    force: bool = typer.Option(False, "--force", help="Let --output, --plot and --html replace an existing "
+                               "regular file (never a link, folder or device)."),
     plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG: samples per dollar and samples/s."),
     html: Path | None = typer.Option(None, "--html", help="Also write one self-contained HTML page (the table "
                                      "and the plots inlined; opens offline) for sharing."),
@@ -105,7 +108,7 @@ def results(
     from orchestrator.paths import check_write_targets
 
     # Before reading anything: a device or FIFO is never replaced, no folder is created.
-    check_write_targets([(plot, "--plot"), (html, "--html")])
+    check_write_targets([(output, "--output"), (plot, "--plot"), (html, "--html")], force=force)
     where, region = _results_prefix(prefix, spec_path, region)
     stderr = Console(stderr=True)
     with Progress(TextColumn("reading results"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -123,9 +126,13 @@ def results(
     if fmt == "table":
         chosen = res.select_columns(collection.rows, shown)
         width = None if shown is not None and shown.strip() == "all" else screen_width()
-        out(res.render_table(collection, width=width, color=sys.stdout.isatty(), shown=chosen).rstrip("\n"))
+        text = res.render_table(collection, width=width, color=output is None and sys.stdout.isatty(), shown=chosen)
     else:
-        out(renderers[fmt](collection).rstrip("\n"))
+        text = renderers[fmt](collection)
+    if output is None:
+        out(text.rstrip("\n"), styled=fmt == "table")
+    else:
+        _write(output, "--output", text.encode("utf-8"), f"results.{'txt' if fmt == 'table' else fmt}")
     if plot is not None:
         _write(plot, "--plot", res.render_plot(collection), "results.png")
     if html is not None:

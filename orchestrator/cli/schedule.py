@@ -237,6 +237,9 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
         out(f"{item.stack} {item.status}: {item.description}")
         if item.next_fire:
             out(f"  next fire: {item.next_fire}")
+        if item.problem:
+            err(f"warning: {item.stack}: {item.problem}")
+            continue
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
             out(f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"
@@ -252,10 +255,12 @@ def schedule_remove(
 ) -> None:
     """Remove a deployed schedule: its schedule, state machine, roles and queue, after asking
     (--yes for scripts; off a terminal without --yes: exit 2, nothing removed). Jobs it started
-    keep running (they are not the stack's)."""
+    keep running (they are not the stack's). Given a file, only the schedule that file deployed
+    (exit 2 when another file with the same sweep name owns it); given a stack name, that stack."""
     from orchestrator.region import default_region
     from orchestrator.schedule import cloud, cloud_stack
 
+    planned = None
     if target.endswith((".yaml", ".yml")):
         planned = _cloud_plan(Path(target), budget=False)
         stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
@@ -266,7 +271,7 @@ def schedule_remove(
             "started keep running)")
         return _ask(f"Remove schedule stack {stack}?", yes, "nothing was removed")
 
-    if not cloud.remove(stack, where, confirm=confirm):
+    if not cloud.remove(stack, where, confirm=confirm, plan=planned):
         out("not removed")
         return
     out(f"removed stack {stack} from {where}")

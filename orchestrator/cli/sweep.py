@@ -29,7 +29,7 @@ def plan_table(planned) -> str:
              f"max_retries {planned.sweep.max_retries}" + ("; no cloud cost" if costless else ""))
     table = fitted_table(plain(title))
     columns = ["#", "job name", "overrides", "instance"]
-    if any(t.chain[1:] for t in planned.trials):
+    if any(t.failover for t in planned.trials):
         columns.append("failover")
     # The cost bound, and beside it the worst case when retries or failover can raise it.
     cost = None if costless else "bound/worst USD" if any(worst != usd for usd, worst in bounds) else "bound USD"
@@ -43,7 +43,9 @@ def plan_table(planned) -> str:
               # A sweep over backends says which each trial runs on, beside its instance.
               "instance": f"{t.trial.spec.instance.type} x{t.trial.spec.instance.count}"
                           + (f" ({t.trial.spec.backend})" if mixed else ""),
-              "failover": " ".join(t.chain[1:]) or "-", "bound USD": _amount(t.usd_max),
+              # In-request failover (InstancePreferences) is said as such: one job, the bound its dearest type's.
+              "failover": " ".join(t.chain[1:]) or (" ".join(t.preferences[1:]) + " (in the request)"
+                                                    if t.preferences[1:] else "-"), "bound USD": _amount(t.usd_max),
               "bound/worst USD": f"{_amount(t.usd_max)}/{_amount(t.worst_usd)}"} for t in planned.trials]
     # The short columns (index, amounts) hold what they show; the others share the rest of the
     # screen (`shared_widths`), folded, never cut with "…": each trial shows in any width.
@@ -56,8 +58,11 @@ def plan_table(planned) -> str:
         whole = column in amounts
         table.add_column(column, justify="right" if whole else "left", overflow="fold", no_wrap=whole,
                          width=widths[column])
+    from orchestrator.names import shown_lines
+
     for row in cells:
-        table.add_row(*(plain(row[c]) for c in columns))
+        # Broken at separators to the column's width, so rich never folds a name mid-word.
+        table.add_row(*(plain(row[c] if c in amounts else shown_lines(row[c], widths[c])) for c in columns))
     return table_text(table)
 
 
@@ -501,15 +506,26 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     # A sweep on one backend names it in the title; one across backends has a column for it.
     mixed = len(definition.backends) > 1
     columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
-    for column in columns:
-        # Folded, never cut with "…": the table must show what each trial is in any width.
-        table.add_column(column, overflow="fold", no_wrap=column in ("#", "trial", "try", "backend", "instance"))
+    whole = ("#", "trial", "try", "backend", "instance")
+    rows = []
     for v in views:
         state = v.status + ("" if v.final or v.status != Status.FAILED else " (retry due)")
-        table.add_row(*map(plain, (
+        rows.append(dict(zip(columns, map(str, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
-            v.instance_type, state,
-            overrides_text(v.trial.overrides), v.detail)))
+            v.instance_type, state, overrides_text(v.trial.overrides), v.detail or "")), strict=True)))
+    # Kept whole: the short columns; the others share the rest of the screen and break at
+    # separators (`names.shown_lines`), never mid-word.
+    fixed = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in whole if c in columns}
+    wants = {c: max([len(c), *(len(line) for r in rows for line in r[c].splitlines())])
+             for c in columns if c not in fixed}
+    widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 3 * (len(columns) - 1),
+                                       first=("job", "overrides"))}
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column in fixed, width=widths[column])
+    from orchestrator.names import shown_lines
+
+    for row in rows:
+        table.add_row(*(plain(row[c] if c in fixed else shown_lines(row[c], widths[c])) for c in columns))
     out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")

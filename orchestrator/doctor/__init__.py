@@ -78,6 +78,7 @@ def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, pr
     preference's variant, else `spec`), which the budget rules name."""
     findings = backends.backend_class(spec.backend).rules(spec, target, estimate, priced)
     findings += instance.lnc(spec, target)
+    findings += instance.training_plan_region(spec)
     findings += environment.lnc_env(spec, target)
     findings += environment.secret_env(spec)
     findings += model.precision(spec, target)

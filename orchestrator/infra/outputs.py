@@ -85,15 +85,19 @@ def outputs_of(cfn, stack: Mapping, stack_name: str) -> StackOutputs:
 
 
 def check_outputs_target(path: Path, force: bool = False) -> None:
-    """InputError (exit 2) unless `--write path` may be written: a new path, or an outputs
-    file an earlier `--write` made (its keys all among the infra file's), or any regular file
-    with `force`. Never a device, FIFO, socket or folder, forced or not."""
-    from orchestrator import spec
-    from orchestrator.paths import check_write_target
+    """InputError (exit 2) unless `--write path` may be written (`paths.check_output_file`,
+    the rule of every output file): a new path, or an outputs file an earlier `--write` made
+    (its keys all among the infra file's), or any regular file with `force`. Never a link,
+    device, FIFO, socket or folder, forced or not."""
+    from orchestrator.paths import check_output_file
 
-    check_write_target(path, "--write")
-    if force or not Path(path).is_file():
-        return
+    check_output_file(path, "--write", force=force, ours=_not_outputs_file, create_folder=True)
+
+
+def _not_outputs_file(path: Path) -> str | None:
+    """None for an outputs file an earlier --write made, else what the file is instead."""
+    from orchestrator import spec
+
     allowed = set(spec.INFRA_FIELDS) | set(spec.INFRA_OTHER_KEYS)
     try:
         with open(path, "rb") as handle:
@@ -101,12 +105,10 @@ def check_outputs_target(path: Path, force: bool = False) -> None:
     except (OSError, ValueError, yaml.YAMLError):
         data = ...  # unreadable as YAML: not an outputs file either
     if data is None or (isinstance(data, dict) and data and set(map(str, data)) <= allowed):
-        return
+        return None
     what = (f"its keys are {', '.join(sorted(map(str, data))[:6])}" if isinstance(data, dict)
             else "it is not a YAML mapping of outputs")
-    raise InputError(f"--write {path}: exists and is not an infra outputs file ({what}); it was left as it is",
-                     hint="write the outputs to another file (e.g. --write configs/infra.yaml and `infra: infra.yaml` "
-                          "in the job spec), or pass --force to replace this one")
+    return f"is not an infra outputs file ({what})"
 
 
 def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
@@ -117,7 +119,7 @@ def write_outputs_file(outputs: StackOutputs, path: Path) -> Path:
               "# A job spec's `infra:` key points here; keys: see orchestrator/spec/loading.py INFRA_FIELDS.\n")
     text = header + yaml.safe_dump(outputs.infra_file(), sort_keys=False, default_flow_style=False)
     try:
-        atomic.write_text(path, text)
+        atomic.write_text(path, text, follow_symlinks=False)
     except OSError as exc:
         from orchestrator.paths import write_hint
 

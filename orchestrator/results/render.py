@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, fields
 
 from orchestrator import cost
-from orchestrator.errors import InputError
+from orchestrator.errors import InputError, visible
 from orchestrator.results import columns
 from orchestrator.results.rows import Collection, Row
 
@@ -56,18 +56,19 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
         # Fitted to a screen: no vertical rules and one space between columns, so cells get the room.
         from rich import box
 
-        table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left",
+        table = Table(title=Text(visible(f"results under {collection.prefix}")), title_justify="left",
                       box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     else:
-        table = Table(title=Text(f"results under {collection.prefix}"), title_justify="left")
-    cells = [[cell(row, column) for column in shown] for row in collection.rows]
+        table = Table(title=Text(visible(f"results under {collection.prefix}")), title_justify="left")
+    # Values are data from results.json objects: shown, never acting on the terminal.
+    cells = [[visible(cell(row, column)) for column in shown] for row in collection.rows]
     for i, column in enumerate(shown):
         number = column.fmt not in ("s", "v")
         header = _short_header(column, shown) if fitted else column.header
         # Fitted: a number column is as wide as its values (up to _FIT_CELL), so numbers stay
         # whole; text (the job name, the instance) folds into what is left, headers too.
         widest = max((len(row[i]) for row in cells), default=1)
-        table.add_column(header, justify="right" if number else "left", overflow="fold",
+        table.add_column(visible(header), justify="right" if number else "left", overflow="fold",
                          min_width=min(widest, _FIT_CELL) if fitted and number else None)
     for row, texts in zip(collection.rows, cells, strict=True):
         style = None if row.ok else "red"
@@ -81,16 +82,16 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     console.print(table)
     shortened = [(_short_header(c, shown), c.header) for c in shown if fitted and _short_header(c, shown) != c.header]
     if shortened:
-        console.print("varied: " + ", ".join(f"{short} = {full}" for short, full in shortened), markup=False,
+        console.print(visible("varied: " + ", ".join(f"{short} = {full}" for short, full in shortened)), markup=False,
                       highlight=False)
     for row in collection.rows:
         if row.note:
-            console.print(f"{row.job}: {row.note}", markup=False, highlight=False)
+            console.print(visible(f"{row.job}: {row.note}"), markup=False, highlight=False)
     sources = sorted({r.price_source for r in collection.rows if r.price_source})
     for source in sources:
-        console.print(f"price: {source}", markup=False, highlight=False)
+        console.print(visible(f"price: {source}"), markup=False, highlight=False)
     for source in sorted({r.peak_source for r in collection.rows if r.peak_source}):
-        console.print(f"MFU peak: {source}", markup=False, highlight=False)
+        console.print(visible(f"MFU peak: {source}"), markup=False, highlight=False)
     if any(r.price_verified is False for r in collection.rows):
         console.print(f"~ estimated: an EC2 price times an assumed SageMaker markup, not SageMaker's own price "
                       f"({cost.UNVERIFIED})", markup=False, highlight=False)
@@ -120,21 +121,45 @@ def _record(row: Row) -> dict:
     return asdict(row)
 
 
+# OWASP, CSV Injection (https://owasp.org/www-community/attacks/CSV_Injection): "Ensure that no
+# cells begin with any of the following characters: Equals to (=), Plus (+), Minus (-), At (@),
+# Tab (0x09), Carriage return (0x0D)"; the fix it gives prepends a single quote to such a cell
+# (and quotes cells, which the csv module does for any cell holding a separator or quote).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """A CSV cell a spreadsheet shows as text: a string from results.json beginning with a
+    formula character gets a leading single quote (OWASP's fix); numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def render_csv(collection: Collection) -> str:
     """CSV with a header of Row field names, the varied fields (`varied`) as one column per
-    dotted path right after `job`; unknown values are empty cells."""
+    dotted path right after `job`; unknown values are empty cells. No cell (header included)
+    can run as a spreadsheet formula (`csv_cell`)."""
     buffer = io.StringIO()
     varied = columns.varied_paths(collection.rows)
     names = [f.name for f in fields(Row) if f.name != "varied"]
     names[1:1] = varied
-    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
-    writer.writeheader()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([csv_cell(name) for name in names])
     for row in collection.rows:
         record = _record(row)
         values = record.pop("varied")
         record.update({path: values.get(path) for path in varied})
-        writer.writerow({k: ("" if v is None else v) for k, v in record.items()})
+        writer.writerow([csv_cell(_csv_value(record[name])) for name in names])
     return buffer.getvalue()
+
+
+def _csv_value(value):
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return str(value)  # as csv.DictWriter wrote it
+    return value
 
 
 def render_json(collection: Collection) -> str:

@@ -15,7 +15,10 @@ Contract:
 - `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
   fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
 - `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
-  machine, its roles and queue. Training jobs are never stopped: the state machine may not
+  machine, its roles and queue.
+- A schedule belongs to the sweep file that deployed it (the stack's `SweepFile` output, host
+  and absolute path, `check_owner`): another file with the same sweep name is refused by
+  `deploy` and by `remove FILE` (exit 2); `remove STACK` by name removes whichever it is. Training jobs are never stopped: the state machine may not
   stop them, and they are not resources of the stack.
 """
 
@@ -42,6 +45,7 @@ class Deployed:
     last_run: str | None = None  # the latest execution's status
     last_start: str | None = None
     jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status"} of an ended run
+    problem: str | None = None  # why its runs could not be read (its state machine deleted out of band)
 
 
 def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
@@ -69,6 +73,7 @@ def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep:
     for line in _admit(plan, graphs, region, clients):
         on_note(line)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
+    check_owner(cfn, plan, region, "deploy")  # before any upload: another file's schedule is never replaced
     change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
                                   description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     if not change.nothing_to_do and not confirm(change):
@@ -98,6 +103,36 @@ def _admit(plan, graphs: dict, region: str, clients: dict) -> list[str]:
     except (BotoCoreError, ClientError) as exc:
         return [f"quotas not read ({aws.describe(exc) or f'{type(exc).__name__}: {exc}'}); deploying without "
                 "the quota check"]
+
+
+def check_owner(cfn, plan, region: str, action: str) -> None:
+    """InputError (exit 2) when the schedule stack of `plan`'s sweep name exists and records
+    another sweep file as its owner (`cloud_stack.OWNER_OUTPUT`): `deploy` would replace that
+    file's schedule, `remove` would delete it. A stack that records none (deployed before
+    owners were recorded) is taken as this file's."""
+    from orchestrator.infra.cloudformation import describe_stack
+
+    name = cloud_stack.stack_name(plan)
+    stack = describe_stack(cfn, name)
+    if stack is None:
+        return
+    recorded = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs") or []}.get(cloud_stack.OWNER_OUTPUT)
+    mine = cloud_stack.owner(plan)
+    if not recorded or recorded == mine:
+        return
+    sweep = plan.sweep.sweep
+    path = plan.sweep.path or "this sweep file"
+    if action == "deploy":
+        raise InputError(f"stack {name} in {region} holds the schedule of sweep {sweep!r} deployed from {recorded}; "
+                         f"{path} has the same sweep name, and deploying it would replace that schedule: nothing "
+                         "was deployed",
+                         hint=f"give this sweep its own name (e.g. `sweep: {sweep}-2` in {path}) to deploy it beside "
+                              f"the other, or remove the other first: `python -m orchestrator schedule remove {name} "
+                              f"--region {region}`")
+    raise InputError(f"stack {name} in {region} holds the schedule deployed from {recorded}, not from {path}; "
+                     "nothing was removed",
+                     hint=f"remove it with the file that deployed it, or by its name: `python -m orchestrator "
+                          f"schedule remove {name} --region {region}`")
 
 
 def upload_definition(s3, plan) -> str:
@@ -130,6 +165,8 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
     """The schedule stacks of `region`, with their latest run (see the module docstring)."""
     from datetime import datetime, timezone
 
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from orchestrator.infra.cloudformation import make_client
     from orchestrator.schedule.cron import next_fires
     from orchestrator.spec import ScheduleSpec
@@ -146,22 +183,48 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
             kept = ScheduleSpec(cron=outputs["Cron"], timezone=outputs.get("Timezone") or "UTC")
             item.next_fire = next_fires(kept, datetime.now(timezone.utc), 1)[0].strftime("%Y-%m-%d %H:%M UTC")
         if item.state_machine:
-            runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
-            if runs:
-                latest = runs[0]
-                item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
-                if latest["status"] != "RUNNING":
-                    described = sfn.describe_execution(executionArn=latest["executionArn"])
-                    item.jobs = list(json.loads(described.get("output") or "{}").get("trials", []))
+            try:
+                _latest_run(sfn, item)
+            except (BotoCoreError, ClientError) as exc:  # one stack's runs unreadable: the others still listed
+                item.problem = _runs_problem(exc, item)
         found.append(item)
     return found
 
 
+def _latest_run(sfn, item: Deployed) -> None:
+    runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
+    if runs:
+        latest = runs[0]
+        item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
+        if latest["status"] != "RUNNING":
+            described = sfn.describe_execution(executionArn=latest["executionArn"])
+            try:
+                output = json.loads(described.get("output") or "{}")
+            except ValueError:
+                output = {}
+            trials = output.get("trials") if isinstance(output, dict) else None
+            item.jobs = [t for t in trials if isinstance(t, dict)] if isinstance(trials, list) else []
+
+
+def _runs_problem(exc: Exception, item: Deployed) -> str:
+    """Why a stack's runs could not be read, in words (no traceback for one damaged stack)."""
+    from orchestrator import aws, aws_errors
+    from orchestrator.errors import service_message
+
+    if aws_errors.is_not_found(exc) or aws_errors.code_of(exc) == "StateMachineDoesNotExist":
+        return (f"its state machine {item.state_machine} no longer exists (deleted outside the stack); "
+                f"`python -m orchestrator schedule remove {item.stack}` removes the rest")
+    said = aws.describe(exc) or (f"{aws_errors.code_of(exc)}: {service_message(aws_errors.message_of(exc))}"
+                                 if aws_errors.code_of(exc) else service_message(str(exc)))
+    return f"its runs could not be read: {said}"
+
+
 def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Callable[[float], None] = time.sleep,
            timeout_s: float = 900.0, clock: Callable[[], float] = time.monotonic,
-           confirm: Callable[[], bool] = lambda: True) -> bool:
+           confirm: Callable[[], bool] = lambda: True, plan=None) -> bool:
     """Delete a schedule stack, once it is found and `confirm()` agrees, and wait until it is
-    gone (BackendError if it fails to). False when `confirm` said no (nothing deleted)."""
+    gone (BackendError if it fails to). False when `confirm` said no (nothing deleted).
+    `plan`: removed by its sweep file, which must own the stack (`check_owner`)."""
     from orchestrator.infra.cloudformation import describe_stack, make_client, translate
 
     if not stack.startswith(cloud_stack.STACK_PREFIX):
@@ -171,6 +234,8 @@ def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Calla
     existing = describe_stack(cfn, stack)
     if existing is None:
         raise InputError(f"no schedule stack {stack!r} in {region}", hint="`schedule list` shows them")
+    if plan is not None:
+        check_owner(cfn, plan, region, "remove")
     if not confirm():
         return False
     try:

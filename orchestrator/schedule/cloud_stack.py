@@ -52,6 +52,21 @@ def stack_name(plan) -> str:
     return f"{STACK_PREFIX}{plan.sweep.sweep}"[:MAX_STACK_NAME]
 
 
+# The stack output naming the sweep file that deployed it ("host:/absolute/path"): a schedule
+# belongs to its file, so that another file with the same `sweep:` name never replaces it
+# (`cloud.check_owner`).
+OWNER_OUTPUT = "SweepFile"
+
+
+def owner(plan) -> str:
+    """Which file deploys `plan`: this machine's name and the sweep file's absolute path
+    ("" for a sweep that was not read from a file)."""
+    import socket
+
+    path = plan.sweep.path
+    return f"{socket.gethostname()}:{path.resolve()}" if path is not None else ""
+
+
 def job_arn_pattern(plan) -> dict:
     """The training jobs of any run of this sweep. SageMaker writes names in ARNs in lower case."""
     prefix = plan.identity.job_prefix.lower()
@@ -190,6 +205,7 @@ def template(plan) -> dict:
             "Cron": {"Value": schedule.cron},
             "Timezone": {"Value": schedule.timezone},
             "SweepId": {"Value": sweep_tag},
+            **({OWNER_OUTPUT: {"Value": owner(plan)}} if owner(plan) else {}),
         },
     }
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from orchestrator.errors import InputError
 from orchestrator.paths import home, home_folder
 from orchestrator.schedule.cron import require_schedule
+from orchestrator.spec.cron_syntax import ALIASES
 
 if TYPE_CHECKING:
     from orchestrator.spec import SweepSpec
@@ -91,7 +92,10 @@ def crontab_line(sweep: SweepSpec, *, project: Path | None = None, python: str |
     expr = sweep.schedule.cron.strip()
     # croniter (schedule run / tick) reads L, ? and #; cronie, Vixie cron and busybox do not,
     # and crontab would refuse the whole file.
-    extended = [token for token in ("L", "?", "#") if token in expr.upper().replace("JUL", "")]
+    # An @alias (@yearly, @hourly...) is a word, not fields: its letters are no L; cronie and
+    # Vixie cron read the aliases themselves (crontab(5), "@yearly ... 0 0 1 1 *").
+    fields = "" if expr.lower() in ALIASES else expr.upper().replace("JUL", "")
+    extended = [token for token in ("L", "?", "#") if token in fields]
     if extended:
         file, line, _ = sweep.locate("schedule", "cron")
         where = f"{file}:{line}: " if file and line else ""

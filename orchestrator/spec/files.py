@@ -115,6 +115,11 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         import shlex  # for this hint only: not on the path of a file that reads
 
+        if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or raw[:64].count(b"\x00") * 4 >= len(raw[:64]) > 0:
+            # A byte-order mark or every other byte NUL: UTF-16 (Windows editors save it), not Latin-1.
+            raise UnreadableSpec("is UTF-16 text (a byte-order mark or NUL bytes between the letters), not UTF-8",
+                                 hint=f"save the file as UTF-8, e.g. `iconv -f utf-16 -t utf-8 {shlex.quote(str(path))} "
+                                      "> NEW.yaml`, then use NEW.yaml") from None
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise UnreadableSpec(f"is not UTF-8 text (byte {exc.start}): byte 0x{raw[exc.start]:02x} at line {line}, "

@@ -20,10 +20,25 @@ from orchestrator.spec.models import (
     REGION_PATTERN,
     ROLE_PATTERN,
     SDK_PATTERN,
+    TRAINING_PLAN_PATTERN,
     URI_PATTERN,
     uri_reason,
 )
 from orchestrator.spec.source import SourceMap, dotted, split_path
+
+
+def _foreign(value) -> str | None:
+    """The first character of `value` outside printable ASCII, named (a Cyrillic "а" looks like
+    the Latin "a" it replaced), or None."""
+    import unicodedata
+
+    if not isinstance(value, str):
+        return None
+    for i, char in enumerate(value):
+        if not (" " <= char < "\x7f"):
+            name = unicodedata.name(char, "") or "a control character"
+            return f"character {i + 1}, {char!r} (U+{ord(char):04X} {name}), is not ASCII"
+    return None
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str] | None:
@@ -52,6 +67,8 @@ PATTERN_HINTS = {
     INSTANCE_PATTERN: "a SageMaker instance type such as ml.trn1.2xlarge (batch: an EC2 type such as inf2.xlarge)",
     ARCH_PATTERN: "a timm ViT architecture such as vit_base_patch16_224",
     SDK_PATTERN: "a Neuron SDK version such as 2.30.0",
+    TRAINING_PLAN_PATTERN: "a SageMaker training plan ARN such as "
+                           "arn:aws:sagemaker:us-east-1:123456789012:training-plan/NAME",
     DATA_PATTERN: "synthetic, s3://BUCKET/PREFIX (bucket: 3-63 lowercase letters, digits, dots, dashes; "
                   "the prefix may be left out) or file:///ABSOLUTE/PATH",
 }
@@ -83,7 +100,9 @@ def problems_from(exc: ValidationError, model: type[BaseModel], smap: SourceMap)
         elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_HINTS:
             pattern = err["ctx"]["pattern"]
             why = uri_reason(err.get("input")) if pattern in (URI_PATTERN, DATA_PATTERN) else None
-            message = f"{err.get('input')!r} is not valid: {why or f'expected {PATTERN_HINTS[pattern]}'}"
+            foreign = _foreign(err.get("input"))
+            message = (f"{err.get('input')!r} is not valid: {why or f'expected {PATTERN_HINTS[pattern]}'}"
+                       + (f"; {foreign}" if foreign else ""))
         elif kind == "model_type" or kind == "dict_type":
             message = f"expected a mapping, got {type(err.get('input')).__name__}"
             if loc == ("schedule",) and isinstance(err.get("input"), str):

@@ -192,6 +192,8 @@ def for_sweep(definition, router) -> tuple[Admission | None, list[str]]:
         if clients is None:
             return None, []
         labelled = _read_labelled(_jobs(trials), clients)
+    except quotas.MalformedAnswer as exc:
+        return None, [f"not read ({exc.message}); trials are submitted without admission by quota"]
     except (BotoCoreError, ClientError) as exc:
         return None, [f"{_unread(exc)}; trials are submitted without admission by quota"]
     first = [(label, v) for label, v in labelled if " failing over to " not in label]

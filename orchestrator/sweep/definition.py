@@ -293,10 +293,15 @@ def find_sweep(ledger: Ledger, target: str) -> str:
     known = sweep_ids(ledger)
     if not any(ident.sweep_id in names.sweep_keys(sweep_id) for sweep_id in known):
         same = [sweep_id for sweep_id in known if ident.name in names.sweep_keys(sweep_id)]
+        base = shlex.quote(str(Path(target).parent / loaded.base))
+        # Never "start it" first: a cloud sweep run from another machine (or by a cloud schedule)
+        # is in that machine's ledger, and `sweep run` here would submit its paid jobs again.
         hint = (f"sweeps named {ident.name} in the ledger: {', '.join(same[-10:])}; give one of these ids "
                 "instead of the file" if same else
-                f"start it with `python -m orchestrator sweep run {shlex.quote(target)}` (a scheduled sweep: `python -m "
-                f"orchestrator schedule tick {shlex.quote(target)}`)")
+                f"this machine's ledger has no run of it. If it ran elsewhere (another machine, a cloud schedule), "
+                f"its jobs' results show from here: `python -m orchestrator results --sweep {ident.name} --spec "
+                f"{base}` (the jobs' output.uri; no ledger needed), and `sweep status` works on the machine that "
+                f"ran it. Only if it never ran: `python -m orchestrator sweep run {shlex.quote(target)}`")
         raise InputError(f"{target}: no saved sweep {ident.sweep_id} in the ledger {ledger.path}: this file, as "
                          "it is now, was never run (it may have been edited since it ran)", hint=hint)
     # One sweep, or a schedule's ticks (<id>-<time>): one is the answer, several are listed.

@@ -53,6 +53,14 @@ class PlannedTrial:
     chain: tuple[str, ...]  # instance types: the trial's own, then its failover order
     chain_usd: tuple[float, ...] = ()  # the cost bound of a job on each type of `chain`
     max_retries: int = 0
+    # The types its request sends as InstancePreferences (`platform_failover`): its own, then
+    # the failover SageMaker does within one job; the bound `usd_max` covers the dearest.
+    preferences: tuple[str, ...] = ()
+
+    @property
+    def failover(self) -> tuple[str, ...]:
+        """Every type the trial may fail over to: the client-side chain's, or the request's own list."""
+        return self.chain[1:] or self.preferences[1:]
 
     @property
     def usd_max(self) -> float:
@@ -115,7 +123,7 @@ class Plan:
                 "index": t.trial.index, "trial_id": t.trial.trial_id, "job_name": t.job_name,
                 "backend": t.trial.spec.backend,
                 "overrides": t.trial.overrides, "instance_type": t.trial.spec.instance.type,
-                "instance_count": t.trial.spec.instance.count, "failover": list(t.chain[1:]),
+                "instance_count": t.trial.spec.instance.count, "failover": list(t.failover),
                 "usd_max": t.prepared.estimate.to_json()["usd_max"], "spec_hash": t.trial.spec_hash,
                 "worst_usd_max": round(t.worst_usd, 4) if math.isfinite(t.worst_usd) else None,
             } for t in self.trials],
@@ -186,7 +194,9 @@ def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int]
         chain = tuple(t for t in chain if t == chain[0] or t not in leave_out)
         source: JobSpec | doctor.Diagnosis = trial.spec
         listed = platform_failover(trial.spec, chain)
+        sent: tuple[str, ...] = ()
         if listed is not None:
+            sent = chain
             # The trial keeps its identity (id and spec hash: the expanded spec); its job runs the list.
             trial, chain = dataclasses.replace(trial, spec=listed.spec), chain[:1]
             source = listed
@@ -227,7 +237,7 @@ def _plan(sweep: SweepSpec, tick: datetime | None, progress: Callable[[int, int]
             failing += 1
             problems += bad
             continue
-        planned.append(PlannedTrial(trial, name, prepared, tuple(kept), tuple(chain_usd), sweep.max_retries))
+        planned.append(PlannedTrial(trial, name, prepared, tuple(kept), tuple(chain_usd), sweep.max_retries, sent))
     for i, fallback in enumerate(sweep.failover.get("instance.type", [])):
         if mixed and fallback not in fits and fallback not in leave_out and trials:
             failing += 1

@@ -158,6 +158,18 @@ class Supervisor:
         """Every channel into each host's input/data/<channel>, FullyReplicated. A channel whose
         URI names one object (the code channel's source archive) gets that object under its
         name, as an S3Prefix channel of the object's whole key does."""
+        try:
+            self._download()
+        except BaseException:
+            # Nothing copied stays behind a failed download: the channels are copies, the
+            # user's data is where data.source says.
+            for channel in self.plan["channels"]:
+                for host in self.plan["hosts"]:
+                    shutil.rmtree(Path(self.plan["host"][host]["root"]) / contract.INPUT_DATA / channel,
+                                  ignore_errors=True)
+            raise
+
+    def _download(self) -> None:
         from entrypoints.shared import storage
 
         for channel, uri in self.plan["channels"].items():

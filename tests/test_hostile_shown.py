@@ -1,0 +1,118 @@
+"""Issue 32, what is shown is true and fits: the in-request failover `sweep plan` shows, and job
+names and overrides that break at separators at 80 columns, never mid-word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_harness import run_cli
+
+from orchestrator import names, spec
+from orchestrator import sweep as sweeps
+
+ROOT = Path(__file__).resolve().parents[1]
+SEPARATORS = "-._=,/ "
+
+
+def column_cells(table: str, column: int) -> list[list[str]]:
+    """The fragments of one column of a `sweep plan` / `sweep status` table, per row."""
+    rows: list[list[str]] = []
+    for line in table.splitlines():
+        parts = [p.strip() for p in line.split("│")]
+        if len(parts) <= column or set(line) <= set("─┼ "):
+            continue
+        if parts[0] and parts[0] != "#":
+            rows.append([])
+        if rows and parts[column]:
+            rows[-1].append(parts[column])
+    return rows
+
+
+def test_sweep_plan_shows_the_failover_a_request_sends(orch_home, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(ROOT / "configs" / "sweep-instances.yaml"))
+    assert code == 0, err
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
+    big = [t for t in planned.trials if t.trial.spec.instance.type == "ml.trn1.32xlarge"]
+    assert big and all(t.preferences == ("ml.trn1.32xlarge", "ml.trn1n.32xlarge") for t in big)
+    for t in big:
+        sent = [p["InstanceType"] for p in t.prepared.request["ResourceConfig"]["InstancePreferences"]]
+        assert sent == list(t.preferences) and t.failover == ("ml.trn1n.32xlarge",)
+        row = next(line for line in out.splitlines() if t.job_name in line)
+        assert "ml.trn1n.32xlarge (in the request)" in row
+
+
+def test_sweep_plan_at_80_columns_breaks_names_at_separators(orch_home, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(ROOT / "configs" / "sweep-instances.yaml"))
+    assert code == 0, err
+    assert max(len(line.rstrip()) for line in out.splitlines() if "│" in line) <= 80
+    planned = sweeps.plan(spec.load_sweep(ROOT / "configs" / "sweep-instances.yaml"))
+    cells = column_cells(out, 1)
+    assert ["".join(c) for c in cells] == [t.job_name for t in planned.trials]
+    for fragments in cells:
+        assert all(f[-1] in SEPARATORS for f in fragments[:-1]), fragments  # never cut mid-word
+    from orchestrator.cli.sweep import overrides_text
+
+    for fragments, t in zip(column_cells(out, 2), planned.trials, strict=True):
+        lines = overrides_text(t.trial.overrides).splitlines()  # one override a line, each broken at separators
+        assert "".join(fragments) == "".join(lines)
+        joined = ""
+        for f in fragments:
+            joined += f
+            assert joined in "".join(lines) and (f[-1] in SEPARATORS or any(
+                "".join(lines).startswith(joined) and joined.endswith(line) for line in lines)), fragments
+
+
+@pytest.mark.parametrize("text, width, lines", [
+    ("instances-95e94bc6-t9a7f7a3e", 12, ["instances-", "95e94bc6-", "t9a7f7a3e"]),
+    ("training.batch_size=16", 12, ["training.", "batch_size=", "16"]),
+    ("a" * 20 + "-b", 9, ["a" * 9, "a" * 9, "aa-b"]),
+    ("short", 40, ["short"]),
+])
+def test_shown_lines_breaks_after_separators_and_cuts_nothing(text, width, lines):
+    assert names.shown_lines(text, width).split("\n") == lines
+
+
+def test_the_nightly_figures_in_the_config_and_usage_are_what_schedule_plan_prints(orch_home, monkeypatch, capsys):
+    import re
+
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "plan", str(ROOT / "configs" / "sweep-nightly.yaml"))
+    assert code == 0, err
+    first, worst = re.search(r"first jobs (\d+\.\d\d) USD", out).group(1), re.search(
+        r"at most (\d+\.\d\d) USD a run", out).group(1)
+    config = (ROOT / "configs" / "sweep-nightly.yaml").read_text()
+    assert f"bound {first} USD" in config and f"worst case ({worst} USD)" in config
+    usage = (ROOT / "docs" / "USAGE.md").read_text()
+    assert f"its {first} USD of\nfirst jobs ({worst} USD" in usage
+
+
+def test_sweep_status_of_a_sweep_this_machine_never_ran_says_where_to_look(orch_home, monkeypatch, capsys):
+    # Issue 32: the hint was "start it with `sweep run`", which submits a cloud run's paid jobs again.
+    nightly = ROOT / "configs" / "sweep-nightly.yaml"
+    code, out, err = run_cli(monkeypatch, capsys, "sweep", "status", str(nightly))
+    assert code == 2, (out, err)
+    hint = err.split("hint: ", 1)[1]
+    assert hint.startswith("this machine's ledger has no run of it. If it ran elsewhere")
+    assert f"results --sweep nightly --spec {nightly.parent / 'vit-trn1-2xlarge.yaml'}" in hint
+    assert hint.index("results --sweep") < hint.index("Only if it never ran: `python -m orchestrator sweep run")
+
+
+def test_make_demo_table_shows_compile_seconds_and_cache_hits_as_the_docs_say(orch_home, monkeypatch, capsys):
+    import shlex
+
+    from test_results import results_doc, write_local
+
+    makefile = (ROOT / "Makefile").read_text()
+    demo = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    command = next(line for line in demo.splitlines() if "orchestrator results" in line)
+    args = shlex.split(command.split("-m orchestrator ", 1)[1])
+    write_local(orch_home, "local-smoke-1", results_doc("local-smoke-1", backend="local", sps=40.0))
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("job"))
+    assert "compile s" in header and "cache hit" in header
+    usage = (ROOT / "docs" / "USAGE.md").read_text()
+    assert "compile_s,cache_hit_ratio" in usage and "the default table has neither" in usage
