@@ -67,7 +67,7 @@ def test_a_confusable_letter_in_name_is_named(tmp_path, orch_home, monkeypatch, 
 
 @pytest.mark.parametrize("arn, said", [
     ("arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-1", "expected a SageMaker training plan ARN"),
-    ("arn:aws:sagemaker:eu-west-1:123456789012:training-plan/p", "N075-training-plan-region"),
+    ("arn:aws:sagemaker:eu-west-1:123456789012:training-plan/p", "N080-training-plan-region"),
 ])
 def test_a_training_plan_arn_of_another_service_or_region_is_refused_in_words(tmp_path, orch_home, monkeypatch,
                                                                              capsys, arn, said):

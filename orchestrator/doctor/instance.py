@@ -101,7 +101,7 @@ def lnc(spec: JobSpec, target: catalog.Target) -> list[Finding]:
 
 
 def training_plan_region(spec: JobSpec) -> list[Finding]:
-    """N075: a training plan is reserved capacity in one region (its ARN's fourth field); a job
+    """N080: a training plan is reserved capacity in one region (its ARN's fourth field); a job
     in another region cannot run on it. Issue 32: an ARN of eu-west-1 was accepted for a
     us-east-1 job."""
     arns = [("instance.training_plan_arn", spec.instance.training_plan_arn)]
@@ -112,7 +112,7 @@ def training_plan_region(spec: JobSpec) -> list[Finding]:
         region = arn.split(":")[3] if arn and arn.count(":") >= 5 else None
         if region and region != spec.region:
             out.append(Finding(
-                "N075-training-plan-region", "error",
+                "N080-training-plan-region", "error",
                 f"the training plan {arn} is in {region}, the job in {spec.region}: a plan's capacity is in its "
                 "own region", f"use a training plan of {spec.region}, or set region: {region}", path))
     return out
