@@ -1,10 +1,10 @@
 """Deploying, listing and removing schedules kept in the cloud (`schedule deploy/list/remove`).
 
 Contract:
-- `deploy(plan, region)` uploads the source archive of every job a run may make (each trial's
-  first, retry and failover attempts, `attempts`) to its content-addressed URI (the backend's
-  own upload, `CloudBackend.upload_source`) and the state machine's definition beside them
-  (`upload_definition`, the template's DefinitionS3Location), then creates or updates the
+- `deploy(compiled, region)` uploads the source archive of every job a run may make (each
+  trial's first, retry and failover attempts) to its content-addressed URI (the backend's own
+  upload, `ScheduledJobs.upload`), the Map's items and the state machine's definition beside
+  them (`put_once`: the ItemReader's object, the template's DefinitionS3Location), then creates or updates the
   schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
   (`infra.deploy.plan_change_set/execute`): the change set is computed first and its changes are
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.errors import BackendError, InputError
-from orchestrator.schedule import attempts, cloud_stack
+from orchestrator.schedule import cloud_stack
 
 
 @dataclass
@@ -41,50 +41,53 @@ class Deployed:
     jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status"} of an ended run
 
 
-def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
-           clients: dict | None = None):
-    """Upload the archives and deploy the stack; returns (change set plan, outputs)."""
+def deploy(compiled, region: str, *, on_event: Callable = lambda event: None,
+           sleep: Callable[[float], None] = time.sleep, clients: dict | None = None):
+    """Upload the archives, items and definition and deploy the stack; returns (change set
+    plan, outputs). `compiled` is `compiled.compile_schedule`'s, built once by the caller."""
     from orchestrator import aws_contract
-    from orchestrator.backends.sagemaker import SageMakerBackend
+    from orchestrator.backends import scheduled
     from orchestrator.infra import deploy as infra_deploy
     from orchestrator.infra.cloudformation import make_client
     from orchestrator.infra.template import template_body
 
-    cloud_stack.check_budget(plan)
-    template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
+    plan = compiled.plan
+    cloud_stack.check_budget(compiled)
     aws_contract.check_body("cloudformation", "CreateChangeSet", {
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
-        "TemplateBody": template_body(template)},
+        "TemplateBody": template_body(compiled.template)},
         hint=f"the template names the roles' resources of the {len(plan.trials)} trials; schedule fewer trials per "
              "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
     clients = clients or {}
-    backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
-    for graph in attempts.of_plan(plan).values():
+    service_clients = {k: v for k, v in clients.items() if k.endswith("_client")}
+    parts: dict = {}
+    for graph in compiled.graphs.values():
         for attempt in graph:  # every job a run may make: its first, each retry's and failover's
-            backend.upload_source(attempt.prepared)
-    upload_definition(backend.s3, plan)
+            backend = attempt.prepared.spec.backend
+            if backend not in parts:
+                parts[backend] = scheduled.part_of(backend)
+            parts[backend].upload(attempt.prepared, region, service_clients)
+    s3 = service_clients.get("s3_client") or make_client("s3", region)
+    put_once(s3, compiled.items_at, compiled.items_text)
+    put_once(s3, compiled.definition_at, compiled.definition_text)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
-    change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
-                                  description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
+    change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=compiled.template,
+                                          description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs
 
 
-def upload_definition(s3, plan) -> str:
-    """Put the state machine's definition where the template's DefinitionS3Location names it
-    (content-addressed: an object of that key always holds these bytes; a conditional put makes
-    a second deploy's upload harmless). Returns its s3:// URI."""
+def put_once(s3, where: tuple[str, str], text: str) -> str:
+    """Put a content-addressed object (an object of that key always holds these bytes; a
+    conditional put makes a second deploy's upload harmless). Returns its s3:// URI."""
     from botocore.exceptions import ClientError
 
-    from orchestrator.schedule.statemachine import check_size, compile_plan
-
-    text = check_size(plan, compile_plan(plan))
-    bucket, key = cloud_stack.definition_key(plan, text)
+    bucket, key = where
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), IfNoneMatch="*", ContentType="application/json")
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
-            raise BackendError(f"uploading the state machine's definition to s3://{bucket}/{key}: {exc}",
+            raise BackendError(f"uploading s3://{bucket}/{key}: {exc}",
                                hint="check the bucket and your s3:PutObject permission on it") from None
     return f"s3://{bucket}/{key}"
 
