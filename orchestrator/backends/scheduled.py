@@ -24,6 +24,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -89,6 +90,10 @@ class ScheduledJobs:
     done: ClassVar[tuple[str, ...]]  # statuses that end a trial as it is (ended well, or stopped)
     failed: ClassVar[str]  # the status of a job that failed: its reason decides what comes next
     reason_paths: ClassVar[tuple[str, ...]]  # where a failed job says why, under $.described.raw
+    # Members written into the create state as they are, not read from the item: the group then
+    # holds their values too. RoleArn is one: moto 5.2.6's ASL grammar reads a "RoleArn.$" key as
+    # a Task's Credentials field (a keyword of its lexer), and a sweep's trials share their role.
+    literal_members: ClassVar[tuple[str, ...]] = ()
     create_retry: ClassVar[tuple[str, ...]] = ()  # modelled errors a create is retried on
     poll_retry: ClassVar[tuple[str, ...]] = ()  # modelled throttles a describe is retried on
 
@@ -97,8 +102,16 @@ class ScheduledJobs:
         (a Task's Parameters name each member; an absent member would fail the path)."""
         import hashlib
 
-        members = ",".join(sorted(self.request_for_sfn(request)))
-        return f"{self.backend}-{hashlib.sha256(members.encode()).hexdigest()[:8]}"
+        sent = self.request_for_sfn(request)
+        key = json.dumps([sorted(sent), {m: sent[m] for m in self.literal_members if m in sent}], sort_keys=True)
+        return f"{self.backend}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+    def create_parameters(self, request: dict) -> dict:
+        """The create's Parameters: each member read from the rendered request, but
+        `literal_members`, written as they are."""
+        return {(m if m in self.literal_members else f"{m}.$"): (v if m in self.literal_members
+                                                                  else f"$.rendered.request.{m}")
+                for m, v in request.items()}
 
     def request_for_sfn(self, request: dict) -> dict:
         return request

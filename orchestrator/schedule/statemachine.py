@@ -212,7 +212,7 @@ def compile_plan(plan, graphs: dict, place_items, results_at: tuple[str, str] | 
                        "Parameters": {"Bucket": items_at[0], "Key": items_at[1]}},
         "ItemSelector": {"trial.$": "$$.Map.Item.Value", "run.$": "$.run", "kind": "none"},
         "MaxConcurrency": concurrency,
-        "ToleratedFailurePercentage": 100,
+        "ToleratedFailurePercentage": 100.0,  # a float: moto's grammar reads NUMBER, not INT
         "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
                           "StartAt": "Begin", "States": _partitioned(states)},
         "Label": "Trials",

@@ -68,7 +68,7 @@ class BatchJobs(ScheduledJobs):
         create, describe = names.create(group), names.describe(group)
         return {
             create: {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:batch:submitJob",
-                     "Parameters": {f"{member}.$": f"$.rendered.request.{member}" for member in request},
+                     "Parameters": self.create_parameters(request),
                      "ResultSelector": {"id.$": "$.JobId"}, "ResultPath": "$.submitted",
                      **self.create_guard(), "Next": describe},
             # The one job described, read in a Pass of its own: ArrayGetItem yields the item

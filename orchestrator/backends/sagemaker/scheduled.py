@@ -22,6 +22,7 @@ class SageMakerJobs(ScheduledJobs):
     done = ("Completed", "Stopped")
     failed = "Failed"
     reason_paths = ("$.described.raw.FailureReason",)
+    literal_members = ("RoleArn",)
     # SageMaker's modelled quota error, and its throttle (SageMaker API reference, Common Errors).
     create_retry = tuple(sdk_errors("SageMaker", ("ResourceLimitExceededException", "ThrottlingException")))
     poll_retry = tuple(sdk_errors("SageMaker", ("ThrottlingException",)))
@@ -30,7 +31,7 @@ class SageMakerJobs(ScheduledJobs):
         create, describe = names.create(group), names.describe(group)
         return {
             create: {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob",
-                     "Parameters": {f"{member}.$": f"$.rendered.request.{member}" for member in request},
+                     "Parameters": self.create_parameters(request),
                      "ResultPath": None, **self.create_guard(), "Next": describe},
             describe: {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:sagemaker:describeTrainingJob",
                        "Parameters": {"TrainingJobName.$": "$.rendered.request.TrainingJobName"},

@@ -1,0 +1,62 @@
+"""Patches of moto's private names for the cloud schedule's Distributed Map tests (moto 5.2.6),
+kept here until the lead's tests/moto_shim.py takes them.
+
+- `item_reader_loopback`: the Distributed Map's ItemReader (s3:getObject) builds its S3 client
+  as the AWS SDK integration does, for moto's host name: pointed at the server's own address
+  (127.0.0.1), as `schedule_moto._loopback_clients` does for the SDK integration.
+- `retries_without_waiting`: a Retrier's interval is slept in real time by moto's interpreter;
+  the tests count the retries, not the seconds, so the wait is recorded and skipped.
+- `describe_failing`: DescribeTrainingJob of chosen jobs answers an error, once or always.
+"""
+
+from __future__ import annotations
+
+
+def item_reader_loopback(url: str, monkeypatch) -> None:
+    import boto3
+    from moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval import resource_eval_s3
+
+    made = resource_eval_s3.boto_client_for
+
+    def client_for(region, service, state_credentials=None):
+        client = made(region=region, service=service, state_credentials=state_credentials)
+        return boto3.client(service, region_name=region, endpoint_url=url, aws_access_key_id="ak",
+                            aws_secret_access_key="sk", config=client.meta.config)
+
+    monkeypatch.setattr(resource_eval_s3, "boto_client_for", client_for)
+
+
+def retries_without_waiting(monkeypatch) -> list[float]:
+    """Skip the Retriers' sleeps; returns the intervals asked for, in order."""
+    import types
+
+    from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+    asked: list[float] = []
+    monkeypatch.setattr(retrier_decl, "time", types.SimpleNamespace(sleep=asked.append))
+    return asked
+
+
+def describe_failing(monkeypatch, fail: dict[str, tuple[int | None, str]]) -> dict[str, int]:
+    """DescribeTrainingJob of a job whose name contains a key of `fail` answers that key's error
+    code, `count` times (None: always); returns how often each answered so."""
+    from moto.sagemaker import models
+    from moto.sagemaker.exceptions import SagemakerClientError
+
+    answered = {key: 0 for key in fail}
+    original = models.SageMakerModelBackend.describe_training_job
+
+    def describe(self, training_job_name):
+        for key, (count, code) in fail.items():
+            if key in training_job_name and (count is None or answered[key] < count):
+                answered[key] += 1
+
+                class Refused(SagemakerClientError):
+                    pass
+
+                Refused.code = code
+                raise Refused(code, f"{code} (a test's fault)")
+        return original(self, training_job_name)
+
+    monkeypatch.setattr(models.SageMakerModelBackend, "describe_training_job", describe)
+    return answered
