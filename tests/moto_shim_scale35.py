@@ -6,7 +6,8 @@ kept here until the lead's tests/moto_shim.py takes them.
   (127.0.0.1), as `schedule_moto._loopback_clients` does for the SDK integration.
 - `retries_without_waiting`: a Retrier's interval is slept in real time by moto's interpreter;
   the tests count the retries, not the seconds, so the wait is recorded and skipped.
-- `describe_failing`: DescribeTrainingJob of chosen jobs answers an error, once or always.
+- `describe_failing`: the interpreter's DescribeTrainingJob of chosen jobs is answered an error,
+  once or always.
 """
 
 from __future__ import annotations
@@ -38,25 +39,32 @@ def retries_without_waiting(monkeypatch) -> list[float]:
 
 
 def describe_failing(monkeypatch, fail: dict[str, tuple[int | None, str]]) -> dict[str, int]:
-    """DescribeTrainingJob of a job whose name contains a key of `fail` answers that key's error
-    code, `count` times (None: always); returns how often each answered so."""
-    from moto.sagemaker import models
-    from moto.sagemaker.exceptions import SagemakerClientError
+    """The interpreter's DescribeTrainingJob of a job whose name contains a key of `fail` is
+    answered that key's error code, `count` times (None: always), as botocore raises a service's
+    error (a ClientError with its request id); returns how often each was answered so. Call
+    after `schedule_moto.interpreter_on` (it wraps the clients that makes)."""
+    from botocore.exceptions import ClientError
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk,
+    )
 
     answered = {key: 0 for key in fail}
-    original = models.SageMakerModelBackend.describe_training_job
+    made = state_task_service_aws_sdk.boto_client_for
 
-    def describe(self, training_job_name):
+    def refuse(params, **kwargs):
+        name = params.get("TrainingJobName", "")
         for key, (count, code) in fail.items():
-            if key in training_job_name and (count is None or answered[key] < count):
+            if key in name and (count is None or answered[key] < count):
                 answered[key] += 1
+                raise ClientError({"Error": {"Code": code, "Message": f"{code} (a test's fault)"},
+                                   "ResponseMetadata": {"RequestId": f"test-{answered[key]}", "HTTPStatusCode": 400}},
+                                  "DescribeTrainingJob")
 
-                class Refused(SagemakerClientError):
-                    pass
+    def client_for(region, service, state_credentials=None):
+        client = made(region, service, state_credentials)
+        if service == "sagemaker":
+            client.meta.events.register("before-parameter-build.sagemaker.DescribeTrainingJob", refuse)
+        return client
 
-                Refused.code = code
-                raise Refused(code, f"{code} (a test's fault)")
-        return original(self, training_job_name)
-
-    monkeypatch.setattr(models.SageMakerModelBackend, "describe_training_job", describe)
+    monkeypatch.setattr(state_task_service_aws_sdk, "boto_client_for", client_for)
     return answered
