@@ -4,6 +4,10 @@ kept here until the lead's tests/moto_shim.py takes them.
 - `item_reader_loopback`: the Distributed Map's ItemReader (s3:getObject) builds its S3 client
   as the AWS SDK integration does, for moto's host name: pointed at the server's own address
   (127.0.0.1), as `schedule_moto._loopback_clients` does for the SDK integration.
+- `sdk_error_names`: moto names an AWS SDK integration's errors after the lower-case service
+  name ("sagemaker.ThrottlingException"); Step Functions writes both names in Pascal case
+  ("SageMaker.ThrottlingException", developer guide, "Learning to use AWS service SDK
+  integrations in Step Functions"). moto's table of service names is given SageMaker and Batch.
 - `retries_without_waiting`: a Retrier's interval is slept in real time by moto's interpreter;
   the tests count the retries, not the seconds, so the wait is recorded and skipped.
 - `describe_failing`: the interpreter's DescribeTrainingJob of chosen jobs is answered an error,
@@ -25,6 +29,15 @@ def item_reader_loopback(url: str, monkeypatch) -> None:
                             aws_secret_access_key="sk", config=client.meta.config)
 
     monkeypatch.setattr(resource_eval_s3, "boto_client_for", client_for)
+
+
+def sdk_error_names(monkeypatch) -> None:
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+        state_task_service_aws_sdk,
+    )
+
+    names = {**state_task_service_aws_sdk._SERVICE_ERROR_NAMES, "sagemaker": "SageMaker", "batch": "Batch"}
+    monkeypatch.setattr(state_task_service_aws_sdk, "_SERVICE_ERROR_NAMES", names)
 
 
 def retries_without_waiting(monkeypatch) -> list[float]:

@@ -1,5 +1,7 @@
 """moto's Step Functions interpreter made to behave, where the schedule's tests rely on it, as
-the AWS documentation says Step Functions and CloudFormation do (moto 5.2.5).
+the AWS documentation says Step Functions and CloudFormation do (moto 5.2.6).
+
+- The Distributed Map's ItemReader, and moto's names of SDK errors: `moto_shim_scale35`.
 
 - `interpreter_on(url, monkeypatch)`: the interpreter executes state machines (the moto
   server's `execute_state_machine` configuration). Its AWS SDK clients are pointed at the
@@ -102,11 +104,12 @@ def _definition_from_s3(monkeypatch) -> None:
 
 def interpreter_on(url: str, monkeypatch):
     """Turn the interpreter on (and these fixes in); returns the function that turns it off."""
-    from moto_shim_scale35 import item_reader_loopback
+    from moto_shim_scale35 import item_reader_loopback, sdk_error_names
 
     monkeypatch.setenv("MOTO_PORT", url.rsplit(":", 1)[1])
     _loopback_clients(url, monkeypatch)
     item_reader_loopback(url, monkeypatch)
+    sdk_error_names(monkeypatch)
     _pascal_case_sdk(monkeypatch)
     _definition_from_s3(monkeypatch)
     _moto_config(url, True)
