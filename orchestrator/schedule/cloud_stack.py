@@ -33,7 +33,7 @@ import math
 
 from orchestrator.backends import scheduled
 from orchestrator.schedule.scheduler_cron import scheduler_expression
-from orchestrator.schedule.statemachine import PARTITION, PLACEHOLDER_LABEL
+from orchestrator.schedule.statemachine import MAP_LABEL, PARTITION, PLACEHOLDER_LABEL
 
 STACK_PREFIX = "orchestrator-schedule-"
 # CloudFormation stack names: 128 characters (CreateStack API reference); state machine names
@@ -100,7 +100,7 @@ def machine_statements(compiled) -> list[dict]:
         {"Sid": "StartChildren", "Effect": "Allow", "Action": "states:StartExecution",
          "Resource": scheduled.arn("states", f"stateMachine:{name}")},
         {"Sid": "FollowChildren", "Effect": "Allow", "Action": ["states:DescribeExecution", "states:StopExecution"],
-         "Resource": scheduled.arn("states", f"execution:{name}/*")},
+         "Resource": scheduled.arn("states", f"execution:{name}/{MAP_LABEL}:*")},
     ]
     return statements
 

@@ -55,6 +55,8 @@ MAX_CONCURRENCY = 10_000
 # A child execution's input, an item, is at most 256 KiB (Step Functions quotas, "Maximum input
 # or output size for a task, state, or execution").
 MAX_ITEM_BYTES = 262_144
+# The Map's label: its child executions are named `<machine>/<label>:<id>`, which the role names.
+MAP_LABEL = "Trials"
 
 
 def placeholder_plan(sweep):
@@ -215,7 +217,7 @@ def compile_plan(plan, graphs: dict, place_items, results_at: tuple[str, str] | 
         "ToleratedFailurePercentage": 100.0,  # a float: moto's grammar reads NUMBER, not INT
         "ItemProcessor": {"ProcessorConfig": {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"},
                           "StartAt": "Begin", "States": _partitioned(states)},
-        "Label": "Trials",
+        "Label": MAP_LABEL,
         "ResultPath": "$.trials_done",
         "Next": "Done",
     }
