@@ -95,7 +95,7 @@ def test_each_batch_attempt_is_its_submit_job_with_the_runs_name(inf):
     items = {i["trial"]: i for i in compiled.items}
     shown = {t.trial.trial_id: t for t in sweeps.plan(loaded).trials}
     tick = sweeps.plan(loaded, tick=sm.PLACEHOLDER_TICK.replace(year=2026, month=12, day=5, hour=3))
-    for n, trial in enumerate(plan.trials):
+    for trial in plan.trials:
         graph = compiled.graphs[trial.trial.trial_id]
         item = items[trial.trial.trial_id]
         # The first job on inf2.xlarge; a capacity failure fails over to inf2.8xlarge (-r1), any

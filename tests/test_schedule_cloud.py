@@ -17,7 +17,7 @@ from sweep_fakes import ROOT, cli_run, write
 from orchestrator import names, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
-from orchestrator.schedule import attempts, cloud, cloud_stack
+from orchestrator.schedule import cloud, cloud_stack
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.compiled import compile_schedule
 from orchestrator.schedule.scheduler_cron import scheduler_expression

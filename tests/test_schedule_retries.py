@@ -14,8 +14,8 @@ from schedule_moto import interpreter_on, run_once
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, spec
-from orchestrator.schedule import attempts, failure_rules
 from orchestrator.backends.sagemaker.scheduled import SageMakerJobs
+from orchestrator.schedule import attempts, failure_rules
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.compiled import compile_schedule
 from orchestrator.sweep.failures import failure_kind as classify

@@ -94,3 +94,52 @@ def test_moto_a_poll_error_ends_its_trial_not_the_run(orch_home, interpreter, mo
     assert trials[first]["status"] == "Completed" and trials[third]["status"] == "Completed", (answered, trials)
     assert trials[second]["status"] == "PollFailed" and "InternalFailure" in trials[second]["cause"], (answered, trials)
     assert answered[first] == 1 and answered[second] > 1 and waits
+
+
+def test_the_history_budget_counts_spot_waits_and_plan_queueing(orch_home, tmp_path):
+    """A trial's polls are spaced so that its longest path fits its child's 25,000 events: a spot
+    attempt may be followed for its max_wait_minutes, a training-plan job for its plan's queue."""
+    from types import SimpleNamespace
+
+    from orchestrator.schedule import budget
+
+    def spec_of(run, spot=False, wait=None, plan=None):
+        return SimpleNamespace(max_run_minutes=run, instance=SimpleNamespace(
+            spot=spot, max_wait_minutes=wait, training_plan_arn=plan, preferences=None))
+
+    assert budget.attempt_seconds(spec_of(120)) == 120 * 60
+    assert budget.attempt_seconds(spec_of(120, spot=True, wait=2880)) == 2880 * 60
+    assert budget.attempt_seconds(spec_of(120, plan="arn:aws:sagemaker:us-east-1:1:training-plan/p")) == (
+        120 + budget.TRAINING_PLAN_QUEUE_MINUTES) * 60
+
+    def graph_of(spec, attempts_n):
+        keys = [f"a{i}" for i in range(attempts_n)]
+        return [SimpleNamespace(key=k, on_capacity=None, on_retry=keys[i + 1] if i + 1 < attempts_n else None,
+                                prepared=SimpleNamespace(spec=spec, request={"TrainingJobName": sm.PLACEHOLDER_LABEL}))
+                for i, k in enumerate(keys)]
+
+    plan = SimpleNamespace(sweep=SimpleNamespace(sweep="s"))
+    assert budget.poll_seconds(plan, graph_of(spec_of(120), 3)) == budget.POLL_SECONDS
+    # Four 28-day spot waits: 2,419,200 s each; the polls must thin out to fit.
+    spot = graph_of(spec_of(120, spot=True, wait=40320), 4)
+    poll = budget.poll_seconds(plan, spot)
+    fixed = budget.EVENTS_PER_TRIAL + 4 * (budget.EVENTS_PER_ATTEMPT + budget.EVENTS_PER_RETRY
+                                           * budget.RETRIES_PER_ATTEMPT + budget.EVENTS_PER_LABEL)
+    assert poll > budget.POLL_SECONDS
+    assert fixed + budget.EVENTS_PER_POLL * 4 * 40320 * 60 / poll <= budget.HISTORY_EVENTS
+    assert fixed + budget.EVENTS_PER_POLL * 4 * 40320 * 60 / (poll - 1) > budget.HISTORY_EVENTS
+
+
+def test_every_rule_of_the_statemachine_table_names_its_code_and_its_test():
+    import ast
+
+    table = json.loads((ROOT / "orchestrator" / "data" / "aws_rules_statemachine.json").read_text())
+    assert len(table["rules"]) >= 8
+    for rule in table["rules"]:
+        assert rule["source_url"].startswith("https://docs.aws.amazon.com/") and rule["sentence"]
+        for field in ("code", "test"):
+            path, name = rule[field].split("::")
+            tree = ast.parse((ROOT / path).read_text())
+            defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+            owner, _, member = name.partition(".")
+            assert owner in defined and (not member or member in defined), rule[field]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-
 # A trial's result (its id, job, status, attempt; a create's or poll's error and cause) is
 # assumed to be at most RESULT_BYTES: the Map's results stay the execution's output while
 # they fit its 256 KiB (Step Functions quotas, maximum input or output size), with room for the
