@@ -123,11 +123,12 @@ def batch_use_no_docker(url: str) -> None:
                            timeout=10).read()
 
 
-def run_once(plan_or_compiled, region: str, fired: str = "2026-12-05T03:00:00Z", polls: int = 600) -> dict:
+def run_once(plan_or_compiled, region: str, fired: str = "2026-12-05T03:00:00Z", polls: int | None = 600) -> dict:
     """Put the items of a compiled schedule (or of `plan`, compiled here) where its ItemReader
     reads them, create its state machine in moto and run one execution of it as the scheduler
     would start it at `fired`, to its end (at most `polls` DescribeExecution calls 0.1 s
-    apart): DescribeExecution's answer."""
+    apart; None: until it ends): DescribeExecution's answer."""
+    import itertools
     import time
 
     import boto3
@@ -149,7 +150,7 @@ def run_once(plan_or_compiled, region: str, fired: str = "2026-12-05T03:00:00Z",
                                    roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
     execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
         sm.execution_input(fired)))["executionArn"]
-    for _ in range(polls):  # moto runs it on a thread of the server; no timing is asserted
+    for _ in range(polls) if polls is not None else itertools.count():  # moto runs it on a server thread
         described = sfn.describe_execution(executionArn=execution)
         if described["status"] != "RUNNING":
             break

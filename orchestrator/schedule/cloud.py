@@ -125,8 +125,28 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
                 item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
                 if latest["status"] != "RUNNING":
                     described = sfn.describe_execution(executionArn=latest["executionArn"])
-                    item.jobs = list(json.loads(described.get("output") or "{}").get("trials", []))
+                    trials = json.loads(described.get("output") or "{}").get("trials", [])
+                    if isinstance(trials, dict) and "ResultWriterDetails" in trials:
+                        s3 = clients.get("s3") or make_client("s3", region)
+                        trials = written_results(s3, trials["ResultWriterDetails"])
+                    item.jobs = list(trials)
         found.append(item)
+    return found
+
+
+def written_results(s3, details: dict) -> list[dict]:
+    """The trials' results a Distributed Map's ResultWriter wrote: its manifest names the result
+    files, each a JSON array of child executions whose `Output` is the trial's result (developer
+    guide, "ResultWriter (Map)": manifest.json, SUCCEEDED_n.json, FAILED_n.json)."""
+    manifest = json.loads(s3.get_object(Bucket=details["Bucket"], Key=details["Key"])["Body"].read())
+    found = []
+    for kind in ("SUCCEEDED", "FAILED", "PENDING"):
+        for entry in manifest.get("ResultFiles", {}).get(kind, []):
+            body = s3.get_object(Bucket=manifest.get("DestinationBucket", details["Bucket"]), Key=entry["Key"])
+            for child in json.loads(body["Body"].read()):
+                output = child.get("Output")
+                found.append(json.loads(output) if output else {"status": child.get("Status", kind),
+                                                                 "error": child.get("Error")})
     return found
 
 
