@@ -1,5 +1,5 @@
 """Patches of moto's private names for the cloud schedule's Distributed Map tests (moto 5.2.6),
-kept here until the lead's tests/moto_shim.py takes them.
+kept here until one shared shim module of the tests takes them.
 
 - `item_reader_loopback`: the Distributed Map's ItemReader (s3:getObject) builds its S3 client
   as the AWS SDK integration does, for moto's host name: pointed at the server's own address
