@@ -86,6 +86,16 @@ NAMES: dict[str, tuple[str, ...]] = {
     "stepfunctions loopback clients": (
         "moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk:"
         "boto_client_for",),
+    "stepfunctions item reader loopback": (
+        "moto.stepfunctions.parser.asl.component.state.exec.state_map.item_reader.eval.resource_eval_s3:"
+        "boto_client_for",),
+    "stepfunctions sdk error names": (
+        "moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk:"
+        "_SERVICE_ERROR_NAMES",),
+    "stepfunctions retries without waiting": ("moto.stepfunctions.parser.asl.component.common.retry.retrier_decl:time",),
+    "stepfunctions describe failing": (
+        "moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_aws_sdk:"
+        "boto_client_for",),
     "stepfunctions definition from s3": ("moto.stepfunctions.models:StateMachine.create_from_cloudformation_json",
                                          "moto.stepfunctions.models:StateMachine.update_from_cloudformation_json",
                                          "moto.s3.models:s3_backends"),
@@ -338,8 +348,8 @@ def stepfunctions_loopback_clients(url: str, monkeypatch) -> None:
 
 
 def stepfunctions_definition_from_s3(monkeypatch) -> None:
-    """CloudFormation reads a state machine's DefinitionS3Location; moto's model reads only
-    DefinitionString: give it the object's text."""
+    """CloudFormation reads a state machine's DefinitionS3Location and DefinitionSubstitutions;
+    moto's model reads only DefinitionString: give it the object's text, substituted."""
     patch = "stepfunctions definition from s3"
     create_name, update_name, s3_name = NAMES[patch]
     s3_backends = find(s3_name, patch)
@@ -349,7 +359,13 @@ def stepfunctions_definition_from_s3(monkeypatch) -> None:
         where = props.get("DefinitionS3Location")
         if where and "DefinitionString" not in props:
             found = s3_backends[account_id]["aws"].get_object(where["Bucket"], where["Key"])
-            props = {**props, "DefinitionString": found.value.decode()}
+            text = found.value.decode()
+            # DefinitionSubstitutions: "A map (string to string) that specifies the mappings for
+            # placeholder variables in the state machine definition" (CloudFormation template
+            # reference, AWS::StepFunctions::StateMachine); moto's model ignores it.
+            for name, value in props.get("DefinitionSubstitutions", {}).items():
+                text = text.replace("${" + name + "}", value if isinstance(value, str) else "aws")
+            props = {**props, "DefinitionString": text}
         return {**cloudformation_json, "Properties": props}
 
     def make_create(original):
@@ -370,3 +386,71 @@ def stepfunctions_definition_from_s3(monkeypatch) -> None:
 
     replace(monkeypatch, create_name, patch, make_create)
     replace(monkeypatch, update_name, patch, make_update)
+
+
+def stepfunctions_item_reader_loopback(url: str, monkeypatch) -> None:
+    """The Distributed Map's ItemReader (s3:getObject) builds its S3 client as the SDK
+    integration does, for moto's host name: point it at the server's own address (127.0.0.1)."""
+    import boto3
+
+    patch = "stepfunctions item reader loopback"
+
+    def make(original):
+        def client_for(region, service, state_credentials=None):
+            client = original(region=region, service=service, state_credentials=state_credentials)
+            return boto3.client(service, region_name=region, endpoint_url=url, aws_access_key_id="ak",
+                                aws_secret_access_key="sk", config=client.meta.config)
+        return client_for
+
+    replace(monkeypatch, NAMES[patch][0], patch, make)
+
+
+def stepfunctions_sdk_error_names(monkeypatch) -> None:
+    """moto names an SDK integration's errors after the lower-case service ("sagemaker.
+    ThrottlingException"); Step Functions writes them in Pascal case ("SageMaker.ThrottlingException",
+    developer guide, "Learning to use AWS service SDK integrations in Step Functions")."""
+    patch = "stepfunctions sdk error names"
+    replace(monkeypatch, NAMES[patch][0], patch,
+            lambda names: {**names, "sagemaker": "SageMaker", "batch": "Batch"})
+
+
+def stepfunctions_retries_without_waiting(monkeypatch) -> list[float]:
+    """moto's interpreter sleeps a Retrier's interval in real time; the tests count the retries,
+    not the seconds: skip the sleeps, returning the intervals asked for, in order."""
+    import types
+
+    patch = "stepfunctions retries without waiting"
+    asked: list[float] = []
+    replace(monkeypatch, NAMES[patch][0], patch, lambda original: types.SimpleNamespace(sleep=asked.append))
+    return asked
+
+
+def stepfunctions_describe_failing(monkeypatch, fail: dict[str, tuple[int | None, str]]) -> dict[str, int]:
+    """The interpreter's DescribeTrainingJob of a job whose name contains a key of `fail` is
+    answered that key's error code, `count` times (None: always), as botocore raises a service's
+    error (a ClientError with its request id); returns how often each was answered so. Call
+    after `schedule_moto.interpreter_on` (it wraps the clients that makes)."""
+    from botocore.exceptions import ClientError
+
+    patch = "stepfunctions describe failing"
+    answered = {key: 0 for key in fail}
+
+    def refuse(params, **kwargs):
+        name = params.get("TrainingJobName", "")
+        for key, (count, code) in fail.items():
+            if key in name and (count is None or answered[key] < count):
+                answered[key] += 1
+                raise ClientError({"Error": {"Code": code, "Message": f"{code} (a test's fault)"},
+                                   "ResponseMetadata": {"RequestId": f"test-{answered[key]}", "HTTPStatusCode": 400}},
+                                  "DescribeTrainingJob")
+
+    def make(original):
+        def client_for(region, service, state_credentials=None):
+            client = original(region, service, state_credentials)
+            if service == "sagemaker":
+                client.meta.events.register("before-parameter-build.sagemaker.DescribeTrainingJob", refuse)
+            return client
+        return client_for
+
+    replace(monkeypatch, NAMES[patch][0], patch, make)
+    return answered

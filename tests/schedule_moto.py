@@ -34,6 +34,8 @@ def interpreter_on(url: str, monkeypatch):
     """Turn the interpreter on (and these fixes in); returns the function that turns it off."""
     monkeypatch.setenv("MOTO_PORT", url.rsplit(":", 1)[1])
     moto_shim.stepfunctions_loopback_clients(url, monkeypatch)
+    moto_shim.stepfunctions_item_reader_loopback(url, monkeypatch)
+    moto_shim.stepfunctions_sdk_error_names(monkeypatch)
     moto_shim.stepfunctions_sdk_pascal_case(monkeypatch)
     moto_shim.stepfunctions_definition_from_s3(monkeypatch)
     _moto_config(url, True)
@@ -47,21 +49,34 @@ def batch_use_no_docker(url: str) -> None:
                            timeout=patience(10)).read()
 
 
-def run_once(plan, region: str, fired: str = "2026-12-05T03:00:00Z") -> dict:
-    """Create the state machine of `plan` in moto and run one execution of it as the scheduler
-    would start it at `fired`, to its end: DescribeExecution's answer."""
+def run_once(plan_or_compiled, region: str, fired: str = "2026-12-05T03:00:00Z", polls: int | None = 600) -> dict:
+    """Put the items of a compiled schedule (or of `plan`, compiled here) where its ItemReader
+    reads them, create its state machine in moto and run one execution of it as the scheduler
+    would start it at `fired`, to its end (at most `polls` DescribeExecution calls 0.1 s
+    apart; None: until it ends): DescribeExecution's answer."""
+    import itertools
     import time
 
     import boto3
 
     from orchestrator.schedule import statemachine as sm
+    from orchestrator.schedule.compiled import Compiled, compile_schedule
 
+    compiled = plan_or_compiled if isinstance(plan_or_compiled, Compiled) else compile_schedule(plan_or_compiled)
+    s3 = boto3.client("s3", region_name=region)
+    bucket, key = compiled.items_at
+    try:
+        s3.create_bucket(Bucket=bucket, **({} if region == "us-east-1" else {
+            "CreateBucketConfiguration": {"LocationConstraint": region}}))
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    s3.put_object(Bucket=bucket, Key=key, Body=compiled.items_text.encode())
     sfn = boto3.client("stepfunctions", region_name=region)
-    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.definition_json(sm.compile_plan(plan)),
+    arn = sfn.create_state_machine(name=f"m{time.monotonic_ns()}", definition=sm.substituted(compiled.definition_text),
                                    roleArn="arn:aws:iam::123456789012:role/orchestrator-schedule")["stateMachineArn"]
     execution = sfn.start_execution(stateMachineArn=arn, input=json.dumps(
         sm.execution_input(fired)))["executionArn"]
-    for _ in range(600):  # moto runs it on a thread of the server; no timing is asserted
+    for _ in range(polls) if polls is not None else itertools.count():  # moto runs it on a server thread
         described = sfn.describe_execution(executionArn=execution)
         if described["status"] != "RUNNING":
             break

@@ -327,3 +327,18 @@ def test_the_layers_hold_as_import_linter_reads_them(capsys):
 
     kept = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
     assert kept == 0, capsys.readouterr().out
+
+
+def test_the_schedule_compiler_names_no_aws_service_and_imports_no_backend():
+    """Issue 35: each cloud backend owns its part of a cloud schedule (`backends.scheduled`);
+    schedule/ asks the registry and that contract, never a backend's folder, and holds no string
+    naming a backend's service (a comparison or a table keyed on one)."""
+    assert _offenders("orchestrator/schedule", lambda name: name.startswith("orchestrator.backends.")
+                      and name != "orchestrator.backends.scheduled") == {}
+    found = []
+    for path in (ROOT / "orchestrator" / "schedule").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in (
+                    "sagemaker", "batch", "local"):
+                found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    assert found == []

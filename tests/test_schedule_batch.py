@@ -17,6 +17,7 @@ from orchestrator import names, request, spec
 from orchestrator import sweep as sweeps
 from orchestrator.schedule import attempts, cloud_stack
 from orchestrator.schedule import statemachine as sm
+from orchestrator.schedule.compiled import compile_schedule
 
 RUN = "202612050300"
 REGION = "us-east-1"
@@ -70,11 +71,11 @@ def processor(definition: dict) -> dict:
     return definition["States"]["Trials"]["ItemProcessor"]["States"]
 
 
-def sent(definition: dict, state: dict) -> dict:
-    """What a create state sends in run RUN, in the API's member names."""
+def sent(attempt: dict) -> dict:
+    """What an item's attempt sends in run RUN, in the API's member names."""
     from test_schedule_statemachine import sent as sent_pascal
 
-    return camel(sent_pascal(definition, state, RUN), submit_shape())
+    return camel(sent_pascal(attempt, RUN), submit_shape())
 
 
 # --- the ASL ------------------------------------------------------------------------------------
@@ -82,23 +83,31 @@ def sent(definition: dict, state: dict) -> dict:
 
 def test_each_batch_attempt_is_its_submit_job_with_the_runs_name(inf):
     loaded, plan = inf
-    definition = sm.compile_plan(plan)
-    states = processor(definition)
+    compiled = compile_schedule(plan)
+    states = processor(compiled.definition)
+    [create] = [s for name, s in states.items() if name.endswith(" Create")]
+    assert create["Resource"] == "arn:${Partition}:states:::aws-sdk:batch:submitJob"
+    assert create["ResultSelector"] == {"id.$": "$.JobId"}
+    # Batch's throttle is retried; nothing else (SubmitJob is not idempotent).
+    assert [r["ErrorEquals"] for r in create["Retry"]] == [["Batch.TooManyRequestsException"]]
+    [describe] = [s for name, s in states.items() if name.endswith(" Describe")]
+    assert describe["Resource"] == "arn:${Partition}:states:::aws-sdk:batch:describeJobs"
+    assert describe["Parameters"] == {"Jobs.$": "States.Array($.submitted.id)"}
+    items = {i["trial"]: i for i in compiled.items}
     shown = {t.trial.trial_id: t for t in sweeps.plan(loaded).trials}
     tick = sweeps.plan(loaded, tick=sm.PLACEHOLDER_TICK.replace(year=2026, month=12, day=5, hour=3))
-    for n, trial in enumerate(plan.trials):
-        graph = attempts.of_plan(plan)[trial.trial.trial_id]
+    for trial in plan.trials:
+        graph = compiled.graphs[trial.trial.trial_id]
+        item = items[trial.trial.trial_id]
         # The first job on inf2.xlarge; a capacity failure fails over to inf2.8xlarge (-r1), any
         # retryable failure there is the one retry (-r2); a spot or internal failure of the first
         # is its retry on inf2.xlarge (-r1), whose capacity failure fails over (-r2).
         assert [(a.key, a.instance_type, a.number) for a in graph] == [
             ("a0.0", "inf2.xlarge", 0), ("a1.0f", "inf2.8xlarge", 1), ("a0.1r", "inf2.xlarge", 1),
             ("a1.1r", "inf2.8xlarge", 2), ("a1.1f", "inf2.8xlarge", 2)]
-        for a in graph:
-            state = states[f"T{n} {a.key} Create"]
-            assert state["Resource"] == "arn:aws:states:::aws-sdk:batch:submitJob"
-            assert state["ResultSelector"] == {"id.$": "$.JobId"}
-            body = sent(definition, state)
+        assert [a["at"] for a in item["attempts"]] == [a.key for a in graph]
+        for a, attempt in zip(graph, item["attempts"], strict=True):
+            body = sent(attempt)
             name = tick.identity.job_name(trial.trial.trial_id, a.number)
             assert body == renamed(a.prepared.request, sm.PLACEHOLDER_LABEL, RUN) and body["jobName"] == name
             request.check_contract(a.prepared.spec, body, name)
@@ -110,7 +119,7 @@ def test_each_batch_attempt_is_its_submit_job_with_the_runs_name(inf):
         # The first job is `sweep plan`'s request apart from the per-run name, the sweep id and
         # the archive (its job.json names the job).
         plain = shown[trial.trial.trial_id]
-        body = sent(definition, states[f"T{n} a0.0 Create"])
+        body = sent(item["attempts"][0])
         expected = renamed(plain.prepared.request, plain.job_name, body["jobName"])
         expected = renamed(expected, f"{plan.sweep.sweep}-{plan.identity.digest}\\\"", f"{tick.sweep_id}\\\"")
         expected = renamed(expected, plan.identity.sweep_id.replace(sm.PLACEHOLDER_LABEL, RUN), tick.sweep_id)
@@ -121,19 +130,17 @@ def test_each_batch_attempt_is_its_submit_job_with_the_runs_name(inf):
                     assert env["value"].endswith(".tar.gz")
                     env["value"] = "<archive>"
         assert body == expected
-        describe = states[f"T{n} a0.0 Describe"]
-        assert describe["Resource"] == "arn:aws:states:::aws-sdk:batch:describeJobs"
-        assert describe["Parameters"] == {"Jobs.$": "States.Array($.submitted.id)"}
 
 
 def test_the_roles_batch_statements_name_the_queues_and_definitions(inf):
     import parliament
 
     _, plan = inf
-    statements = cloud_stack.template(plan)["Resources"]["StateMachineRole"]["Properties"]["Policies"][0][
+    statements = compile_schedule(plan).template["Resources"]["StateMachineRole"]["Properties"]["Policies"][0][
         "PolicyDocument"]["Statement"]
     by_sid = {s["Sid"]: s for s in statements}
-    assert set(by_sid) == {"SubmitBatchJobs", "TagBatchJobs", "DescribeBatchJobs"}  # no SageMaker, no PassRole
+    assert set(by_sid) == {"SubmitBatchJobs", "TagBatchJobs", "DescribeBatchJobs",  # no SageMaker, no PassRole
+                           "ReadItems", "WriteResults", "StartChildren", "FollowChildren"}
 
     def sub(node):
         text = node["Fn::Sub"] if isinstance(node, dict) else node
@@ -151,6 +158,10 @@ def test_the_roles_batch_statements_name_the_queues_and_definitions(inf):
         {**s, "Resource": [sub(r) for r in s["Resource"]] if isinstance(s["Resource"], list) else sub(s["Resource"])}
         for s in statements]}
     findings = parliament.analyze_policy_string(json.dumps(document)).findings
+    # parliament's table gives states:DescribeExecution the express-execution resource only
+    # (see test_schedule_cloud's policy test).
+    findings = [f for f in findings if not (f.issue == "RESOURCE_MISMATCH" and [
+        d["action"] for d in f.detail] == ["states:DescribeExecution"])]
     assert [(f.issue, f.detail) for f in findings] == []
 
 
@@ -213,7 +224,7 @@ def test_moto_a_capacity_failure_fails_over_and_a_user_failure_ends_the_trial(in
     assert (ended["job"], ended["status"], ended["attempt"]) == (second, "FAILED", 0)
     # The failover job is the plan's attempt on the next type: its queue, its tag, its name.
     [again] = [b for b in batch_stack if b["jobName"] == f"{first}-r1"]
-    graph = attempts.of_plan(plan)[plan.trials[0].trial.trial_id]
+    graph = attempts.of_plan(plan)[plan.trials[0].trial.trial_id]  # prepared again: the same requests
     assert again == renamed(graph[1].prepared.request, sm.PLACEHOLDER_LABEL, RUN)
     assert again["jobQueue"] == "orchestrator-inf2-8xlarge"
     assert again["tags"][names.TAG_ATTEMPT] == "failover:inf2.xlarge"
@@ -227,13 +238,19 @@ def test_a_sweep_across_backends_compiles_both_and_grants_both(tmp_path, orch_ho
         "base: vit-trn1-2xlarge.yaml", "base: base.yaml") + 'schedule: {cron: "0 3 * * 1-5"}\n'
     path = write(tmp_path, text.replace("max_total_cost_usd: 30", "max_total_cost_usd: 60"),
                  (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
-    plan = sm.placeholder_plan(spec.load_sweep(path))
-    cloud_stack.check_budget(plan)
-    states = processor(sm.compile_plan(plan))
+    compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(path)))
+    cloud_stack.check_budget(compiled)
+    states = processor(compiled.definition)
     assert {s["Resource"] for name, s in states.items() if name.endswith(" Create")} == {
-        "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob", "arn:aws:states:::aws-sdk:batch:submitJob"}
-    assert {sm.WHY["sagemaker"], sm.WHY["batch"]} <= set(states)
-    statements = cloud_stack.template(plan)["Resources"]["StateMachineRole"]["Properties"]["Policies"][0][
+        "arn:${Partition}:states:::aws-sdk:sagemaker:createTrainingJob",
+        "arn:${Partition}:states:::aws-sdk:batch:submitJob"}
+    # Each backend's failure reasons are read at its own paths.
+    whys = [s for name, s in states.items() if name.endswith(" Why")]
+    paths = {c["And"][0]["Variable"] for w in whys for rule in w["Choices"] for c in rule["Or"]}
+    assert paths == {"$.described.raw.FailureReason", "$.described.raw.StatusReason",
+                     "$.described.raw.Container.Reason"}
+    statements = compiled.template["Resources"]["StateMachineRole"]["Properties"]["Policies"][0][
         "PolicyDocument"]["Statement"]
-    assert [s["Sid"] for s in statements] == ["TrainingJobs", "PassExecutionRole", "SubmitBatchJobs", "TagBatchJobs",
-                                              "DescribeBatchJobs"]
+    assert [s["Sid"] for s in statements] == ["SubmitBatchJobs", "TagBatchJobs", "DescribeBatchJobs", "TrainingJobs",
+                                              "PassExecutionRole", "ReadItems", "WriteResults", "StartChildren",
+                                              "FollowChildren"]

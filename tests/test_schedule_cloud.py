@@ -18,8 +18,9 @@ from sweep_fakes import ROOT, cli_run, write
 from orchestrator import names, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
-from orchestrator.schedule import attempts, cloud, cloud_stack
+from orchestrator.schedule import cloud, cloud_stack
 from orchestrator.schedule import statemachine as sm
+from orchestrator.schedule.compiled import compile_schedule
 from orchestrator.schedule.scheduler_cron import scheduler_expression
 
 NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
@@ -56,7 +57,8 @@ def test_a_cron_restricting_both_days_is_refused():
 
 def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
     loaded, plan = nightly
-    body = cloud_stack.template(plan)
+    compiled = compile_schedule(plan)
+    body = compiled.template
     resources = body["Resources"]
     schedule = resources["Schedule"]["Properties"]
     assert schedule["ScheduleExpression"] == "cron(0 3 * * ? *)"
@@ -67,16 +69,25 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
     machine = resources["StateMachine"]["Properties"]
     # The definition travels beside the archives, content-addressed, not in the template.
     assert "DefinitionString" not in machine
-    text = sm.definition_json(sm.compile_plan(plan))
+    text = compiled.definition_text
     location = machine["DefinitionS3Location"]
-    assert location == dict(zip(("Bucket", "Key"), cloud_stack.definition_key(plan, text), strict=True))
+    assert location == dict(zip(("Bucket", "Key"), compiled.definition_at, strict=True))
     assert location["Key"].endswith(f"/statemachine-{hashlib.sha256(text.encode()).hexdigest()}.json")
     assert location["Bucket"] == plan.trials[0].prepared.source_uri.split("/")[2]
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     [start, dead] = resources["SchedulerRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     assert start["Action"] == "states:StartExecution" and start["Resource"] == {"Ref": "StateMachine"}
     assert dead["Action"] == "sqs:SendMessage"
-    [jobs, passrole] = resources["StateMachineRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    [jobs, passrole, items, results, children, follow] = resources["StateMachineRole"]["Properties"][
+        "Policies"][0]["PolicyDocument"]["Statement"]
+    # The Distributed Map's own needs: its items, its results, its child executions (by name:
+    # the machine's own ARN would make the role depend on it).
+    assert items == {"Sid": "ReadItems", "Effect": "Allow", "Action": "s3:GetObject",
+                     "Resource": {"Fn::Sub": f"arn:${{AWS::Partition}}:s3:::{'/'.join(compiled.items_at)}"}}
+    assert results["Action"] == ["s3:PutObject", "s3:GetObject"]
+    name = machine["StateMachineName"]
+    assert children["Resource"]["Fn::Sub"].endswith(f":stateMachine:{name}")
+    assert follow["Resource"]["Fn::Sub"].endswith(f":execution:{name}/Trials:*")
     assert sorted(jobs["Action"]) == ["sagemaker:AddTags", "sagemaker:CreateTrainingJob",
                                       "sagemaker:DescribeTrainingJob"]
     assert jobs["Resource"]["Fn::Sub"].endswith(f":training-job/{plan.identity.name}-{plan.identity.digest}-*")
@@ -95,16 +106,19 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
 
 def test_plan_shows_the_cost_per_run_and_per_month(nightly, capsys):
     loaded, plan = nightly
-    lines = cloud_stack.describe(plan, datetime(2026, 12, 1, tzinfo=timezone.utc))
+    compiled = compile_schedule(plan)
+    lines = cloud_stack.describe(compiled, datetime(2026, 12, 1, tzinfo=timezone.utc))
     [cost] = [line for line in lines if line.startswith("cost:")]
     # A run's bound counts every retry the machine holds: the plan's worst case here (one type,
     # max_retries 2), above its first jobs' total.
-    worst = attempts.worst_usd(plan)
+    worst = compiled.worst_usd
     assert worst == pytest.approx(plan.worst_usd) and worst > plan.total_usd
     assert f"at most {worst:.2f} USD a run (first jobs {plan.total_usd:.2f} USD" in cost
     assert f"30 runs in the next 30 days: at most {worst * 30:.2f} USD a month" in cost
     assert any("flexible window off" in line for line in lines)
     assert any("3 possible job(s)" in line for line in lines)
+    # The real concurrency: a Distributed Map's MaxConcurrency, the sweep's.
+    assert any("each in a child execution of a Distributed Map, at most 3 at once" in line for line in lines)
 
 
 def test_a_run_whose_retries_could_pass_the_budget_is_refused_at_plan(tmp_path, orch_home):
@@ -322,7 +336,7 @@ def test_deploy_refuses_a_job_its_quota_cannot_pass_before_any_call(nightly, mon
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", lambda *a, **k: pytest.fail("a client was made"))
     monkeypatch.setattr(infra_deploy, "plan_change_set", lambda *a, **k: pytest.fail("a change set was made"))
     with pytest.raises(InputError) as refused:
-        cloud.deploy(plan, "us-east-1", clients={"cloudformation": object()})
+        cloud.deploy(compile_schedule(plan), "us-east-1", clients={"cloudformation": object()})
     assert refused.value.exit_code == 2
     assert f'"{TRN1_2XL}" (L-90000000) is 0' in refused.value.message and "(the AWS default)" in refused.value.message
     assert "request-service-quota-increase --service-code sagemaker --quota-code L-90000000" in refused.value.hint
@@ -357,12 +371,17 @@ def test_the_schedules_policies_pass_parliament(nightly):
             return [resolve(v) for v in node]
         return node
 
-    resources = cloud_stack.template(plan)["Resources"]
+    resources = compile_schedule(plan).template["Resources"]
     linted = 0
     for role in ("SchedulerRole", "StateMachineRole"):
         props = resolve(resources[role]["Properties"])
         for document in [p["PolicyDocument"] for p in props["Policies"]]:
             findings = parliament.analyze_policy_string(json.dumps(document)).findings
+            # parliament's table gives states:DescribeExecution the express-execution resource
+            # only; the Distributed Map's children are standard executions, `execution:` ARNs
+            # (developer guide, "IAM policies for running Distributed Map states").
+            findings = [f for f in findings if not (f.issue == "RESOURCE_MISMATCH" and [
+                d["action"] for d in f.detail] == ["states:DescribeExecution"])]
             assert [(f.issue, f.detail) for f in findings] == [], role
             linted += 1
         trust = parliament.analyze_policy_string(json.dumps(props["AssumeRolePolicyDocument"])).findings
@@ -377,71 +396,62 @@ def _wide(tmp_path, trials: int, max_retries: int):
                  (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
 
 
-def test_moto_a_sweep_of_sixty_trials_deploys(tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
-                                               moto_change_set_outputs, monkeypatch):
-    """Sixty trials with two retries each (180 requests) once made a template far over
-    CloudFormation's 51,200-byte TemplateBody (CreateChangeSet API reference); the definition
-    now travels as an S3 object (DefinitionS3Location) within Step Functions' 1 MB."""
+def test_moto_a_sweep_of_a_thousand_trials_deploys(tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
+                                                  moto_change_set_outputs, monkeypatch):
+    """A thousand trials (concurrency 100) once could not deploy: every trial's states were in
+    one definition and one execution's history. Now the definition is the same size whatever the
+    count, the trials are an S3 object the Map reads, and the template holds no trial."""
     import boto3
 
     from orchestrator import aws_contract
     from orchestrator.infra.template import template_body
 
-    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 2)))
-    assert len(plan.trials) == 60
-    body = template_body(cloud_stack.template(plan))
+    path = _wide(tmp_path, 1000, 0)
+    path.write_text(path.read_text() + "concurrency: 100\n")
+    compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(path)))
+    plan = compiled.plan
+    assert len(plan.trials) == 1000
+    body = template_body(compiled.template)
     assert aws_contract.violations("cloudformation", "CreateChangeSet", {
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
-    text = sm.definition_json(sm.compile_plan(plan))
-    assert 51_200 < len(text) <= 1_048_576
-    # Its polls wait longer so a run's worst case stays within one execution's 25,000 events:
-    # 180 attempts of up to 120 minutes each (every trial's longest path holds 3).
-    poll = sm.poll_seconds(plan)
-    run_s = 60 * 3 * plan.trials[0].trial.spec.max_run_minutes
-    fixed = sm.EVENTS_PER_RUN + 60 * (sm.EVENTS_PER_TRIAL + 3 * sm.EVENTS_PER_ATTEMPT)
-    assert poll > sm.POLL_SECONDS and fixed + sm.EVENTS_PER_POLL * run_s / poll <= sm.HISTORY_EVENTS
-    waits = {s["Seconds"] for s in json.loads(text)["States"]["Trials"]["ItemProcessor"]["States"].values()
-             if s["Type"] == "Wait"}
-    assert waits == {poll}
+    assert len(compiled.definition_text) < 51_200
     region = plan.sweep.base_spec.region
     bucket = plan.trials[0].prepared.source_uri.split("/")[2]
     boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
-    _quotas(monkeypatch, {"ml.trn1.2xlarge for training job usage": 60})
-    cloud.deploy(plan, region, sleep=lambda s: None)
+    _quotas(monkeypatch, {"ml.trn1.2xlarge for training job usage": 1000})
+    cloud.deploy(compiled, region, sleep=lambda s: None)
     sfn = boto3.client("stepfunctions", region_name=region)
     [machine] = sfn.list_state_machines()["stateMachines"]
-    assert sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["definition"] == text
+    deployed = sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["definition"]
+    assert deployed == sm.substituted(compiled.definition_text)
+    assert json.loads(deployed)["States"]["Trials"]["MaxConcurrency"] == 100
     s3 = boto3.client("s3", region_name=region)
-    key = cloud_stack.definition_key(plan, text)[1]
-    assert s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() == text
-    # Every job a run may make has its archive where its request says: 60 trials x 3 attempts.
-    uploaded = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="jobs/source/")["Contents"]}
-    wanted = {a.prepared.source_uri.split("/", 3)[3] for g in attempts.of_plan(plan).values() for a in g}
-    assert len(wanted) == 180 and wanted <= uploaded
+    assert s3.get_object(Bucket=bucket, Key=compiled.items_at[1])["Body"].read().decode() == compiled.items_text
+    # Every job a run may make has its archive where its request says.
+    uploaded = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="jobs/source/")
+                for o in page["Contents"]}
+    wanted = {a.prepared.source_uri.split("/", 3)[3] for g in compiled.graphs.values() for a in g}
+    assert len(wanted) == 1000 and wanted <= uploaded
 
 
-def test_a_definition_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
-    """120 trials with two retries each (360 requests) pass Step Functions' definition limit
-    (1,048,576 characters: botocore's stepfunctions model, Definition; quotas, "Maximum
-    definition size"); 60 with ten retries each, one execution's 25,000 history events (quotas,
-    "Maximum execution history size"). Each is refused with exit 2 before an archive is uploaded
-    or a client is made."""
+def test_a_trial_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
+    """A trial's item (its attempts' requests) is a child execution's input: at most 256 KiB
+    (Step Functions quotas). max_retries (at most 10) keeps a trial's item far below it here, so
+    the bound is lowered to 3 attempts' worth: exit 2 before an archive is uploaded or a client
+    is made."""
     from orchestrator.backends import sagemaker
 
     def no_client(*args, **kwargs):
         raise AssertionError("no AWS client may be made")
 
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", no_client)
-    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 120, 2)))
+    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 2, 10)))
+    one = len(json.dumps(plan.trials[0].prepared.request))
+    monkeypatch.setattr(sm, "MAX_ITEM_BYTES", 3 * one)
     with pytest.raises(InputError) as refused:
-        cloud.deploy(plan, "us-east-1")
-    assert "CreateStateMachine" in refused.value.message and "at most 1048576" in refused.value.message
-    assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
-    plan = sm.placeholder_plan(spec.load_sweep(_wide(tmp_path, 60, 10)))
-    with pytest.raises(InputError) as refused:
-        cloud.deploy(plan, "us-east-1")
-    assert "one Step Functions execution's history holds (25,000 events" in refused.value.message
-    assert "fewer trials" in refused.value.hint and "lower max_retries" in refused.value.hint
+        cloud.deploy(compile_schedule(plan), "us-east-1")
+    assert f"bytes of input for its 11 possible jobs, above Step Functions' {3 * one:,}" in refused.value.message
+    assert "lower max_retries" in refused.value.hint
 
 
 def test_remove_by_file_is_not_refused_for_the_budget(tmp_path, orch_home, moto_server):
@@ -478,7 +488,8 @@ def test_moto_a_schedule_belongs_to_the_file_that_deployed_it(tmp_path, orch_hom
     plan = sm.placeholder_plan(spec.load_sweep(files["a"]))
     region = plan.sweep.base_spec.region
     boto3.client("s3", region_name=region).create_bucket(Bucket=plan.trials[0].prepared.source_uri.split("/")[2])
-    cloud.deploy(plan, region, sleep=lambda s: None)
+    _quotas(monkeypatch, {TRN1_2XL: 3})
+    cloud.deploy(compile_schedule(plan), region, sleep=lambda s: None)
     stack = cloud_stack.stack_name(plan)
     cfn = boto3.client("cloudformation", region_name=region)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]}

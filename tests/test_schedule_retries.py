@@ -15,8 +15,10 @@ from schedule_moto import interpreter_on, run_once
 from sweep_fakes import ROOT, write
 
 from orchestrator import names, spec
+from orchestrator.backends.sagemaker.scheduled import SageMakerJobs
 from orchestrator.schedule import attempts, failure_rules
 from orchestrator.schedule import statemachine as sm
+from orchestrator.schedule.compiled import compile_schedule
 from orchestrator.sweep.failures import failure_kind as classify
 
 NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
@@ -52,7 +54,7 @@ def asl_kind(reason: str) -> str:
     """The kind the state machine's Choice rules give `reason` as SageMaker's FailureReason,
     read as Step Functions reads them (first matching rule; StringMatches: `*` only, case as
     written; a reason no rule matches goes to the Default, the user's)."""
-    path = sm.REASON_PATHS["sagemaker"][0]
+    path = SageMakerJobs.reason_paths[0]
     rules = failure_rules.rules([path], {kind: kind for kind, _ in failure_rules.KINDS})
     for rule in rules:
         for match in rule["Or"]:
@@ -69,20 +71,18 @@ def test_the_machine_reads_a_failure_as_the_sweep_runner_does(reason):
 
 
 def test_every_kind_has_its_state_and_a_retryable_kind_its_route(orch_home):
-    plan = sm.placeholder_plan(spec.load_sweep(NIGHTLY))
-    states = sm.compile_plan(plan)["States"]["Trials"]["ItemProcessor"]["States"]
-    why = states[sm.WHY["sagemaker"]]
+    compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(NIGHTLY)))
+    states = compiled.definition["States"]["Trials"]["ItemProcessor"]["States"]
+    [why] = [s for name, s in states.items() if name.endswith(" Why")]
     assert [r["Next"] for r in why["Choices"]] == [f"Kind {k}" for k, _ in failure_rules.KINDS]
     assert why["Default"] == "Kind user" and states["Kind user"]["Next"] == "Next attempt"
     routes = states["Next attempt"]
-    assert routes["Default"] == sm.TRIAL_END
+    assert routes["Default"] == sm.NAMES.trial_end
+    assert [r["Next"] for r in routes["Choices"]] == [f"Go {k}" for k in attempts.RETRY_KINDS]
     # From each attempt but the last, capacity, spot and internal failures lead to the next retry.
-    for n in range(len(plan.trials)):
-        for at, nxt in (("a0.0", "a0.1r"), ("a0.1r", "a0.2r")):
-            found = {r["And"][1]["StringEquals"]: r["Next"] for r in routes["Choices"]
-                     if r["And"][0]["StringEquals"] == f"T{n} {at}"}
-            assert found == dict.fromkeys(attempts.RETRY_KINDS, f"T{n} {nxt} Start")
-        assert not [r for r in routes["Choices"] if r["And"][0]["StringEquals"] == f"T{n} a0.2r"]
+    for item in compiled.items:
+        assert [a["next"] for a in item["attempts"]] == [dict.fromkeys(attempts.RETRY_KINDS, 1),
+                                                         dict.fromkeys(attempts.RETRY_KINDS, 2), {}]
 
 
 # --- runs by moto's interpreter -----------------------------------------------------------------
@@ -135,16 +135,15 @@ def test_moto_failures_are_retried_as_the_policy_says(nightly, sagemaker_fails):
                      third: (f"{job[third]}-r2", "Failed", 2)}
     assert sorted(body["TrainingJobName"] for body in sent) == sorted([
         job[first], f"{job[first]}-r1", job[second], job[third], f"{job[third]}-r1", f"{job[third]}-r2"])
-    # The history stays within what `poll_seconds` reserves for a run's states (no job polled
-    # here: moto's jobs end at once), so only the polls' share is left to the wait's length.
+    # The parent's history holds the Map run, not the trials' states (each child has its own).
     import boto3
 
     sfn = boto3.client("stepfunctions", region_name=loaded.base_spec.region)
     events = sum(len(page["events"]) for page in sfn.get_paginator("get_execution_history").paginate(
         executionArn=described["executionArn"]))
-    assert events <= sm.EVENTS_PER_RUN + 3 * sm.EVENTS_PER_TRIAL + len(sent) * sm.EVENTS_PER_ATTEMPT, events
+    assert events <= 40, events
     # Each retry is the plan's attempt: the runner's -rN name and attempt tag, its own archive.
-    graphs = attempts.of_plan(plan)
+    graphs = compile_schedule(plan).graphs
     by_name = {body["TrainingJobName"]: body for body in sent}
     for trial_id, n in ((first, 1), (third, 1), (third, 2)):
         attempt = next(a for a in graphs[trial_id] if a.number == n)
@@ -165,9 +164,10 @@ def test_the_flexible_window_is_the_files_shown_and_sent(tmp_path, orch_home):
     path = write(tmp_path, "sweep: w\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n"
                  "schedule: {cron: '0 3 * * *', flexible_window_minutes: 45}\n", base)
     plan = sm.placeholder_plan(spec.load_sweep(path))
-    props = cloud_stack.template(plan)["Resources"]["Schedule"]["Properties"]
+    compiled = compile_schedule(plan)
+    props = compiled.template["Resources"]["Schedule"]["Properties"]
     assert props["FlexibleTimeWindow"] == {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": 45}
-    lines = cloud_stack.describe(plan, datetime(2026, 12, 1, tzinfo=timezone.utc))
+    lines = cloud_stack.describe(compiled, datetime(2026, 12, 1, tzinfo=timezone.utc))
     assert any("flexible window: a run starts up to 45 min after its fire time" in line for line in lines)
 
 

@@ -5,7 +5,6 @@ it by moto's interpreter (the moto server's `execute_state_machine` configuratio
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timezone
 
 import moto_shim
@@ -16,70 +15,27 @@ from sweep_fakes import ROOT, write
 from orchestrator import names, request, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
-from orchestrator.schedule import attempts
 from orchestrator.schedule import statemachine as sm
+from orchestrator.schedule.compiled import compile_schedule
 from orchestrator.spec.models import MAX_NAME
 
 NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
 RUN = "202612050300"
 RUN_TIME = datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc)
 
-_FORMAT = re.compile(r"States\.Format\('((?:[^'\\]|\\.)*)'((?:, \$\.[a-z0-9_.]+)*)\)")
+def sent(attempt: dict, run: str = RUN) -> dict:
+    """The request an item's attempt sends in run `run`, as the Render loop makes it: its pieces
+    joined by the run's label, parsed (a test-side reading, independent of the compiler)."""
+    return json.loads(run.join(attempt["pieces"]))
 
 
-def render(value, run: str, shared: dict | None = None, literals: dict | None = None):
-    """A create state's Parameters as Step Functions evaluates them for `$.run` = `run`: each
-    `<key>.$` States.Format becomes `<key>` with its arguments filled in (`$.run` the run's
-    label, `$.literals.<id>` the attempt's Start state's value), each `<key>.$` `$.shared.<id>`
-    the definition's shared value (a test-side reading of the intrinsic and the paths,
-    independent of the compiler)."""
-    if isinstance(value, list):
-        return [render(v, run, shared, literals) for v in value]
-    if not isinstance(value, dict):
-        return value
-    paths = {"$.run": run, **{f"$.shared.{k}": v for k, v in (shared or {}).items()},
-             **{f"$.literals.{k}": v for k, v in (literals or {}).items()}}
-    out = {}
-    for key, item in value.items():
-        if key.endswith(".$") and item.startswith("$.shared."):
-            out[key[:-2]] = paths[item]
-        elif key.endswith(".$"):
-            found = _FORMAT.fullmatch(item)
-            assert found, item
-            template, args = found.group(1), [a for a in found.group(2).split(", ") if a]
-            text, i, used = [], 0, 0
-            while i < len(template):
-                if template[i] == "\\":
-                    text.append(template[i + 1])
-                    i += 2
-                elif template.startswith("{}", i):
-                    text.append(paths[args[used]])
-                    used += 1
-                    i += 2
-                else:
-                    text.append(template[i])
-                    i += 1
-            assert used == len(args)
-            out[key[:-2]] = "".join(text)
-        else:
-            out[key] = render(item, run, shared, literals)
-    return out
+def first_requests(compiled, run: str = RUN) -> list[dict]:
+    """The request of each trial's first job, in trial order."""
+    return [sent(item["attempts"][0], run) for item in compiled.items]
 
 
-def sent(definition: dict, state: dict, run: str = RUN) -> dict:
-    """The request a create state of `definition` sends in run `run` (its attempt's Start state
-    holds the literals its templates name)."""
-    processor = definition["States"]["Trials"]["ItemProcessor"]["States"]
-    [start] = [s for s in processor.values() if s["Type"] == "Pass" and processor.get(s.get("Next")) is state]
-    return render(state["Parameters"], run, definition["States"]["Run label"]["Parameters"]["shared"],
-                  start.get("Result"))
-
-
-def create_states(definition: dict, first_only: bool = True) -> list[dict]:
-    """The create states of each trial's first job (or of every attempt), in trial order."""
-    processor = definition["States"]["Trials"]["ItemProcessor"]["States"]
-    return [state for name, state in processor.items()
-            if name.endswith(" Create") and (" a0.0 " in name or not first_only)]
+def all_requests(compiled, run: str = RUN) -> list[dict]:
+    return [sent(a, run) for item in compiled.items for a in item["attempts"]]
 
 
 def renamed(value, old: str, new: str):
@@ -98,42 +54,45 @@ def nightly(orch_home):
 
 def test_the_map_runs_every_trial_once_at_the_sweeps_concurrency(nightly):
     loaded, plan = nightly
-    definition = sm.compile_plan(plan)
-    trials = definition["States"]["Trials"]
+    compiled = compile_schedule(plan)
+    trials = compiled.definition["States"]["Trials"]
     assert trials["Type"] == "Map" and trials["MaxConcurrency"] == loaded.concurrency == 3
-    assert trials["ItemProcessor"]["ProcessorConfig"] == {"Mode": "INLINE"}
-    # The trials are fixed in the definition, not taken from the input.
-    assert definition["States"]["Run label"]["Parameters"]["trials"] == [t.trial.trial_id for t in plan.trials]
-    which = trials["ItemProcessor"]["States"]["Which trial"]
-    assert [c["StringEquals"] for c in which["Choices"]] == [t.trial.trial_id for t in plan.trials]
-    assert len(create_states(definition)) == len(plan.trials) == 3
+    assert trials["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+    # The trials are the items, fixed at deploy in S3, not taken from the input.
+    assert trials["ItemReader"]["Parameters"] == {"Bucket": compiled.items_at[0], "Key": compiled.items_at[1]}
+    assert [i["trial"] for i in compiled.items] == [t.trial.trial_id for t in plan.trials]
     # Each trial's first job and its max_retries (2) retries, each with its own request.
-    assert len(create_states(definition, first_only=False)) == 3 * (1 + loaded.max_retries)
-    for state in create_states(definition, first_only=False):
-        assert state["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:createTrainingJob"
+    assert [len(i["attempts"]) for i in compiled.items] == [1 + loaded.max_retries] * 3
+    states = trials["ItemProcessor"]["States"]
+    creates = [s for name, s in states.items() if name.endswith(" Create")]
+    assert len(creates) == 1  # one request shape: one create state for every trial
+    for state in creates:
+        assert state["Resource"] == "arn:${Partition}:states:::aws-sdk:sagemaker:createTrainingJob"
         [retry] = state["Retry"]
-        assert retry["ErrorEquals"] and all("ResourceLimitExceeded" in e or "Throttling" in e
-                                            for e in retry["ErrorEquals"])
+        assert retry["ErrorEquals"] == ["SageMaker.ResourceLimitExceededException", "SageMaker.ThrottlingException"]
         assert (retry["IntervalSeconds"], retry["BackoffRate"], retry["MaxDelaySeconds"]) == (2, 2.0, 300)
         # A create still refused after its retries ends its trial, not the run.
-        assert state["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": sm.NOT_CREATED}]
+        assert state["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": sm.NAMES.not_created}]
+    # A describe retries the modelled throttle, then any task error; what is left ends its trial.
+    [describe] = [s for name, s in states.items() if name.endswith(" Describe")]
+    assert [r["ErrorEquals"] for r in describe["Retry"]] == [["SageMaker.ThrottlingException"], ["States.TaskFailed"]]
+    assert describe["Catch"][0]["Next"] == sm.NAMES.poll_failed
     # Every Next names a state of its own state list.
-    for states in (definition["States"], trials["ItemProcessor"]["States"]):
-        for state in states.values():
+    for group in (compiled.definition["States"], states):
+        for state in group.values():
             targets = [state.get("Next"), state.get("Default"), *[c["Next"] for c in state.get("Choices", [])]]
-            assert all(t in states for t in targets if t), state
+            assert all(t in group for t in targets if t), state
 
 
-def test_each_embedded_request_is_sweep_plans_with_the_runs_name(nightly):
-    """Rendered for a run, every create state's request is the placeholder plan's with the
-    run's label, and `sweep plan`'s own (no tick) apart from the job name, the sweep id and the
-    source archive's key (the archive holds job.json, which names the job)."""
+def test_each_item_request_is_sweep_plans_with_the_runs_name(nightly):
+    """Rendered for a run, every item's request is the placeholder plan's with the run's label,
+    and `sweep plan`'s own (no tick) apart from the job name, the sweep id and the source
+    archive's key (the archive holds job.json, which names the job)."""
     loaded, plan = nightly
-    definition = sm.compile_plan(plan)
+    compiled = compile_schedule(plan)
     shown = {t.trial.trial_id: t for t in sweeps.plan(loaded).trials}
     tick_plan = sweeps.plan(loaded, tick=RUN_TIME)
-    for state, trial in zip(create_states(definition), plan.trials, strict=True):
-        rendered = sent(definition, state)
+    for rendered, trial in zip(first_requests(compiled), plan.trials, strict=True):
         assert rendered == renamed(trial.prepared.request, sm.PLACEHOLDER_LABEL, RUN)
         name = rendered["TrainingJobName"]
         assert name == tick_plan.identity.job_name(trial.trial.trial_id)
@@ -160,39 +119,36 @@ def test_job_names_of_the_longest_sweep_name_fit_in_63(tmp_path, orch_home):
     path = write(tmp_path, f"sweep: {long_name}\nbase: base.yaml\n"
                  "grid: {training.optimizer.lr: [0.001, 0.0001]}\nschedule: {cron: '0 3 * * *'}\n")
     plan = sm.placeholder_plan(spec.load_sweep(path))
-    definition = sm.compile_plan(plan)
-    for state in create_states(definition):
-        name = sent(definition, state)["TrainingJobName"]
+    for rendered in all_requests(compile_schedule(plan)):
+        name = rendered["TrainingJobName"]
         assert len(name) <= names.MAX_JOB_NAME and names.is_job_name(name) and RUN in name
 
 
-def test_strings_with_what_intrinsics_reserve_take_those_parts_from_paths():
-    """`{`, `}`, `'` and `\\` never appear in a Format template (they would need escapes, which
-    moto's interpreter does not read as AWS does): such a string's parts are path arguments."""
-    tricky = {"A": f"x{{'{sm.PLACEHOLDER_LABEL}'}}\\y-{sm.PLACEHOLDER_LABEL}", "B": [{"C": sm.PLACEHOLDER_LABEL}],
-              "D": "plain", "E": f"plain-{sm.PLACEHOLDER_LABEL}"}
-    literals: dict[str, str] = {}
-    templated = sm._templated(tricky, literals)
-    assert set(templated) == {"A.$", "B", "D", "E.$"} and "C.$" in templated["B"][0]
-    assert templated["A.$"] == ("States.Format('{}{}{}{}{}', $.literals.s0, $.run, $.literals.s1, $.run, "
-                                "$.literals.s2)")
-    assert templated["E.$"] == "States.Format('plain-{}', $.run)"
-    assert literals == {"s0": "x{'", "s1": "'}\\y-", "s2": ""}
-    assert render(templated, RUN, literals=literals) == renamed(tricky, sm.PLACEHOLDER_LABEL, RUN)
+def test_strings_with_what_intrinsics_reserve_are_data_not_templates(nightly):
+    """`{`, `}`, `'` and `\\` in a request (the JSON of a hyperparameter environment variable)
+    travel in the item's pieces, which States.Format takes as arguments, never as its template:
+    the Render step's template is the same fixed '{}{}{}' whatever the request holds."""
+    _, plan = nightly
+    compiled = compile_schedule(plan)
+    step = compiled.definition["States"]["Trials"]["ItemProcessor"]["States"]["Render step"]
+    assert step["Parameters"]["text.$"].startswith("States.Format('{}{}{}', ")
+    pieces = [p for item in compiled.items for a in item["attempts"] for p in a["pieces"]]
+    assert any(c in "".join(pieces) for c in "{}")
+    assert all(sm.PLACEHOLDER_LABEL not in p for p in pieces)
 
 
-def test_a_sweep_with_local_trials_is_refused(tmp_path, orch_home):
+def test_a_sweep_with_local_trials_is_refused_with_the_backends_reason(tmp_path, orch_home):
     path = write(tmp_path, "sweep: loc\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n",
                  (ROOT / "configs" / "local-tiny.yaml").read_text())
     plan = sm.placeholder_plan(spec.load_sweep(path))
-    with pytest.raises(InputError, match="SageMaker and AWS Batch trials only"):
-        sm.compile_plan(plan)
+    with pytest.raises(InputError, match="local trials cannot run in a cloud schedule: its jobs run on this machine"):
+        compile_schedule(plan)
 
 
 def test_only_the_placeholder_plan_compiles(nightly):
     loaded, _ = nightly
     with pytest.raises(ValueError, match="placeholder"):
-        sm.compile_plan(sweeps.plan(loaded))
+        compile_schedule(sweeps.plan(loaded))
 
 
 # --- runs by moto's interpreter -----------------------------------------------------------------
@@ -244,7 +200,7 @@ def test_moto_a_start_time_shaped_fire_time_gives_its_minute(nightly, interprete
     import boto3
 
     loaded, plan = nightly
-    fallback = sm.compile_plan(plan)["States"]["From start time"]
+    fallback = compile_schedule(plan).definition["States"]["From start time"]
     assert fallback["Parameters"] == {"time.$": "$$.Execution.StartTime"} and fallback["Next"] == "Split time"
     described = run_once(plan, loaded.base_spec.region, "2026-12-05T03:07:59.123Z")
     assert described["status"] == "SUCCEEDED", described
@@ -277,9 +233,8 @@ def test_the_container_makes_the_placeholders_job_file_the_runs(nightly, tmp_pat
     loaded, plan = nightly
     assert names.tick_label(sm.PLACEHOLDER_TICK) == sm.PLACEHOLDER_LABEL
     tick = {t.trial.trial_id: t for t in sweeps.plan(loaded, tick=RUN_TIME).trials}
-    definition = sm.compile_plan(plan)
-    for state, trial in zip(create_states(definition), plan.trials, strict=True):
-        sent_request = sent(definition, state)
+    compiled = compile_schedule(plan)
+    for sent_request, trial in zip(first_requests(compiled), plan.trials, strict=True):
         config = tmp_path / trial.trial.trial_id / "input" / "config"
         config.mkdir(parents=True)
         (config / "hyperparameters.json").write_text(json.dumps(sent_request["HyperParameters"]))
@@ -291,14 +246,14 @@ def test_the_container_makes_the_placeholders_job_file_the_runs(nightly, tmp_pat
             expected["job_name"], expected["results_uri"], expected["tags"])
         assert job["spec"] == trial.prepared.job["spec"]
     # A retry's archive is its own (its job.json names the -rN job): the run's name fits it too.
-    by_name = {sent(definition, state)["TrainingJobName"]: state for state in create_states(definition, False)}
-    for graph in attempts.of_plan(plan).values():
+    by_name = {r["TrainingJobName"]: r for r in all_requests(compiled)}
+    for graph in compiled.graphs.values():
         for a in graph[1:]:
             run_name = renamed(a.prepared.job_name, sm.PLACEHOLDER_LABEL, RUN)
             job = contract.for_run(a.prepared.job, run_name)
             assert job["job_name"] == run_name and run_name.endswith(f"-r{a.number}")
             assert f"/{run_name}/" in job["results_uri"] and sm.PLACEHOLDER_LABEL not in json.dumps(job["tags"])
-            code = sent(definition, by_name[run_name])["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"]
+            code = by_name[run_name]["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"]
             assert code == a.prepared.source_uri != plan.trials[0].prepared.source_uri
     # Any other job file, or a name of another shape, is left as it is.
     job = plan.trials[0].prepared.job

@@ -154,6 +154,9 @@ class Backend(Protocol):
 
     # The spec side, asked of the class (no client, no instance) before anything runs.
     operation: ClassVar[tuple[str, str] | None]  # (AWS service, operation) its request is; None: never sent
+    # Its part of a cloud schedule ("module:class" of a `backends.scheduled.ScheduledJobs`), or
+    # None with `schedule_refusal` saying why its trials cannot run in one.
+    scheduled: ClassVar[str | None]
     section: ClassVar[str | None]  # the spec section only this backend reads ("batch"), if any
     # instance.preferences: "sent" (the service selects among them), "emulated" (this machine
     # plays the selection), None (the backend refuses them).

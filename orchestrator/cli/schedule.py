@@ -139,19 +139,26 @@ def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with
 # --- the schedule kept in the cloud (EventBridge Scheduler + Step Functions) -----------------
 
 
-def _cloud_plan(path: Path, *, budget: bool = True):
+def _cloud_plan(path: Path):
     from orchestrator import schedule as schedules
     from orchestrator import spec
-    from orchestrator.schedule import cloud_stack, statemachine
+    from orchestrator.schedule import statemachine
 
     loaded = spec.load_sweep(path)
     schedules.require_schedule(loaded)
-    planned = statemachine.placeholder_plan(loaded)
-    # The trials, their retries and their bounds are fixed in the state machine: a run that could
-    # pass the budget is refused here (not when removing: a schedule is removed whatever it costs).
-    if budget:
-        cloud_stack.check_budget(planned)
-    return planned
+    return statemachine.placeholder_plan(loaded)
+
+
+def _compiled(path: Path):
+    """The sweep's schedule, compiled once for the whole command. The trials, their retries and
+    their bounds are fixed in the state machine: a run that could pass the budget is refused
+    here (not when removing: a schedule is removed whatever it costs)."""
+    from orchestrator.schedule import cloud_stack
+    from orchestrator.schedule.compiled import compile_schedule
+
+    compiled = compile_schedule(_cloud_plan(path))
+    cloud_stack.check_budget(compiled)
+    return compiled
 
 
 @app.command("plan")
@@ -164,8 +171,8 @@ def schedule_plan(path: Path = typer.Argument(..., help="Sweep spec YAML with a 
 
     from orchestrator.schedule import cloud_stack
 
-    planned = _cloud_plan(path)
-    for line in cloud_stack.describe(planned, datetime.now(timezone.utc)):
+    compiled = _compiled(path)
+    for line in cloud_stack.describe(compiled, datetime.now(timezone.utc)):
         out(line)
 
 
@@ -197,10 +204,10 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
 
     from orchestrator.schedule import cloud, cloud_stack
 
-    planned = _cloud_plan(path)
-    for line in cloud_stack.describe(planned, datetime.now(timezone.utc)):
+    compiled = _compiled(path)
+    for line in cloud_stack.describe(compiled, datetime.now(timezone.utc)):
         out(line)
-    region = planned.sweep.base_spec.region
+    region = compiled.plan.sweep.base_spec.region
 
     def confirm(change) -> bool:
         out(f"stack {change.stack_name} in {region} ({change.kind.lower()}) would change:")
@@ -212,7 +219,7 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
         return _ask("Deploy this schedule? It starts paid jobs on its cron until removed", yes,
                     "the change set was deleted, nothing was uploaded or deployed")
 
-    change, outputs = cloud.deploy(planned, region, confirm=confirm, on_note=lambda line: err(f"quota: {line}"),
+    change, outputs = cloud.deploy(compiled, region, confirm=confirm, on_note=lambda line: err(f"quota: {line}"),
                                    on_event=lambda e: out(f"  {e.logical_id} {e.resource_type}: {e.status}"
                                                           + (f" ({e.reason})" if e.reason else "")))
     if change.nothing_to_do:
@@ -262,7 +269,7 @@ def schedule_remove(
 
     planned = None
     if target.endswith((".yaml", ".yml")):
-        planned = _cloud_plan(Path(target), budget=False)
+        planned = _cloud_plan(Path(target))
         stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
     else:
         stack, where = target, default_region(region)

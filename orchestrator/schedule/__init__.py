@@ -3,8 +3,11 @@
 Modules: `cron` (whether an expression is usable, and when it fires: a leaf the spec loader
 uses), `scheduler` (due ticks, the catchup policy, submitting and following tick sweeps),
 `crontab` (the lines that run `schedule tick` from system cron), `statemachine` (a sweep's plan
-compiled to a Step Functions definition, for a schedule kept in the cloud; `attempts` and
-`failure_rules` its retries and failovers), `cloud_stack` and `cloud` (its stack, deployed).
+compiled to a Step Functions definition and its items, for a schedule kept in the cloud;
+`attempts` and `failure_rules` its retries and failovers, `budget` its poll interval),
+`compiled` (the one compiled value a command builds), `cloud_stack` and `cloud` (its stack,
+deployed). Each backend's part of a cloud schedule lives in its own folder
+(`backends.scheduled`).
 
 Contract:
 - The spec's `schedule.cron` (five fields or an @alias, read in `schedule.timezone`) names

@@ -12,7 +12,7 @@ Contract:
   `request.prepare` (its own source archive, whose job.json names it).
 - A SageMaker on-demand trial whose failover became an instance preference list has a chain
   of one: SageMaker fails over itself, and only retries are compiled.
-- `worst_usd(plan)` is the most one run can bill: each trial's dearest path through its graph,
+- `worst_usd(graphs)` is the most one run can bill: each trial's dearest path through its graph,
   summed (the first attempts, every failover and every retry on the dearest type: at most
   `cost.worst_case`). The machine cannot refuse a retry by the sweep's spend as the laptop's
   runner does, so the budget is checked against this bound at plan and deploy.
@@ -84,19 +84,15 @@ def attempts(plan, planned) -> list[Attempt]:
 
 
 def of_plan(plan) -> dict[str, list[Attempt]]:
-    """Trial id -> `attempts` of each trial of `plan`, prepared once per plan (each retry's
-    request builds its own archive): kept on the plan object, which the plan's users share."""
-    cached = getattr(plan, "_schedule_attempts", None)
-    if cached is None:
-        cached = {t.trial.trial_id: attempts(plan, t) for t in plan.trials}
-        plan._schedule_attempts = cached
-    return cached
+    """Trial id -> `attempts` of each trial of `plan` (each retry's request builds its own
+    archive: `compiled.compile_schedule` calls this once and keeps the result)."""
+    return {t.trial.trial_id: attempts(plan, t) for t in plan.trials}
 
 
-def worst_usd(plan) -> float:
+def worst_usd(graphs: dict[str, list[Attempt]]) -> float:
     """The most one run of the compiled machine can bill (see the module docstring)."""
     total = 0.0
-    for graph in of_plan(plan).values():
+    for graph in graphs.values():
         # An attempt's successors have the next number, so they come after it in the list.
         dearest: dict[str, float] = {}
         for a in reversed(graph):

@@ -1,13 +1,13 @@
 """Deploying, listing and removing schedules kept in the cloud (`schedule deploy/list/remove`).
 
 Contract:
-- `deploy(plan, region, confirm=...)` first admits every job a run may make by quota
+- `deploy(compiled, region, confirm=...)` first admits every job a run may make by quota
   (`sweep.admission.for_attempts`: exit 2 before any upload when one cannot pass its quota),
   computes the change set and asks `confirm(change)`; declined, the change set is deleted and
-  nothing is uploaded. Then it uploads the source archive of every job a run may make (each trial's
-  first, retry and failover attempts, `attempts`) to its content-addressed URI (the backend's
-  own upload, `CloudBackend.upload_source`) and the state machine's definition beside them
-  (`upload_definition`, the template's DefinitionS3Location), then creates or updates the
+  nothing is uploaded. Then it uploads the source archive of every job a run may make (each
+  trial's first, retry and failover attempts) to its content-addressed URI (the backend's own
+  upload, `ScheduledJobs.upload`), the Map's items and the state machine's definition beside
+  them (`put_once`: the ItemReader's object, the template's DefinitionS3Location), then creates or updates the
   schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
   (`infra.deploy.plan_change_set/execute`): the change set is computed first and its changes are
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.errors import BackendError, InputError
-from orchestrator.schedule import attempts, cloud_stack
+from orchestrator.schedule import cloud_stack
 
 
 @dataclass
@@ -48,42 +48,48 @@ class Deployed:
     problem: str | None = None  # why its runs could not be read (its state machine deleted out of band)
 
 
-def deploy(plan, region: str, *, on_event: Callable = lambda event: None, sleep: Callable[[float], None] = time.sleep,
-           clients: dict | None = None, confirm: Callable = lambda change: True,
-           on_note: Callable[[str], None] = lambda line: None):
-    """Admit by quota, plan the change set, ask `confirm(change)`, then upload the archives and
-    execute it; returns (change set plan, outputs), outputs None when `confirm` said no (the
-    change set is then deleted and nothing is uploaded or changed). `on_note`: the quota
+def deploy(compiled, region: str, *, on_event: Callable = lambda event: None,
+           sleep: Callable[[float], None] = time.sleep, clients: dict | None = None,
+           confirm: Callable = lambda change: True, on_note: Callable[[str], None] = lambda line: None):
+    """Admit by quota, plan the change set, ask `confirm(change)`, then upload the archives,
+    items and definition and execute it; returns (change set plan, outputs), outputs None when
+    `confirm` said no (the change set is then deleted and nothing is uploaded or changed).
+    `compiled` is `compiled.compile_schedule`'s, built once by the caller; `on_note`: the quota
     lines (`sweep.admission.for_attempts`)."""
     from orchestrator import aws_contract
-    from orchestrator.backends.sagemaker import SageMakerBackend
+    from orchestrator.backends import scheduled
     from orchestrator.infra import deploy as infra_deploy
     from orchestrator.infra.cloudformation import make_client
     from orchestrator.infra.template import template_body
 
-    cloud_stack.check_budget(plan)
-    template = cloud_stack.template(plan)  # compiles: a sweep it cannot run is refused before any call
+    plan = compiled.plan
+    cloud_stack.check_budget(compiled)
     aws_contract.check_body("cloudformation", "CreateChangeSet", {
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
-        "TemplateBody": template_body(template)},
+        "TemplateBody": template_body(compiled.template)},
         hint=f"the template names the roles' resources of the {len(plan.trials)} trials; schedule fewer trials per "
              "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
     clients = clients or {}
-    graphs = attempts.of_plan(plan)
-    for line in _admit(plan, graphs, region, clients):
+    for line in _admit(plan, compiled.graphs, region, clients):
         on_note(line)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
     check_owner(cfn, plan, region, "deploy")  # before any upload: another file's schedule is never replaced
-    change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=template,
-                                  description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
+    change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=compiled.template,
+                                          description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     if not change.nothing_to_do and not confirm(change):
         infra_deploy.discard(cfn, change)
         return change, None
-    backend = SageMakerBackend.connect(region, **{k: v for k, v in clients.items() if k.endswith("_client")})
-    for graph in graphs.values():
+    service_clients = {k: v for k, v in clients.items() if k.endswith("_client")}
+    parts: dict = {}
+    for graph in compiled.graphs.values():
         for attempt in graph:  # every job a run may make: its first, each retry's and failover's
-            backend.upload_source(attempt.prepared)
-    upload_definition(backend.s3, plan)
+            backend = attempt.prepared.spec.backend
+            if backend not in parts:
+                parts[backend] = scheduled.part_of(backend)
+            parts[backend].upload(attempt.prepared, region, service_clients)
+    s3 = service_clients.get("s3_client") or make_client("s3", region)
+    put_once(s3, compiled.items_at, compiled.items_text)
+    put_once(s3, compiled.definition_at, compiled.definition_text)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs
 
@@ -135,21 +141,17 @@ def check_owner(cfn, plan, region: str, action: str) -> None:
                           f"schedule remove {name} --region {region}`")
 
 
-def upload_definition(s3, plan) -> str:
-    """Put the state machine's definition where the template's DefinitionS3Location names it
-    (content-addressed: an object of that key always holds these bytes; a conditional put makes
-    a second deploy's upload harmless). Returns its s3:// URI."""
+def put_once(s3, where: tuple[str, str], text: str) -> str:
+    """Put a content-addressed object (an object of that key always holds these bytes; a
+    conditional put makes a second deploy's upload harmless). Returns its s3:// URI."""
     from botocore.exceptions import ClientError
 
-    from orchestrator.schedule.statemachine import check_size, compile_plan
-
-    text = check_size(plan, compile_plan(plan))
-    bucket, key = cloud_stack.definition_key(plan, text)
+    bucket, key = where
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), IfNoneMatch="*", ContentType="application/json")
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
-            raise BackendError(f"uploading the state machine's definition to s3://{bucket}/{key}: {exc}",
+            raise BackendError(f"uploading s3://{bucket}/{key}: {exc}",
                                hint="check the bucket and your s3:PutObject permission on it") from None
     return f"s3://{bucket}/{key}"
 
@@ -184,14 +186,14 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
             item.next_fire = next_fires(kept, datetime.now(timezone.utc), 1)[0].strftime("%Y-%m-%d %H:%M UTC")
         if item.state_machine:
             try:
-                _latest_run(sfn, item)
+                _latest_run(sfn, item, lambda: clients.get("s3") or make_client("s3", region))
             except (BotoCoreError, ClientError) as exc:  # one stack's runs unreadable: the others still listed
                 item.problem = _runs_problem(exc, item)
         found.append(item)
     return found
 
 
-def _latest_run(sfn, item: Deployed) -> None:
+def _latest_run(sfn, item: Deployed, s3: Callable) -> None:
     runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
     if runs:
         latest = runs[0]
@@ -203,7 +205,25 @@ def _latest_run(sfn, item: Deployed) -> None:
             except ValueError:
                 output = {}
             trials = output.get("trials") if isinstance(output, dict) else None
+            if isinstance(trials, dict) and "ResultWriterDetails" in trials:
+                trials = written_results(s3(), trials["ResultWriterDetails"])
             item.jobs = [t for t in trials if isinstance(t, dict)] if isinstance(trials, list) else []
+
+
+def written_results(s3, details: dict) -> list[dict]:
+    """The trials' results a Distributed Map's ResultWriter wrote: its manifest names the result
+    files, each a JSON array of child executions whose `Output` is the trial's result (developer
+    guide, "ResultWriter (Map)": manifest.json, SUCCEEDED_n.json, FAILED_n.json)."""
+    manifest = json.loads(s3.get_object(Bucket=details["Bucket"], Key=details["Key"])["Body"].read())
+    found = []
+    for kind in ("SUCCEEDED", "FAILED", "PENDING"):
+        for entry in manifest.get("ResultFiles", {}).get(kind, []):
+            body = s3.get_object(Bucket=manifest.get("DestinationBucket", details["Bucket"]), Key=entry["Key"])
+            for child in json.loads(body["Body"].read()):
+                output = child.get("Output")
+                found.append(json.loads(output) if output else {"status": child.get("Status", kind),
+                                                                 "error": child.get("Error")})
+    return found
 
 
 def _runs_problem(exc: Exception, item: Deployed) -> str:

@@ -2,9 +2,9 @@
 schedule that starts a Step Functions state machine running the sweep, and their roles.
 
 Contract:
-- `template(plan)` is a template of its own (not infra/stack.yaml, which is near
-  CloudFormation's 51,200-byte TemplateBody limit), built from the placeholder plan
-  (`statemachine.placeholder_plan`): pure, the same plan gives the same template.
+- `template(compiled)` is a template of its own (not infra/stack.yaml, which is near
+  CloudFormation's 51,200-byte TemplateBody limit), built from a compiled schedule
+  (`compiled.compile_schedule`): pure, the same plan gives the same template.
 - The schedule fires on the sweep's cron (`scheduler_expression`) in its time zone
   (`ScheduleExpressionTimezone`: Scheduler handles daylight saving), with the flexible window
   the file asks for (`schedule.flexible_window_minutes`, 0 = Mode OFF), a retry policy, and a
@@ -12,14 +12,15 @@ Contract:
   `<aws.scheduler.scheduled-time>`, the run's label (`statemachine`).
 - The state machine's definition is not in the template (CloudFormation's 51,200-byte
   TemplateBody held a sweep to about 8 trials): DefinitionS3Location names its object,
-  content-addressed beside the trials' archives (`definition_key`), which the deploy uploads.
+  content-addressed beside the trials' archives (`compiled`), which the deploy uploads; its
+  ARNs' partition is the stack's (DefinitionSubstitutions).
 - Least privilege: the scheduler's role may only `states:StartExecution` that state machine
-  (and send to its dead-letter queue); the state machine's may only create, describe and tag
-  training jobs named `<sweep job prefix>-*` and pass only the trials' execution roles, to
-  SageMaker only (SageMaker trials), and submit to the attempts' queues with their job
-  definitions, tag those jobs and describe jobs (Batch trials). Both trust their service only
-  for this account (aws:SourceAccount, the confused-deputy guard of the IAM user guide).
-- `check_budget(plan)` holds a run's worst case (every retry and failover compiled,
+  (and send to its dead-letter queue); the state machine's holds what each backend asks for
+  the jobs it may make (`ScheduledJobs.statements`: its create, describe and tag actions on
+  the sweep's job names, the roles it passes) and the Distributed Map's own needs (read its
+  items, write its results, run its child executions). Both trust their service only for this
+  account (aws:SourceAccount, the confused-deputy guard of the IAM user guide).
+- `check_budget(compiled)` holds a run's worst case (every retry and failover compiled,
   `attempts.worst_usd`) to the sweep's budget.
 - `stack_name(plan)` is `orchestrator-schedule-<sweep>`: one stack per sweep name and region.
   Its outputs keep the cron and time zone as the file has them, for `schedule list`.
@@ -27,17 +28,18 @@ Contract:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 
-from orchestrator.schedule import attempts, statemachine
+from orchestrator.backends import scheduled
 from orchestrator.schedule.scheduler_cron import scheduler_expression
-from orchestrator.schedule.statemachine import PLACEHOLDER_LABEL, check_size, compile_plan, service
+from orchestrator.schedule.statemachine import MAP_LABEL, PARTITION, PLACEHOLDER_LABEL
 
 STACK_PREFIX = "orchestrator-schedule-"
-# CloudFormation stack names: 128 characters (CreateStack API reference).
+# CloudFormation stack names: 128 characters (CreateStack API reference); state machine names
+# 80 (CreateStateMachine API reference, name).
 MAX_STACK_NAME = 128
+MAX_MACHINE_NAME = 80
 # A delivery Scheduler cannot make is retried for up to an hour, then sent to the queue
 # (Scheduler API reference, RetryPolicy: 60-86400 s, 0-185 attempts).
 RETRY_MAX_EVENT_AGE_S = 3600
@@ -67,12 +69,15 @@ def owner(plan) -> str:
     return f"{socket.gethostname()}:{path.resolve()}" if path is not None else ""
 
 
-def job_arn_pattern(plan) -> dict:
-    """The training jobs of any run of this sweep. SageMaker writes names in ARNs in lower case."""
-    prefix = plan.identity.job_prefix.lower()
-    # The placeholder tick is the run's part; the rest of the prefix is the sweep's.
-    fixed = prefix.split(PLACEHOLDER_LABEL)[0]
-    return {"Fn::Sub": f"arn:${{AWS::Partition}}:sagemaker:${{AWS::Region}}:${{AWS::AccountId}}:training-job/{fixed}*"}
+def machine_name(plan) -> str:
+    """The state machine's name, fixed so that its role can name it (a Distributed Map starts
+    child executions of its own machine) without a circular reference."""
+    return stack_name(plan)[:MAX_MACHINE_NAME]
+
+
+def job_prefix(plan) -> str:
+    """The part of every run's job names that is the sweep's (the run's label follows)."""
+    return plan.identity.job_prefix.split(PLACEHOLDER_LABEL)[0]
 
 
 def _trust(service: str) -> dict:
@@ -81,60 +86,37 @@ def _trust(service: str) -> dict:
         "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}}]}
 
 
-def execution_roles(plan) -> list[str]:
-    return sorted({t.prepared.request["RoleArn"] for t in plan.trials if service(t.trial.spec) == "sagemaker"})
-
-
-def _batch_arn(kind: str, name: str) -> dict | str:
-    """The ARN of a job queue or job definition a request names (a name, name:revision or ARN)."""
-    if name.startswith("arn:"):
-        return name
-    return {"Fn::Sub": f"arn:${{AWS::Partition}}:batch:${{AWS::Region}}:${{AWS::AccountId}}:{kind}/{name}"}
-
-
-def batch_resources(plan) -> tuple[list, list]:
-    """(queue ARNs, job definition ARNs) of every attempt's SubmitJob. A definition named
-    without a revision runs its latest active one: both the name and name:* are granted
-    (Service Authorization Reference, AWS Batch: the job-definition resource is
-    job-definition/<name>:<revision>)."""
-    queues, definitions = set(), set()
-    for graph in attempts.of_plan(plan).values():
+def _requests_by_backend(compiled) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for graph in compiled.graphs.values():
         for a in graph:
-            if service(a.prepared.spec) != "batch":
-                continue
-            queues.add(a.prepared.request["jobQueue"])
-            name = a.prepared.request["jobDefinition"]
-            definitions.update({name, f"{name}:*"} if ":" not in name.rsplit("/", 1)[-1] else {name})
-    return ([_batch_arn("job-queue", q) for q in sorted(queues)],
-            [_batch_arn("job-definition", d) for d in sorted(definitions)])
+            found.setdefault(a.prepared.spec.backend, []).append(a.prepared.request)
+    return found
 
 
-def _machine_statements(plan) -> list[dict]:
-    """The state machine role's statements: only what the compiled trials call."""
+def _s3_arn(bucket: str, key: str) -> dict:
+    return {"Fn::Sub": f"arn:${{AWS::Partition}}:s3:::{bucket}/{key}"}
+
+
+def machine_statements(compiled) -> list[dict]:
+    """The state machine role's statements: each backend's own (`ScheduledJobs.statements`) for
+    the jobs it may make, and the Distributed Map's: read its items, write its results, start,
+    describe and stop its child executions (developer guide, "IAM policies for running
+    Distributed Map states")."""
+    plan = compiled.plan
     statements = []
-    if any(service(t.trial.spec) == "sagemaker" for t in plan.trials):
-        statements += [
-            {"Sid": "TrainingJobs", "Effect": "Allow",
-             "Action": ["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:AddTags"],
-             "Resource": job_arn_pattern(plan)},
-            {"Sid": "PassExecutionRole", "Effect": "Allow", "Action": "iam:PassRole",
-             "Resource": execution_roles(plan),
-             "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}},
-        ]
-    if any(service(t.trial.spec) == "batch" for t in plan.trials):
-        queues, definitions = batch_resources(plan)
-        # SubmitJob's resource types are job, job-definition and job-queue; a submit with tags
-        # also needs batch:TagResource on the job; DescribeJobs has no resource-level permission
-        # (Service Authorization Reference, "Actions defined by AWS Batch"). SubmitJob passes no
-        # role: the job definition carries it.
-        statements += [
-            {"Sid": "SubmitBatchJobs", "Effect": "Allow", "Action": "batch:SubmitJob",
-             "Resource": [{"Fn::Sub": "arn:${AWS::Partition}:batch:${AWS::Region}:${AWS::AccountId}:job/*"},
-                          *queues, *definitions]},
-            {"Sid": "TagBatchJobs", "Effect": "Allow", "Action": "batch:TagResource",
-             "Resource": {"Fn::Sub": "arn:${AWS::Partition}:batch:${AWS::Region}:${AWS::AccountId}:job/*"}},
-            {"Sid": "DescribeBatchJobs", "Effect": "Allow", "Action": "batch:DescribeJobs", "Resource": "*"},
-        ]
+    for backend, requests in sorted(_requests_by_backend(compiled).items()):
+        statements += scheduled.part_of(backend).statements(requests, job_prefix(plan))
+    name = machine_name(plan)
+    statements += [
+        {"Sid": "ReadItems", "Effect": "Allow", "Action": "s3:GetObject", "Resource": _s3_arn(*compiled.items_at)},
+        {"Sid": "WriteResults", "Effect": "Allow", "Action": ["s3:PutObject", "s3:GetObject"],
+         "Resource": _s3_arn(compiled.results_at[0], compiled.results_at[1] + "/*")},
+        {"Sid": "StartChildren", "Effect": "Allow", "Action": "states:StartExecution",
+         "Resource": scheduled.arn("states", f"stateMachine:{name}")},
+        {"Sid": "FollowChildren", "Effect": "Allow", "Action": ["states:DescribeExecution", "states:StopExecution"],
+         "Resource": scheduled.arn("states", f"execution:{name}/{MAP_LABEL}:*")},
+    ]
     return statements
 
 
@@ -144,19 +126,12 @@ def flexible_window(schedule) -> dict:
     return {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": minutes} if minutes else {"Mode": "OFF"}
 
 
-def definition_key(plan, text: str) -> tuple[str, str]:
-    """(bucket, key) of the definition's object: content-addressed, next to the first trial's
-    source archive (`<output>/source/...`), where the deploy uploads it."""
-    bucket, key = plan.trials[0].prepared.source_uri.removeprefix("s3://").split("/", 1)
-    folder = key.rsplit("/", 1)[0]
-    return bucket, f"{folder}/statemachine-{hashlib.sha256(text.encode()).hexdigest()}.json"
-
-
-def template(plan) -> dict:
+def template(compiled) -> dict:
     """The schedule's template (see the module docstring)."""
+    plan = compiled.plan
     schedule = plan.sweep.schedule
     sweep_tag = f"{plan.identity.name}-{plan.identity.digest}"
-    bucket, key = definition_key(plan, check_size(plan, compile_plan(plan)))
+    bucket, key = compiled.definition_at
     return {
         "AWSTemplateFormatVersion": "2010-09-09",
         "Description": f"orchestrator schedule of sweep {plan.sweep.sweep} ({sweep_tag}): {schedule.cron} "
@@ -167,9 +142,12 @@ def template(plan) -> dict:
             "StateMachineRole": {"Type": "AWS::IAM::Role", "Properties": {
                 "AssumeRolePolicyDocument": _trust("states.amazonaws.com"),
                 "Policies": [{"PolicyName": "run-sweep", "PolicyDocument": {
-                    "Version": "2012-10-17", "Statement": _machine_statements(plan)}}]}},
+                    "Version": "2012-10-17", "Statement": machine_statements(compiled)}}]}},
             "StateMachine": {"Type": "AWS::StepFunctions::StateMachine", "Properties": {
                 "StateMachineType": "STANDARD",
+                "StateMachineName": machine_name(plan),
+                # The definition's ARNs are written in the stack's partition.
+                "DefinitionSubstitutions": {PARTITION[2:-1]: {"Ref": "AWS::Partition"}},
                 # Uploaded by the deploy (`cloud.deploy`): a definition travelling in the template
                 # would hold it to CloudFormation's 51,200-byte TemplateBody.
                 "DefinitionS3Location": {"Bucket": bucket, "Key": key},
@@ -225,16 +203,17 @@ def runs_per_month(schedule, now) -> tuple[int, bool]:
     return len(ticks), truncated
 
 
-def check_budget(plan) -> None:
+def check_budget(compiled) -> None:
     """Refuse (SpecError at the budget line, exit 2) a schedule whose run could bill more than
     budget.max_total_cost_usd with every retry and failover compiled (`attempts.worst_usd`):
     the machine cannot weigh a retry against the sweep's spend as the laptop's runner does."""
     from orchestrator import sweep as sweeps
     from orchestrator.errors import Problem, SpecError
 
+    plan = compiled.plan
     sweeps.check_budget(plan)  # the first attempts alone
     budget = plan.sweep.budget.max_total_cost_usd
-    worst = attempts.worst_usd(plan)
+    worst = compiled.worst_usd
     if budget is None or worst <= budget:
         return
     file, line, col = plan.sweep.locate("budget", "max_total_cost_usd")
@@ -246,50 +225,61 @@ def check_budget(plan) -> None:
                     "path, `schedule run`, refuses a retry over budget when it comes instead)")
 
 
-def describe(plan, now) -> list[str]:
+# `schedule plan` lists this many trials, then counts the rest.
+SHOWN_TRIALS = 50
+
+
+def _shown(statement: dict) -> str:
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    shown = [r if isinstance(r, str) else r["Fn::Sub"].split("${AWS::AccountId}:", 1)[-1].split(":::", 1)[-1]
+             for r in resources]
+    return f"{'/'.join(actions)} on {', '.join(shown)}"
+
+
+def describe(compiled, now) -> list[str]:
     """`schedule plan`'s lines: the schedule, the state machine, the roles, the cost."""
+    from orchestrator.schedule import statemachine
+
+    plan = compiled.plan
     schedule = plan.sweep.schedule
-    body = template(plan)
-    resources = body["Resources"]
-    props = resources["Schedule"]["Properties"]
-    machine = compile_plan(plan)
-    graphs = attempts.of_plan(plan)
+    body = compiled.template
+    props = props_of(body, "Schedule")
+    trials = compiled.definition["States"]["Trials"]
     runs, truncated = runs_per_month(schedule, now)
-    worst = attempts.worst_usd(plan)
+    worst = compiled.worst_usd
     window = props["FlexibleTimeWindow"]
+    polls = sorted({item["poll"] for item in compiled.items})
     lines = [
         f"stack {stack_name(plan)} ({len(json.dumps(body, separators=(',', ':')))} bytes of template; the state "
-        f"machine's definition, {len(check_size(plan, machine))} bytes, kept at "
-        f"s3://{'/'.join(props_of(body, 'StateMachine')['DefinitionS3Location'].values())})",
+        f"machine's definition, {len(compiled.definition_text):,} bytes, kept at "
+        f"s3://{'/'.join(compiled.definition_at)}; its {len(compiled.items):,} items, "
+        f"{len(compiled.items_text):,} bytes, at s3://{'/'.join(compiled.items_at)})",
         f"schedule: {props['ScheduleExpression']} in {props['ScheduleExpressionTimezone']} (cron {schedule.cron!r}), "
         + (f"flexible window: a run starts up to {window['MaximumWindowInMinutes']} min after its fire time"
            if window["Mode"] == "FLEXIBLE" else "flexible window off (a run starts at its fire time)")
         + f", delivery retried {RETRY_MAX_ATTEMPTS} times within {RETRY_MAX_EVENT_AGE_S // 60} min, then to a "
         "dead-letter queue",
-        f"state machine: {len(plan.trials)} trial(s), at most {machine['States']['Trials']['MaxConcurrency']} at once; "
-        f"jobs {plan.identity.job_prefix.replace(PLACEHOLDER_LABEL, '<YYYYMMDDHHMM of the fire time>')}-<trial>"
+        f"state machine: {len(plan.trials):,} trial(s) ({compiled.jobs:,} possible jobs), each in a child execution of "
+        f"a Distributed Map, at most {trials['MaxConcurrency']:,} at once"
+        + (f" (the sweep asks {plan.sweep.concurrency:,}; a Distributed Map runs at most "
+           f"{statemachine.MAX_CONCURRENCY:,})" if trials["MaxConcurrency"] < plan.sweep.concurrency else "")
+        + f"; jobs {plan.identity.job_prefix.replace(PLACEHOLDER_LABEL, '<YYYYMMDDHHMM of the fire time>')}-<trial>"
         f"[-rN]; a capacity, spot or internal failure is resubmitted as -rN (max_retries "
         f"{plan.sweep.max_retries}), a capacity failure first to the next failover type; each job's state read "
-        f"every {statemachine.poll_seconds(plan)} s",
+        f"every {polls[0] if len(polls) == 1 else f'{polls[0]}-{polls[-1]}'} s; "
+        "a job whose state cannot be read after its retries ends its trial (PollFailed), not the run",
     ]
-    for t in plan.trials:
-        graph = graphs[t.trial.trial_id]
+    for t in plan.trials[:SHOWN_TRIALS]:
+        graph = compiled.graphs[t.trial.trial_id]
         types = list(dict.fromkeys(a.instance_type for a in graph))
         lines.append(f"  {t.trial.trial_id} ({t.trial.spec.backend}) {' -> '.join(types)} x{t.trial.spec.instance.count}: "
                      f"{len(graph)} possible job(s), first at most {t.usd_max:.2f} USD")
-    roles = ["roles: scheduler may states:StartExecution on this state machine and sqs:SendMessage to its queue"]
-    if execution_roles(plan):
-        roles.append("the state machine may sagemaker:CreateTrainingJob/DescribeTrainingJob/AddTags on "
-                     f"training-job/{job_arn_pattern(plan)['Fn::Sub'].rsplit('/', 1)[1]} and iam:PassRole "
-                     f"{', '.join(execution_roles(plan))} to SageMaker only")
-    queues, definitions = batch_resources(plan)
-    if queues:
-        def shown_arn(arn):
-            return arn if isinstance(arn, str) else arn["Fn::Sub"].split("${AWS::AccountId}:", 1)[1]
-
-        roles.append(f"the state machine may batch:SubmitJob to {', '.join(map(shown_arn, queues))} with "
-                     f"{', '.join(map(shown_arn, definitions))}, batch:TagResource on its jobs, batch:DescribeJobs")
-    lines.append("; ".join(roles))
+    if len(plan.trials) > SHOWN_TRIALS:
+        lines.append(f"  ... and {len(plan.trials) - SHOWN_TRIALS:,} more trial(s)")
+    statements = props_of(body, "StateMachineRole")["Policies"][0]["PolicyDocument"]["Statement"]
+    lines.append("roles: scheduler may states:StartExecution on this state machine and sqs:SendMessage to its queue; "
+                 "the state machine may " + "; ".join(_shown(s) for s in statements))
     shown = f"{worst:.2f} USD" if math.isfinite(worst) else "an unknown amount (a price is missing)"
     monthly = f"{worst * runs:.2f} USD" if math.isfinite(worst) else "an unknown amount"
     lines.append(f"cost: at most {shown} a run (first jobs {plan.total_usd:.2f} USD, plus every retry and failover); "

@@ -83,6 +83,7 @@ class BatchBackend(CloudBackend):
     wait_interval_s: ClassVar[float] = 30.0
     sweep_poll_s: ClassVar[float] = 60.0
     operation: ClassVar[tuple[str, str]] = ("batch", "SubmitJob")
+    scheduled: ClassVar[str | None] = "orchestrator.backends.batch.scheduled:BatchJobs"
     section: ClassVar[str | None] = "batch"  # batch.stack, batch.job_queue, batch.job_definition
     local_run: ClassVar[bool] = True  # `backends.local.batch_task`
 

@@ -75,6 +75,9 @@ class LocalBackend:
     label = "local"
     runs_in: ClassVar[str] = "on this machine"
     operation: ClassVar[tuple[str, str] | None] = None  # its request never leaves this machine
+    scheduled: ClassVar[str | None] = None
+    schedule_refusal: ClassVar[str] = ("its jobs run on this machine, and a cloud schedule runs with this machine "
+                                       "off")
     section: ClassVar[str | None] = None
     preferences: ClassVar[str | None] = "emulated"  # the first type with capacity (`capacity`)
     local_run: ClassVar[bool] = False  # its jobs run here anyway

@@ -118,6 +118,7 @@ class SageMakerBackend(CloudBackend):
     wait_interval_s: ClassVar[float] = 15.0
     sweep_poll_s: ClassVar[float] = 30.0
     operation: ClassVar[tuple[str, str]] = ("sagemaker", "CreateTrainingJob")
+    scheduled: ClassVar[str | None] = "orchestrator.backends.sagemaker.scheduled:SageMakerJobs"
     preferences: ClassVar[str | None] = "sent"  # ResourceConfig.InstancePreferences
 
     def __init__(self, *args, **kwargs):
