@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from orchestrator import cost, request
@@ -34,6 +34,7 @@ from orchestrator.sweep.failures import (
     budget_refused_reason,
     submit_error_kind,
 )
+from orchestrator.sweep import plan_capacity
 from orchestrator.sweep.history import History
 from orchestrator.sweep.router import Router
 
@@ -484,6 +485,10 @@ class Runner(History):
                         self._event(f"{entry.job_name}: {why}")
                     self.quota_wait = why
                     continue
+                if plan_capacity.sends_on_demand(self.admission, entry.request):  # the plan is full
+                    trial = self.trials[entry.trial_id or ""]
+                    prepared = self._prepare(trial, entry)
+                    self._prepared[entry.job_name] = replace(prepared, request=plan_capacity.without_plan(prepared.request))
             if self._submit(entry, reconcile=False):
                 room -= 1
                 self._acted += 1
