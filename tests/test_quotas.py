@@ -54,7 +54,7 @@ def _clients(values: dict[str, float], running: dict[str, tuple[str, int]] | Non
         for name, (itype, count) in (running or {}).items():
             sm_stub.add_response("describe_training_job", {
                 "TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
-                "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+                "ModelArtifacts": {"S3ModelArtifacts": "s3://orchestrator-example-bucket/jobs/output/model.tar.gz"}, "TrainingJobStatus": "InProgress",
                 "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
                 "ResourceConfig": {"VolumeSizeInGB": 100, "InstancePreferences": [{"InstanceType": itype, "InstanceCount": count}],
                                    "SelectedInstanceType": itype, "SelectedInstanceCount": count},
