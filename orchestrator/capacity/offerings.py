@@ -186,9 +186,12 @@ def ranked(found: list[Offering]) -> list[Offering]:
 def search(client, wanted: list[Search], start_after: dt.datetime | None = None,
            end_before: dt.datetime | None = None) -> list[Offering]:
     """Ask SearchTrainingPlanOfferings once per search (read-only) and rank every answer."""
+    from orchestrator.capacity.plans import call
+
+    region = getattr(getattr(client, "meta", None), "region_name", None)
     found: list[Offering] = []
     for one in wanted:
-        answer = client.search_training_plan_offerings(**one.request(start_after, end_before))
+        answer = call(OPERATION, region, client.search_training_plan_offerings, **one.request(start_after, end_before))
         found += parse(answer, one)
     return ranked(found)
 

@@ -93,24 +93,44 @@ def default_name(spec_name: str, start: dt.datetime | None) -> str:
     return f"{base}-{day}"
 
 
+def call(operation: str, region: str | None, function, **params):
+    """`function(**params)`, a botocore error made our BackendError (`cloud_errors.translate`:
+    no credentials, access denied, no answer ... each said with its fix)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from orchestrator.backends.cloud_errors import translate
+
+    try:
+        return function(**params)
+    except (BotoCoreError, ClientError) as exc:
+        raise translate(exc, operation=operation, region=region) from None
+
+
+def _region(client) -> str | None:
+    return getattr(getattr(client, "meta", None), "region_name", None)
+
+
 def create(client, offering_id: str, name: str) -> str:
     """CreateTrainingPlan: reserve the offering; the new plan's ARN. It starts Pending and is
     paid for asynchronously (SageMaker developer guide, "Reserve the best training plan")."""
-    answer = client.create_training_plan(TrainingPlanName=check_name(name), TrainingPlanOfferingId=offering_id)
+    answer = call("CreateTrainingPlan", _region(client), client.create_training_plan,
+                  TrainingPlanName=check_name(name), TrainingPlanOfferingId=offering_id)
     return answer["TrainingPlanArn"]
 
 
 def list_plans(client) -> list[Plan]:
     """Every plan of the account in the client's region (ListTrainingPlans, every page), newest first."""
-    found: list[Plan] = []
-    for page in client.get_paginator("list_training_plans").paginate(SortBy="StartTime", SortOrder="Descending"):
-        found += [Plan.from_answer(item) for item in page.get("TrainingPlanSummaries") or []]
-    return found
+    def every_page() -> list[dict]:
+        pages = client.get_paginator("list_training_plans").paginate(SortBy="StartTime", SortOrder="Descending")
+        return [item for page in pages for item in page.get("TrainingPlanSummaries") or []]
+
+    return [Plan.from_answer(item) for item in call("ListTrainingPlans", _region(client), every_page)]
 
 
 def describe(client, arn: str) -> Plan:
     """DescribeTrainingPlan of the plan `arn` names."""
-    return Plan.from_answer(client.describe_training_plan(TrainingPlanName=name_of(arn)))
+    return Plan.from_answer(call("DescribeTrainingPlan", _region(client), client.describe_training_plan,
+                                 TrainingPlanName=name_of(arn)))
 
 
 def plan_arns_of(request: dict) -> set[str]:

@@ -84,15 +84,15 @@ def capacity_offerings(
     for s in skipped:
         err(f"not searched: {s.type}: {s.reason}")
     for s in wanted:
-        out(f"searched {s.count} x {s.type} for {s.duration_hours} h (max_run_minutes {loaded.max_run_minutes} "
-            f"+ start-up) in {loaded.region}")
+        out(f"searched {s.count} x {s.type} for {s.duration_hours} h in {loaded.region} "
+            f"(max_run_minutes + start-up)")
     if not found:
         out("no offerings for these types and dates; try other dates (--start-after, --end-before)")
         return
     for rank, offering in enumerate(found, 1):
         for line in _offering_lines(rank, offering):
             out(line)
-    out(f"reserve one: python -m orchestrator capacity reserve {path} OFFERING_ID")
+    out("reserve one: python -m orchestrator capacity reserve SPEC OFFERING_ID")
 
 
 def _spec_line(loaded, offering_type: str, arn: str) -> str:
