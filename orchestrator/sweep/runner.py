@@ -24,6 +24,7 @@ from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_ATTEMPT, TAG_SWEEP
+from orchestrator.sweep import plan_capacity
 from orchestrator.sweep.definition import Definition, TrialDef, completed_elsewhere, key
 from orchestrator.sweep.failures import (
     STOPPED_BEFORE_SUBMISSION,
@@ -34,7 +35,6 @@ from orchestrator.sweep.failures import (
     budget_refused_reason,
     submit_error_kind,
 )
-from orchestrator.sweep import plan_capacity
 from orchestrator.sweep.history import History
 from orchestrator.sweep.router import Router
 
