@@ -259,3 +259,17 @@ def test_doctor_quotas_checks_the_plan_type_count_window_and_status(orch_home, s
     assert "the plan is Expired" in err and "the plan holds ml.trn2.48xlarge" in err
     assert "the job needs 2 instance(s), the plan holds 1" in err
     assert f"max_run_minutes is {loaded.max_run_minutes}" in err
+
+
+def test_the_contract_check_reads_stubbed_answers_too(orch_home, sagemaker, aws_contract_calls):
+    """An answer AWS could not give (a status outside TrainingPlanStatus) is caught by the hook."""
+    from orchestrator import aws_contract
+
+    bad = summary("week-49", "Done")
+    found = aws_contract.answer_violations("sagemaker", "DescribeTrainingPlan", bad)
+    assert [v.path for v in found] == ["Status", "ReservedCapacitySummaries[0].Status"]
+    assert "DescribeTrainingPlan output, shape TrainingPlanStatus" in found[0].source
+    assert aws_contract.answer_violations("sagemaker", "DescribeTrainingPlan", summary("week-49", "Active")) == []
+    sagemaker.add_response("describe_training_plan", bad, {"TrainingPlanName": "week-49"})
+    plans.describe(plans.client("us-east-1"), plan_arn("week-49"))
+    assert any("DescribeTrainingPlan (answer): Status: 'Done' is not one of" in line for line in aws_contract_calls())
