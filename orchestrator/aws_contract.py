@@ -164,24 +164,24 @@ def table_violations(service: str, operation: str, params: Mapping) -> list[Viol
 _KEPT = ("type", "min", "max", "pattern", "enum")
 
 
-def _input_shapes(service: str, operation: str) -> dict:
+def _input_shapes(service: str, operation: str, side: str = "input") -> dict:
     """{"input": the operation's input shape name (None: no input), "shapes": {name: shape}}
     for every shape reachable from it, constraints only: read from botocore's model once per
     botocore version and kept in ORCHESTRATOR_HOME (`catalog.botocore_cached`), because
     importing botocore's session and loading a large model (SageMaker's) would cost `plan`
-    about as much as everything else it does."""
+    about as much as everything else it does. `side` "output": the same of its answer."""
     from orchestrator import catalog
 
-    return catalog.botocore_cached(f"botocore-input-{service}-{operation}",
-                                   lambda: _reachable(service, operation))
+    name = f"botocore-input-{service}-{operation}" if side == "input" else f"botocore-{side}-{service}-{operation}"
+    return catalog.botocore_cached(name, lambda: _reachable(service, operation, side))
 
 
-def _reachable(service: str, operation: str) -> dict:
+def _reachable(service: str, operation: str, side: str = "input") -> dict:
     import botocore.loaders
 
     model = botocore.loaders.create_loader().load_service_model(service, "service-2")
     every = model["shapes"]
-    start = (model["operations"][operation].get("input") or {}).get("shape")
+    start = (model["operations"][operation].get(side) or {}).get("shape")
     kept: dict[str, dict] = {}
     todo = [start] if start else []
     while todo:
@@ -225,7 +225,8 @@ def unreadable_patterns() -> frozenset[str]:
 def model_source(service: str, operation: str, shape_name: str) -> str:
     from orchestrator import catalog
 
-    return f"botocore {catalog.botocore_version()} {service} service model, {operation} input, shape {shape_name}"
+    side = "" if operation.endswith(" output") else " input"
+    return f"botocore {catalog.botocore_version()} {service} service model, {operation}{side}, shape {shape_name}"
 
 
 def model_violations(service: str, operation: str, params: Mapping) -> list[Violation]:
@@ -289,6 +290,17 @@ def _size(size: int, meta: Mapping, unit: str, bad: Callable[[str], None]) -> No
         bad(f"{size} {unit}; at least {meta['min']} needed")
     if "max" in meta and size > meta["max"]:
         bad(f"{size} {unit}; at most {meta['max']} allowed")
+
+
+def answer_violations(service: str, operation: str, answer: Mapping) -> list[Violation]:
+    """What botocore's model of the operation's output refuses in `answer` (a parsed answer):
+    the walk `model_violations` makes of a request, over the output shape. The tests run it on
+    the answers they write by hand (botocore's Stubber), so a fake answer is one AWS could give."""
+    model = _input_shapes(service, operation, "output")
+    found: list[Violation] = []
+    if model["input"]:
+        _walk(model["shapes"], model["input"], answer, "", (service, f"{operation} output"), found)
+    return found
 
 
 def violations(service: str, operation: str, params: Mapping) -> list[Violation]:

@@ -3,7 +3,8 @@ conftest.py's pytest_plugins).
 
 A botocore 'before-parameter-build' handler, added to botocore's built-in handlers so every
 session made in the test process has it (the product's, moto's clients, Stubber'd ones), runs
-`orchestrator.aws_contract.violations` on the call's parameters. A test during which any call
+`orchestrator.aws_contract.violations` on the call's parameters, and an 'after-call' one runs
+`answer_violations` on each answer a test wrote itself (botocore's Stubber). A test during which any call
 broke the contract fails with the violations listed, even when the product swallowed the
 error the call raised: moto and botocore accept what AWS refuses, so this is where a request
 AWS would refuse is caught. `aws_contract_calls` lets a test take the violations it made on
@@ -32,9 +33,24 @@ def _check(params, model, **_):
             _seen.extend(f"{service} {model.name}: {violation.render()}" for violation in found)
 
 
+def _check_answer(http_response, parsed, model, **_):
+    """botocore 'after-call': record what the model refuses in an answer a test wrote. A Stubber
+    answer comes with a response of no URL (moto's come over HTTP: moto's shapes are moto's)."""
+    if getattr(http_response, "url", "") is not None or not isinstance(parsed, dict) or "Error" in parsed:
+        return
+    service = model.service_model.service_name
+    answer = {k: v for k, v in parsed.items() if k != "ResponseMetadata"}
+    found = aws_contract.answer_violations(service, model.name, answer)
+    if found:
+        with _lock:
+            _seen.extend(f"{service} {model.name} (answer): {violation.render()}" for violation in found)
+
+
 _HANDLER = ("before-parameter-build", _check)
-if _HANDLER not in botocore.handlers.BUILTIN_HANDLERS:
-    botocore.handlers.BUILTIN_HANDLERS.append(_HANDLER)
+_ANSWER_HANDLER = ("after-call", _check_answer)
+for _handler in (_HANDLER, _ANSWER_HANDLER):
+    if _handler not in botocore.handlers.BUILTIN_HANDLERS:
+        botocore.handlers.BUILTIN_HANDLERS.append(_handler)
 
 
 def take() -> list[str]:

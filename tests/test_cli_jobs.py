@@ -253,7 +253,7 @@ def _stub_in_progress(stub, job: str) -> None:
         "TrainingJobName": job, "TrainingJobArn": arn, "TrainingJobStatus": "InProgress",
         "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
         "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
-        "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "ModelArtifacts": {"S3ModelArtifacts": ""},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "ModelArtifacts": {"S3ModelArtifacts": "s3://orchestrator-example-bucket/jobs/output/model.tar.gz"},
         "CreationTime": 0}
     stub.add_response("describe_training_job", described, {"TrainingJobName": job})
     stub.add_response("describe_training_job", described, {"TrainingJobName": job})

@@ -304,6 +304,10 @@ def job_arn(name: str) -> str:
     return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{name}"
 
 
+def plan_arn(name: str) -> str:
+    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-plan/{name}"
+
+
 def group_arn() -> str:
     # The form CloudWatch Logs authorizes log-group actions against (access-control page).
     return f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{LOG_GROUP}:*"
@@ -501,6 +505,18 @@ def operator_calls(at: Layout) -> dict[tuple[str, str], list[Need]]:
         ("sagemaker", "ListTags"): [Need("operator", "sagemaker:ListTags", job_arn(at.job), why="status, adopt")],
         ("sagemaker", "ListTrainingJobs"): [Need("operator", "sagemaker:ListTrainingJobs", "*",
                                                  why="sweeps, --rerun names, results --sweep")],
+        ("sagemaker", "SearchTrainingPlanOfferings"): [
+            Need("operator", "sagemaker:SearchTrainingPlanOfferings", "*", why="capacity offerings, reserve")],
+        ("sagemaker", "ListTrainingPlans"): [Need("operator", "sagemaker:ListTrainingPlans", "*",
+                                                  why="capacity plans")],
+        ("sagemaker", "DescribeTrainingPlan"): [
+            Need("operator", "sagemaker:DescribeTrainingPlan", plan_arn("vit-trn1-20261207"),
+                 why="doctor --quotas, a sweep on a plan")],
+        ("sagemaker", "CreateTrainingPlan"): [
+            Need("operator", "sagemaker:CreateTrainingPlan", plan_arn("vit-trn1-20261207"), why="capacity reserve"),
+            Need("operator", "sagemaker:CreateReservedCapacity",
+                 f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:reserved-capacity/a1b2c3d4e5f6",
+                 why="capacity reserve (a dependent action)")],
         ("service-quotas", "ListServiceQuotas"): [Need("operator", "servicequotas:ListServiceQuotas", "*",
                                                        why="doctor --quotas, plan --quotas, submit's quota check")],
         ("logs", "DescribeLogStreams"): [Need("operator", "logs:DescribeLogStreams", group_arn(), why="logs")],

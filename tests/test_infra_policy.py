@@ -38,9 +38,13 @@ CHECKPOINT_PATTERNS = ("jobs/checkpoints/*", "jobs/*/checkpoints/*")
 STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs",
                    "pricing:GetProducts", "batch:DescribeJobs", "batch:ListJobs", "batch:DescribeJobQueues",
                    "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
-                   "servicequotas:ListServiceQuotas"}
+                   "servicequotas:ListServiceQuotas", "sagemaker:SearchTrainingPlanOfferings",
+                   "sagemaker:ListTrainingPlans"}
 # Actions that exist in IAM only (no API operation of that name in botocore's models).
-IAM_ONLY_ACTIONS = {"s3:ListBucket", "iam:PassRole", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
+# sagemaker:CreateReservedCapacity: CreateTrainingPlan's dependent action in the Service
+# Authorization Reference (and parliament's copy of it), no API operation of its own.
+IAM_ONLY_ACTIONS = {"s3:ListBucket", "iam:PassRole", "kms:ReEncryptFrom", "kms:ReEncryptTo",
+                    "sagemaker:CreateReservedCapacity"}
 SERVICE_MODELS = {"sagemaker": "sagemaker", "s3": "s3", "ecr": "ecr", "logs": "logs", "cloudwatch": "cloudwatch",
                   "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts",
                   "pricing": "pricing", "batch": "batch", "servicequotas": "service-quotas"}
@@ -53,6 +57,8 @@ OPERATOR_ACTIONS = {
     "batch:SubmitJob", "batch:TagResource", "batch:TerminateJob", "batch:DescribeJobs", "batch:ListJobs",
     "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
     "servicequotas:ListServiceQuotas",
+    "sagemaker:SearchTrainingPlanOfferings", "sagemaker:ListTrainingPlans", "sagemaker:CreateTrainingPlan",
+    "sagemaker:DescribeTrainingPlan", "sagemaker:CreateReservedCapacity",
 }
 ROLE_ACTIONS = {
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",
@@ -154,7 +160,14 @@ def identity_policy_problems(doc: dict, where: str, role_arn: str = ROLE_ARN, bu
                     f"{log_group}:*", f"{log_group}:log-stream:*", f"{batch_log_group}:log-stream:*"):
                 problems.append(f"{at}: logs resource {resource} outside /aws/sagemaker/TrainingJobs")
             elif resource.startswith("arn:aws:sagemaker:") and not resource.endswith(":training-job/*"):
-                problems.append(f"{at}: SageMaker resource {resource} is not training jobs")
+                # Training plans: their own actions on their own resource types, nothing else there.
+                plan_actions = {":training-plan/*": ["sagemaker:CreateTrainingPlan", "sagemaker:DescribeTrainingPlan"],
+                                ":reserved-capacity/*": ["sagemaker:CreateReservedCapacity"]}
+                wanted = next((acts for tail, acts in plan_actions.items() if resource.endswith(tail)), None)
+                if wanted is None:
+                    problems.append(f"{at}: SageMaker resource {resource} is not training jobs or training plans")
+                elif sorted(actions) != wanted:
+                    problems.append(f"{at}: {resource} with actions other than {', '.join(wanted)}")
             elif resource.startswith("arn:aws:ecr:") and not resource.endswith(":repository/pytorch-training-neuronx"):
                 problems.append(f"{at}: ECR resource {resource} is not the Neuron training images")
             elif resource.startswith("arn:aws:cloudformation:") and f":stack/{STACK}/" not in resource:

@@ -51,7 +51,7 @@ def _clients(values: dict[str, tuple[str, float]], running: dict[str, tuple] | N
         for name, (itype, count, *spot) in (running or {}).items():
             sm_stub.add_response("describe_training_job", {
                 "TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
-                "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+                "ModelArtifacts": {"S3ModelArtifacts": "s3://orchestrator-example-bucket/jobs/output/model.tar.gz"}, "TrainingJobStatus": "InProgress",
                 "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
                 "ResourceConfig": {"VolumeSizeInGB": 100, "InstancePreferences": [{"InstanceType": itype, "InstanceCount": count}],
                                    "SelectedInstanceType": itype, "SelectedInstanceCount": count},

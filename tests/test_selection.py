@@ -159,7 +159,7 @@ def _described(**resources) -> dict:
 
     answer = {"TrainingJobName": "vit-trn-preferences-1", "TrainingJobArn":
               "arn:aws:sagemaker:us-east-1:123456789012:training-job/vit-trn-preferences-1",
-              "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+              "ModelArtifacts": {"S3ModelArtifacts": "s3://orchestrator-example-bucket/jobs/output/model.tar.gz"}, "TrainingJobStatus": "InProgress",
               "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
               "ResourceConfig": {"VolumeSizeInGB": 100, **resources},
               "StoppingCondition": {"MaxRuntimeInSeconds": 7200},

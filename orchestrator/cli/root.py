@@ -18,7 +18,7 @@ COMMANDS = {
     "schema": "specs", "validate": "specs", "doctor": "specs", "plan": "specs", "smoke": "specs",
     "submit": "jobs", "status": "jobs", "logs": "jobs", "stop": "jobs",
     "results": "results", "tensorboard": "tensorboard", "infra": "infra", "prices": "prices", "sweep": "sweep", "schedule": "schedule",
-    "cache": "cache",
+    "cache": "cache", "capacity": "capacity",
 }
 
 

@@ -34,7 +34,8 @@ def validate(path: Path = typer.Argument(..., help="Job spec YAML.")) -> None:
 def doctor(
     path: Path = typer.Argument(..., help="Job spec YAML."),
     quotas: bool = typer.Option(False, "--quotas", help="Also read the account's Service Quotas for each instance "
-                                "type the job may run on (read-only AWS calls): exit 2 when any falls short."),
+                                "type the job may run on, and the training plan the spec names (read-only AWS "
+                                "calls): exit 2 when it fits no quota or cannot run on its plan."),
 ) -> None:
     """Run the Neuron-aware rules on a job spec. Exit 2 when any finding is an error."""
     from orchestrator import doctor as doctor_rules
@@ -52,6 +53,9 @@ def doctor(
         from orchestrator.cli import quota_check
 
         quota_check.run(loaded, out)
+        from orchestrator.cli import capacity
+
+        capacity.doctor_plans(loaded, out)
 
 
 @app.command()

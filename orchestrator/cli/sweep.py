@@ -348,10 +348,10 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
         sweeps.clear_stop(ledger, definition.sweep_id)
         sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
         sweeps.tell(ready_fd, "ok")
-        from orchestrator.cli import quota_check
+        from orchestrator.cli import capacity, quota_check
 
         runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared,
-                               admission=quota_check.sweep_admission(definition, backend))
+                               admission=capacity.sweep_gate(definition, quota_check.sweep_admission(definition, backend)))
         with sweeps.Sigterm() as sigterm:
             try:
                 with SweepDisplay(runner) as display:

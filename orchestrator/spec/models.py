@@ -217,6 +217,12 @@ class InstanceSpec(StrictModel):
         description="The Flexible Training Plan whose reserved capacity the job runs on "
         "(ResourceConfig.TrainingPlanArn).",
     )
+    plan_full: Literal["wait", "on-demand"] = Field(
+        "wait",
+        description="What a sweep does with a trial its training plan (instance.training_plan_arn) has no free "
+        "instances for, or that comes before the plan is Active: wait for the plan, or run it on demand "
+        "without the plan. A plan that has ended stops a sweep that waits (exit 2).",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from orchestrator import cost, quotas, request
@@ -25,6 +25,7 @@ from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_ATTEMPT
+from orchestrator.sweep import plan_capacity
 from orchestrator.sweep.definition import Definition, TrialDef, completed_elsewhere, key
 from orchestrator.sweep.failures import (
     STOPPED_BEFORE_SUBMISSION,
@@ -440,6 +441,10 @@ class Runner(Remote):
                         self._event(f"{entry.job_name}: {why}")
                     self.quota_wait = why
                     continue
+                if plan_capacity.sends_on_demand(self.admission, entry.request):  # the plan is full
+                    trial = self.trials[entry.trial_id or ""]
+                    prepared = self._prepare(trial, entry)
+                    self._prepared[entry.job_name] = replace(prepared, request=plan_capacity.without_plan(prepared.request))
             if self._submit(entry, reconcile=False):
                 room -= 1
                 self._acted += 1
