@@ -48,7 +48,10 @@ def mlflow_server():
     command = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                "--workers", "1", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
                "--artifacts-destination", str(folder / "artifacts")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    # No job runner: MLflow 3's server otherwise starts seven task-queue consumers (for its
+    # GenAI jobs) that the tests never use, on a machine of two cores.
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")},
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder, env=env,
                             start_new_session=True)
     try:
@@ -57,6 +60,9 @@ def mlflow_server():
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"mlflow server did not start: {(folder / 'server.log').read_text()[-3000:]}")
             time.sleep(0.5)
+        # The first API call of a fresh server is its slowest (lazy imports, the store's first
+        # query): made here, so that no test's request meets it.
+        urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/search?max_results=1", timeout=START_LIMIT_S).close()
         yield url
     finally:
         try:

@@ -156,3 +156,23 @@ def test_a_sweeps_trials_log_to_the_sweeps_experiment_and_mlflow_cannot_vary(tmp
         specs.load_sweep(tmp_path / "vary.yaml")
     assert "cannot vary in a sweep" in caught.value.problems[0].message
     json.dumps(sections)  # the job file's object is plain JSON
+
+
+def test_infra_policy_prints_the_execution_roles_mlflow_grant_from_the_template():
+    from orchestrator import infra
+
+    run = subprocess.run([sys.executable, "-m", "orchestrator", "infra", "policy", "--mlflow", ARN],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    (statement,) = document["Statement"]
+    assert statement["Resource"] == ARN and "sagemaker-mlflow:LogBatch" in statement["Action"]
+    assert all(action.startswith("sagemaker-mlflow:") for action in statement["Action"])
+    template = infra.load_template()
+    # The stack adds the same grant, only when its MlflowResourceArn parameter is set.
+    assert template["Resources"]["ExecutionRoleMlflowPolicy"]["Condition"] == "HasMlflow"
+    assert template["Parameters"]["MlflowResourceArn"]["Default"] == ""
+    assert re.fullmatch(template["Parameters"]["MlflowResourceArn"]["AllowedPattern"], ARN)
+    bad = subprocess.run([sys.executable, "-m", "orchestrator", "infra", "policy", "--mlflow", "http://x"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "not a SageMaker MLflow App or tracking server ARN" in bad.stderr

@@ -117,6 +117,8 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     # never talk to the server); a background buffer that costs training nothing.
     run_log = (mlflow_run.RunLogger(job, _log, instance_type=ctr.instance_type).start()
                if job.get("mlflow") and ctr.node_rank == 0 else None)
+    if run_log is not None:
+        results.mlflow = run_log.link
     launch_error = selection_error
     if setup is not None:
         try:
@@ -226,7 +228,10 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     stopped = stop.signum is not None and launch_error is None
     ok, reason = results.final(stats, ok, reason, stopped)
     if run_log is not None:
+        before = run_log.link()
         _end_run(run_log, results.local, ok, stopped)
+        if run_log.link() != before:
+            results.amend()  # the run's id (or why there is none) in the final record too
     if not ok:
         failure.write_failure(ctr, f"{ctr.current_host}: {reason}")
         _log(f"FAILED: {reason}")

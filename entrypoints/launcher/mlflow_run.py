@@ -12,9 +12,11 @@ Contract:
   the buffer in batches. A call that fails (server down, slow: each request times out after
   `REQUEST_TIMEOUT_S`, refusing) is retried with backoff for `GIVE_UP_S`; then the logger
   gives up, says so in one warning (`warning`) and drops what it holds.
-- `finish(status)` queues the end (the run's status) and waits at most `FINISH_WAIT_S` for the
-  buffer to drain: the job's end is never held longer. results.json stays the record; the run
-  is a copy of it.
+- `finish(status)` queues the end (the run's status) and waits for the buffer to drain; from
+  then on a failing call is retried for `END_GRACE_S` at most (the job's end is not held long
+  for a server that is away), and `FINISH_WAIT_S` caps the whole wait (a server that answers,
+  slowly, call after call).
+  results.json stays the record; the run is a copy of it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from entrypoints.shared import contract
 
 REQUEST_TIMEOUT_S = 10
 GIVE_UP_S = 120.0
-FINISH_WAIT_S = 30.0
+FINISH_WAIT_S = 180.0
+END_GRACE_S = 45.0
 FLUSH_S = 2.0
 MAX_BUFFERED = 100_000
 # MLflow's LogBatch limits (REST API docs): 1000 metrics, 100 params and 100 tags per request.
@@ -105,13 +108,13 @@ class RunLogger:
 
     def __init__(self, job: dict, log: Callable[[str], None], *, instance_type: str | None = None,
                  client_factory: Callable[[str], object] | None = None, give_up_s: float = GIVE_UP_S,
-                 flush_s: float = FLUSH_S) -> None:
+                 flush_s: float = FLUSH_S, end_grace_s: float = END_GRACE_S) -> None:
         self.section = dict(job["mlflow"])
         self.job = job
         self.log = log
         self.instance_type = instance_type
         self.client_factory = client_factory or _client
-        self.give_up_s, self.flush_s = give_up_s, flush_s
+        self.give_up_s, self.flush_s, self.end_grace_s = give_up_s, flush_s, end_grace_s
         self.warning: str | None = None
         self.run_id: str | None = None
         self.parent_id: str | None = None
@@ -124,7 +127,13 @@ class RunLogger:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._done = threading.Event()
+        self._ended_at: float | None = None
         self._thread = threading.Thread(target=self._main, name="mlflow-run", daemon=True)
+
+    def link(self) -> dict:
+        """results.json's `mlflow` as things stand (`results_schema.Mlflow`)."""
+        return {"tracking_uri": self.section["tracking_uri"], "experiment": self.section["experiment"],
+                "run_id": self.run_id, "parent_run_id": self.parent_id, "warning": self.warning}
 
     # --- the training side: buffer only -------------------------------------------------
 
@@ -171,6 +180,7 @@ class RunLogger:
         `wait_s` for the buffer to drain. Returns the warning to record, if any."""
         with self._lock:
             self._end = {"completed": "FINISHED", "stopped": "KILLED"}.get(status, "FAILED")
+        self._ended_at = time.monotonic()
         self._wake.set()
         if self._thread.is_alive() and not self._done.wait(wait_s) and self.warning is None:
             self.warning = (f"MLflow: the run at {self.section['tracking_uri']} was not brought up to date within "
@@ -238,13 +248,16 @@ class RunLogger:
             self._say(f"MLflow: {self.dropped} metric points were dropped while the server was away")
 
     def _retry(self, what: str, call):
-        """`call()`, retried with backoff for `give_up_s`; then one warning and _GaveUp."""
+        """`call()`, retried with backoff for `give_up_s` (once the job has ended, for
+        `END_GRACE_S` after its end at most); then one warning and _GaveUp."""
         deadline = time.monotonic() + self.give_up_s
         pause = 0.5
         while True:
             try:
                 return call()
             except Exception as exc:  # noqa: BLE001 - down, slow or refusing: all the same here
+                if self._ended_at is not None:
+                    deadline = min(deadline, self._ended_at + self.end_grace_s)
                 if time.monotonic() + pause > deadline:
                     self._give_up(f"{what}: {type(exc).__name__}: {str(exc)[:300]}")
                     raise _GaveUp from None
