@@ -9,7 +9,7 @@ Contract (all pure):
   MLFLOW_EXPERIMENT_NAME, MLFLOW_RUN_NAME), for every backend.
 - `mlflow_config(section)`: CreateTrainingJob's MlflowConfig for an ARN, None for a URL.
 - `requirements(section)`: the pinned client lines the source archive's requirements.txt adds.
-The container side (logging itself) is `entrypoints.shared.tracking`.
+The container side (logging itself) is `entrypoints.launcher.mlflow_run`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import math
 from orchestrator import cost, names, peak_flops
 from orchestrator.spec.models import mlflow_arn_region
 
-# The client the container installs, at the version uv.lock pins (tests/test_mlflow_request.py
+# The client the container installs, at the version uv.lock pins (tests/test_mlflow_spec.py
 # holds the two equal): the light, tracking-only distribution of MLflow.
 MLFLOW_SKINNY_VERSION = "3.17.2"
 # An ARN as the tracking URI needs the sagemaker-mlflow plugin (SigV4-signed requests).

@@ -25,7 +25,9 @@ from orchestrator.region import REGION_PATTERN
 
 # The job's identity (`spec_hash`, LATER_FIELDS) lives in `identity`; named here as before.
 from orchestrator.spec.identity import LATER_FIELDS, spec_hash  # noqa: F401
+from orchestrator.spec import tracking_uri as uris
 from orchestrator.spec.source import SourceMap, split_path
+from orchestrator.spec.tracking_uri import MLFLOW_ARN_PATTERN, mlflow_arn_region  # noqa: F401
 
 # SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
 MAX_NAME = 54
@@ -468,30 +470,8 @@ class BatchSpec(StrictModel):
         return value
 
 
-# botocore's CreateTrainingJob MlflowConfig.MlflowResourceArn pattern (sagemaker 2017-07-24 model;
-# tests/test_mlflow_spec.py holds them equal): a SageMaker MLflow App or tracking server.
-MLFLOW_ARN_PATTERN = r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-[a-zA-Z-]*/.*"
-# An MLflow tracking server's REST endpoint: http(s)://host[:port][/path], no user:password@.
-MLFLOW_URL_PATTERN = r"https?://[A-Za-z0-9.\-\[\]:]+(/[^\s@]*)?"
-
-
-def _tracking_uri(value: str) -> str:
-    if re.fullmatch(MLFLOW_ARN_PATTERN, value) or re.fullmatch(MLFLOW_URL_PATTERN, value):
-        return value
-    why = ("a URL with user:password@ would be stored in the job file and the request; give the server's URL "
-           "and set MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD in environment:" if "@" in value else
-           "expected an MLflow tracking server's http(s):// URL (e.g. http://mlflow.internal:5000) or a SageMaker "
-           "MLflow App or tracking server ARN (arn:aws:sagemaker:REGION:ACCOUNT:mlflow-app/NAME)")
-    raise PydanticCustomError("mlflow_uri", "{message}", {"message": f"{value!r} is not usable: {why}"})
-
-
-def mlflow_arn_region(uri: str) -> str | None:
-    """The region of a SageMaker MLflow ARN; None for a URL."""
-    return uri.split(":")[3] if re.fullmatch(MLFLOW_ARN_PATTERN, uri) else None
-
-
 class MlflowSpec(StrictModel):
-    tracking_uri: Annotated[str, _Check(_tracking_uri, "after")] = Field(
+    tracking_uri: Annotated[str, _Check(uris.checked, "after")] = Field(
         ..., min_length=1, max_length=2048,
         description="Where runs are logged: an MLflow tracking server's http(s):// URL, or (sagemaker backend) a "
         "SageMaker MLflow App or tracking server ARN in the job's region, sent as CreateTrainingJob's MlflowConfig.")
@@ -570,26 +550,13 @@ class JobSpec(StrictModel):
             if key.lower().startswith(("aws:", "orchestrator:")) or not 1 <= len(key) <= 128 or len(value) > 256:
                 found.append((("tags", key), f"tag {key!r}: keys are 1-128 characters, values at most 256, "
                               "and the prefixes aws: and orchestrator: are reserved"))
-        found += self._mlflow_problems()
+        found += uris.problems(self)
         for key in self.environment:
             if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
                 found.append((("environment", key), f"{key!r} is not a valid environment variable name"))
         if found:
             raise cross_fields(found)
         return self
-
-    def _mlflow_problems(self) -> list[tuple[str, str]]:
-        region = mlflow_arn_region(self.mlflow.tracking_uri) if self.mlflow is not None else None
-        if region is None:
-            return []
-        if self.backend != "sagemaker":
-            return [("mlflow.tracking_uri", f"an MLflow ARN is for backend: sagemaker (CreateTrainingJob's MlflowConfig); "
-                     f"a {self.backend} job's container would need the sagemaker-mlflow plugin's SigV4 signing and "
-                     "AWS credentials: give the tracking server's http(s):// URL instead")]
-        if region != self.region:
-            return [("mlflow.tracking_uri", f"the MLflow ARN is in region {region!r}, the job in {self.region!r}: "
-                     "SageMaker logs to an MLflow App of the job's own region")]
-        return []
 
     def locate(self, dotted: str) -> tuple[str, int, int]:
         """(file, line, column) of a dotted field path in the YAML it came from, or of its
