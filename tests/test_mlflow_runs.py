@@ -154,3 +154,35 @@ def test_the_buffer_keeps_the_newest_points_when_it_is_full(monkeypatch):
     logger = mlflow_run.RunLogger(_job("http://127.0.0.1:1"), lambda line: None)
     logger.metrics({f"m{i}": float(i) for i in range(25)}, step=1)
     assert logger.dropped == 15 and [m[0] for m in logger._metrics] == [f"m{i}" for i in range(15, 25)]
+
+
+def test_a_local_job_whose_server_is_down_completes_and_its_record_says_why(tmp_path, orch_home, fake_train):
+    from pathlib import Path
+
+    from orchestrator import names
+    from orchestrator import results as res
+    from orchestrator import spec as specs
+
+    path = tmp_path / "job.yaml"
+    path.write_text(LOCAL_BASE + f"mlflow: {{tracking_uri: 'http://127.0.0.1:{free_port()}'}}\n")
+    env = dict(os.environ, ORCHESTRATOR_HOME=str(orch_home))
+    done = cli_run("submit", str(path), "--wait", "--interval", "1", env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    job = names.job_name(specs.load(path))
+    store = Path(res.local_store_uri().removeprefix("file://"))
+    (found,) = list(store.rglob(f"{job}/results.json"))
+    record = json.loads(found.read_text())
+    assert record["status"] == "completed"
+    assert record["mlflow"]["run_id"] is None and "gave up logging to" in record["mlflow"]["warning"]
+    assert record["mlflow"]["experiment"] == "fake"
+
+
+def test_a_retry_is_its_own_run_tagged_with_its_trial():
+    job = _job("http://127.0.0.1:1", **{"orchestrator:sweep": "s-1a2b3c4d", "orchestrator:trial": "t0123abcd",
+                                        "orchestrator:attempt": "retry"})
+    job["job_name"] = "s-1a2b3c4d-t0123abcd-r1"
+    job["varied"] = {"training.optimizer.lr": 0.001}
+    tags = mlflow_run.run_tags(job, "ml.trn1.2xlarge")
+    assert tags[mlflow_run.JOB_TAG] == "s-1a2b3c4d-t0123abcd-r1"
+    assert tags[mlflow_run.TRIAL_TAG] == "t0123abcd" and tags["orchestrator.attempt"] == "retry"
+    assert tags["orchestrator.varied.training.optimizer.lr"] == "0.001"
