@@ -85,9 +85,12 @@ def test_a_local_sweep_leaves_one_parent_run_and_a_finished_child_run_per_trial(
     read = json.loads(back.stdout)["runs"]
     assert sorted(r["run_id"] for r in read) == sorted(c.info.run_id for c in children)
     assert all(r["metrics"]["summary/samples_per_s"] == 19.5 for r in read)
+    # The one test that needs the server (its start-up is minutes on a loaded machine; each
+    # xdist worker would start its own): a job outside a sweep, through the logger itself.
+    _a_job_alone_logs_params_metrics_and_the_end(mlflow_server)
 
 
-def test_a_job_alone_logs_params_metrics_and_the_end(mlflow_server):
+def _a_job_alone_logs_params_metrics_and_the_end(mlflow_server):
     job = _job(mlflow_server)
     logger = mlflow_run.RunLogger(job, lambda line: None, instance_type="ml.trn1.2xlarge").start()
     logger.line(contract.metric_line(contract.METRICS_TAG, step=10, loss=1.5, step_time_s=0.5, samples_per_s=8.0))

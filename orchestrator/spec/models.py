@@ -22,10 +22,10 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, core_schema
 
 from orchestrator.region import REGION_PATTERN
+from orchestrator.spec import tracking_uri as uris
 
 # The job's identity (`spec_hash`, LATER_FIELDS) lives in `identity`; named here as before.
 from orchestrator.spec.identity import LATER_FIELDS, spec_hash  # noqa: F401
-from orchestrator.spec import tracking_uri as uris
 from orchestrator.spec.source import SourceMap, split_path
 from orchestrator.spec.tracking_uri import MLFLOW_ARN_PATTERN, mlflow_arn_region  # noqa: F401
 
