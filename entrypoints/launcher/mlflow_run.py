@@ -21,6 +21,7 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -285,9 +286,14 @@ def _client(uri: str):
     # Our own retries decide (above): MLflow's client retries each request for minutes by default.
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
-    from mlflow import MlflowClient
+    import mlflow
 
-    return MlflowClient(tracking_uri=uri)
+    # The sagemaker-mlflow plugin (installed with an ARN) signs and routes by the global URI.
+    mlflow.set_tracking_uri(uri)
+    if not uri.startswith("arn:"):
+        # Where the plugin is installed anyway, its header provider fails on a URL, loudly, at every request.
+        logging.getLogger("mlflow.tracking.request_header.registry").setLevel(logging.ERROR)
+    return mlflow.MlflowClient(tracking_uri=uri)
 
 
 def _experiment(client, name: str) -> str:

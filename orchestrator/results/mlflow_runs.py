@@ -32,6 +32,15 @@ def _client(uri: str):
             raise InputError(f"--mlflow {uri}: an ARN needs the sagemaker-mlflow plugin (SigV4-signed requests)",
                              hint="pip install 'trainium-vit-orchestrator[tracking]', with AWS credentials for "
                                   "the MLflow App's account; or give the tracking server's https:// URL") from None
+    import mlflow
+
+    # The sagemaker-mlflow plugin signs and routes by the global tracking URI.
+    mlflow.set_tracking_uri(uri)
+    if mlflow_arn_region(uri) is None:
+        # Where the plugin is installed, its header provider fails on a URL at every request.
+        import logging
+
+        logging.getLogger("mlflow.tracking.request_header.registry").setLevel(logging.ERROR)
     return MlflowClient(tracking_uri=uri)
 
 
