@@ -250,7 +250,9 @@ def _end_run(run_log: mlflow_run.RunLogger, local: Path, ok: bool, stopped: bool
         run_log.artifact(local)
     except (OSError, ValueError) as exc:
         _log(f"WARNING MLflow: results.json not read for the run: {exc}")
-    run_log.finish("completed" if ok else "stopped" if stopped else "failed")
+    # A stopped job is inside SageMaker's 120 s before SIGKILL: the run gets a short wait only.
+    run_log.finish("completed" if ok else "stopped" if stopped else "failed",
+                   mlflow_run.STOPPED_WAIT_S if stopped else mlflow_run.FINISH_WAIT_S)
 
 
 def _metric_line(monitor: utilization.Monitor) -> None:

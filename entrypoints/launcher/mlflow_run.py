@@ -34,6 +34,7 @@ from entrypoints.shared import contract
 REQUEST_TIMEOUT_S = 10
 GIVE_UP_S = 120.0
 FINISH_WAIT_S = 180.0
+STOPPED_WAIT_S = 15.0
 END_GRACE_S = 45.0
 FLUSH_S = 2.0
 MAX_BUFFERED = 100_000
