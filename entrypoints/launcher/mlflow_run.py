@@ -15,7 +15,7 @@ Contract:
 - `finish(status)` queues the end (the run's status) and waits for the buffer to drain; from
   then on a failing call is retried for `END_GRACE_S` at most (the job's end is not held long
   for a server that is away), and `FINISH_WAIT_S` caps the whole wait (a server that answers,
-  slowly, call after call).
+  slowly, call after call); `STOPPED_WAIT_S` for a stopped job (SIGKILL follows SIGTERM).
   results.json stays the record; the run is a copy of it.
 """
 
