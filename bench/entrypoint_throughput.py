@@ -29,6 +29,15 @@ loop overhead being measured). Prints one JSON object; goal: ratio at least 0.95
 (batch selection, bookkeeping, log lines, progress reports): a figure machine load barely moves.
 Run: `PYTHONPATH=. .venv/bin/python bench/entrypoint_throughput.py [--rounds 30] [--chunk 3]`
 (`--no-pushes` measures the loop alone).
+
+`--mlflow` compares instead the entrypoint with MLflow on against the same entrypoint with it
+off (goal: at least 0.98). On, every log line of rank 0 (`log_every` 1, ten times a job's
+default) goes through a pipe to a second process that plays launch.py's part: it reads the
+lines as launch.py reads torchrun's output and feeds `entrypoints.launcher.mlflow_run.RunLogger`,
+which logs them to a real `mlflow server` (started here with a sqlite store on 127.0.0.1 unless
+`--mlflow-uri` names one; it runs on this machine's cores too, so its own work lands on the
+"on" side). Off, the lines go to a list and that process is stopped (SIGSTOP). Same ABBA
+rounds; the JSON adds the points the server holds at the end.
 """
 
 from __future__ import annotations
@@ -40,19 +49,20 @@ import statistics
 import time
 
 GOAL = 0.95
+MLFLOW_GOAL = 0.98
 ENTRY_BYTES = 64 * 1024
 MODEL = {"arch": "vit_tiny_patch16_224", "patch_embed": "linear", "image_size": 64, "num_classes": 10,
          "patch_size": 8, "depth": 4, "embed_dim": 192, "num_heads": 3}
 
 
-def job(steps: int, warmup: int, batch: int, precision: str) -> dict:
+def job(steps: int, warmup: int, batch: int, precision: str, log_every: int = 10) -> dict:
     spec = {
         "name": "bench-throughput",
         "backend": "local",
         "model": MODEL,
         "training": {"runtime": "native", "compile": False, "steps": steps, "warmup_steps": warmup,
                      "batch_size": batch, "precision": precision, "seed": 0, "checkpoint_every": 0,
-                     "log_every": 10, "optimizer": {"name": "adamw", "lr": 1e-4, "weight_decay": 0.05}},
+                     "log_every": log_every, "optimizer": {"name": "adamw", "lr": 1e-4, "weight_decay": 0.05}},
         "data": {"source": "synthetic", "num_workers": 0},
     }
     return {"schema": 1, "job_name": "bench-throughput", "spec_hash": "0" * 64, "spec": spec,
@@ -142,6 +152,138 @@ def heartbeat_process(folder: str, push_interval: float, beat: float, new_entrie
                                                      "beats": beats[0], "warnings": cache["warnings"]}))
 
 
+def mlflow_process(uri: str, experiment: str) -> None:
+    """launch.py's part with MLflow on: rank 0's lines from stdin into the run logger, until
+    EOF; "ready" on stdout once the run exists, then the figures as JSON."""
+    import sys
+    import threading
+
+    from entrypoints.launcher import mlflow_run
+
+    spec_job = {**job(1, 0, 1, "fp32"), "tags": {"orchestrator:job": "bench-throughput"},
+                "mlflow": {"tracking_uri": uri, "experiment": experiment, "run_name": "bench-throughput",
+                           "arn": False}}
+    logger = mlflow_run.RunLogger(spec_job, lambda line: print(line, file=sys.stderr, flush=True)).start()
+
+    def ready() -> None:
+        while logger.run_id is None and logger.warning is None:
+            time.sleep(0.1)
+        print("ready", flush=True)
+
+    threading.Thread(target=ready, daemon=True).start()
+    for line in sys.stdin:
+        logger.line(line)
+    warning = logger.finish("completed")
+    from mlflow import MlflowClient
+
+    points = len(MlflowClient(uri).get_metric_history(logger.run_id, "train/loss")) if logger.run_id else 0
+    print(json.dumps({"run_id": logger.run_id, "warning": warning, "dropped": logger.dropped,
+                      "train_loss_points": points}), flush=True)
+
+
+def start_mlflow_server(folder) -> tuple[object, str]:
+    """`mlflow server` on a free loopback port with a sqlite store in `folder`; (process, URL)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    exe = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen([str(exe), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                             "--backend-store-uri", f"sqlite:///{folder}/mlflow.db", "--artifacts-destination",
+                             f"{folder}/artifacts"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, start_new_session=True)
+    while True:
+        if proc.poll() is not None:
+            raise SystemExit("mlflow server exited")
+        try:
+            urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/search?max_results=1", timeout=60).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.5)
+
+
+def mlflow_main(args) -> None:
+    """MLflow on against off (see the module docstring)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from entrypoints.trainer import runtime, train
+
+    work = Path(tempfile.mkdtemp(prefix="bench-mlflow-"))
+    server, uri = (None, args.mlflow_uri) if args.mlflow_uri else start_mlflow_server(work)
+    helper = subprocess.Popen([sys.executable, __file__, "--mlflow-process", uri, f"bench-{uuid.uuid4().hex[:8]}"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert helper.stdout.readline().strip() == "ready"
+    total = args.warmup + args.rounds * args.chunk * 2
+    spec_job = job(total, args.warmup, args.batch, args.precision, log_every=1)
+    sink: list[str] = []
+    side = ["off"]
+
+    def log(line: str) -> None:
+        if side[0] == "on":
+            helper.stdin.write(line + "\n")
+            helper.stdin.flush()
+        else:
+            sink.append(line)
+
+    trainer = train.Trainer(spec_job, runtime.Dist(), checkpoint_dir=None, log=log)
+    stats = train.RankStats(0, 1, 0, "native", args.precision, args.batch)
+    trainer.run_steps(0, args.warmup, stats, time.time())
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    step, lines_on = args.warmup, 0
+    os.kill(helper.pid, signal.SIGSTOP)
+    for round_ in range(args.rounds):
+        for which in (("on", "off") if round_ % 2 == 0 else ("off", "on")):
+            side[0] = which
+            os.kill(helper.pid, signal.SIGCONT if which == "on" else signal.SIGSTOP)
+            started = time.perf_counter()
+            trainer.run_steps(step, step + args.chunk, stats, time.time())
+            rates[which].append(args.batch * args.chunk / (time.perf_counter() - started))
+            os.kill(helper.pid, signal.SIGSTOP)
+            lines_on += args.chunk if which == "on" else 0
+            step += args.chunk
+    os.kill(helper.pid, signal.SIGCONT)
+    trainer.close()
+    helper.stdin.close()
+    logged = json.loads(helper.stdout.read().strip().splitlines()[-1])
+    helper.wait(timeout=600)
+    if server is not None:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    shutil.rmtree(work, ignore_errors=True)
+    ratios = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
+    print(json.dumps({
+        "mlflow_on_samples_per_s": round(statistics.median(rates["on"]), 2),
+        "mlflow_off_samples_per_s": round(statistics.median(rates["off"]), 2),
+        "ratio": round(statistics.median(ratios), 3), "goal": MLFLOW_GOAL,
+        "goal_met": statistics.median(ratios) >= MLFLOW_GOAL,
+        "ratio_of_totals": round(sum(rates["on"]) / sum(rates["off"]), 3),
+        "round_ratios": [round(r, 3) for r in ratios],
+        "lines_sent_with_mlflow_on": lines_on, "server_train_loss_points": logged["train_loss_points"],
+        "logger_warning": logged["warning"], "dropped": logged["dropped"],
+        "tracking_server": "given" if args.mlflow_uri else "mlflow server on this machine (sqlite, loopback)",
+        "rounds": args.rounds, "chunk": args.chunk, "model": MODEL, "batch": args.batch,
+        "precision": args.precision, "log_every": 1, "torch": torch.__version__, "threads": torch.get_num_threads(),
+    }))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -155,7 +297,16 @@ def main() -> None:
     parser.add_argument("--new-entries", type=int, default=20, help="fresh 64 KiB entries before each push")
     parser.add_argument("--no-pushes", action="store_true", help="no heartbeat process, no progress reports")
     parser.add_argument("--heartbeat-process", help=argparse.SUPPRESS)
+    parser.add_argument("--mlflow", action="store_true", help="compare MLflow on against off (see above)")
+    parser.add_argument("--mlflow-uri", help="with --mlflow: this tracking server instead of one started here")
+    parser.add_argument("--mlflow-process", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.mlflow_process:
+        mlflow_process(*args.mlflow_process)
+        return
+    if args.mlflow:
+        mlflow_main(args)
+        return
     if args.heartbeat_process:
         heartbeat_process(args.heartbeat_process, args.push_interval, args.beat, args.new_entries)
         return

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 
 from entrypoints.shared import contract
-from orchestrator import backends, catalog, cost, doctor, locations, names, preferences, sourcedir
+from orchestrator import backends, catalog, cost, doctor, locations, names, preferences, sourcedir, tracking
 from orchestrator.errors import InputError
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.spec import JobSpec, spec_hash
@@ -54,19 +54,25 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
     tags[TAG_SPEC_HASH] = digest
     tags[TAG_JOB] = job_name
     tags.update(extra_tags or {})
+    mlflow = tracking.job_section(spec, job_name, tags, target)
+    spec_data = spec.model_dump(mode="json")
+    if mlflow is None:
+        spec_data.pop("mlflow", None)  # a job without MLflow keeps its job file (and archive) as before
     job = {
         "schema": contract.JOB_FILE_SCHEMA,
         "job_name": job_name,
         "spec_hash": digest,
-        "spec": spec.model_dump(mode="json"),
+        "spec": spec_data,
         "instance": instance,
         "workers_per_node": target.workers_per_node,
         "compile_cache": {"uri": where.compile_cache, "mode": spec.compile_cache.mode,
                           "push_interval_s": spec.compile_cache.push_interval_s},
         "results_uri": where.results,
-        "environment": dict(target.environment),
+        "environment": {**target.environment, **tracking.environment(mlflow)},
         "tags": dict(sorted(tags.items())),
     }
+    if mlflow is not None:
+        job["mlflow"] = mlflow
     if spec.instance.preferences:
         # What the container needs of each type SageMaker may select (entrypoints/ cannot ask
         # the catalog): launch.py adapts to the selected one's row.

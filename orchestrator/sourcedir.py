@@ -9,7 +9,8 @@ root:
 - `launch.py`: a copy of `entrypoints/launcher/launch.py` (the container's first process);
 - `entrypoints/`: every `*.py` of the entrypoints package (launch.py imports it from its folder);
 - `job.json`: the resolved job (`entrypoints.shared.contract`), which is too large for hyperparameters;
-- `requirements.txt`: what the Neuron training image lacks (it has torch and torch-xla).
+- `requirements.txt`: what the Neuron training image lacks (it has torch and torch-xla), and the
+  pinned MLflow client only for a job whose spec names a tracking server (`tracking.requirements`).
 
 Same inputs, same bytes: entries are sorted, every mtime is 0, owners are 0/"" and modes are
 0o644 (files) / 0o755 (directories); gzip's header carries no name and mtime 0. The content
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entrypoints.shared import contract
+from orchestrator import tracking
 from orchestrator.errors import OrchestratorError
 from orchestrator.locations import ARCHIVE_NAME  # noqa: F401 - sourcedir.ARCHIVE_NAME
 
@@ -178,9 +180,15 @@ def _look(root: Path) -> tuple:
     return tuple((path, st.st_size, st.st_mtime_ns) for path in (*dirs, *files) for st in (os.stat(path),))
 
 
-def _package_files(root: Path) -> dict[str, bytes]:
+def requirements(job: dict) -> str:
+    """requirements.txt for `job`: timm, and the MLflow client when the job logs to MLflow."""
+    return REQUIREMENTS + tracking.requirements(job.get("mlflow"))
+
+
+def _package_files(root: Path, requirements: str = REQUIREMENTS) -> dict[str, bytes]:
     """Every file of the archive but the job file, by its name in the archive: the package's
-    sources, launch.py again at the root, requirements.txt. OrchestratorError without a launcher."""
+    sources, launch.py again at the root, `requirements` as requirements.txt. OrchestratorError
+    without a launcher."""
     files = _sources(root)
     launch = files.get(f"{PACKAGE}/{LAUNCHER}")
     if launch is None:
@@ -189,7 +197,7 @@ def _package_files(root: Path) -> dict[str, bytes]:
             hint="reinstall the package, or run from a complete checkout of the project",
         )
     files[contract.PROGRAM] = launch
-    files["requirements.txt"] = REQUIREMENTS.encode()
+    files["requirements.txt"] = requirements.encode()
     return files
 
 
@@ -198,7 +206,8 @@ def tar_stream(job: dict, root: Path | None = None) -> bytes:
     `build_archive`'s gzip members decompress to, and how the archive was built before its
     shared code was compressed once (`tests/test_sourcedir.py` holds one to the other;
     `bench/sweep_plan.py` times the old way)."""
-    files = {**_package_files(entrypoints_dir() if root is None else Path(root)), contract.JOB_FILE: job_bytes(job)}
+    files = {**_package_files(entrypoints_dir() if root is None else Path(root), requirements(job)),
+             contract.JOB_FILE: job_bytes(job)}
     entries = [(n, True) for n in _directories(list(files))] + [(n, False) for n in files]
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
@@ -208,21 +217,22 @@ def tar_stream(job: dict, root: Path | None = None) -> bytes:
     return raw.getvalue()
 
 
-def _code(root: Path) -> _Code:
+def _code(root: Path, requirements: str = REQUIREMENTS) -> _Code:
     """The shared members for the package at `root`, built once per content of its files: a
     sweep of 10,000 trials gzips its code once, not 10,000 times (issue 22). The key is each
     file's and directory's path, size and mtime (`_signature`), so an edit builds anew."""
-    key = (str(root), _signature(root))
+    key = (str(root), _signature(root), requirements)
     code = _CODE.get(key)
     if code is not None:
         return code
-    files = _package_files(root)
+    files = _package_files(root, requirements)
     entries = [(name, None) for name in _directories([*files, contract.JOB_FILE])] + list(files.items())
     before = b"".join(_entry(n, d) for n, d in sorted(entries) if n < contract.JOB_FILE)
     after = b"".join(_entry(n, d) for n, d in sorted(entries) if n > contract.JOB_FILE)
     packed = _gzip(before)
     code = _Code(packed, len(before), _gzip(after), len(after), hashlib.sha256(packed))
-    _CODE.clear()  # one package version at a time: the cache never grows
+    if any(held[:2] != key[:2] for held in _CODE) or len(_CODE) >= 4:
+        _CODE.clear()  # one package version at a time (with or without MLflow's client): it never grows
     _CODE[key] = code
     return code
 
@@ -253,7 +263,7 @@ class Archive:
 
 def build_parts(job: dict, root: Path | None = None) -> Archive:
     """`build_archive`'s bytes as an `Archive` of parts (the shared code not copied)."""
-    code = _code(entrypoints_dir() if root is None else Path(root))
+    code = _code(entrypoints_dir() if root is None else Path(root), requirements(job))
     job_entry = _entry(contract.JOB_FILE, job_bytes(job))
     size = code.before_size + len(job_entry) + code.after_size + 2 * _BLOCK
     parts = (code.before, _gzip(job_entry), code.after, _end(2 * _BLOCK + (-size % _RECORD)))

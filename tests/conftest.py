@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 # The sweep tests' fixtures (`rig`, `bucket`), shared by their modules; the AWS contract check
 # on every call the tests make (aws_contract_hook).
-pytest_plugins = ["sweep_fakes", "aws_contract_hook"]
+pytest_plugins = ["sweep_fakes", "aws_contract_hook", "mlflow_server"]
 
 # Fuzzing (tests marked `fuzz`): 100 examples a test in `make test`, 700 in `make test-slow`
 # (HYPOTHESIS_PROFILE=full). Derandomized either way, so a run is repeatable.

@@ -29,6 +29,11 @@ ACCEPTED = {
     ("RESOURCE_STAR", "EncryptionKey.KeyPolicy"):
         "in a key policy \"Resource\": \"*\" means this key and is the only form KMS takes (AWS KMS Developer "
         "Guide, 'Key policies': 'the resource is the KMS key')",
+    ("RESOURCE_MISMATCH", "ExecutionRoleMlflowPolicy.PolicyDocument"):
+        "parliament's IAM database knows one resource type for sagemaker-mlflow actions, "
+        "mlflow-tracking-server; the grant names the stack's MlflowResourceArn, which may be an MLflow App "
+        "(mlflow-app/..., botocore's MlflowConfig.MlflowResourceArn pattern): that IAM matches it is assumed "
+        "(infra/stack.yaml says so)",
     ("MISMATCHED_TYPE", "EncryptionKey.KeyPolicy"):
         "ArnEquals on kms:EncryptionContext:aws:logs:arn is the form the CloudWatch Logs User Guide gives ('Encrypt "
         "log data in CloudWatch Logs using AWS KMS'); parliament's database types the encryption-context key as a "

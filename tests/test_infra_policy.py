@@ -68,6 +68,9 @@ ROLE_ACTIONS = {
 }
 
 
+MLFLOW_ARN = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:mlflow-app/app-ABCDEF123456"
+
+
 def context() -> dict[str, str]:
     return {
         "AWS::Partition": "aws", "AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::StackName": STACK,
@@ -75,7 +78,8 @@ def context() -> dict[str, str]:
         "EncryptionKey.Arn": KEY_ARN, "OperatorPolicy": f"arn:aws:iam::{ACCOUNT}:policy/op",
         "ImageRegistryAccount": "763104351884", "BucketName": "",
         "UseKms": "false", "CompileCacheNoncurrentDays": "30", "AbortIncompleteUploadDays": "7",
-        "AWS::URLSuffix": "amazonaws.com",
+        "AWS::URLSuffix": "amazonaws.com", "ExecutionRole": "<ExecutionRole>",
+        "MlflowResourceArn": MLFLOW_ARN,
         # The Batch resources (EnableBatch=true): parameters and resources as placeholders.
         **{name: f"<{name}>" for name, declared in infra.load_template()["Parameters"].items()
            if name.startswith(("EnableBatch", "Batch"))},

@@ -30,7 +30,7 @@ RESULT_KEYS = {
     "runtime", "compile", "precision", "batch_size", "global_batch", "steps", "warmup_steps", "steps_done",
     "model", "step_time_s", "samples_per_s", "time_to_first_step_s", "compile_s", "flops_per_sample", "compiler_cache",
     "ddp_split_graphs", "cache", "container", "final_loss", "utilization", "precompile",
-    "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings", "varied",
+    "versions", "started_at", "ended_at", "heartbeat_at", "duration_s", "tags", "warnings", "varied", "mlflow",
 }
 SCHEMA_READER = TypeAdapter(results_schema.Results)
 CACHE_KEYS = {"mode", "uri", "key", "hit_entries", "new_entries", "pull_bytes", "pull_s", "push_bytes", "push_s",
@@ -217,6 +217,7 @@ def test_results_json_follows_the_schema(orch_home, tmp_path, fake_train):
                                    "workers_per_node": 2, "cpus": int(host.env["SM_NUM_CPUS"]),
                                    "preference": None}
     assert results["varied"] == {}  # not a sweep's trial
+    assert results["mlflow"] is None  # its spec names no tracking server
     assert results["world_size"] == 2 and results["batch_size"] == 4 and results["global_batch"] == 8
     assert (results["runtime"], results["compile"], results["precision"]) == ("native", True, "fp32")
     assert (results["steps"], results["warmup_steps"], results["steps_done"]) == (12, 2, 12)

@@ -36,6 +36,7 @@ from entrypoints.launcher import (  # noqa: E402
     environment,
     failure,
     heartbeat,
+    mlflow_run,
     persistent_cache,
     precompile,
     report,
@@ -112,6 +113,12 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     record = setup.record() if setup is not None else report.given_setup()
     results = report.Report(job, ctr, started, cache, warnings, stats_dir, record, _log)
     results.running()  # a record exists from the start, whatever happens next
+    # The job's MLflow run: node rank 0's launcher alone, from rank 0's metric lines (the ranks
+    # never talk to the server); a background buffer that costs training nothing.
+    run_log = (mlflow_run.RunLogger(job, _log, instance_type=ctr.instance_type).start()
+               if job.get("mlflow") and ctr.node_rank == 0 else None)
+    if run_log is not None:
+        results.mlflow = run_log.link
     launch_error = selection_error
     if setup is not None:
         try:
@@ -186,7 +193,8 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
                 monitor.start(env)
                 _log(f"utilization: {monitor.reason or 'neuron-monitor runs beside training'}")
                 _log("starting: " + " ".join(command[1:]))
-                returncode, tail = run_torchrun(command, env, CODE_DIR, stop)
+                returncode, tail = run_torchrun(command, env, CODE_DIR, stop,
+                                                on_line=run_log.line if run_log is not None else None)
         except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
             launch_error = f"could not run torchrun: {type(exc).__name__}: {exc}"
         finally:
@@ -219,12 +227,32 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
     # Signalled (a stop, or SageMaker's MaxRuntime) without another failure first: "stopped".
     stopped = stop.signum is not None and launch_error is None
     ok, reason = results.final(stats, ok, reason, stopped)
+    if run_log is not None:
+        before = run_log.link()
+        _end_run(run_log, results.local, ok, stopped)
+        if run_log.link() != before:
+            results.amend()  # the run's id (or why there is none) in the final record too
     if not ok:
         failure.write_failure(ctr, f"{ctr.current_host}: {reason}")
         _log(f"FAILED: {reason}")
         return 1
     _log("completed")
     return 0
+
+
+def _end_run(run_log: mlflow_run.RunLogger, local: Path, ok: bool, stopped: bool) -> None:
+    """The MLflow run's end: results.json's figures and the file itself, then its status.
+    A warning it gives is logged (results.json is already final: it is the record)."""
+    import json
+
+    try:
+        run_log.metrics(mlflow_run.final_metrics(json.loads(local.read_text()), run_log.section))
+        run_log.artifact(local)
+    except (OSError, ValueError) as exc:
+        _log(f"WARNING MLflow: results.json not read for the run: {exc}")
+    # A stopped job is inside SageMaker's 120 s before SIGKILL: the run gets a short wait only.
+    run_log.finish("completed" if ok else "stopped" if stopped else "failed",
+                   mlflow_run.STOPPED_WAIT_S if stopped else mlflow_run.FINISH_WAIT_S)
 
 
 def _metric_line(monitor: utilization.Monitor) -> None:

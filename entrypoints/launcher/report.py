@@ -105,7 +105,8 @@ def _step_stats(times: list[float]) -> results_schema.StepTime | None:
 def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, status: str,
                   reason: str | None, cache: dict, started: float, ended: float | None,
                   warnings: list[str], now: float | None = None, setup: dict | None = None,
-                  utilization: dict | None = None, precompiled: dict | None = None) -> dict:
+                  utilization: dict | None = None, precompiled: dict | None = None,
+                  mlflow: dict | None = None) -> dict:
     """The `orchestrator.results/v1` document (`entrypoints.shared.results_schema`) for this host.
 
     Step times come from global rank 0 when this host has it, else this host's lowest rank
@@ -173,6 +174,7 @@ def build_results(job: dict, ctr: contract.Contract, stats: dict[int, dict], *, 
         tags=dict(job.get("tags") or {}),
         warnings=list(warnings) + [w for w in lead.get("warnings") or [] if w not in warnings],
         varied=dict(job.get("varied") or {}),
+        mlflow=results_schema.from_values(results_schema.Mlflow, mlflow) if mlflow else None,
     )
     return results_schema.as_document(record)
 
@@ -224,13 +226,15 @@ class Report:
         self.utilization: Callable[[], dict] | None = None
         # results.json's `precompile` once the pass has run or was skipped (launch.py sets it).
         self.precompile: dict | None = None
+        # results.json's `mlflow` at each write (launch.py sets it to the run logger's link).
+        self.mlflow: Callable[[], dict] | None = None
 
     def document(self, stats: dict[int, dict], *, status: str, reason: str | None, warnings: list[str],
                  ended: float | None) -> bytes:
         results = build_results(self.job, self.ctr, stats, status=status, reason=reason, cache=self.cache,
                                 started=self.started, ended=ended, warnings=warnings, now=time.time(),
                                 setup=self.setup, utilization=self.utilization() if self.utilization else None,
-                                precompiled=self.precompile)
+                                precompiled=self.precompile, mlflow=self.mlflow() if self.mlflow else None)
         return atomic.json_text(results).encode()
 
     def running(self) -> None:
@@ -272,4 +276,21 @@ class Report:
                 if ok:
                     ok, reason = False, message
                     write_local(self.local, document(ok, reason))
+        self._final = (document, ok, reason)
         return ok, reason
+
+    def amend(self) -> None:
+        """The final record again, as it stands now (the MLflow run's id or warning came after
+        it): same status, reason and end. Best effort: a record that cannot be stored again
+        keeps the one already stored, and says so in the log."""
+        if getattr(self, "_final", None) is None:
+            return
+        document, ok, reason = self._final
+        data = document(ok, reason)
+        write_local(self.local, data)
+        results_uri = self.job.get("results_uri")
+        if self.ctr.node_rank == 0 and results_uri:
+            try:
+                publish_results(results_uri, data)
+            except Exception as exc:  # noqa: BLE001 - the earlier final record stands
+                self.log(f"WARNING could not write results again to {results_uri}: {type(exc).__name__}: {exc}")

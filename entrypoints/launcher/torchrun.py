@@ -122,13 +122,13 @@ def _signal_group(pgid: int, signum: int) -> bool:
 
 
 def run_torchrun(command: list[str], env: dict[str, str], cwd: Path, stop: StopSignals, *,
-                 group: bool = False) -> tuple[int, list[str]]:
+                 group: bool = False, on_line: Callable[[str], None] | None = None) -> tuple[int, list[str]]:
     """Run torchrun, streaming its output line by line; (exit code, last lines of output).
 
     `group`: the command runs in a process group of its own, which a stop signals whole and
     which is emptied when the command ends (a wrapper such as neuron_parallel_compile may exit
     on SIGTERM and leave its torchrun behind, which would hold the output pipe, and so this
-    call, open)."""
+    call, open). `on_line` sees each line too (it must not block: the MLflow run's buffer)."""
     tail: deque[str] = deque(maxlen=400)
     proc = subprocess.Popen(command, env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
@@ -143,6 +143,8 @@ def run_torchrun(command: list[str], env: dict[str, str], cwd: Path, stop: StopS
             sys.stdout.write(line)
             sys.stdout.flush()
             tail.append(line.rstrip("\n"))
+            if on_line is not None:
+                on_line(line)
         return proc.wait(), list(tail)
     finally:
         if group:

@@ -206,6 +206,17 @@ class Versions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Mlflow:
+    """`mlflow`: the job's MLflow run, a copy of this record (`entrypoints/launcher/mlflow_run.py`)."""
+
+    tracking_uri: str = doc("the spec's `mlflow.tracking_uri`: a tracking server's URL or a SageMaker MLflow ARN")
+    experiment: str = doc("the experiment's name")
+    run_id: str | None = optional("the run's id; null until the server has answered (or when it never did)")
+    parent_run_id: str | None = optional("a sweep's trial: the sweep's parent run")
+    warning: str | None = optional("why the run is missing or incomplete (the server was down, slow or refusing)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Results:
     """The record of one training job on one host."""
 
@@ -281,6 +292,7 @@ class Results:
     varied: dict[str, Any] = optional(
         "a sweep trial's values of the fields its sweep varies (dotted spec path -> value, as the sweep "
         "file gave them: `{\"training.optimizer.lr\": 0.001}`); empty for a job outside a sweep", empty=dict)
+    mlflow: Mlflow | None = optional("see `mlflow` below; null for a job whose spec has no `mlflow:`")
 
 
 def from_values(cls: type[T], values: Mapping[str, Any]) -> T:
@@ -304,6 +316,7 @@ SECTIONS: tuple[tuple[str, type], ...] = (
     ("## Fields", Results), ("### `instance`", Instance), ("### `model`", Model),
     ("### `step_time_s`", StepTime), ("### `cache`", CacheStats), ("### `container`", Container),
     ("### `utilization`", Utilization), ("### `precompile`", Precompile), ("### `versions`", Versions),
+    ("### `mlflow`", Mlflow),
 )
 _NAMES = {str: "string", int: "int", float: "float", bool: "bool", type(None): "null"}
 

@@ -117,10 +117,20 @@ def infra_outputs(
 
 
 @app.command("policy")
-def infra_policy(stack_name: str = STACK_OPTION, region: str | None = REGION_OPTION) -> None:
+def infra_policy(stack_name: str = STACK_OPTION, region: str | None = REGION_OPTION,
+                 mlflow: str | None = typer.Option(
+                     None, "--mlflow", help="Print instead the execution role's grant to log to this SageMaker "
+                     "MLflow App or tracking server ARN (what the stack adds with MlflowResourceArn), for a "
+                     "role of your own.")) -> None:
     """Print the operator (laptop/CI) IAM policy JSON, filled in from the deployed stack."""
     from orchestrator import infra
     from orchestrator.errors import InputError
+
+    if mlflow is not None:
+        out(json.dumps(infra.mlflow_policy(mlflow), indent=2))
+        err("note: attach it to the execution role (a spec's role_arn); the stack's own role gets it with "
+            f"`infra deploy --param MlflowResourceArn={mlflow}`")
+        return
 
     infra.check_stack_name(stack_name)  # before the fallback below turns a bad name into placeholders
     cfn = infra.make_client("cloudformation", region)

@@ -86,6 +86,11 @@ def results(
                                      "per dollar, MFU, final loss and status, less those empty for every row, "
                                      "fitted to the terminal (100 columns off a terminal). CSV, JSON and HTML "
                                      "always carry every column."),
+    mlflow: str | None = typer.Option(None, "--mlflow", help="Read the jobs' runs back from this MLflow tracking "
+                                      "server (a URL, or a SageMaker MLflow ARN with the sagemaker-mlflow plugin) "
+                                      "instead of results.json: --experiment, or --sweep, names which."),
+    experiment: str | None = typer.Option(None, "--experiment", help="With --mlflow: the experiment (default: "
+                                          "the --sweep's name)."),
 ) -> None:
     """Price-performance table from the jobs' results.json objects, SageMaker and prices.
 
@@ -98,6 +103,11 @@ def results(
     from orchestrator import results as res
     from orchestrator.errors import InputError
 
+    if mlflow is not None:
+        _mlflow_runs(mlflow, experiment, sweep, fmt)
+        return
+    if experiment is not None:
+        raise InputError("--experiment is for --mlflow", hint="add --mlflow URI, or drop --experiment")
     if shown is not None and fmt != "table":
         raise InputError(f"--columns is for the table; --format {fmt} always carries every column",
                          hint=f"drop --columns, or drop --format {fmt}")
@@ -140,3 +150,33 @@ def results(
     if collection.errors:
         err(f"error: {len(collection.errors)} job(s) could not be read; their rows say why")
         raise typer.Exit(code=1)
+
+
+def _mlflow_runs(uri: str, experiment: str | None, sweep: str | None, fmt: str) -> None:
+    """`results --mlflow`: the jobs' runs read back from the tracking server."""
+    import json
+
+    from orchestrator import names
+    from orchestrator.errors import InputError
+    from orchestrator.results import mlflow_runs
+
+    if experiment is None:
+        if sweep is None:
+            raise InputError("--mlflow needs --experiment NAME or --sweep SWEEP",
+                             hint="the experiment is the spec's mlflow.experiment (default: the sweep's name)")
+        parsed = names.SWEEP_ID.fullmatch(sweep)
+        experiment = parsed["name"] if parsed else sweep
+    if fmt not in ("table", "json"):
+        raise InputError(f"--format {fmt!r} with --mlflow: use table or json", hint="--format json carries every field")
+    runs = mlflow_runs.read_runs(uri, experiment, sweep)
+    if fmt == "json":
+        out(json.dumps({"tracking_uri": uri, "experiment": experiment, "runs": runs}, indent=2, sort_keys=True))
+        return
+    if not runs:
+        err(f"no runs of our jobs in experiment {experiment!r} at {uri}")
+        return
+    for run in runs:
+        metrics = run["metrics"]
+        figures = ", ".join(f"{key} {metrics[key]:.4g}" for key in ("final/samples_per_s", "final/samples_per_dollar",
+                                                                    "train/loss") if key in metrics)
+        out(f"{run['run_id']}  {run['status']:<9} {run['run_name']}  {figures}")

@@ -33,7 +33,7 @@ from orchestrator.infra.outputs import (
     read_outputs,
     write_outputs_file,
 )
-from orchestrator.infra.policy import OPERATOR_POLICY_RESOURCE, evaluate, operator_policy
+from orchestrator.infra.policy import OPERATOR_POLICY_RESOURCE, evaluate, mlflow_policy, operator_policy
 from orchestrator.infra.template import (
     DEFAULT_STACK,
     KMS_PARAMETER,
@@ -50,6 +50,6 @@ __all__ = [
     "CAPABILITIES", "DEFAULT_STACK", "FAILURE_STATES", "KMS_PARAMETER", "OPERATOR_POLICY_RESOURCE", "OUTPUT_KEYS",
     "REQUIRED_OUTPUTS", "STACK_NAME_MAX", "SUCCESS_STATES", "TEMPLATE", "UPDATABLE_STATES", "Change", "ChangeSetPlan",
     "StackEvent", "StackOutputs", "check_outputs_target", "check_stack_name", "discard", "evaluate", "execute",
-    "integer_parameters", "load_template", "make_client", "operator_policy", "parse_parameters", "plan_change_set",
+    "integer_parameters", "load_template", "make_client", "mlflow_policy", "operator_policy", "parse_parameters", "plan_change_set",
     "read_outputs", "stack_status", "template_body", "write_outputs_file",
 ]

@@ -19,6 +19,7 @@ from orchestrator.infra.template import (
 )
 
 OPERATOR_POLICY_RESOURCE = "OperatorPolicy"
+MLFLOW_POLICY_RESOURCE = "ExecutionRoleMlflowPolicy"
 
 _NO_VALUE = object()
 
@@ -56,6 +57,25 @@ def operator_policy(outputs: StackOutputs | None, *, stack_name: str = DEFAULT_S
         }
         conditions = {"UseKmsKey": False}
     return evaluate(document, context, conditions)
+
+
+def mlflow_policy(arn: str, template_path: Path = TEMPLATE) -> dict:
+    """The execution role's MLflow grant (the template's ExecutionRoleMlflowPolicy, which the
+    stack adds when its MlflowResourceArn parameter is set) for the MLflow App or tracking server
+    `arn`: for a role of one's own (a spec's role_arn not from the stack). InputError for an
+    ARN that is not one."""
+    from orchestrator.spec.models import mlflow_arn_region
+
+    if mlflow_arn_region(arn) is None:
+        raise InputError(f"--mlflow {arn!r} is not a SageMaker MLflow App or tracking server ARN",
+                         hint="e.g. --mlflow arn:aws:sagemaker:us-east-1:123456789012:mlflow-app/app-ABC123")
+    template = load_template(template_path)
+    resource = (template.get("Resources") or {}).get(MLFLOW_POLICY_RESOURCE) or {}
+    document = (resource.get("Properties") or {}).get("PolicyDocument")
+    if not isinstance(document, dict):
+        raise InputError(f"{template_path}: no {MLFLOW_POLICY_RESOURCE} policy document in the template",
+                         hint=RESTORE_TEMPLATE)
+    return evaluate(document, {"MlflowResourceArn": arn}, {})
 
 
 def evaluate(node: Any, context: Mapping[str, str], conditions: Mapping[str, bool]) -> Any:

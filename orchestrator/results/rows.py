@@ -106,6 +106,7 @@ class Row:
     varied: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
     uri: str | None = None
+    mlflow_run: str | None = None  # the job's MLflow run id (results.json's `mlflow`)
 
     @property
     def ok(self) -> bool:
@@ -269,6 +270,7 @@ def build_row(job: str, results: Results, uri: str, described: JobStatus | None,
         precompile_s=_finite(results.precompile.seconds) if results.precompile else None, cache_hit_ratio=hit_ratio, steps_done=results.steps_done,
         final_loss=_finite(results.final_loss), varied=dict(results.varied),
         note="; ".join(notes) or None, uri=uri,
+        mlflow_run=results.mlflow.run_id if results.mlflow else None,
     )
 
 

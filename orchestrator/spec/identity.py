@@ -19,7 +19,7 @@ from pydantic import BaseModel
 # name, the ledger's record of it and a sweep's trial ids stay the same (a resumed sweep would
 # otherwise submit every trial again under new names). Every new optional field goes here.
 LATER_FIELDS = ("instance.keep_alive_minutes", "training.precompile", "batch", "instance.preferences",
-                "instance.training_plan_arn", "instance.plan_full")
+                "instance.training_plan_arn", "instance.plan_full", "mlflow")
 
 
 def spec_hash(spec: BaseModel) -> str:

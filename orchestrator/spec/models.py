@@ -22,10 +22,12 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, core_schema
 
 from orchestrator.region import REGION_PATTERN
+from orchestrator.spec import tracking_uri as uris
 
 # The job's identity (`spec_hash`, LATER_FIELDS) lives in `identity`; named here as before.
 from orchestrator.spec.identity import LATER_FIELDS, spec_hash  # noqa: F401
 from orchestrator.spec.source import SourceMap, split_path
+from orchestrator.spec.tracking_uri import MLFLOW_ARN_PATTERN, mlflow_arn_region  # noqa: F401
 
 # SageMaker job names are at most 63 characters; the job name adds "-" and 8 hex digits.
 MAX_NAME = 54
@@ -474,6 +476,16 @@ class BatchSpec(StrictModel):
         return value
 
 
+class MlflowSpec(StrictModel):
+    tracking_uri: Annotated[str, _Check(uris.checked, "after")] = Field(
+        ..., min_length=1, max_length=2048,
+        description="Where runs are logged: an MLflow tracking server's http(s):// URL, or (sagemaker backend) a "
+        "SageMaker MLflow App or tracking server ARN in the job's region, sent as CreateTrainingJob's MlflowConfig.")
+    experiment: str | None = Field(
+        None, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f]+$",
+        description="The MLflow experiment. Default: the sweep's name for a sweep's trials, else the job's name.")
+
+
 class BudgetSpec(StrictModel):
     max_cost_usd: Float | None = Field(None, gt=0, description="Refuse a job estimated above this.")
 
@@ -521,6 +533,8 @@ class JobSpec(StrictModel):
     environment: dict[str, str] = Field(
         default_factory=dict, description="Extra environment variables for the training container."
     )
+    mlflow: MlflowSpec | None = Field(
+        None, description="Log params, metrics and results.json to MLflow (docs/USAGE.md, \"MLflow\").")
 
     _source: SourceMap | None = PrivateAttr(default=None)
 
@@ -542,6 +556,7 @@ class JobSpec(StrictModel):
             if key.lower().startswith(("aws:", "orchestrator:")) or not 1 <= len(key) <= 128 or len(value) > 256:
                 found.append((("tags", key), f"tag {key!r}: keys are 1-128 characters, values at most 256, "
                               "and the prefixes aws: and orchestrator: are reserved"))
+        found += uris.problems(self)
         for key in self.environment:
             if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
                 found.append((("environment", key), f"{key!r} is not a valid environment variable name"))

@@ -44,6 +44,7 @@ UNSWEEPABLE = {
                "instance.type: inf2.xlarge, role_arn: null}])",
     "region": "all trials of a sweep share one region",
     "infra": "infra outputs are applied when the base spec loads, not per trial",
+    "mlflow": "every trial of a sweep logs to one MLflow experiment, as a child of the sweep's parent run",
 }
 MAX_TRIALS = 10_000
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from entrypoints.shared import contract
-from orchestrator import catalog, locations, preferences
+from orchestrator import catalog, locations, preferences, tracking
 from orchestrator.errors import Problem, SpecError
 
 if TYPE_CHECKING:
@@ -120,6 +120,11 @@ def build(spec: JobSpec, *, job_name: str, where: locations.Locations, job: dict
         request["ResourceConfig"]["KeepAlivePeriodInSeconds"] = inst.keep_alive_minutes * 60
     if spec.max_retry_attempts > 0:
         request["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_retry_attempts}
+    mlflow = tracking.mlflow_config(job.get("mlflow"))
+    if mlflow is not None:
+        # A SageMaker MLflow App or tracking server: SageMaker links the job to the run. The
+        # container logs the run itself too (the job file's "mlflow", with the ARN as its URI).
+        request["MlflowConfig"] = mlflow
     return request
 
 
