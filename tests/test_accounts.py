@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import moto_shim
 import pytest
 from sweep_fakes import SWEEP, cli_run, load, moto_backend, set_moto_status
 
@@ -53,20 +54,17 @@ def _sweep_in_flight(tmp_path, ledger, creates):
 
 
 def test_the_ledger_records_the_account_a_job_was_created_in(tmp_path, orch_home, bucket):
-    from moto.core import DEFAULT_ACCOUNT_ID
-
     ledger = Ledger()
     creates: Counter = Counter()
     definition = _sweep_in_flight(tmp_path, ledger, creates)
     rows = {e.job_name: e.account for e in ledger.entries(sweep_id=definition.sweep_id)}
     assert len(creates) == 2
-    assert {rows[name] for name in creates} == {DEFAULT_ACCOUNT_ID}
+    assert {rows[name] for name in creates} == {moto_shim.ACCOUNT}
     assert {a for n, a in rows.items() if n not in creates} == {None}  # planned: no job, no account
 
 
 def test_another_accounts_credentials_never_read_a_job_as_lost_nor_submit_it_again(tmp_path, orch_home, bucket,
                                                                                 monkeypatch):
-    from moto.core import DEFAULT_ACCOUNT_ID
 
     ledger = Ledger()
     creates: Counter = Counter()
@@ -78,7 +76,7 @@ def test_another_accounts_credentials_never_read_a_job_as_lost_nor_submit_it_aga
     runner = sweeps.Runner(definition, backend, ledger, sleep=lambda s: None, poll_seconds=0)
     with pytest.raises(InputError) as raised:
         runner.step()
-    assert f"AWS account {DEFAULT_ACCOUNT_ID}" in raised.value.message and OTHER in raised.value.message
+    assert f"AWS account {moto_shim.ACCOUNT}" in raised.value.message and OTHER in raised.value.message
     assert ": lost (" not in str(runner.progress().events)
     assert {e.job_name: (e.status, e.detail) for e in ledger.entries(sweep_id=definition.sweep_id)} == before
     assert len(creates) == 2 and set(creates.values()) == {1}  # nothing created in either account
@@ -105,7 +103,6 @@ def test_a_row_left_submitting_is_not_created_under_another_account(tmp_path, or
 
 def test_cli_sweep_resume_under_another_account_exits_2_naming_the_account(tmp_path, orch_home, bucket,
                                                                           monkeypatch):
-    from moto.core import DEFAULT_ACCOUNT_ID
 
     ledger = Ledger()
     creates: Counter = Counter()
@@ -114,6 +111,6 @@ def test_cli_sweep_resume_under_another_account_exits_2_naming_the_account(tmp_p
     env = dict(os.environ, **_as_other_account(monkeypatch))
     done = cli_run("sweep", "resume", definition.sweep_id, env=env)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"account {DEFAULT_ACCOUNT_ID}" in done.stderr and ": lost (" not in done.stdout + done.stderr
+    assert f"account {moto_shim.ACCOUNT}" in done.stderr and ": lost (" not in done.stdout + done.stderr
     assert {e.job_name: (e.status, e.detail) for e in Ledger().entries(sweep_id=definition.sweep_id)} == before
     assert len(creates) == 2
