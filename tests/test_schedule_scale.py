@@ -144,21 +144,6 @@ def test_the_history_budget_counts_spot_waits_and_plan_queueing(orch_home, tmp_p
     assert fixed + budget.EVENTS_PER_POLL * 4 * 40320 * 60 / (poll - 1) > budget.HISTORY_EVENTS
 
 
-def test_every_rule_of_the_statemachine_table_names_its_code_and_its_test():
-    import ast
-
-    table = json.loads((ROOT / "orchestrator" / "data" / "aws_rules_statemachine.json").read_text())
-    assert len(table["rules"]) >= 8
-    for rule in table["rules"]:
-        assert rule["source_url"].startswith("https://docs.aws.amazon.com/") and rule["sentence"]
-        for field in ("code", "test"):
-            path, name = rule[field].split("::")
-            tree = ast.parse((ROOT / path).read_text())
-            defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-            owner, _, member = name.partition(".")
-            assert owner in defined and (not member or member in defined), rule[field]
-
-
 def test_list_reads_the_results_the_map_wrote_to_s3(moto_server):
     """Above 200 trials the Map writes its results to S3 (ResultWriter); `schedule list` reads
     them back from its manifest (moto's ResultWriter writes an empty manifest, so the files are
