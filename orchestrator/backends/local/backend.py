@@ -280,24 +280,9 @@ class LocalBackend:
                                          if field_name == "data.source" else ""))
 
     def _check_channels(self, request: dict) -> None:
-        for channel, uri in channels_of(request).items():
-            if channel == contract.CODE_CHANNEL:
-                continue  # the source archive: this submit uploads it
-            from entrypoints.shared.storage import StorageError
+        from orchestrator.backends.local.channels import check_channels
 
-            try:
-                listed = self._store(uri).list(with_etags=False)
-                empty = not listed
-            except ValueError as exc:  # a URI the store cannot take: the spec's fault
-                raise InputError(f"data channel {channel!r}: {exc}", hint="check data.source") from exc
-            except StorageError as exc:  # the store failed (S3 error, network): not bad input
-                raise BackendError(f"cannot read data channel {channel!r} at {uri}: {exc}",
-                                   hint="check your credentials and the network, then submit again") from exc
-            if empty:
-                raise InputError(f"data channel {channel!r}: no objects under {uri}",
-                                 hint="data.source must hold an ImageFolder tree (class/image files)")
-            if uri.startswith("file://"):
-                _check_readable(channel, Path(uri[len("file://"):]), [info.key for info in listed])
+        check_channels(request, self._store)
 
     def _upload_source(self, prepared) -> None:
         """Put the archive at `source_uri` (the code channel) unless that content is there.
@@ -599,23 +584,3 @@ def _disk_note(job_dir: Path) -> str:
     except (OSError, AttributeError):
         return ""
     return ": the disk that holds its folder is full (No space left on device)" if full else ""
-
-def _check_readable(channel: str, root: Path, keys: list[str]) -> None:
-    """InputError (exit 2) naming the first file of a local data folder this user cannot read,
-    before anything is copied (issue 32: one unreadable file ended a job after gigabytes were
-    copied, as a platform error). Each file is opened (not `os.access`, which says yes to root
-    whatever the file system says) and closed at once."""
-    for key in keys:
-        path = root / key
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            continue  # gone since the listing: the copy skips it too
-        except OSError as exc:
-            import shlex
-
-            raise InputError(f"data channel {channel!r}: {path} cannot be read: {exc.strerror or exc}; nothing was "
-                             "copied or submitted",
-                             hint=f"make it readable for you (chmod u+r {shlex.quote(str(path))}) or move it out of "
-                                  "data.source") from None
-        os.close(fd)
