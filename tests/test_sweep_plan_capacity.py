@@ -9,7 +9,7 @@ from sweep_fakes import BASE, rig, states  # noqa: F401 - rig is a fixture
 
 from orchestrator.errors import InputError
 from orchestrator.sweep import plan_capacity
-from orchestrator.sweep.admission import Admission
+from orchestrator.sweep.admission import Admission, QuotaLimit
 from orchestrator.sweep.plan_capacity import PlanGate, PlanState, may_start
 
 PLAN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/week-49"
@@ -109,11 +109,12 @@ def test_with_plan_full_on_demand_the_trials_beyond_the_plan_run_without_it(rig)
 
 def test_on_demand_trials_still_meet_the_quota_admission(rig):  # noqa: F811
     make, cloud, _ = rig
-    gate = PlanGate(Plans("Active", free=1).read, {PLAN: "on-demand"}, Admission({"ml.trn1.32xlarge": 2}))
+    gate = PlanGate(Plans("Active", free=1).read, {PLAN: "on-demand"}, Admission([QuotaLimit({("sagemaker", "ml.trn1.32xlarge for training job usage"): 2})]))
     runner = make(SWEEP, base("on-demand"), admission=gate)
     progress = runner.step()
     assert len(on_plan(cloud)) == 1 and len(cloud.jobs) == 3  # 1 on the plan, 2 on demand (the quota)
-    assert progress.waiting_reason.startswith("waiting for quota: ml.trn1.32xlarge needs 1, 2 of 2")
+    assert progress.waiting_reason.startswith("waiting for quota: ml.trn1.32xlarge needs 1 instances of") \
+        and "2 of 2 held by this sweep" in progress.waiting_reason
 
 
 def test_an_ended_plan_stops_a_sweep_that_waits_and_not_one_that_may_run_on_demand(rig):  # noqa: F811
@@ -125,7 +126,7 @@ def test_an_ended_plan_stops_a_sweep_that_waits_and_not_one_that_may_run_on_dema
     gate = PlanGate(Plans("Expired", free=0).read, {PLAN: "on-demand"})
     request = {"TrainingJobName": "t-1", "ResourceConfig": {"InstanceType": "ml.trn1.32xlarge", "InstanceCount": 1,
                                                             "TrainingPlanArn": PLAN}}
-    assert gate.why_not(request, []) is None and plan_capacity.sends_on_demand(gate, request)
+    assert gate.why_not_job([], request, []) is None and plan_capacity.sends_on_demand(gate, request)
     assert plan_capacity.without_plan(request)["ResourceConfig"] == {"InstanceType": "ml.trn1.32xlarge",
                                                                      "InstanceCount": 1}
 

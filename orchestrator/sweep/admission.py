@@ -80,6 +80,12 @@ class Admission:
     def __init__(self, limits: Sequence[Limit]):
         self.limits = list(limits)
 
+    def why_not_job(self, needs: Sequence[quotas.Need], request: dict,
+                    held: Iterable[tuple[Sequence[quotas.Need], dict]]) -> str | None:
+        """`why_not` as the runner asks it: the job's request and the jobs in flight as (needs,
+        request) pairs, so that a wrapper reading requests (`sweep.plan_capacity.PlanGate`) has them."""
+        return self.why_not(needs, [n for n, _ in held])
+
     @classmethod
     def from_verdicts(cls, verdicts: Iterable[quotas.Verdict]) -> Admission:
         return cls(limits_from(list(verdicts)))

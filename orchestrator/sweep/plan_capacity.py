@@ -5,7 +5,7 @@ spec says `instance.plan_full: on-demand`.
 Contract: `may_start(free, held, per_trial, active)` is the pure rule (how many more trials may
 start on the plan). `PlanGate` applies it to a sweep's CreateTrainingJob requests (those with
 ResourceConfig.TrainingPlanArn; per-preference plans are SageMaker's to pass over) with
-`why_not(request, in_flight)` as `sweep.admission.Admission` has it, asking the quota admission
+`why_not_job(needs, request, held)` as `sweep.admission.Admission` has it, asking the quota admission
 it wraps (`inner`) too. `on_demand(request)` says whether the runner sends this request without
 its plan (`without_plan`). The plan is read through `read(arn) -> PlanState` (no AWS here):
 at the first request, and again at most every `refresh_s` while it is not Active. `free` is what
@@ -91,10 +91,13 @@ class PlanGate:
                 held += found[1]
         return held
 
-    def why_not(self, request: dict, in_flight: Iterable[dict]) -> str | None:
-        """None when `request` may start now (on its plan, or on demand where allowed); else why it
-        waits. InputError (exit 2) when its plan has ended and the spec allows no on-demand run."""
-        in_flight = list(in_flight)
+    def why_not_job(self, needs: list, request: dict, held: Iterable[tuple[list, dict]]) -> str | None:
+        """None when the job of `request` (asking `needs` of the quotas) may start now, beside the
+        jobs in flight (`held`: their needs and requests), on its plan or on demand where allowed;
+        else why it waits. InputError (exit 2) when its plan has ended and the spec allows no
+        on-demand run."""
+        held = list(held)
+        in_flight = [r for _, r in held]
         found = plan_of(request)
         if found is not None:
             arn, count = found
@@ -110,17 +113,17 @@ class PlanGate:
                             f"{max(0, state.free - self._held(arn, in_flight))} of {state.free} free instance(s) "
                             f"left, {count} needed")
                 self._on_demand.add(request.get("TrainingJobName", ""))
-                return self._inner_why_not(request, in_flight)
+                return self._inner_why_not(needs, held)
             self._on_demand.discard(request.get("TrainingJobName", ""))
             return None  # the plan's capacity, not the on-demand quota, is what it runs on
-        return self._inner_why_not(request, in_flight)
+        return self._inner_why_not(needs, held)
 
-    def _inner_why_not(self, request: dict, in_flight: list[dict]) -> str | None:
+    def _inner_why_not(self, needs: list, held: list[tuple[list, dict]]) -> str | None:
+        """The quota admission, counting only the jobs in flight that run on demand."""
         if self.inner is None:
             return None
-        on_demand = [without_plan(r) if r.get("TrainingJobName") in self._on_demand else r for r in in_flight
-                     if plan_of(r) is None or r.get("TrainingJobName") in self._on_demand]
-        return self.inner.why_not(without_plan(request), on_demand)
+        on_demand = [n for n, r in held if plan_of(r) is None or r.get("TrainingJobName") in self._on_demand]
+        return self.inner.why_not(needs, on_demand)
 
     def on_demand(self, request: dict) -> bool:
         """Whether the last `why_not` admitted `request` on demand (the runner sends `without_plan`)."""

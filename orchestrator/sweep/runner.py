@@ -427,14 +427,14 @@ class Runner(Remote):
                 adopted.add(entry.job_name)
         self._last_elsewhere = len(elsewhere - adopted)
         self.quota_wait = None
-        held = [self._needs(e) for e in latest if e.status in IN_FLIGHT]  # and what this round submits
+        held = [(self._needs(e), e.request) for e in latest if e.status in IN_FLIGHT]  # and this round's
         for entry in latest:
             if entry.status != Status.PLANNED or entry.job_name in adopted:
                 continue
             if room <= 0 or self.backing_off() or self.stop_requested():
                 return
             if self.admission is not None:
-                why = self.admission.why_not(self._needs(entry), held)
+                why = self.admission.why_not_job(self._needs(entry), entry.request, held)
                 if why is not None:
                     # Not submitted to fail: it waits for this sweep's jobs on that type to end.
                     if self.quota_wait != why:
@@ -448,7 +448,7 @@ class Runner(Remote):
             if self._submit(entry, reconcile=False):
                 room -= 1
                 self._acted += 1
-                held.append(self._needs(entry))
+                held.append((self._needs(entry), entry.request))
 
     def _needs(self, entry: Entry) -> list:
         """What the job of `entry` asks of the account's quotas (`quotas.needs` of the spec of
