@@ -15,7 +15,7 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 export PYTHONPATH := $(CURDIR)
 export ORCHESTRATOR_HOME ?= $(HOME)/.orchestrator
 
-.PHONY: venv demo test test-slow bench lint lock upgrade lock-check
+.PHONY: venv demo test test-slow test-scale bench lint lock upgrade lock-check
 
 venv: $(STAMP)
 
@@ -59,7 +59,11 @@ test: $(STAMP)
 # The slow tier: real (tiny) training, torch.compile, the wheel, and the full fuzzing profile.
 # One process: these tests are CPU-bound and their waits are sized for a machine of their own.
 test-slow: $(STAMP)
-	HYPOTHESIS_PROFILE=full $(PY) -m pytest -q -m "slow or fuzz"
+	HYPOTHESIS_PROFILE=full $(PY) -m pytest -q -m "(slow or fuzz) and not scale"
+
+# Tests at an issue's full size (a 1,000-trial cloud schedule run in moto): hours, by hand only.
+test-scale: $(STAMP)
+	$(PY) -m pytest -q -m scale -p no:timeout
 
 bench: $(STAMP)
 	$(PY) bench/cli_latency.py

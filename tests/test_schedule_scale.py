@@ -88,10 +88,11 @@ def test_moto_one_run_of_ten_trials_makes_its_ten_jobs(orch_home, tmp_path, inte
 
 
 @pytest.mark.slow
+@pytest.mark.scale
 def test_moto_one_run_of_a_thousand_trials_makes_its_thousand_jobs(orch_home, tmp_path, interpreter):
     """Issue 35's size: 1,000 trials at concurrency 100. moto's interpreter runs the children on
-    threads of its server, here about one job every 8 s on a loaded two-core machine: `make
-    test-slow` only, and it waits as long as the execution runs."""
+    threads of its server, here about one job every 8 s on a loaded two-core machine, past any
+    tier's time: `make test-scale` only (no time limit), never in CI."""
     _one_run_makes_every_job(tmp_path, 1000, 100)
 
 
