@@ -224,13 +224,15 @@ def test_sweep_run_off_a_terminal_prints_a_heartbeat_when_nothing_happens(capsys
     display = SweepDisplay(runner=None, clock=clock, heartbeat_s=60)
     assert not display.interactive
 
-    def progress(events: tuple[str, ...], count: int) -> SweepProgress:
-        return SweepProgress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, events, False, event_count=count)
+    def progress(events: tuple[str, ...], count: int, new: tuple[str, ...] = ()) -> SweepProgress:
+        return SweepProgress("demo-1a2b3c4d", 2, {"running": 2}, 2, 0, None, None, events, False, event_count=count,
+                             new_events=new)
 
-    display(progress(("10:00:00 demo-1a2b3c4d-t1: submitted",), 1))
+    submitted = ("10:00:00 demo-1a2b3c4d-t1: submitted",)
+    display(progress(submitted, 1, submitted))
     for _ in range(8):  # a runner's polls, 30 s apart, with nothing new
         clock.sleep(30)
-        display(progress(("10:00:00 demo-1a2b3c4d-t1: submitted",), 1))
+        display(progress(submitted, 1))
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "10:00:00 demo-1a2b3c4d-t1: submitted"
     assert out[1:] == ["sweep demo-1a2b3c4d: 2 running; 2 in flight; still running"] * 4  # at 60, 120, 180, 240 s

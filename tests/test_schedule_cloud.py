@@ -516,6 +516,6 @@ def test_moto_a_schedule_belongs_to_the_file_that_deployed_it(tmp_path, orch_hom
     assert code == 0, err
     assert f"warning: {stack}: its state machine {machine['stateMachineArn']} no longer exists" in err
     assert f"schedule remove {stack}` removes the rest" in err
-    code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(files["a"]))
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(files["a"]), "--yes")
     assert code == 0, err
     assert boto3.client("scheduler", region_name=region).list_schedules()["Schedules"] == []

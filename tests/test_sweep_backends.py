@@ -124,7 +124,7 @@ def test_each_trial_backend_is_saved_and_recorded_in_its_intent(mixed):
     make, _, _, _ = mixed
     runner = make()
     saved = runner.ledger.get_value(f"sweep:{runner.d.sweep_id}")
-    assert saved["schema"] == 2  # an earlier version, which would run every trial on one backend, refuses it
+    assert saved["schema"] >= 2  # an earlier version, which would run every trial on one backend, refuses it
     assert [t["backend"] for t in saved["trials"]] == ["sagemaker", "sagemaker", "batch", "batch"]
     assert runner.d.backends == ("sagemaker", "batch")
     rows = {e.job_name: e for e in runner.ledger.entries(sweep_id=runner.d.sweep_id)}
@@ -136,13 +136,16 @@ def test_each_trial_backend_is_saved_and_recorded_in_its_intent(mixed):
     assert again.to_json() == saved and [t.backend for t in again.trials] == ["sagemaker"] * 2 + ["batch"] * 2
 
 
-def test_a_one_backend_sweep_is_saved_in_schema_1(tmp_path, orch_home):
+def test_a_sweep_is_saved_in_the_newest_schema(tmp_path, orch_home):
+    # Its trials' specs carry this version's fields: an earlier version must say "newer" (issue 33).
     from sweep_fakes import SWEEP
+
+    from orchestrator.sweep.definition import DEFINITION_SCHEMA
 
     ledger = Ledger()
     definition = sweeps.save(sweeps.plan(load(tmp_path, SWEEP)), ledger)
     saved = ledger.get_value(f"sweep:{definition.sweep_id}")
-    assert saved["schema"] == 1 and {t["backend"] for t in saved["trials"]} == {"sagemaker"}
+    assert saved["schema"] == DEFINITION_SCHEMA and {t["backend"] for t in saved["trials"]} == {"sagemaker"}
 
 
 def test_an_old_definition_with_one_backend_is_read_and_runs(tmp_path, orch_home):
@@ -151,10 +154,10 @@ def test_an_old_definition_with_one_backend_is_read_and_runs(tmp_path, orch_home
 
     ledger = Ledger()
     definition = sweeps.save(sweeps.plan(load(tmp_path, SWEEP)), ledger)
-    old = definition.to_json()
+    old = {**definition.to_json(), "schema": 1}
     for trial in old["trials"]:
         del trial["backend"]
-    assert old["schema"] == 1 and old["backend"] == "sagemaker"
+    assert old["backend"] == "sagemaker"
     ledger.put_value(f"sweep:{definition.sweep_id}", json.loads(json.dumps(old)))
     again = sweeps.load_definition(ledger, definition.sweep_id)
     assert [t.backend for t in again.trials] == ["sagemaker"] * 4 and again.backends == ("sagemaker",)
@@ -254,6 +257,7 @@ def test_sweep_status_shows_each_trial_backend(mixed, monkeypatch):
     runner = make()
     runner.step()
     monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: runner.backends)
+    monkeypatch.setenv("COLUMNS", "200")  # the table's columns whole (80 columns fold them: test_cli_sweep)
     done = invoke("sweep", "status", runner.d.sweep_id, "--json")
     assert done.exit_code == 0, done.output
     doc = json.loads(done.output)

@@ -529,7 +529,12 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
     out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
-    out(_runner_line(definition.sweep_id, holder, runner.has_work()))
+    # Wrapped to the terminal's width ($COLUMNS) at spaces and after hyphens, as the tables are.
+    import textwrap
+
+    for line in textwrap.wrap(_runner_line(definition.sweep_id, holder, runner.has_work()), width=screen_width(),
+                              subsequent_indent="  ", break_long_words=False):
+        out(line)
 
 
 def _runner_line(sweep_id: str, holder: dict, has_work: bool) -> str:

@@ -36,15 +36,16 @@ from orchestrator.sweep.plan import Plan
 from orchestrator.sweep.process import RunnerBusy, runner_lock
 
 # The newest schema this version reads and writes; it reads every schema in READABLE_SCHEMAS.
-# 1: one backend for the sweep (top-level "backend"); 2: each trial's "backend" may differ.
-DEFINITION_SCHEMA = 2
-READABLE_SCHEMAS = (1, 2)
+# 1: one backend for the sweep (top-level "backend"); 2: each trial's "backend" may differ;
+# 3: the job spec gained `mlflow` and `instance.plan_full` (a trial's spec carries them).
+DEFINITION_SCHEMA = 3
+READABLE_SCHEMAS = (1, 2, 3)
 # The job spec's fields (`spec_fields`) that schema DEFINITION_SCHEMA's readers know, as a
 # digest. A saved trial carries its whole spec, and an earlier version refuses a field it does
 # not know ("Extra inputs are not permitted") instead of saying the sweep is newer: a change of
 # the spec's fields goes with a new schema number (READABLE_SCHEMAS keeps the older ones), so
 # an earlier version says "schema N: upgrade". tests/test_upgrade.py holds this to the spec.
-SPEC_FIELDS_DIGEST = "d9cd50c1132fdf0f"
+SPEC_FIELDS_DIGEST = "63d07b7752ba3c25"
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ class Definition:
 
     def to_json(self) -> dict:
         return {
-            # Schema 1 when one backend serves every trial: an earlier version resumes it as before.
-            "schema": 1 if len(self.backends) == 1 else DEFINITION_SCHEMA,
+            # Every trial's spec carries this version's fields: an earlier version says "newer".
+            "schema": DEFINITION_SCHEMA,
             "name": self.identity.name, "digest": self.identity.digest,
             "tick": self.identity.tick, "backend": self.backend, "region": self.region,
             "concurrency": self.concurrency, "max_retries": self.max_retries, "budget_usd": self.budget_usd,

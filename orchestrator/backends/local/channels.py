@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from entrypoints.shared import contract
-from orchestrator.backends import channels_of
+from orchestrator.backends.local.layout import channels_of
 from orchestrator.errors import BackendError, InputError
 
 
