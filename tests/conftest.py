@@ -191,7 +191,7 @@ if os.environ.get("FAKE_TRAIN_FAIL_RANK") == str(rank):
     if entry and cache and rank != 0:
         # The crash comes after rank 0's compile, as the tests say: on a loaded machine rank 0
         # may still be starting when this rank fails, and torchrun would stop it first.
-        deadline = time.time() + patience(60)
+        deadline = time.time() + 60 * float(os.environ.get("TEST_PATIENCE", "4"))  # as job_waits.patience
         while not (pathlib.Path(cache) / entry / "graph.bin").exists() and time.time() < deadline:
             time.sleep(0.05)
     stats["error"] = "RuntimeError: boom on purpose"
