@@ -104,10 +104,10 @@ def test_without_mlflow_nothing_changes():
 
 
 def test_a_batch_job_logs_to_a_url_through_its_environment():
-    s = specs.loads(BATCH + "mlflow: {tracking_uri: 'http://10.0.0.5:5000', experiment: inf2}\n", "job.yaml")
+    s = specs.loads(BATCH + "mlflow: {tracking_uri: 'http://127.0.0.1:5000', experiment: inf2}\n", "job.yaml")
     prepared = request.prepare(s)
     env = {e["name"]: e["value"] for e in prepared.request["containerOverrides"]["environment"]}
-    assert env["MLFLOW_TRACKING_URI"] == "http://10.0.0.5:5000" and env["MLFLOW_EXPERIMENT_NAME"] == "inf2"
+    assert env["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:5000" and env["MLFLOW_EXPERIMENT_NAME"] == "inf2"
 
 
 @pytest.mark.parametrize("text, field, words", [
