@@ -10,7 +10,8 @@ Contract:
   `\\*`) and compares case as written (States Language spec, "Choice Rules"). So a phrase is
   literal text whose `*` means "any run of characters" (a regex's `.*?`, unbounded: no `.{0,40}`,
   no `\\b`, no character classes, no alternation: write two phrases). It never starts or ends
-  with `*` (both matchers look for it anywhere), has no `**` and no backslash (`check`).
+  with `*` (both matchers look for it anywhere), has no `**` and no backslash, so no literal `*`
+  either (`check`).
 - Case, per `*`-separated segment: a segment without capitals is matched whatever its case by
   the runner, and in the spellings AWS writes by the state machine (`spellings`: as is,
   Capitalised, Title, UPPER, and CamelCase for AWS's one-word identifiers in `CAMEL`); a segment
