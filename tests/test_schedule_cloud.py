@@ -466,6 +466,17 @@ def test_moto_a_sweep_of_many_trials_deploys(trials, tmp_path, orch_home, interp
                       "archive_bytes": sum(uploaded[k] for k in wanted), "s3_calls": dict(calls)}))
 
 
+def test_an_archive_two_attempts_share_is_uploaded_once():
+    """The archive URI is content-addressed: attempts that send the same sources (here two
+    trials' first attempts and a retry) are one upload, in the order first met."""
+    def attempt(uri):
+        return SimpleNamespace(prepared=SimpleNamespace(source_uri=uri))
+
+    compiled = SimpleNamespace(graphs={"t1": [attempt("s3://b/a"), attempt("s3://b/a")],
+                                       "t2": [attempt("s3://b/c"), attempt("s3://b/a")]})
+    assert [p.source_uri for p in cloud.archives(compiled)] == ["s3://b/a", "s3://b/c"]
+
+
 def test_a_trial_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
     """A trial's item (its attempts' requests) is a child execution's input: at most 256 KiB
     (Step Functions quotas). max_retries (at most 10) keeps a trial's item far below it here, so
