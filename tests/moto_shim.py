@@ -14,12 +14,19 @@ of a response handler reaches what the server does.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+import threading
 from collections.abc import Callable
 
 WRITTEN_FOR = "5.2.6"
 ACCOUNT = "123456789012"  # moto's DEFAULT_ACCOUNT_ID: the account of the fake credentials
+
+
+# A Distributed Map's iterations run on this many of the interpreter's threads at most (its
+# MaxConcurrency, at most 1,000): the shared clients keep a connection for each.
+MAP_THREADS = 1000
 
 
 class MotoChanged(RuntimeError):
@@ -303,11 +310,18 @@ def stepfunctions_api_serves_the_interpreter(monkeypatch) -> None:
 
 
 def _operation_model(task):
+    action = task.resource.api_action
+    return _service_model(task._get_boto_service_name()).operation_model(action[:1].upper() + action[1:])
+
+
+@functools.cache
+def _service_model(service: str):
+    """botocore's model of `service`, loaded once: a new session per task re-read and parsed the
+    whole model file (SageMaker's is megabytes of JSON) twice a task, most of the interpreter's
+    time in a run of many trials (py-spy, docs/BENCHMARKS.md)."""
     import botocore.session
 
-    action = task.resource.api_action
-    service = task._get_boto_service_name()
-    return botocore.session.get_session().get_service_model(service).operation_model(action[:1].upper() + action[1:])
+    return botocore.session.get_session().get_service_model(service)
 
 
 def stepfunctions_sdk_pascal_case(monkeypatch) -> None:
@@ -334,14 +348,25 @@ def stepfunctions_sdk_pascal_case(monkeypatch) -> None:
 def stepfunctions_loopback_clients(url: str, monkeypatch) -> None:
     """The interpreter's AWS clients call the moto server at `url` (127.0.0.1), with fake keys."""
     import boto3
+    from botocore.config import Config
 
     patch = "stepfunctions loopback clients"
 
+    made: dict = {}
+    lock = threading.Lock()
+
     def make(original):
         def client_for(region, service, state_credentials=None):
-            client = original(region, service, state_credentials)  # builds its config; calls nothing
-            return boto3.client(service, region_name=region, endpoint_url=url, aws_access_key_id="ak",
-                                aws_secret_access_key="sk", config=client.meta.config)
+            # One client per region and service, as a program keeps its clients (botocore's
+            # clients are thread-safe); building two per task cost the children's threads.
+            with lock:
+                if (region, service) not in made:
+                    client = original(region, service, state_credentials)  # builds its config; calls nothing
+                    made[region, service] = boto3.client(
+                        service, region_name=region, endpoint_url=url, aws_access_key_id="ak",
+                        aws_secret_access_key="sk",
+                        config=client.meta.config.merge(Config(max_pool_connections=MAP_THREADS)))
+                return made[region, service]
         return client_for
 
     replace(monkeypatch, NAMES[patch][0], patch, make)
@@ -448,7 +473,8 @@ def stepfunctions_describe_failing(monkeypatch, fail: dict[str, tuple[int | None
         def client_for(region, service, state_credentials=None):
             client = original(region, service, state_credentials)
             if service == "sagemaker":
-                client.meta.events.register("before-parameter-build.sagemaker.DescribeTrainingJob", refuse)
+                client.meta.events.register("before-parameter-build.sagemaker.DescribeTrainingJob", refuse,
+                                            unique_id="moto_shim.describe_failing")  # the client is shared
             return client
         return client_for
 

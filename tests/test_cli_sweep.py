@@ -371,3 +371,35 @@ def test_a_sweep_that_varies_nothing_is_planned_as_one_trial_and_says_so(orch_ho
     path = write(tmp_path, "sweep: two\nbase: base.yaml\ngrid: {training.batch_size: [4, 8]}\n", LOCAL_BASE)
     code, _, err = run_cli(monkeypatch, capsys, "sweep", "plan", str(path))
     assert code == 0 and "varies nothing" not in err
+
+
+def test_the_status_table_is_riches_layout_written_directly(monkeypatch):
+    """`sweep status` writes its table itself (rich took most of a 1,000-trial status's time):
+    the same text rich writes for the same columns, widths and cell lines, or None (rich then)
+    when rich would lay it out otherwise."""
+    import random
+
+    from orchestrator.cli.output import grid_text, plain, table_text
+    from orchestrator.cli.sweep import fitted_table
+
+    monkeypatch.setenv("COLUMNS", "100")
+    draw = random.Random(7)
+    written = 0
+    for n in range(200):
+        columns = [f"c{i}" for i in range(draw.randint(1, 6))]
+        widths = {c: draw.randint(2, 15) for c in columns}
+        rows = [[["".join(draw.choice("ab-=. x") for _ in range(draw.randint(0, widths[c]))).strip()
+                  for _ in range(draw.randint(0, 3))] for c in columns] for _ in range(draw.randint(0, 5))]
+        table = fitted_table(plain(f"sweep s{n}"))
+        for c in columns:
+            table.add_column(c, overflow="fold", width=widths[c])
+        for row in rows:
+            table.add_row(*(plain("\n".join(lines)) for lines in row))
+        mine = grid_text(f"sweep s{n}", columns, widths, rows)
+        if mine is not None:
+            assert mine == table_text(table), n
+            written += 1
+    assert written > 150
+    assert grid_text("t", ["a", "b"], {"a": 3, "b": 3}, [[["abcd"], ["x"]]]) is None  # wider than its column
+    assert grid_text("t", ["a"], {"a": 120}, []) is None  # wider than the screen
+    assert grid_text("t", ["a"], {"a": 3}, [[["a\tb"]]]) is None

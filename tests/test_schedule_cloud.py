@@ -396,21 +396,44 @@ def _wide(tmp_path, trials: int, max_retries: int):
                  (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
 
 
-def test_moto_a_sweep_of_a_thousand_trials_deploys(tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
-                                                  moto_change_set_outputs, monkeypatch):
+def _count_calls(monkeypatch, operations: tuple[str, ...]) -> dict[str, int]:
+    """How many of each of `operations` botocore clients in this process call from now on."""
+    from collections import Counter
+
+    import botocore.client
+
+    counted: Counter = Counter({op: 0 for op in operations})
+    original = botocore.client.BaseClient._make_api_call
+
+    def counting(self, operation_name, api_params):
+        if operation_name in counted:
+            counted[operation_name] += 1
+        return original(self, operation_name, api_params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counting)
+    return counted
+
+
+@pytest.mark.parametrize("trials", [1000, pytest.param(10_000, marks=[pytest.mark.slow, pytest.mark.scale])])
+def test_moto_a_sweep_of_many_trials_deploys(trials, tmp_path, orch_home, interpreter, scheduler_in_cloudformation,
+                                             moto_change_set_outputs, monkeypatch):
     """A thousand trials (concurrency 100) once could not deploy: every trial's states were in
     one definition and one execution's history. Now the definition is the same size whatever the
-    count, the trials are an S3 object the Map reads, and the template holds no trial."""
+    count, the trials are an S3 object the Map reads, and the template holds no trial. 10,000
+    (the spec's limit) in `make test-scale`; its figures are printed (docs/BENCHMARKS.md)."""
     import boto3
 
     from orchestrator import aws_contract
     from orchestrator.infra.template import template_body
 
-    path = _wide(tmp_path, 1000, 0)
+    path = _wide(tmp_path, trials, 0)
     path.write_text(path.read_text() + "concurrency: 100\n")
-    compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(path)))
-    plan = compiled.plan
-    assert len(plan.trials) == 1000
+    started = time.monotonic()
+    plan = sm.placeholder_plan(spec.load_sweep(path))
+    planned = time.monotonic()
+    compiled = compile_schedule(plan)
+    compiled_at = time.monotonic()
+    assert len(plan.trials) == trials
     body = template_body(compiled.template)
     assert aws_contract.violations("cloudformation", "CreateChangeSet", {
         "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
@@ -418,8 +441,11 @@ def test_moto_a_sweep_of_a_thousand_trials_deploys(tmp_path, orch_home, interpre
     region = plan.sweep.base_spec.region
     bucket = plan.trials[0].prepared.source_uri.split("/")[2]
     boto3.client("s3", region_name=region).create_bucket(Bucket=bucket)
-    _quotas(monkeypatch, {"ml.trn1.2xlarge for training job usage": 1000})
+    _quotas(monkeypatch, {"ml.trn1.2xlarge for training job usage": trials})
+    calls = _count_calls(monkeypatch, ("HeadObject", "PutObject"))
+    deploy_started = time.monotonic()
     cloud.deploy(compiled, region, sleep=lambda s: None)
+    deployed_at = time.monotonic()
     sfn = boto3.client("stepfunctions", region_name=region)
     [machine] = sfn.list_state_machines()["stateMachines"]
     deployed = sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["definition"]
@@ -427,11 +453,28 @@ def test_moto_a_sweep_of_a_thousand_trials_deploys(tmp_path, orch_home, interpre
     assert json.loads(deployed)["States"]["Trials"]["MaxConcurrency"] == 100
     s3 = boto3.client("s3", region_name=region)
     assert s3.get_object(Bucket=bucket, Key=compiled.items_at[1])["Body"].read().decode() == compiled.items_text
-    # Every job a run may make has its archive where its request says.
-    uploaded = {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="jobs/source/")
-                for o in page["Contents"]}
+    # Every job a run may make has its archive where its request says, each uploaded once.
+    uploaded = {o["Key"]: o["Size"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix="jobs/source/") for o in page["Contents"]}
     wanted = {a.prepared.source_uri.split("/", 3)[3] for g in compiled.graphs.values() for a in g}
-    assert len(wanted) == 1000 and wanted <= uploaded
+    assert len(wanted) == trials and wanted <= set(uploaded)
+    assert calls["PutObject"] == len(wanted) + 2  # the archives, the items and the definition
+    print(json.dumps({"trials": trials, "plan_s": round(planned - started, 1),
+                      "compile_s": round(compiled_at - planned, 1), "deploy_s": round(deployed_at - deploy_started, 1),
+                      "items_bytes": len(compiled.items_text), "definition_bytes": len(compiled.definition_text),
+                      "template_bytes": len(body), "archives": len(wanted),
+                      "archive_bytes": sum(uploaded[k] for k in wanted), "s3_calls": dict(calls)}))
+
+
+def test_an_archive_two_attempts_share_is_uploaded_once():
+    """The archive URI is content-addressed: attempts that send the same sources (here two
+    trials' first attempts and a retry) are one upload, in the order first met."""
+    def attempt(uri):
+        return SimpleNamespace(prepared=SimpleNamespace(source_uri=uri))
+
+    compiled = SimpleNamespace(graphs={"t1": [attempt("s3://b/a"), attempt("s3://b/a")],
+                                       "t2": [attempt("s3://b/c"), attempt("s3://b/a")]})
+    assert [p.source_uri for p in cloud.archives(compiled)] == ["s3://b/a", "s3://b/c"]
 
 
 def test_a_trial_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):

@@ -19,6 +19,7 @@ from orchestrator.backends.sagemaker.scheduled import SageMakerJobs
 from orchestrator.schedule import attempts, failure_rules
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.compiled import compile_schedule
+from orchestrator.sweep import failure_phrases, failures
 from orchestrator.sweep.failures import failure_kind as classify
 
 NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
@@ -50,12 +51,12 @@ REASONS = [
 ]
 
 
-def asl_kind(reason: str) -> str:
+def asl_kind(reason: str, table=failure_rules.KINDS) -> str:
     """The kind the state machine's Choice rules give `reason` as SageMaker's FailureReason,
     read as Step Functions reads them (first matching rule; StringMatches: `*` only, case as
     written; a reason no rule matches goes to the Default, the user's)."""
     path = SageMakerJobs.reason_paths[0]
-    rules = failure_rules.rules([path], {kind: kind for kind, _ in failure_rules.KINDS})
+    rules = failure_rules.rules([path], {kind: kind for kind, _ in table}, table)
     for rule in rules:
         for match in rule["Or"]:
             present, pattern = match["And"]
@@ -68,6 +69,48 @@ def asl_kind(reason: str) -> str:
 @pytest.mark.parametrize("reason", REASONS)
 def test_the_machine_reads_a_failure_as_the_sweep_runner_does(reason):
     assert asl_kind(reason) == classify(reason)
+
+
+def regex_kind(reason: str, table) -> str:
+    """The kind the runner's regular expressions, made from `table`, give `reason`."""
+    return next((kind for kind, pattern in failures.reason_kinds(table) if pattern.search(reason)), "user")
+
+
+# A table no code knows: both matchers must follow it, so neither can hold phrases of its own.
+MADE_UP = (("capacity", ("out of beans", "BeanError")), ("spot", ("Beanstalk*felled",)),
+           ("internal", ("bean*counter failure",)))
+MADE_UP_READS = {
+    "out of beans today": "capacity", "Out of beans": "capacity", "OUT OF BEANS": "capacity",
+    "Out Of Beans": "capacity", "BeanError: none left": "capacity", "beanerror": "user",
+    "Beanstalk (i-1) felled.": "spot", "beanstalk felled": "user",
+    "Bean counter failure": "internal", "BEAN COUNTER FAILURE": "internal", "bean, the counter failure": "internal",
+    "nothing of the sort": "user",
+}
+
+
+@pytest.mark.parametrize("reason", sorted(MADE_UP_READS))
+def test_both_matchers_are_made_from_the_one_phrase_table(reason):
+    """The runner's regular expressions and the machine's Choice rules come from the table they
+    are given: a phrase put in it is read the same way by both (lower-case words in each
+    spelling AWS writes, identifiers with capitals as written)."""
+    assert regex_kind(reason, MADE_UP) == asl_kind(reason, MADE_UP) == MADE_UP_READS[reason]
+
+
+def test_the_modules_use_the_table_and_no_phrase_of_their_own(orch_home):
+    assert [(k, p.pattern) for k, p in failures._REASON_KINDS] == [
+        (k, p.pattern) for k, p in failures.reason_kinds(failure_phrases.KINDS)]
+    assert failure_rules.KINDS is failure_phrases.KINDS
+    compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(NIGHTLY)))
+    states = compiled.definition["States"]["Trials"]["ItemProcessor"]["States"]
+    [why] = [s for name, s in states.items() if name.endswith(" Why")]
+    assert why["Choices"] == failure_rules.rules(list(SageMakerJobs.reason_paths),
+                                                 {kind: f"Kind {kind}" for kind, _ in failure_phrases.KINDS})
+
+
+@pytest.mark.parametrize("phrase", ["", "*capacity", "capacity*", "spot**interrupt", "a\\*b", "back\\slash"])
+def test_a_phrase_step_functions_cannot_match_is_refused(phrase):
+    with pytest.raises(ValueError, match="StringMatches"):
+        failure_phrases.check(phrase)
 
 
 def test_every_kind_has_its_state_and_a_retryable_kind_its_route(orch_home):

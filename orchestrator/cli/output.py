@@ -160,3 +160,34 @@ def fitted_text(headers: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]
     for row in texts:
         table.add_row(*(plain(v if names[i] in whole else shown_lines(v, widths[names[i]])) for i, v in enumerate(row)))
     return table_text(table)
+
+
+def grid_text(title: str, columns: list[str], widths: dict[str, int], rows: list[list[str]]) -> str | None:
+    """What `table_text` writes for a `cli.sweep.fitted_table` (rich's MINIMAL box, no edge, no
+    edge padding, title on the left) of these `columns`, each `widths` wide, whose `rows` hold
+    each cell as its lines, written directly: rich measures and wraps every cell again, most of
+    a 1,000-trial `sweep status`'s time (docs/BENCHMARKS.md). None when rich would lay the table
+    out otherwise (a line wider than its column, a table wider than the screen, a title longer
+    than the table, a cell with a tab or a control character): the caller uses rich then."""
+    total = sum(widths[c] for c in columns) + 3 * (len(columns) - 1)
+    if total > screen_width() or len(title) > total or any(ord(ch) < 32 for ch in title):
+        return None
+    header = [[c] for c in columns]
+    for cells in (header, *rows):
+        for column, lines in zip(columns, cells, strict=True):
+            if any(len(line) > widths[column] or not line.isprintable() for line in lines):
+                return None
+    out_lines = [title.ljust(total)]
+
+    def emit(cells: list[list[str]]) -> None:
+        for i in range(max(1, *(len(lines) for lines in cells))):
+            out_lines.append(" │ ".join((lines[i] if i < len(lines) else "").ljust(widths[c])
+                                        for c, lines in zip(columns, cells, strict=True)))
+
+    emit(header)
+    last = len(columns) - 1
+    # A cell's padding is one space on each side that has a neighbour (no edge padding).
+    out_lines.append("┼".join("─" * (widths[c] + (i > 0) + (i < last)) for i, c in enumerate(columns)))
+    for cells in rows:
+        emit(cells)
+    return "\n".join(out_lines)

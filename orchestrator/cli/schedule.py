@@ -249,9 +249,17 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
             continue
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
-            out(f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"
-                + (f" after {job['attempt']} retr{'y' if job['attempt'] == 1 else 'ies'}" if job.get("attempt") else "")
-                + (f" ({job['error']})" if job.get("error") else ""))
+            out(job_line(job))
+
+
+def job_line(job: dict) -> str:
+    """One trial of a run as `schedule list` shows it: its job, state, retries and cause (the
+    failure kind the state machine read from the job's reason, or the error that ended it)."""
+    kind = job.get("kind")
+    return (f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"
+            + (f" after {job['attempt']} retr{'y' if job['attempt'] == 1 else 'ies'}" if job.get("attempt") else "")
+            + (f" ({kind} failure)" if kind and kind != "none" else "")
+            + (f" ({job['error']})" if job.get("error") else ""))
 
 
 @app.command("remove")

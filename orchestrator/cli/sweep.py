@@ -11,7 +11,7 @@ import typer
 
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
-from orchestrator.cli.output import err, out, plain, screen_width, shared_widths, table_text
+from orchestrator.cli.output import err, grid_text, out, plain, screen_width, shared_widths, table_text
 from orchestrator.errors import OrchestratorError
 from orchestrator.lifecycle import Status
 
@@ -520,13 +520,17 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
              for c in columns if c not in fixed}
     widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 3 * (len(columns) - 1),
                                        first=("job", "overrides"))}
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=column in fixed, width=widths[column])
     from orchestrator.names import shown_lines
 
-    for row in rows:
-        table.add_row(*(plain(row[c] if c in fixed else shown_lines(row[c], widths[c])) for c in columns))
-    out(table_text(table))
+    cells = [[(row[c] if c in fixed else shown_lines(row[c], widths[c])).split("\n") for c in columns] for row in rows]
+    text = grid_text(str(table.title), list(columns), widths, cells)  # rich's layout, without its cost
+    if text is None:
+        for column in columns:
+            table.add_column(column, overflow="fold", no_wrap=column in fixed, width=widths[column])
+        for row in cells:
+            table.add_row(*(plain("\n".join(lines)) for lines in row))
+        text = table_text(table)
+    out(text)
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
     # Wrapped to the terminal's width ($COLUMNS) at spaces and after hyphens, as the tables are.

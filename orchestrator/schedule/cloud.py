@@ -6,7 +6,7 @@ Contract:
   computes the change set and asks `confirm(change)`; declined, the change set is deleted and
   nothing is uploaded. Then it uploads the source archive of every job a run may make (each
   trial's first, retry and failover attempts) to its content-addressed URI (the backend's own
-  upload, `ScheduledJobs.upload`), the Map's items and the state machine's definition beside
+  upload, `ScheduledJobs.upload`), once per distinct URI (`archives`), the Map's items and the state machine's definition beside
   them (`put_once`: the ItemReader's object, the template's DefinitionS3Location), then creates or updates the
   schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
   (`infra.deploy.plan_change_set/execute`): the change set is computed first and its changes are
@@ -81,17 +81,27 @@ def deploy(compiled, region: str, *, on_event: Callable = lambda event: None,
         return change, None
     service_clients = {k: v for k, v in clients.items() if k.endswith("_client")}
     parts: dict = {}
-    for graph in compiled.graphs.values():
-        for attempt in graph:  # every job a run may make: its first, each retry's and failover's
-            backend = attempt.prepared.spec.backend
-            if backend not in parts:
-                parts[backend] = scheduled.part_of(backend)
-            parts[backend].upload(attempt.prepared, region, service_clients)
+    for prepared in archives(compiled):
+        backend = prepared.spec.backend
+        if backend not in parts:
+            parts[backend] = scheduled.part_of(backend)
+        parts[backend].upload(prepared, region, service_clients)
     s3 = service_clients.get("s3_client") or make_client("s3", region)
     put_once(s3, compiled.items_at, compiled.items_text)
     put_once(s3, compiled.definition_at, compiled.definition_text)
     outputs = infra_deploy.execute(cfn, change, on_event=on_event, sleep=sleep, poll_s=2.0, main_stack=False)
     return change, outputs
+
+
+def archives(compiled) -> list:
+    """One prepared attempt per distinct source archive URI of every job a run may make (its
+    first, each retry's and failover's): the URI is content-addressed, so trials sharing their
+    sources are uploaded (and looked for) once, not once per trial."""
+    found: dict = {}
+    for graph in compiled.graphs.values():
+        for attempt in graph:
+            found.setdefault(attempt.prepared.source_uri, attempt.prepared)
+    return list(found.values())
 
 
 def _admit(plan, graphs: dict, region: str, clients: dict) -> list[str]:

@@ -3,7 +3,8 @@
 Contract:
 - `failure_kind(detail)` reads a failure from its ledger detail: a failure the runner decided
   starts with "[kind] "; one the backend reported is classified from its reason text
-  (SageMaker's FailureReason; AWS Batch's status reason, container reason and exit code).
+  (SageMaker's FailureReason; AWS Batch's status reason, container reason and exit code) by
+  the phrases of `failure_phrases.KINDS` (`reason_kinds` makes their regular expressions).
   capacity, spot, internal and lost are retryable (`RETRYABLE`); user errors (validation,
   access denied, an algorithm error) never are; budget marks a retry the budget refused.
 - `submit_error_kind(exc)` sorts an error of the runner's own calls by its
@@ -21,12 +22,14 @@ import re
 
 from orchestrator import aws_errors
 from orchestrator.errors import BackendError, OrchestratorError
+from orchestrator.sweep import failure_phrases
 
 # Failure kinds. The ledger's `detail` of a failure the runner decided starts with "[kind] ";
-# a failure reported by the backend is classified from its reason text.
+# a failure reported by the backend is classified from its reason text by the phrases of
+# `failure_phrases.KINDS` (the cloud schedule's Choice rules are made from the same table).
 RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
-# AWS Batch's reasons, as its backend reports them ("<statusReason>; <container reason>; exit
-# code N", `backends.batch`), come first: they are more specific than the words below.
+# Where the phrases come from. AWS Batch's reasons, as its backend reports them ("<statusReason>;
+# <container reason>; exit code N", `backends.batch`), come first: they are more specific.
 # - A queue or compute environment that cannot run the job (AWS Batch user guide, "Jobs stuck
 #   in a RUNNABLE status": MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE,
 #   MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT, ..._EC2_INSTANCE_CONFIGURATION_UNSUPPORTED,
@@ -40,7 +43,7 @@ RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
 # - No capacity: "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - Service cannot fulfill the capacity
 #   requested for instance type ...", and after the time limit "Canceled by JobStateTimeLimit
 #   action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" (user guide, "Jobs stuck in
-#   RUNNABLE due to capacity"): the general capacity words below match both.
+#   RUNNABLE due to capacity"): the general capacity words match both.
 # - The image could not be pulled (the ECS container reason CannotPullContainerError): a
 #   repository or tag that does not exist, or no permission to pull, is the stack's to fix
 #   (user); anything else (a registry timeout, throttling) passes (internal). ECS's errors
@@ -50,21 +53,14 @@ RETRYABLE = frozenset({"capacity", "spot", "internal", "lost"})
 #   code 1": training or the launcher failed, and says why in the job's log and results.json;
 #   137 or 143: killed for memory or at the attempt timeout), is the user's: a retry would fail
 #   the same way.
-_BATCH_REASON_KINDS = (
-    ("user", re.compile(r"\bMISCONFIGURATION:|\bACTION_REQUIRED\b")),
-    ("spot", re.compile(r"\bHost EC2 \(instance [^)]*\) terminated")),
-    ("user", re.compile(r"CannotPullContainerError\b.*?(not found|manifest unknown|access ?denied|unauthorized|"
-                        r"\b403\b|does not exist|repository .{0,80}not)", re.I | re.S)),
-    ("internal", re.compile(r"CannotPullContainerError|CannotStartContainerError|CannotInspectContainerError|"
-                            r"DockerTimeoutError|Task failed to start")),
-)
-_REASON_KINDS = (
-    *_BATCH_REASON_KINDS,
-    ("capacity", re.compile(r"capacity|unable to provision", re.I)),
-    ("spot", re.compile(r"spot.{0,40}interrupt|interrupt.{0,40}spot|spotinterruption", re.I)),
-    ("internal", re.compile(r"internal ?(server ?)?error|internalfailure|internal failure|"
-                            r"serviceunavailable|service unavailable|an internal", re.I)),
-)
+
+
+def reason_kinds(table=failure_phrases.KINDS) -> tuple[tuple[str, re.Pattern], ...]:
+    """(kind, regular expression) of each entry of a phrase table, in its order."""
+    return tuple((kind, failure_phrases.regex(phrases)) for kind, phrases in table)
+
+
+_REASON_KINDS = reason_kinds()
 _KIND_PREFIX = re.compile(r"^\[([a-z]+)\] ")
 
 # Details `stop` leaves on the rows it stops; a runner step reopens these rows (see the
