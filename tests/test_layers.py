@@ -170,12 +170,12 @@ def _backend_class_calls(source: str) -> list[int]:
                   and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "backend_class")
 
 
-# Issue 34, item 2: the backend is resolved where a spec is validated (`JobSpec.backend_type`)
-# and passed on; outside orchestrator/backends/ at most this many calls resolve one by name.
+# Issue 34, item 2: the backend is looked up where a spec is validated (`JobSpec.backend_type`)
+# and passed on; outside orchestrator/backends/ at most this many calls look one up by name.
 MAX_BACKEND_CLASS_CALLS = 5
 
 
-def test_the_backend_is_resolved_once_not_asked_for_again_and_again():
+def test_the_backend_is_looked_up_once_not_asked_for_again_and_again():
     calls = {}
     for path in _modules("orchestrator"):
         if (ROOT / "orchestrator" / "backends") not in path.parents:

@@ -7,7 +7,7 @@ The spec's checks ask it what a spec may say (`spec_problems`, `missing`, `infra
 bill (`estimate`); `request.prepare` where the job's objects go (`locations`), the job file and
 the exact request (`job_file`, `build_request`, `operation`); the quota check what the job
 asks of which quota (`quota_needs`); a cloud schedule its part (`scheduled`). A spec carries
-its backend's class, resolved once when it is validated (`JobSpec.backend_type`).
+its backend's class, looked up once when it is validated (`JobSpec.backend_type`).
 What a running job asks of the backend is `orchestrator.backends.running.Backend`.
 """
 

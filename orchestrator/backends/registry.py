@@ -3,7 +3,7 @@ asked for. It imports no backend and nothing above the spec; what a backend is, 
 interface (`planning.Planning`, the class; `running.Backend`, the instance).
 
 - `names()`, `backend_class(name)`, `create(name, ...)`: the backends by name. A job spec's
-  class is resolved once, when the spec is validated (`JobSpec.backend_type`); callers pass
+  class is looked up once, when the spec is validated (`JobSpec.backend_type`); callers pass
   it on instead of asking here again.
 - `register(name, "module:class")`: a backend this package does not ship (a test's stand-in,
   tests/stand_in_backend/), offered to specs, `locate` and every command until `unregister`.

@@ -1,5 +1,5 @@
 """A job spec's `backend:` field: a name the backend registry offers, checked when validated,
-and its class, resolved once per spec (`JobSpec.backend_type`) and asked what it refuses.
+and its class, looked up once per spec (`JobSpec.backend_type`) and asked what it refuses.
 
 Read from the registry (`orchestrator.backends.registry.names`) rather than a Literal written
 here, so that a backend registered without editing orchestrator/ (a test's stand-in,
@@ -38,7 +38,7 @@ class BackendName(str):
         raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
 
 
-def resolve(name: str):
+def class_of(name: str):
     """The class of backend `name` (`registry.backend_class`): called once per spec, when it is
     validated (or first asked, for a spec made without validation)."""
     from orchestrator.backends import registry

@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from orchestrator.region import REGION_PATTERN
 from orchestrator.spec import tracking_uri as uris
-from orchestrator.spec.backend_name import BackendName, backend_problems, resolve
+from orchestrator.spec.backend_name import BackendName, backend_problems, class_of
 
 # The job's identity (`spec_hash`, LATER_FIELDS) lives in `identity`; named here as before.
 from orchestrator.spec.identity import LATER_FIELDS, spec_hash  # noqa: F401
@@ -542,8 +542,8 @@ class JobSpec(StrictModel):
 
     @property
     def backend_type(self):
-        """The backend's class (`backends.planning.Planning`), resolved once (`backend_name.resolve`)."""
-        self._backend_type = self._backend_type or resolve(self.backend)
+        """The backend's class (`backends.planning.Planning`), looked up once (`backend_name.class_of`)."""
+        self._backend_type = self._backend_type or class_of(self.backend)
         return self._backend_type
 
     @model_validator(mode="after")
