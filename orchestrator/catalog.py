@@ -493,9 +493,7 @@ def resolve(spec: JobSpec) -> Target:
     """
     facts = instance(spec.instance.type)
     lnc = spec.instance.lnc if spec.instance.lnc is not None else (facts.lnc_default if facts else 1)
-    from orchestrator import backends
-
-    cloud = backends.backend_class(spec.backend).cloud
+    cloud = spec.backend_type.cloud
     logical = facts.logical_cores(lnc) if facts else 0
     if spec.training.workers_per_node is not None:
         workers = spec.training.workers_per_node

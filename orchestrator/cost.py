@@ -143,9 +143,7 @@ def estimate(spec: JobSpec, target: catalog.Target | None = None) -> Estimate:
     """The upper-bound cost of `spec` on its backend (see the module docstring; each backend
     bills in its own way: `Backend.estimate`), at the price of its resolved `target` when given
     (`catalog.resolve`; else the catalog is asked for it)."""
-    from orchestrator import backends
-
-    return backends.backend_class(spec.backend).estimate(spec, target)
+    return spec.backend_type.estimate(spec, target)
 
 
 def price_of(spec: JobSpec, target: catalog.Target | None) -> catalog.Price | None:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from orchestrator.aws_errors import is_transient
-from orchestrator.backends import JobStatus
+from orchestrator.backends.job import JobStatus
 from orchestrator.errors import InputError, OrchestratorError
 
 # A line at least this often while a job runs and stdout is not a terminal.

@@ -65,9 +65,7 @@ class Locations:
 
 def of(spec: JobSpec, job_name: str) -> Locations:
     """The locations of job `job_name` of `spec`, as its backend puts them (`Backend.locations`)."""
-    from orchestrator import backends
-
-    return backends.backend_class(spec.backend).locations(spec, job_name)
+    return spec.backend_type.locations(spec, job_name)
 
 
 def output_uri(spec: JobSpec) -> str:

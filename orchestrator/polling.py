@@ -37,9 +37,9 @@ def _on_this_machine(name: str) -> bool:
     """Whether backend `name`'s jobs are asked about on this machine: a backend that is not a
     cloud one, or one whose AWS service's endpoint is a loopback address (botocore's endpoint
     variables: the service's own first, then AWS_ENDPOINT_URL)."""
-    from orchestrator import backends
+    from orchestrator.backends import registry
 
-    backend = backends.backend_class(name)
+    backend = registry.backend_class(name)
     if not backend.cloud:
         return True
     service = backend.operation[0]

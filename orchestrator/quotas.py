@@ -130,9 +130,7 @@ class Verdict(NamedTuple):
 def needs(spec: JobSpec) -> list[Need]:
     """What `spec` asks of which quota (see the module docstring: each backend says,
     `Backend.quota_needs`); pure."""
-    from orchestrator import backends
-
-    return backends.backend_class(spec.backend).quota_needs(spec)
+    return spec.backend_type.quota_needs(spec)
 
 
 def clients(region: str, *, attempts: int | None = None):

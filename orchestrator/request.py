@@ -23,7 +23,8 @@ import json
 from dataclasses import dataclass
 
 from entrypoints.shared import contract
-from orchestrator import backends, catalog, cost, doctor, locations, names, preferences, sourcedir, tracking
+from orchestrator import catalog, cost, doctor, locations, names, preferences, sourcedir, tracking
+from orchestrator.backends.running import RunsHere
 from orchestrator.errors import InputError
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
 from orchestrator.spec import JobSpec, spec_hash
@@ -77,7 +78,7 @@ def resolved_job(spec: JobSpec, job_name: str, extra_tags: dict | None = None,
         # What the container needs of each type SageMaker may select (entrypoints/ cannot ask
         # the catalog): launch.py adapts to the selected one's row.
         job["preferences"] = preferences.table(list(choices) if choices else preferences.choices(spec))
-    backends.backend_class(spec.backend).job_file(spec, job, where)
+    spec.backend_type.job_file(spec, job, where)
     if varied:
         job["varied"] = dict(varied)
     return job
@@ -111,6 +112,9 @@ class Prepared:
     estimate: cost.Estimate
     findings: list[doctor.Finding]
     target: catalog.Target
+    # Each instance preference sized and priced (`preferences.choices`, from the diagnosis);
+    # () for a spec without preferences. Printed by `plan`, never chosen again.
+    choices: tuple = ()
 
     @property
     def source_uri(self) -> str:
@@ -131,7 +135,7 @@ def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
     Nothing for a backend whose request is never sent (`Backend.operation` None)."""
     from orchestrator import aws_contract, provenance
 
-    operation = backends.backend_class(spec.backend).operation
+    operation = spec.backend_type.operation
     if operation is None:
         return
     aws_contract.check_uris(spec, locations.object_uris(spec))
@@ -142,7 +146,8 @@ def check_contract(spec: JobSpec, request: dict, job_name: str) -> None:
 
 
 def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
-            extra_tags: dict | None = None, varied: dict | None = None, local: bool = False) -> Prepared:
+            extra_tags: dict | None = None, varied: dict | None = None,
+            local: RunsHere | None = None) -> Prepared:
     """Job file, archive and request for a spec, on its diagnosis (deterministic).
 
     `source` is the spec, or the doctor's diagnosis of it (`doctor.diagnose`): the target, the
@@ -152,9 +157,11 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     build a request for raises, and then with the doctor's located errors; and a request AWS
     would refuse (`check_contract`: SpecError at the fields it came from).
 
-    `local` (a batch spec run on this machine, `submit --local`): the same request, for the job
-    `names.local_job_name(spec)`, with the archive, results.json and the compile cache in this
-    machine's store (`locations.store`, `LocalBackend.run_here`); the local backend runs it.
+    `local` (a batch spec run on this machine, `submit --local`): the backend that runs it here
+    (`RunsHere`: the local backend, given by the caller). The same request,
+    for the job `names.local_job_name(spec)`, with the archive, results.json and the compile
+    cache in this machine's store (`locations.store`), the job file made this machine's by the
+    backend that runs it (`run_here`).
     """
     diagnosis = source if isinstance(source, doctor.Diagnosis) else doctor.diagnose(source)
     spec, target = diagnosis.spec, diagnosis.target
@@ -166,11 +173,11 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
     where = locations.store(name) if local else locations.of(spec, name)
     job = resolved_job(spec, name, extra_tags, target, varied, diagnosis.choices, where)
     if local:
-        backends.backend_class("local").run_here(job)
+        local.run_here(job)
     archive = sourcedir.build_parts(job)
     where = where.with_source(archive.sha256)
     try:
-        request = backends.backend_class(spec.backend).build_request(
+        request = spec.backend_type.build_request(
             spec, job_name=name, where=where, job=job, hyperparameters=hyperparameters(spec, name), target=target,
             choices=diagnosis.choices)
     except InputError:
@@ -182,5 +189,5 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
         check_contract(spec, request, name)
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, parts=archive,
                     locations=where, request=request, estimate=diagnosis.estimate,
-                    findings=diagnosis.findings, target=target)
+                    findings=diagnosis.findings, target=target, choices=diagnosis.choices)
 

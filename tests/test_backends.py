@@ -15,7 +15,24 @@ from orchestrator.ledger import Ledger
 
 
 def _members(cls) -> set[str]:
-    return {name for name in vars(cls) if not name.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+    """The protocol's members, its bases' (Backend's `Planning`) included."""
+    found = set()
+    for part in cls.__mro__:
+        if part is not object and part.__module__.startswith("orchestrator."):
+            found |= {name for name in vars(part) if not name.startswith("_")}
+            found |= set(vars(part).get("__annotations__", {}))
+    return found
+
+
+def test_the_interface_is_what_planning_asks_of_the_class_and_what_running_asks_of_the_instance():
+    """Issue 34: the spec side (`planning.Planning`) and the job side (`running.Backend`) apart."""
+    from orchestrator.backends.planning import Planning
+
+    planning = _members(Planning)
+    assert {"spec_problems", "rules", "estimate", "locations", "build_request", "operation", "quota_needs",
+            "preferences", "scheduled"} <= planning
+    assert not planning & {"submit", "status", "describe", "stop", "logs"}
+    assert {"submit", "status", "describe", "stop", "logs"} <= _members(Backend) - planning
 
 
 @pytest.mark.parametrize("name", backends.names())

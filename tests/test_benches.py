@@ -31,3 +31,16 @@ def test_a_benchmark_runs_and_prints_json(tmp_path, script, args):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout[done.stdout.index("{"):])
     assert isinstance(report, dict) and report
+
+
+def test_the_plan_walk_looks_the_backend_up_once(tmp_path):
+    """bench/plan_walk.py (issue 34, "resolve once"): `plan` enters the backend registry where the
+    spec is validated (its `backend` field, its class) and nowhere after; it entered 13 times at
+    11 places when each of the doctor, cost, locations and the request asked by name."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(tmp_path / "home"))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "plan_walk.py"),
+                           str(ROOT / "configs" / "vit-trn1-2xlarge.yaml")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=patience(600))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    assert report["entries"] == 2 and all(site.startswith("orchestrator/spec/") for site in report["by_entry"])

@@ -272,7 +272,7 @@ def test_stop_asks_sagemaker_to_stop(orch_home, monkeypatch, capsys):
         assert (name, region) == ("sagemaker", "eu-central-1")
         return real(name, region=region, sagemaker_client=client, s3_client=None, logs_client=None, **clients)
 
-    monkeypatch.setattr(backends, "create", create)
+    _replace_create(monkeypatch, create)
     code, out, _ = _cli(monkeypatch, capsys, "stop", "vit-1", "--region", "eu-central-1")
     assert code == 0 and out.strip() == "vit-1: stop requested"
     stub.assert_no_pending_responses()
@@ -287,7 +287,7 @@ def test_stop_refused_by_sagemaker_exits_1(orch_home, monkeypatch, capsys):
                           service_message="The training job is in status Completed.")
     stub.activate()
     real = backends.create
-    monkeypatch.setattr(backends, "create", lambda name, *, region=None, **kw: real(
+    _replace_create(monkeypatch, lambda name, *, region=None, **kw: real(
         name, region=region, sagemaker_client=client, s3_client=None, logs_client=None, **kw))
     code, _, err = _cli(monkeypatch, capsys, "stop", "vit-1")
     assert code == 1
@@ -346,9 +346,18 @@ def test_stop_of_an_ended_job_says_so_on_both_backends(aws, prepared, no_stop, o
     assert code == 0 and out.strip() == "local-done-1 already failed; nothing to stop"
 
 
+def _replace_create(monkeypatch, create) -> None:
+    """`create` in place of `backends.create`: the commands' own calls, and those of the
+    registry's `locate` (status, logs, stop), which calls the registry's."""
+    from orchestrator.backends import registry
+
+    monkeypatch.setattr(backends, "create", create)
+    monkeypatch.setattr(registry, "create", create)
+
+
 def _quick_polls(monkeypatch, on_sleep=lambda: None) -> None:
     """Backends the CLI builds poll without waiting, calling `on_sleep` instead."""
-    monkeypatch.setattr(backends, "create", lambda name, **kw: _REAL_CREATE(name, sleep=lambda _: on_sleep(), **kw))
+    _replace_create(monkeypatch, lambda name, **kw: _REAL_CREATE(name, sleep=lambda _: on_sleep(), **kw))
 
 
 _REAL_CREATE = backends.create
@@ -626,7 +635,7 @@ def no_backend(orch_home, monkeypatch):
         asked.append((name, region))
         raise BackendError("stub backend: not called in this test")
 
-    monkeypatch.setattr(backends, "create", create)
+    _replace_create(monkeypatch, create)
     return asked
 
 

@@ -110,10 +110,15 @@ def test_heartbeat_interval_defaults_to_a_minute_and_is_overridable(monkeypatch)
 
 
 class ScriptedBackend:
-    name = "sagemaker"
+    """A backend whose statuses are scripted, saying what backend `name`'s class says of itself
+    (`runs_in`, `cloud`: `wait` asks the backend it is given)."""
 
-    def __init__(self, *items):
+    def __init__(self, *items, name: str = "sagemaker"):
+        from orchestrator import backends
+
         self.read = statuses(*items)
+        self.name = name
+        self.runs_in, self.cloud = backends.backend_class(name).runs_in, backends.backend_class(name).cloud
 
     def status(self, job_name):
         return self.read()
@@ -140,8 +145,7 @@ def test_submit_wait_says_where_a_job_it_cannot_read_keeps_running(capsys):
     from orchestrator.cli import follow
 
     clock = Clock()
-    backend = ScriptedBackend(connection_error(), DONE)
-    backend.name = "batch"
+    backend = ScriptedBackend(connection_error(), DONE, name="batch")
     follow.wait(backend, "j", 15, sleep=clock.sleep, clock=clock, interactive=False)
     err = capsys.readouterr().err
     assert "The job keeps running in AWS Batch; still waiting" in err and "in SageMaker" not in err

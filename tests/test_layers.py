@@ -93,28 +93,112 @@ def test_the_launcher_and_the_trainer_meet_only_in_the_shared_part(part):
     assert _offenders(f"entrypoints/{part}", forbidden) == {}
 
 
+# The backend interface and its registry (issue 34): what callers of a backend may import of
+# orchestrator/backends/, besides the package that re-exports them.
+BACKEND_INTERFACE = ("orchestrator.backends.planning", "orchestrator.backends.running", "orchestrator.backends.job",
+                     "orchestrator.backends.registry")
+
+
+def _a_backend_implementation(name: str) -> bool:
+    return name.startswith("orchestrator.backends.") and name not in BACKEND_INTERFACE
+
+
 def test_results_reach_neither_the_sweep_runner_nor_a_backend_implementation():
     """results joins jobs by their names and the backend protocol only (issue 11)."""
     def forbidden(name: str) -> bool:
         return (name == "orchestrator.sweep" or name.startswith("orchestrator.sweep.")
-                or name.startswith("orchestrator.backends."))
+                or _a_backend_implementation(name))
     assert _offenders("orchestrator/results", forbidden) == {}
 
 
 @pytest.mark.parametrize("package", ["orchestrator/cli", "orchestrator/sweep", "orchestrator/results"])
 def test_callers_use_the_backend_protocol_not_an_implementation(package):
     """The CLI, sweeps and results never branch on a backend: they import only the protocol."""
-    assert _offenders(package, lambda name: name.startswith("orchestrator.backends.")) == {}
+    assert _offenders(package, _a_backend_implementation) == {}
+
+
+# What plans a job and sits below the backends' layers: it reaches a backend through the
+# interface modules (no arrow climbs to the package orchestrator/backends/__init__.py).
+BELOW_THE_BACKENDS = ("catalog.py", "cost.py", "doctor", "locations.py", "quotas.py", "spec", "follow.py",
+                      "polling.py", "preferences.py", "request.py", "capacity", "results")
+
+
+@pytest.mark.parametrize("part", BELOW_THE_BACKENDS)
+def test_what_plans_a_job_imports_the_backend_interface_not_the_package(part):
+    """Issue 34, item 1: catalog, cost, doctor, locations and quotas (and the rest below the
+    backends) import `backends.planning`, `backends.running`, `backends.job` or the registry,
+    never `orchestrator.backends` itself, whose re-exports are for the commands."""
+    path = ROOT / "orchestrator" / part
+    paths = _modules(f"orchestrator/{part}") if path.is_dir() else [path]
+    # cloud_errors: how a cloud backend's errors read, in the layers below (pyproject.toml).
+    allowed = {*BACKEND_INTERFACE, "orchestrator.backends.cloud_errors"}
+    bad = {}
+    for p in paths:
+        hits = sorted(n for n in _imports(p) if n.startswith("orchestrator.backends.") and n not in allowed)
+        hits += [f"{line}: the package" for line in _package_imports(p.read_text(), "orchestrator.backends")]
+        if hits:
+            bad[str(p.relative_to(ROOT))] = hits
+    assert bad == {}
+
+
+def _package_imports(source: str, package: str) -> list[int]:
+    """Lines of `source` that import `package` itself or a name it re-exports (`import package`,
+    `from package import Name`); `from package import submodule` imports only the submodule."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(alias.name == package for alias in node.names):
+            found.append(node.lineno)
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == package
+              and not all(_is_module(f"{package}.{alias.name}") for alias in node.names)):
+            found.append(node.lineno)
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == package.rpartition(".")[0]
+              and any(alias.name == package.rpartition(".")[2] for alias in node.names)):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_package_import_reader_tells_the_package_from_its_modules():
+    source = ("from orchestrator.backends import registry\nfrom orchestrator import backends\n"
+              "from orchestrator.backends import JobStatus\nimport orchestrator.backends\n"
+              "from orchestrator.backends.job import JobStatus\n")
+    assert _package_imports(source, "orchestrator.backends") == [2, 3, 4]
+
+
+def _backend_class_calls(source: str) -> list[int]:
+    """Lines of `source` that call `backend_class(...)` (a name or an attribute)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+                  and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) == "backend_class")
+
+
+# Issue 34, item 2: the backend is looked up where a spec is validated (`JobSpec.backend_type`)
+# and passed on; outside orchestrator/backends/ at most this many calls look one up by name.
+MAX_BACKEND_CLASS_CALLS = 5
+
+
+def test_the_backend_is_looked_up_once_not_asked_for_again_and_again():
+    calls = {}
+    for path in _modules("orchestrator"):
+        if (ROOT / "orchestrator" / "backends") not in path.parents:
+            lines = _backend_class_calls(path.read_text())
+            if lines:
+                calls[str(path.relative_to(ROOT))] = lines
+    assert sum(map(len, calls.values())) <= MAX_BACKEND_CLASS_CALLS, calls
+
+
+def test_the_backend_class_call_counter_sees_each_form():
+    source = ("a = backends.backend_class(spec.backend).cloud\nb = backend_class('local')\n"
+              "c = spec.backend_type\nd = backend_classes('x')\n")
+    assert _backend_class_calls(source) == [1, 2]
 
 
 def test_the_spec_imports_nothing_above_it():
     """What the user writes is read below everything that acts on it: spec/ imports only itself,
     errors, names and the region's pattern (the cron syntax a schedule must have lives in spec/,
     issue 24), and asks a backend what it needs of a spec through the registry alone
-    (`orchestrator.backends` itself, never a backend's folder)."""
+    (`orchestrator.backends.registry`, never a backend's folder)."""
     allowed = ("orchestrator.spec", "orchestrator.errors", "orchestrator.names", "orchestrator.region")
     assert _offenders("orchestrator/spec", lambda name: name.startswith("orchestrator")
-                      and name not in ("orchestrator", "orchestrator.backends")
+                      and name not in ("orchestrator", "orchestrator.backends", "orchestrator.backends.registry")
                       and not any(name == a or name.startswith(a + ".") for a in allowed)) == {}
 
 
@@ -334,7 +418,7 @@ def test_the_schedule_compiler_names_no_aws_service_and_imports_no_backend():
     schedule/ asks the registry and that contract, never a backend's folder, and holds no string
     naming a backend's service (a comparison or a table keyed on one)."""
     assert _offenders("orchestrator/schedule", lambda name: name.startswith("orchestrator.backends.")
-                      and name != "orchestrator.backends.scheduled") == {}
+                      and name not in ("orchestrator.backends.scheduled", *BACKEND_INTERFACE)) == {}
     found = []
     for path in (ROOT / "orchestrator" / "schedule").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

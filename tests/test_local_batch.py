@@ -54,7 +54,7 @@ def write_spec(tmp_path: Path, name: str = "lb", count: int = 1, runtime: str = 
 
 
 def local_prepared(path: Path):
-    return request.prepare(spec.load(path), local=True)
+    return request.prepare(spec.load(path), local=LocalBackend)  # the backend that runs it here
 
 
 def stored(uri: str) -> dict | None:

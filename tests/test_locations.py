@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from entrypoints.launcher import bootstrap
-from orchestrator import locations, request, spec
+from orchestrator import backends, locations, request, spec
 from orchestrator.ledger import Ledger
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -54,7 +54,7 @@ def test_a_batch_request_and_job_file_read_theirs_too(orch_home):
 
 
 def test_a_batch_spec_run_here_has_the_stores_locations(orch_home):
-    prepared = _prepared("vit-inf2-xlarge.yaml", local=True)
+    prepared = _prepared("vit-inf2-xlarge.yaml", local=backends.create("local"))
     store = locations.store(prepared.job_name)
     assert prepared.locations == store.with_source(prepared.archive_sha256)
     assert prepared.locations.output == f"file://{orch_home}/store/jobs"

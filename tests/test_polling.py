@@ -73,7 +73,7 @@ def test_follow_at_the_floor_asks_once_per_floor(monkeypatch):
     asked = []
 
     class Job:
-        name = "sagemaker"
+        name, runs_in, cloud = "sagemaker", "in SageMaker", True
 
         def status(self, job_name):
             asked.append(clock.now)

@@ -234,8 +234,11 @@ class Results:
         "`stopped: ...` when the launcher was signalled; `could not write results to ...` when storing this "
         "document failed (the local copy then says `failed`). The failure file (`/opt/ml/output/failure`, "
         "SageMaker's `FailureReason`) holds `<host>: <this text>`, cut to 1,024 characters")
-    backend: Literal["sagemaker", "batch", "local"] | None = optional(
-        "the backend that ran it: the job file's `backend` (a batch spec run by the local backend, "
+    # Any name: a backend is added by the orchestrator's registry alone (docs/ARCHITECTURE.md,
+    # "Adding a backend"), which this container side cannot read.
+    backend: str | None = optional(
+        "the backend that ran it, as the orchestrator names it (`sagemaker`, `batch`, `local`, or one "
+        "registered since): the job file's `backend` (a batch spec run by the local backend, "
         "`submit --local`), else the spec's")
     region: str | None = optional("from the spec")
     instance: Instance = doc("see `instance` below")

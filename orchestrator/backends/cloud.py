@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, ClassVar
 
 from orchestrator import aws, aws_errors
-from orchestrator.backends import JobProgress, Submitted, UnknownJob, progress_of
 from orchestrator.backends.cloud_errors import translate
+from orchestrator.backends.job import JobProgress, Submitted, UnknownJob, progress_of
 from orchestrator.errors import InputError
 
 if TYPE_CHECKING:
@@ -122,7 +122,8 @@ class CloudBackend:
 
     def quota_clients(self, attempts: int | None = None):
         """(Service Quotas client, SageMaker client) in this backend's region, for the quota
-        check before a submit (`orchestrator.quotas`); only a cloud backend has quotas."""
+        check before a submit (`Backend.quota_clients`): Batch's too, whose EC2 needs leave the
+        SageMaker client uncalled; only a cloud backend has quotas."""
         from orchestrator import quotas
 
         return quotas.clients(self.region, attempts=attempts)

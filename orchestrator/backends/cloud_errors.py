@@ -9,7 +9,7 @@ line of at most `errors.MAX_SERVICE_MESSAGE` characters (`errors.service_message
 from __future__ import annotations
 
 from orchestrator import aws, aws_errors
-from orchestrator.backends import UnknownJob
+from orchestrator.backends.job import UnknownJob
 from orchestrator.errors import BackendError, OrchestratorError, service_message
 
 # The IAM action behind each API call we make, for AccessDenied hints.

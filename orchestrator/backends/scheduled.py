@@ -162,9 +162,9 @@ def part_of(backend_name: str) -> ScheduledJobs:
     """The backend's part of a cloud schedule; NotScheduled with its reason when it has none."""
     import importlib
 
-    from orchestrator import backends
+    from orchestrator.backends import registry
 
-    cls = backends.backend_class(backend_name)
+    cls = registry.backend_class(backend_name)
     where = getattr(cls, "scheduled", None)
     if where is None:
         raise NotScheduled(f"{backend_name} trials cannot run in a cloud schedule: "

@@ -81,10 +81,8 @@ def duration_hours(spec: JobSpec) -> int:
 def searches(spec: JobSpec) -> tuple[list[Search], list[Skipped]]:
     """The searches for `spec`'s instance types that a plan can hold, and the types skipped
     (with why). InputError (exit 2) for a spec that runs on no SageMaker training job."""
-    from orchestrator import backends
-
     # A plan is SageMaker's capacity for training jobs: asked of the backend, which request it sends.
-    sent = backends.backend_class(spec.backend).operation
+    sent = spec.backend_type.operation
     if sent is None or sent[1] != "CreateTrainingJob":
         raise InputError(f"training plans reserve SageMaker capacity; this spec runs on the {spec.backend} backend",
                          hint="use a spec with backend: sagemaker")

@@ -74,9 +74,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
     def text_of(st) -> str:
         return f"{job_name}: {st.status}" + (f" ({st.secondary})" if st.secondary else "")
 
-    from orchestrator import backends
-
-    runs_in = backends.backend_class(backend.name).runs_in
+    runs_in = backend.runs_in
     ticking = _Ticking(f"{job_name}: waiting", clock or time.monotonic)
     try:
         with console.status(ticking):
@@ -98,7 +96,7 @@ def wait(backend, job_name: str, interval: float, reattach: str | None = None, *
         err(f"stopped waiting; {job_name} keeps running. `python -m orchestrator status {job_name}` shows it, "
             f"`python -m orchestrator stop {job_name}` stops it")
         raise typer.Exit(code=130) from None
-    for text in status_lines(st, here=not backends.backend_class(backend.name).cloud):
+    for text in status_lines(st, here=not backend.cloud):
         out(text)
     if st.status != "completed":
         reason = f": {st.failure_reason}" if st.failure_reason else ""

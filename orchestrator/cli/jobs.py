@@ -86,8 +86,8 @@ def _cloud_holding(job: str, default, ledger):
 
     if default.exists(job):
         return default
-    for name in backends.names():
-        if name == default.name or not backends.backend_class(name).cloud:
+    for name in backends.cloud_names():
+        if name == default.name:
             continue
         try:
             other = backends.create(name, region=default.region, ledger=ledger)
@@ -181,10 +181,9 @@ def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
 
 def _check_local(loaded, path: Path) -> None:
     """InputError (exit 2) for a `--local` the spec cannot take."""
-    from orchestrator import backends
     from orchestrator.errors import InputError
 
-    kind = backends.backend_class(loaded.backend)
+    kind = loaded.backend_type
     if kind.cloud and not kind.local_run:
         raise InputError(f"{path}: --local runs a backend: batch spec's request on this machine; this spec's backend "
                          f"is {loaded.backend}",
@@ -230,15 +229,15 @@ def submit(
     diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
     backend = None
     # A batch spec's request, run by the local backend (a local spec needs no flag).
-    run_here = local and backends.backend_class(loaded.backend).local_run
+    run_here = local and loaded.backend_type.local_run
     if local:
         _check_local(loaded, path)
         backend = backends.create("local")
-        if not backends.backend_class(loaded.backend).cloud:
+        if not loaded.backend_type.cloud:
             # Said, not silent: the flag changes nothing for a spec that already runs here.
             err(f"note: {path} has backend: local, which runs on this machine anyway; --local changes nothing")
         name = _rerun_name(loaded, backend, dry_run, local=run_here) if rerun else None
-        prepared = request.prepare(diagnosis, job_name=name, local=run_here)
+        prepared = request.prepare(diagnosis, job_name=name, local=backend if run_here else None)
     else:
         if rerun:
             # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
@@ -274,7 +273,7 @@ def submit(
                                "submits of this spec", hint="run the command again once the others are done")
         err(f"note: {result.job_name} was taken by a concurrent submit meanwhile; trying the next free name")
         prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, False, local=run_here),
-                                   local=run_here)
+                                   local=backend if run_here else None)
         result = backend.submit(prepared)
         claims += 1
     err(f"submitted to {backend.label}" if result.created else

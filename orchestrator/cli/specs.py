@@ -89,7 +89,7 @@ def print_plan(loaded, prepared, as_json: bool, read_stores: bool = False) -> No
     from orchestrator import doctor as doctor_rules
     from orchestrator import forecast, preferences
 
-    choices = preferences.choices(loaded)
+    choices = prepared.choices
     doctor_rules.raise_for(loaded, prepared.findings)
     for finding in prepared.findings:
         err(finding_text(loaded, finding))

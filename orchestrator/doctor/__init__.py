@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from orchestrator import backends, catalog, cost
+from orchestrator import catalog, cost
 from orchestrator import preferences as choosing
 from orchestrator.doctor import (
     budget,
@@ -76,7 +76,7 @@ def findings(spec: JobSpec) -> list[Finding]:
 def _findings(spec: JobSpec, target: catalog.Target, estimate: cost.Estimate, priced: JobSpec) -> list[Finding]:
     """Every rule but the preferences'; `priced`: the spec whose price the estimate is (the dearest
     preference's variant, else `spec`), which the budget rules name."""
-    findings = backends.backend_class(spec.backend).rules(spec, target, estimate, priced)
+    findings = spec.backend_type.rules(spec, target, estimate, priced)
     findings += instance.lnc(spec, target)
     findings += instance.training_plan_region(spec)
     findings += environment.lnc_env(spec, target)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING
 
-from orchestrator import backends, catalog, preferences
+from orchestrator import catalog, preferences
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def workers(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     facts = target.facts
     if facts is None:
         return []
-    if not backends.backend_class(spec.backend).runs(spec, facts):
+    if not spec.backend_type.runs(spec, facts):
         return []
     out = []
     lnc = target.lnc
@@ -155,7 +155,7 @@ def preference_rules(spec: JobSpec, found: list[preferences.Choice]) -> list[Fin
     # InstanceGroups, InstancePlacementConfig, and EnableManagedSpotTraining, and supports only
     # Flexible Training Plans (FTP) and On-Demand capacity". The spec has no instance groups or
     # placement, and the request sends no InstanceType with preferences (`backends.sagemaker.request`).
-    backend = backends.backend_class(spec.backend)
+    backend = spec.backend_type
     if backend.preferences is None:
         out.append(Finding(
             "N071-preferences-backend", "error",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator import backends
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -26,7 +25,7 @@ def check(spec: JobSpec) -> list[Finding]:
     minutes = spec.instance.keep_alive_minutes
     if minutes <= 0:
         return []
-    if not backends.backend_class(spec.backend).cloud:
+    if not spec.backend_type.cloud:
         return [Finding(
             "N052-keep-alive-local", "info",
             f"keep_alive_minutes {minutes} is ignored by the local backend: a local job keeps no instance "

@@ -9,7 +9,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from orchestrator import backends, catalog
+from orchestrator import catalog
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def precision(spec: JobSpec, target: catalog.Target) -> list[Finding]:
     out = []
     facts = target.facts
     on_neuron = spec.training.runtime == "xla" or (
-        backends.backend_class(spec.backend).cloud and facts is not None
+        spec.backend_type.cloud and facts is not None
         and facts.accelerator.startswith(("Trainium", "Inferentia")))
     if spec.training.precision == "fp16" and on_neuron:
         out.append(Finding(
@@ -96,7 +96,7 @@ def training(spec: JobSpec) -> list[Finding]:
     """N021, N027, N022: local processes this machine can run together, checkpoints that happen."""
     out = []
     train = spec.training
-    here = not backends.backend_class(spec.backend).cloud  # processes of this machine
+    here = not spec.backend_type.cloud  # processes of this machine
     if here and train.runtime == "xla":
         processes = (train.workers_per_node or 1) * spec.instance.count
         if processes > 1:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator import backends
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ def precompile(spec: JobSpec) -> list[Finding]:
             f"precompile: neuron_parallel_compile extracts torch-xla graphs; runtime {spec.training.runtime} has "
             "none, so the job skips the pass (results.json says so)",
             "use runtime: xla on Neuron, or drop training.precompile", PATH))
-    if not backends.backend_class(spec.backend).cloud:
+    if not spec.backend_type.cloud:
         found.append(Finding(
             "N061-precompile-local", "info",
             "precompile: the local backend has no neuron_parallel_compile unless this machine has the Neuron "

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator import backends
 from orchestrator.doctor.finding import Finding
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ ONLY_AN_ACCOUNT = "only a real account can tell what SageMaker does with it"
 
 def check(spec: JobSpec) -> list[Finding]:
     """N077-N079 for a spec whose backend sends its request to SageMaker (nothing otherwise)."""
-    if backends.backend_class(spec.backend).preferences != "sent":
+    if spec.backend_type.preferences != "sent":
         return []
     inst = spec.instance
     types = {p.type for p in inst.preferences or []}

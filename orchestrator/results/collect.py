@@ -30,8 +30,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
 from entrypoints.shared.results_schema import Results
-from orchestrator import backends, catalog, names
-from orchestrator.backends import Backend, JobStatus
+from orchestrator import catalog, names
+from orchestrator.backends import registry
+from orchestrator.backends.job import JobStatus
+from orchestrator.backends.running import Backend
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.names import TAG_SWEEP
 from orchestrator.results.read import (
@@ -91,7 +93,7 @@ class _Collector:
         self.region = region
         self.workers = workers
         self._backend_for = backend_for
-        self._local: Backend | None = None
+        self._here: dict[str, Backend] = {}
         self._backends: dict[tuple[str, str], Backend] = {}
         self._lock = threading.Lock()
         self._default_region: str | None = None
@@ -107,12 +109,13 @@ class _Collector:
                 self._backends[key] = self._backend_for(name, region)
             return self._backends[key]
 
-    def local_jobs(self) -> Backend:
-        """This machine's jobs (the local backend: files only, no AWS), made once."""
+    def jobs_here(self, name: str) -> Backend:
+        """The backend `name` of this machine's jobs (not a cloud one: files only, no AWS), made
+        once."""
         with self._lock:
-            if self._local is None:
-                self._local = backends.create("local")
-            return self._local
+            if name not in self._here:
+                self._here[name] = registry.create(name)
+            return self._here[name]
 
     def job_region(self, results: Results) -> str:
         """The results' region, else the command's region rule (`region.default_region`),
@@ -186,7 +189,7 @@ class _Collector:
         described = None
         if is_cloud(results.backend):
             try:
-                described, why = self.describe(job, results.backend or backends.DEFAULT, region)
+                described, why = self.describe(job, results.backend or registry.DEFAULT, region)
             except Exception as exc:
                 base = build_row(job, results, uri, None, self.price(results.instance.type, region), note)
                 return replace(base, status=ERROR, note=f"asking the job's backend failed: {_reason(exc)}")
@@ -194,7 +197,7 @@ class _Collector:
         else:
             # This machine's job: its status as `status` tells it (a supervisor killed before the
             # job's final results.json, a launcher interrupted); None once its folder is gone.
-            described = self.local_jobs().describe(job)
+            described = self.jobs_here(results.backend).describe(job)
         return build_row(job, results, uri, described, self.price(results.instance.type, region), note)
 
     def missing_row(self, job: str, uri: str) -> Row:
@@ -205,7 +208,7 @@ class _Collector:
         if self.store.local:
             return Row(job=job, status=MISSING, note=missing, uri=uri)
         region = self.command_region()
-        owner = self.listed_by.get(job, backends.DEFAULT)
+        owner = self.listed_by.get(job, registry.DEFAULT)
         try:
             described, _ = self.describe(job, owner, region)
         except Exception as exc:
@@ -270,7 +273,7 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
     `region.default_region`) is the S3 client's, that of jobs whose results name none, and
     where a sweep's jobs are listed. `s3` is a boto3 client for the store (created with
     `client_config` when None); `backend_for(name, region)` builds the backend that describes
-    jobs (default: `backends.create` with clients whose pool fits `workers`). `workers` 1
+    jobs (default: `registry.create` with clients whose pool fits `workers`). `workers` 1
     collects sequentially. `progress(done, total)` is called as jobs finish. Raises
     InputError for an unusable prefix or filter, or an AWS config that cannot be read.
     """
@@ -296,7 +299,7 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
             s3 = aws.client("s3", region, config=client_config(workers))
     store = ResultsPrefix(prefix, s3_client=s3)
     collector = _Collector(store, region=region, workers=workers,
-                           backend_for=backend_for or (lambda name, where: backends.create(
+                           backend_for=backend_for or (lambda name, where: registry.create(
                                name, region=where, pool=workers + 2)))
     if job is not None:
         jobs = [job]
@@ -336,9 +339,7 @@ def _listed_jobs(collector: _Collector, sweep: str) -> list[str]:
     when they cannot be listed: without this list, they would vanish unseen. (Batch lists only
     the queues its ledger rows name, so it asks AWS nothing for a user who never used it.)"""
     listed: dict[str, str] = {}
-    for name in (backends.DEFAULT, *(n for n in backends.names() if n != backends.DEFAULT)):
-        if not backends.backend_class(name).cloud:
-            continue
+    for name in registry.cloud_names():
         backend = collector.backend(name, collector.command_region())
         try:
             for job in backend.job_names(names.listing_needle(sweep)):

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from entrypoints.shared.results_schema import Results
-from orchestrator import backends, catalog, cost, names, peak_flops
-from orchestrator.backends import JobStatus
-from orchestrator.errors import InputError
+from orchestrator import catalog, cost, names, peak_flops
+from orchestrator.backends import registry
+from orchestrator.backends.job import JobStatus
 from orchestrator.lifecycle import Status, is_terminal
 from orchestrator.names import TAG_ATTEMPT, TAG_JOB, TAG_SWEEP, TAG_TRIAL
 
@@ -132,12 +132,10 @@ class Collection:
 
 def is_cloud(backend: str | None) -> bool:
     """Whether jobs of `backend` (as results.json names it; None: an older writer's, a job of
-    `backends.DEFAULT`) run in the cloud and are billed. A backend this version does not know
+    `registry.DEFAULT`) run in the cloud and are billed. A backend this version does not know
     is taken for a cloud one: priced, if its instance type has a price."""
-    try:
-        return backends.backend_class(backend or backends.DEFAULT).cloud
-    except InputError:
-        return True
+    name = backend or registry.DEFAULT
+    return name not in registry.names() or name in registry.cloud_names()
 
 
 def _finite(value: float | None) -> float | None:

@@ -16,7 +16,7 @@ from orchestrator.schedule.cron import next_fires, require_schedule
 from orchestrator.sweep import admission
 
 if TYPE_CHECKING:
-    from orchestrator.backends import Backend
+    from orchestrator.backends.running import Backend
     from orchestrator.ledger import Ledger
     from orchestrator.spec import ScheduleSpec, SweepSpec
 

@@ -112,11 +112,11 @@ def _apply_infra(data: dict, base_dir: Path, smap: SourceMap) -> tuple[dict, lis
         raise SpecError(problems, hint=f"an infra outputs file holds {', '.join(known)}; {hint}")
     merged = json.loads(json.dumps(data, default=str))
     fills = dict(INFRA_FIELDS)
-    name = merged.get("backend", "sagemaker")
-    from orchestrator import backends
+    from orchestrator.spec.problems import backend_of
 
-    if isinstance(name, str) and name in backends.names():
-        fills = backends.backend_class(name).infra_fields(fills)
+    backend = backend_of(merged)
+    if backend is not None:
+        fills = backend.infra_fields(fills)
     for out_key, target in fills.items():
         value = outputs.get(out_key)
         if value is None:

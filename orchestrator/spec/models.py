@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from orchestrator.region import REGION_PATTERN
 from orchestrator.spec import tracking_uri as uris
+from orchestrator.spec.backend_name import BackendName, backend_problems, class_of
 
 # The job's identity (`spec_hash`, LATER_FIELDS) lives in `identity`; named here as before.
 from orchestrator.spec.identity import LATER_FIELDS, spec_hash  # noqa: F401
@@ -502,7 +503,7 @@ class JobSpec(StrictModel):
         pattern=NAME_PATTERN,
         description=f"Job name prefix: letters, digits and single dashes, at most {MAX_NAME} characters.",
     )
-    backend: Literal["sagemaker", "batch", "local"] = Field(
+    backend: BackendName = Field(
         "sagemaker", description="sagemaker (Trainium), batch (Inferentia2 through AWS Batch) or local.")
     region: str = Field("us-east-1", pattern=REGION_PATTERN, description="AWS region.")
     role_arn: str | None = Field(
@@ -537,19 +538,19 @@ class JobSpec(StrictModel):
         None, description="Log params, metrics and results.json to MLflow (docs/USAGE.md, \"MLflow\").")
 
     _source: SourceMap | None = PrivateAttr(default=None)
+    _backend_type: type | None = PrivateAttr(default=None)
+
+    @property
+    def backend_type(self):
+        """The backend's class (`backends.planning.Planning`), looked up once (`backend_name.class_of`)."""
+        self._backend_type = self._backend_type or class_of(self.backend)
+        return self._backend_type
 
     @model_validator(mode="after")
     def _coherent(self) -> "JobSpec":
         # Every problem is collected, so that one round of `validate` shows them all.
         found: list[tuple[str, str]] = []
-        from orchestrator import backends
-
-        backend = backends.backend_class(self.backend)
-        found += backend.spec_problems(self)
-        for section, model in SECTIONS.items():
-            if getattr(self, section) != model.defaults() and backend.section != section:
-                found.append((section, f"{section}: is for backend: {section}; the {self.backend} backend would "
-                              "ignore it"))
+        found += backend_problems(self, SECTIONS)
         if len(self.tags) > 40:
             found.append(("tags", f"{len(self.tags)} tags; at most 40 (the orchestrator adds its own)"))
         for key, value in self.tags.items():

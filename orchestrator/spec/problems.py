@@ -195,9 +195,15 @@ def fields_absent(data: Mapping) -> list[tuple[tuple[str, ...], str]]:
     """The fields the spec's backend needs that `data` leaves out altogether, read from the raw
     data (`Backend.missing`): pydantic runs JobSpec's cross-field checks only when every field
     is valid, so with another problem in the file these would otherwise surface one round later."""
-    from orchestrator import backends
+    backend = backend_of(data)
+    return backend.missing(data) if backend is not None else []
 
-    backend = data.get("backend", "sagemaker")
-    if not isinstance(backend, str) or backend not in backends.names():
-        return []
-    return backends.backend_class(backend).missing(data)
+
+def backend_of(data: Mapping):
+    """The class of the backend the raw spec data names (default sagemaker), None for a name
+    the registry does not know (the model reports it): what the loader asks of the backend
+    before the spec is a model (`Planning.missing`, `Planning.infra_fields`)."""
+    from orchestrator.backends import registry
+
+    name = data.get("backend", "sagemaker")
+    return registry.backend_class(name) if isinstance(name, str) and name in registry.names() else None

@@ -42,9 +42,7 @@ def problems(spec) -> list[tuple[str, str]]:
     region = mlflow_arn_region(spec.mlflow.tracking_uri) if spec.mlflow is not None else None
     if region is None:
         return []
-    from orchestrator import backends
-
-    if backends.backend_class(spec.backend).operation != MLFLOW_OPERATION:
+    if spec.backend_type.operation != MLFLOW_OPERATION:
         return [("mlflow.tracking_uri", f"an MLflow ARN is for backend: sagemaker (CreateTrainingJob's MlflowConfig); "
                  f"a {spec.backend} job's container would need the sagemaker-mlflow plugin's SigV4 signing and "
                  "AWS credentials: give the tracking server's http(s):// URL instead")]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator import backends, cost, doctor, preferences, request, sourcedir, warm_pool
+from orchestrator import cost, doctor, preferences, request, sourcedir, warm_pool
 from orchestrator.errors import InputError, Problem, SpecError
 from orchestrator.names import Identity
 from orchestrator.spec import JobSpec, SweepSpec, with_overrides
@@ -146,7 +146,7 @@ def platform_failover(spec: JobSpec, chain: tuple[str, ...]) -> doctor.Diagnosis
     ResourceConfig.InstancePreferences: on-demand and training plans only, at most 5 types), or
     None where the failover stays client-side (see the module docstring)."""
     inst = spec.instance
-    if (backends.backend_class(spec.backend).preferences != "sent" or inst.spot or inst.preferences or not 1 < len(chain) <= MAX_PREFERENCES
+    if (spec.backend_type.preferences != "sent" or inst.spot or inst.preferences or not 1 < len(chain) <= MAX_PREFERENCES
             or not preferences.can_keep_global_batch(spec, chain)):
         return None
     try:

@@ -28,9 +28,9 @@ from typing import ClassVar
 
 from entrypoints.launcher.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
 from orchestrator.aws_errors import code_of, is_definite_refusal, is_not_found
-from orchestrator.backends import JobStatus, Submitted, UnknownJob, record_status
 from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.cloud_errors import translate
+from orchestrator.backends.job import JobStatus, Submitted, UnknownJob, record_status
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH

@@ -24,7 +24,7 @@ from filelock import FileLock
 
 from entrypoints.shared import contract
 from entrypoints.shared.atomic import write_json
-from orchestrator.backends import (
+from orchestrator.backends.job import (
     DamagedStatus,
     JobProgress,
     JobStatus,

@@ -1,5 +1,5 @@
 """A batch spec run on this machine (`submit SPEC --local`): the spec's exact SubmitJob request
-(`request.prepare(diagnosis, local=True)`, at `locations.store`, as `<name>-<8 hex>-local`) run
+(`request.prepare(diagnosis, local=<the local backend>)`, at `locations.store`, as `<name>-<8 hex>-local`) run
 as an ECS task would run it: `lay_out` writes the job folder the supervisor runs, one container
 whose first process is the image's start script with the request's command; stopped as ECS
 stops a task (`STOP_GRACE_S`). Details and what is not emulated: docs/ARCHITECTURE.md, "A

@@ -32,9 +32,9 @@ from datetime import datetime
 from typing import ClassVar
 
 from orchestrator.aws_errors import is_definite_refusal, is_not_found, kind_of
-from orchestrator.backends import JobStatus, Submitted, record_status
 from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.cloud_errors import translate
+from orchestrator.backends.job import JobStatus, Submitted, record_status
 from orchestrator.errors import BackendError, OrchestratorError
 from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_SPEC_HASH
