@@ -101,9 +101,11 @@ def test_results_reach_neither_the_sweep_runner_nor_a_backend_implementation():
     assert _offenders("orchestrator/results", forbidden) == {}
 
 
-@pytest.mark.parametrize("package", ["orchestrator/cli", "orchestrator/sweep", "orchestrator/results"])
+@pytest.mark.parametrize("package", ["orchestrator/cli", "orchestrator/actions", "orchestrator/sweep",
+                                     "orchestrator/results"])
 def test_callers_use_the_backend_protocol_not_an_implementation(package):
-    """The CLI, sweeps and results never branch on a backend: they import only the protocol."""
+    """The CLI, the actions under it, sweeps and results never branch on a backend: they import
+    only the protocol."""
     assert _offenders(package, lambda name: name.startswith("orchestrator.backends.")) == {}
 
 
