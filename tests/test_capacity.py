@@ -234,7 +234,7 @@ def test_plans_lists_status_window_capacity_and_the_ledger_jobs_that_used_each(o
 
 def test_doctor_quotas_checks_the_plan_type_count_window_and_status(orch_home, sagemaker, monkeypatch, capsys,
                                                                     tmp_path):
-    from orchestrator.cli import quota_check
+    from orchestrator.actions import quota_check
 
     monkeypatch.setattr(quota_check, "run", lambda loaded, say=None, **kw: [])  # quotas: test_quotas' business
     text = (ROOT / "configs" / "vit-trn1-32xlarge.yaml").read_text()

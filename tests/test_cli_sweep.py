@@ -78,7 +78,7 @@ def test_sigterm_ends_a_runner_like_a_stop_it_noticed(rig, monkeypatch, capsys, 
 
     make, cloud, _ = rig
     runner = make()
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
+    monkeypatch.setattr("orchestrator.actions.sweeps.sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     real_status = cloud.status
 
     def status(name):  # the runner polls its jobs in flight: the signal comes now
@@ -229,12 +229,11 @@ def test_cli_stop_of_a_sweep_with_nothing_in_flight_gives_no_resume_advice(tmp_p
 
 def test_cli_stop_says_when_a_resume_would_run_nothing(rig, monkeypatch):
     # The budget leaves no room to resubmit the stopped job: no "continue it with resume".
-    from orchestrator.cli import sweep as cli
 
     make, cloud, _ = rig
     runner = make("sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 2}\n")
     runner.step()
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
+    monkeypatch.setattr("orchestrator.actions.sweeps.sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     done = invoke("sweep", "stop", runner.d.sweep_id)
     assert done.exit_code == 0, (done.output, done.exception)
     assert "1 job(s) stopping" in done.output and "a resume would run nothing (budget or retries used up" in done.output
@@ -403,3 +402,30 @@ def test_the_status_table_is_riches_layout_written_directly(monkeypatch):
     assert grid_text("t", ["a", "b"], {"a": 3, "b": 3}, [[["abcd"], ["x"]]]) is None  # wider than its column
     assert grid_text("t", ["a"], {"a": 120}, []) is None  # wider than the screen
     assert grid_text("t", ["a"], {"a": 3}, [[["a\tb"]]]) is None
+
+
+def test_ctrl_c_while_a_sweep_runs_says_how_to_resume_and_exits_130(rig, monkeypatch, capsys):  # noqa: F811
+    """Ctrl-C in the runner: the lock is let go, the resume hint said, exit 130; the jobs
+    already submitted keep running (nothing is stopped)."""
+    import typer
+
+    from orchestrator.cli import sweep as cli
+
+    make, cloud, _ = rig
+    runner = make()
+    monkeypatch.setattr("orchestrator.actions.sweeps.sweep_backend",
+                        lambda definition, ledger: Router.of(cloud, definition.backends))
+    real_status = cloud.status
+
+    def status(name):  # the runner polls its jobs in flight: the user presses Ctrl-C now
+        real_status(name)
+        raise KeyboardInterrupt
+
+    cloud.status = status
+    with pytest.raises(typer.Exit) as info:
+        cli.drive(runner.d, runner.ledger, poll=5)
+    assert info.value.exit_code == 130
+    assert f"interrupted; continue with `python -m orchestrator sweep resume {runner.d.sweep_id}`" in capsys.readouterr().err
+    assert cloud.jobs and not cloud.stopped
+    with sweeps.runner_lock(runner.d.sweep_id):  # let go: a resume may take the sweep
+        pass

@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from test_prices import TODAY, expected, page, product
 
 from orchestrator import aws, prices, quotas, spec
-from orchestrator.cli import quota_check
+from orchestrator.actions import quota_check
 from orchestrator.errors import BackendError
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "vit-trn-preferences.yaml"

@@ -111,9 +111,11 @@ def test_results_reach_neither_the_sweep_runner_nor_a_backend_implementation():
     assert _offenders("orchestrator/results", forbidden) == {}
 
 
-@pytest.mark.parametrize("package", ["orchestrator/cli", "orchestrator/sweep", "orchestrator/results"])
+@pytest.mark.parametrize("package", ["orchestrator/cli", "orchestrator/actions", "orchestrator/sweep",
+                                     "orchestrator/results"])
 def test_callers_use_the_backend_protocol_not_an_implementation(package):
-    """The CLI, sweeps and results never branch on a backend: they import only the protocol."""
+    """The CLI, the actions under it, sweeps and results never branch on a backend: they import
+    only the protocol."""
     assert _offenders(package, _a_backend_implementation) == {}
 
 
@@ -193,10 +195,11 @@ def test_the_backend_class_call_counter_sees_each_form():
 
 def test_the_spec_imports_nothing_above_it():
     """What the user writes is read below everything that acts on it: spec/ imports only itself,
-    errors, names and the region's pattern (the cron syntax a schedule must have lives in spec/,
-    issue 24), and asks a backend what it needs of a spec through the registry alone
-    (`orchestrator.backends.registry`, never a backend's folder)."""
-    allowed = ("orchestrator.spec", "orchestrator.errors", "orchestrator.names", "orchestrator.region")
+    errors, names, the region's pattern (the cron syntax a schedule must have lives in spec/,
+    issue 24) and the lazy-import helper (`lazy_exports`), and asks a backend what it needs of a
+    spec through the registry alone (`orchestrator.backends.registry`, never a backend's folder)."""
+    allowed = ("orchestrator.spec", "orchestrator.errors", "orchestrator.names", "orchestrator.region",
+               "orchestrator.lazy_exports")
     assert _offenders("orchestrator/spec", lambda name: name.startswith("orchestrator")
                       and name not in ("orchestrator", "orchestrator.backends", "orchestrator.backends.registry")
                       and not any(name == a or name.startswith(a + ".") for a in allowed)) == {}

@@ -50,7 +50,7 @@ def test_a_sweep_at_poll_0_1_asks_sagemaker_at_most_once_per_job_every_floor(rig
         return real_status(name)
 
     cloud.status = status
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
+    monkeypatch.setattr("orchestrator.actions.sweeps.sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     real_runner = sweeps.Runner
     monkeypatch.setattr(sweeps, "Runner", lambda *a, **kw: real_runner(*a, sleep=clock.sleep, clock=clock, **kw))
     start = clock.now

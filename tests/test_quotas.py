@@ -234,7 +234,7 @@ def test_a_refused_quota_read_is_exit_1_for_doctor_and_said_and_skipped_for_subm
     monkeypatch.setattr(quotas, "clients", lambda region, attempts=None: (sq, None))
     code, _, err = run_cli(monkeypatch, capsys, "doctor", str(CONFIG), "--quotas")
     assert code == 1 and "AccessDeniedException" in err and "servicequotas:ListServiceQuotas" in err
-    from orchestrator.cli import quota_check
+    from orchestrator.actions import quota_check
 
     stub.add_client_error("list_service_quotas", "AccessDeniedException", "not authorized", 400)
 

@@ -17,9 +17,9 @@ from test_backend_local import wait_terminal, wait_until
 from orchestrator import processes, spec
 from orchestrator import results as res
 from orchestrator import sweep as sweeps
+from orchestrator.actions.sweeps import sweep_backend
 from orchestrator.backends.local import layout as local_layout
 from orchestrator.cli import follow
-from orchestrator.cli.sweep import sweep_backend
 from orchestrator.errors import JobFailed
 from orchestrator.ledger import Ledger
 

@@ -256,7 +256,7 @@ def test_sweep_status_shows_each_trial_backend(mixed, monkeypatch):
     make, sagemaker, batch, _ = mixed
     runner = make()
     runner.step()
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: runner.backends)
+    monkeypatch.setattr("orchestrator.actions.sweeps.sweep_backend", lambda definition, ledger: runner.backends)
     monkeypatch.setenv("COLUMNS", "200")  # the table's columns whole (80 columns fold them: test_cli_sweep)
     done = invoke("sweep", "status", runner.d.sweep_id, "--json")
     assert done.exit_code == 0, done.output

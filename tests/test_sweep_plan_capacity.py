@@ -132,18 +132,20 @@ def test_an_ended_plan_stops_a_sweep_that_waits_and_not_one_that_may_run_on_dema
 
 
 def test_the_cli_wraps_the_quota_admission_only_for_a_sweep_on_a_plan(rig, monkeypatch):  # noqa: F811
+    from orchestrator.actions import sweeps as actions
     from orchestrator.capacity import plans
-    from orchestrator.cli import capacity
 
     make, _, _ = rig
     quota = Admission({})
     plain = make(SWEEP, BASE)
-    assert capacity.sweep_gate(plain.d, quota) is quota
+    assert actions.plan_gate(plain.d, quota, print) is quota
     planned = make(SWEEP.replace("sweep: planned", "sweep: planned-2"), base("on-demand"))
     described = []
     monkeypatch.setattr(plans, "client", lambda region: "sm")
     monkeypatch.setattr(plans, "describe", lambda sm, arn: described.append((sm, arn)) or plans.Plan(
         arn, "week-49", "Active", None, None, ("ml.trn1.32xlarge",), 4, 3, 1, None, "USD", ("training-job",)))
-    gate = capacity.sweep_gate(planned.d, quota)
+    said = []
+    gate = actions.plan_gate(planned.d, quota, said.append)
     assert isinstance(gate, PlanGate) and gate.inner is quota and gate.fallback == {PLAN: "on-demand"}
     assert gate.state(PLAN) == PlanState(PLAN, "Active", 3) and described == [("sm", PLAN)]
+    assert said == ["plan: week-49 is Active, 3 of 4 instance(s) free"]

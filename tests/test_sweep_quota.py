@@ -97,7 +97,7 @@ def test_sweep_admission_reads_quotas_once_and_refuses_a_trial_that_fits_nowhere
     from test_quotas import _clients
 
     from orchestrator import quotas
-    from orchestrator.cli import quota_check
+    from orchestrator.actions import quota_check
     from orchestrator.errors import InputError
 
     make, _, _ = rig

@@ -173,7 +173,6 @@ def test_a_stopped_job_without_billable_seconds_counts_its_whole_bound(rig):
 
 
 def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig, tmp_path, monkeypatch):
-    from orchestrator.cli import sweep as cli
 
     make, cloud, _ = rig
     text = "sweep: demo\nbase: base.yaml\nbudget: {max_total_cost_usd: 3}\n"
@@ -193,7 +192,7 @@ def test_a_budget_refusal_says_what_to_do_and_resume_takes_the_raised_budget(rig
         return result
 
     monkeypatch.setattr(cloud, "submit", submit_and_finish)
-    monkeypatch.setattr(cli, "sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
+    monkeypatch.setattr("orchestrator.actions.sweeps.sweep_backend", lambda definition, ledger: Router.of(cloud, definition.backends))
     done = invoke("sweep", "resume", runner.d.sweep_id, "--poll", "0.1")
     assert done.exit_code == 0, (done.output, done.exception)
     assert f"took budget.max_total_cost_usd 3.0 -> 10.0 from {sweep_file.resolve()}" in done.output

@@ -1,7 +1,7 @@
 """The command line: the only code that prints or exits.
 
-One module per command group (`root.COMMANDS` maps each command to it), each imported only
-when its command runs (or for `--help`), so a command loads no more than it needs; the plain
+One module per command group (`root.COMMANDS` maps each command to it, with the line the
+root's `--help` lists), each imported only when its command runs (or for its own `--help`), so a command loads no more than it needs; the plain
 `validate PATH` runs without typer at all (`quick`). Heavy
 imports (boto3, torch, matplotlib) happen inside the commands that need them, so
 `validate`, `doctor`, `plan` and `schema` start fast and never import torch. Errors become
@@ -14,18 +14,11 @@ from __future__ import annotations
 import sys
 
 from orchestrator.cli.output import reflowed
+from orchestrator.lazy_exports import module_getattr
 
 # The root group, imported on first use (`root` imports typer): `main` runs the plain
 # `validate PATH` without it (`quick`).
-_FROM_ROOT = ("COMMANDS", "app")
-
-
-def __getattr__(name: str):
-    if name in _FROM_ROOT:
-        from orchestrator.cli import root
-
-        return getattr(root, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = module_getattr(__name__, {"COMMANDS": "root", "app": "root"})
 
 
 def main() -> None:

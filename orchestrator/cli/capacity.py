@@ -197,32 +197,3 @@ def doctor_plans(loaded, say=out) -> None:
     if bad:
         raise InputError("the job cannot run on its training plan:\n  " + "\n  ".join(bad),
                          hint="reserve a plan that fits (`capacity offerings SPEC`) or change the spec")
-
-
-def sweep_gate(definition, quota_admission):
-    """The runner's admission for a saved sweep: `quota_admission` (or None) wrapped in a
-    `sweep.plan_capacity.PlanGate` when a trial runs on a job-level training plan, read online
-    (DescribeTrainingPlan) as the runner needs it; else `quota_admission` unchanged."""
-    from orchestrator.capacity import plans
-    from orchestrator.sweep import plan_capacity
-
-    fallback: dict[str, str] = {}
-    for trial in definition.trials:
-        inst = trial.spec.instance
-        if inst.training_plan_arn:
-            # One trial that waits makes the plan's trials wait: on-demand only where all allow it.
-            said = fallback.get(inst.training_plan_arn, inst.plan_full)
-            fallback[inst.training_plan_arn] = plan_capacity.ON_DEMAND if (
-                said == inst.plan_full == plan_capacity.ON_DEMAND) else plan_capacity.WAIT
-    if not fallback:
-        return quota_admission
-    clients: dict = {}
-
-    def read(arn: str):
-        region = plans.region_of(arn) or definition.region
-        sm = clients.get(region) or clients.setdefault(region, plans.client(region))
-        plan = plans.describe(sm, arn)
-        err(f"plan: {plan.name} is {plan.status}, {plan.available} of {plan.total} instance(s) free")
-        return plan_capacity.PlanState(arn, plan.status, plan.available)
-
-    return plan_capacity.PlanGate(read, fallback, quota_admission)

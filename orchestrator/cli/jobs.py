@@ -1,5 +1,6 @@
-"""Commands on one job: submit, status, logs, stop. Only the backend protocol is used: the
-backend is the spec's (submit) or the one that owns the job (`backends.locate`)."""
+"""Commands on one job: submit, status, logs, stop. They parse, call `actions.jobs` (which
+backend holds a job, the dry run and the submit, rerun names), print and exit. Only the backend
+protocol is used: the backend is the spec's (submit) or the one that owns the job."""
 
 from __future__ import annotations
 
@@ -18,127 +19,26 @@ app = typer.Typer()
 
 @contextmanager
 def job_backend(job: str, region: str | None, read_only: bool = False):
-    """The backend that owns `job` (`backends.locate`: the ledger's, else one that holds it on
-    this machine, else the default cloud backend in --region), for the block that asks it
-    about the job. A --region that differs from the ledger's is noted on stderr and ignored:
-    the job was submitted there.
-
-    In the block, a backend that has no such job (UnknownJob) raises an InputError: for a
-    name the ledger knows, saying what the ledger recorded (e.g. a submit that failed, and
-    what to do about it); for a name known nowhere, saying where it looked. A backend that
-    could not be asked for lack of usable credentials about a name known to neither the
-    ledger nor this machine raises an InputError (exit 2) saying so: most often the name is
-    mistyped. Without a connection or an answer from the endpoint it stays a BackendError
-    (exit 1: a network failure is not bad input), saying the name is not known here.
-    `read_only` (status, logs): a ledger this process cannot write is read as it is (noted on
-    stderr), and what the backend says is not recorded in it."""
-    from orchestrator import aws_errors, backends
-    from orchestrator.errors import BackendError, InputError
+    """The backend that owns `job`, for the block that asks it about the job
+    (`actions.jobs.held_by`: its notes on stderr, its errors raised). `read_only` (status,
+    logs): a ledger this process cannot write is read as it is (noted on stderr), and what the
+    backend says is not recorded in it."""
+    from orchestrator.actions import jobs as actions
     from orchestrator.ledger import Ledger
-    from orchestrator.paths import home
 
     ledger = Ledger(read_only=read_only)
-    found = backends.locate(job, region=region, ledger=ledger)
-    backend, entry = found.backend, found.entry
-    if entry is not None and region and region != backend.region:
-        err(f"note: --region {region} ignored: the ledger ({ledger.path}) records {job} on {backend.place}")
-    jobs = home() / "jobs"
-    nowhere = f"it is in neither the ledger ({ledger.path}) nor the local jobs ({jobs})"
-    check = (f"check the name (`ls {jobs}` lists the local jobs, `python -m orchestrator sweep status` the sweeps, "
-             "`python -m orchestrator results` the jobs with results)")
-    try:
-        if found.guessed:  # asked here, so that a backend that cannot be asked is reported below, once
-            backend = _cloud_holding(job, backend, ledger)
+    with actions.held_by(job, region, ledger, err) as backend:
         yield backend
         note_read_only(ledger)
-    except backends.UnknownJob as exc:
-        if entry is None:
-            if not found.guessed:
-                raise
-            raise InputError(f"no job {job}: {nowhere}, and {exc.message}",
-                             hint=f"{check}; if it is a SageMaker or AWS Batch job in another region, pass --region"
-                             ) from exc
-        raise InputError(f"{exc.message}; the ledger records {job} ({entry.backend}, {entry.region}) as "
-                         f"{ledger_status(entry)}", hint=_ledger_hint(entry, exc)) from exc
-    except BackendError as exc:
-        if not found.guessed or not aws_errors.never_asked(exc):
-            raise
-        if aws_errors.kind_of(exc) != "credentials":
-            # No connection or no answer: a failure of the network or the endpoint (exit 1),
-            # whatever the name; say too that it is not known here.
-            raise BackendError(f"{exc.message}; {job} is in neither the ledger ({ledger.path}) nor the local "
-                               f"jobs ({jobs}), so only {backend.place} could say whether it exists",
-                               hint=exc.hint) from exc
-        raise InputError(
-            f"no job {job}: {nowhere}, and {backend.place} could not be asked: {exc.message}",
-            hint=f"{check}; if it is a SageMaker job, "
-                 + (exc.hint or "configure AWS credentials (aws configure, AWS_PROFILE)")) from exc
-
-
-def _cloud_holding(job: str, default, ledger):
-    """For a name neither the ledger nor this machine knows (a job submitted from another
-    machine): the default cloud backend when it has the job, else another cloud backend in the
-    same region that has it (an AWS Batch job), else the default, whose answer the caller
-    reports. The default's errors propagate (the caller reports a backend it could not ask);
-    another backend that cannot be asked is passed over."""
-    from orchestrator import backends
-    from orchestrator.errors import OrchestratorError
-
-    if default.exists(job):
-        return default
-    for name in backends.cloud_names():
-        if name == default.name:
-            continue
-        try:
-            other = backends.create(name, region=default.region, ledger=ledger)
-            if other.exists(job):
-                return other
-        except OrchestratorError:
-            continue
-    return default
 
 
 def note_read_only(ledger) -> None:
     """Say so when a read-only command found the ledger not writable (see Ledger's read_only)."""
-    if not ledger.writable:
-        err(f"note: the ledger {ledger.path} cannot be written here: it was read as it is, and what the backend "
-            "said now is not recorded in it")
+    from orchestrator.actions.jobs import read_only_note
 
-
-def ledger_status(entry) -> str:
-    """A ledger row's status, and why when the ledger says: "failed: [permanent] ...",
-    "planned (never created: ...)", or "planned (not submitted yet)" for a row that waits
-    for its submit (a sweep's queued trial)."""
-    if entry.status in ("planned", "submitting"):
-        if entry.detail:
-            return f"{entry.status} (never created: {entry.detail})"
-        if entry.status == "planned":
-            return "planned (not submitted yet)"
-        return "submitting (its submit has not finished, or was interrupted)"
-    return f"{entry.status}: {entry.detail}" if entry.detail else str(entry.status)
-
-
-def _ledger_hint(entry, unknown) -> str | None:
-    """What to do about a job the ledger knows and its backend does not (`unknown`, the
-    backend's UnknownJob): the name is right, so never "check the name" for a job that was
-    never created."""
-    sweep = (f"`python -m orchestrator sweep status {entry.sweep_id}` shows its trial" if entry.sweep_id else None)
-    if entry.status not in ("planned", "submitting"):
-        return sweep or unknown.hint
-    if entry.sweep_id:
-        if entry.status == "planned" and not entry.detail:
-            return f"{sweep}; the sweep's runner submits it in its turn"
-        return (f"{sweep}; fix what kept it from being created, then `python -m orchestrator sweep resume "
-                f"{entry.sweep_id}` submits it again")
-    if entry.detail:
-        return "the job was never created: fix that, then submit its spec again (`python -m orchestrator submit SPEC`)"
-    if entry.status == "planned":
-        return "submit its spec (`python -m orchestrator submit SPEC`) to create the job"
-    # A submit still running, or one killed before it created the job (or a local job whose
-    # folder was removed since: the backend says where its jobs are).
-    again = ("if its submit was interrupted, submit its spec again (`python -m orchestrator submit SPEC`): that "
-             "creates the job, or finds it if it exists")
-    return f"{unknown.where}; {again}" if unknown.where else again
+    note = read_only_note(ledger)
+    if note:
+        err(note)
 
 
 def _progress_line(st, progress) -> str:
@@ -152,42 +52,6 @@ def _progress_line(st, progress) -> str:
         last = ": its last known step (it ended before writing its final results)" if st.terminal else ""
         return f"{steps} ({when}{last})"
     return f"{steps} (results.json: {progress.record})"
-
-
-# How many names a `submit --rerun` tries to claim before it gives up (each lost to a concurrent one).
-RERUN_CLAIMS = 5
-
-
-def _rerun_name(loaded, backend, dry_run: bool, local: bool = False) -> str:
-    """The name `--rerun` submits under (`reruns.rerun_name`): free in the ledger (read only
-    when there is one, so that a dry run writes nothing) and in the backend, which knows the
-    jobs other machines submitted. A dry run that cannot ask the backend says so and uses the
-    ledger alone."""
-    from orchestrator import aws_errors, reruns
-    from orchestrator.errors import BackendError
-    from orchestrator.ledger import Ledger
-    from orchestrator.paths import home
-
-    names = {e.job_name for e in Ledger().entries()} if (home() / "ledger.sqlite3").exists() else set()
-    try:
-        return reruns.rerun_name(loaded, names, backend, local=local)
-    except BackendError as exc:
-        if not dry_run or not aws_errors.never_asked(exc):
-            raise
-        err(f"note: {backend.place} could not be asked which rerun names are taken ({exc.message}); the name "
-            "below is free in this machine's ledger only")
-        return reruns.rerun_name(loaded, names, local=local)
-
-
-def _check_local(loaded, path: Path) -> None:
-    """InputError (exit 2) for a `--local` the spec cannot take."""
-    from orchestrator.errors import InputError
-
-    kind = loaded.backend_type
-    if kind.cloud and not kind.local_run:
-        raise InputError(f"{path}: --local runs a backend: batch spec's request on this machine; this spec's backend "
-                         f"is {loaded.backend}",
-                         hint="to try a SageMaker spec here, copy it with backend: local (see configs/local-tiny.yaml)")
 
 
 @app.command()
@@ -220,62 +84,33 @@ def submit(
     """
     import shlex
 
-    from orchestrator import backends, request, spec
     from orchestrator import doctor as doctor_rules
+    from orchestrator import spec
+    from orchestrator.actions import jobs as actions
     from orchestrator.cli.specs import print_plan
-    from orchestrator.errors import BackendError
 
     loaded = spec.load(path)
-    diagnosis = doctor_rules.diagnose(loaded)  # target, cost and findings (the budget check): once
-    backend = None
-    # A batch spec's request, run by the local backend (a local spec needs no flag).
-    run_here = local and loaded.backend_type.local_run
-    if local:
-        _check_local(loaded, path)
-        backend = backends.create("local")
-        if not loaded.backend_type.cloud:
-            # Said, not silent: the flag changes nothing for a spec that already runs here.
-            err(f"note: {path} has backend: local, which runs on this machine anyway; --local changes nothing")
-        name = _rerun_name(loaded, backend, dry_run, local=run_here) if rerun else None
-        prepared = request.prepare(diagnosis, job_name=name, local=backend if run_here else None)
-    else:
-        if rerun:
-            # The doctor (and the budget) first: a spec it refuses needs no AWS call to say so.
-            diagnosis.raise_for_errors()
-            backend = backends.create(loaded.backend, region=loaded.region)
-        prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, dry_run) if rerun else None)
+    submission = actions.dry_run(loaded, path, rerun=rerun, local=local, only_shown=dry_run, say=err)
+    prepared = submission.prepared
     if dry_run:
         print_plan(loaded, prepared, as_json=False)
         return
     doctor_rules.raise_for(loaded, prepared.findings)  # errors, including a cost above the budget: exit 2
     for finding in prepared.findings:
         err(finding_text(loaded, finding))
-    backend = backend or backends.create(loaded.backend, region=loaded.region)
+    backend = actions.backend_of(submission)
     if quota_check_ and not local:
-        from orchestrator.cli import quota_check
+        from orchestrator.actions import quota_check
 
         # Before the source upload and CreateTrainingJob: exit 2 when nothing fits.
-        quota_check.run(loaded, tolerant=True, backend=backend)
-    if run_here:
+        quota_check.run(loaded, err, tolerant=True, backend=backend)
+    if submission.run_here:
         err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
         if prepared.job["workers_per_node"] != prepared.target.workers_per_node:
             err(f"note: runtime xla runs one process on this machine's CPU (PJRT): the local run trains 1 worker "
                 f"where {loaded.instance.type} runs {prepared.target.workers_per_node}, one per NeuronCore")
     err(prepared.estimate.describe())
-    backend = backend or backends.create(loaded.backend, region=loaded.region)
-    result = backend.submit(prepared)
-    claims = 1
-    while rerun and not result.created:
-        # A concurrent `submit --rerun` of this spec took the name between our choice and our
-        # submit (its ledger row or its job came first): never report its job as ours.
-        if claims == RERUN_CLAIMS:
-            raise BackendError(f"{result.job_name}: {RERUN_CLAIMS} rerun names in a row were taken by concurrent "
-                               "submits of this spec", hint="run the command again once the others are done")
-        err(f"note: {result.job_name} was taken by a concurrent submit meanwhile; trying the next free name")
-        prepared = request.prepare(diagnosis, job_name=_rerun_name(loaded, backend, False, local=run_here),
-                                   local=backend if run_here else None)
-        result = backend.submit(prepared)
-        claims += 1
+    result = actions.schedule(submission, err)
     err(f"submitted to {backend.label}" if result.created else
         f"already submitted to {backend.label} earlier; nothing created")
     out(result.job_name)
@@ -346,6 +181,7 @@ def stop(
     already ended or is stopping, and for one the ledger records as ended that was never
     created (a sweep trial cancelled before submission).
     """
+    from orchestrator.actions.jobs import ledger_status
     from orchestrator.backends import DamagedStatus, UnknownJob
     from orchestrator.lifecycle import Status
 

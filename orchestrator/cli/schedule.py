@@ -14,20 +14,10 @@ app = typer.Typer(name="schedule", no_args_is_help=True, help="Run a sweep on it
 
 
 def _scheduler(path: Path, poll: float | None):
-    from orchestrator import polling, spec
-    from orchestrator import schedule as schedules
-    from orchestrator import sweep as sweeps
-    from orchestrator.ledger import Ledger
+    from orchestrator import spec
+    from orchestrator.actions import sweeps as actions
 
-    loaded = spec.load_sweep(path)
-    ledger = Ledger()
-    # Every backend the sweep's variants name, each made when a tick's runner first needs it.
-    names = [loaded.base_spec.backend, *[v["backend"] for v in loaded.variants if "backend" in v]]
-    backend = sweeps.Router.create(names, region=loaded.base_spec.region, ledger=ledger)
-    poll_seconds, raised = polling.at_least(poll if poll is not None else backend.sweep_poll_s, names, "--poll")
-    if raised and poll is not None:  # a default under the floor (a local backend's, mixed in) is raised silently
-        err(raised)
-    return schedules.Scheduler(loaded, backend, ledger, runner_options={"poll_seconds": poll_seconds})
+    return actions.scheduler(spec.load_sweep(path), poll, err)
 
 
 def _print_tick(report) -> None:

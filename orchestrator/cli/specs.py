@@ -50,7 +50,7 @@ def doctor(
     if bad:
         raise typer.Exit(code=2)
     if quotas:
-        from orchestrator.cli import quota_check
+        from orchestrator.actions import quota_check
 
         quota_check.run(loaded, out)
         from orchestrator.cli import capacity
@@ -76,10 +76,10 @@ def plan(
     prepared = request.prepare(loaded)
     if quotas:  # a plain plan stays offline
         from orchestrator import doctor as doctor_rules
-        from orchestrator.cli import quota_check
+        from orchestrator.actions import quota_check
 
         doctor_rules.raise_for(loaded, prepared.findings)
-        quota_check.run(loaded)
+        quota_check.run(loaded, err)
     print_plan(loaded, prepared, as_json, read_stores)
 
 

@@ -1,10 +1,10 @@
 """`sweep`: many jobs from one spec (`orchestrator.sweep`): plan, run (here or in the
-background), resume, status and stop."""
+background), resume, status and stop. Driving a sweep, its backends and its admission are
+`actions.sweeps`'; this module prints the plan, the progress and the end."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
@@ -304,21 +304,9 @@ class SweepDisplay:
             self.last_line = now
 
 
-def _plan_backends(loaded) -> list[str]:
-    """Every backend a sweep's variants name (the base spec's first)."""
-    return list(dict.fromkeys([loaded.base_spec.backend, *[v["backend"] for v in loaded.variants if "backend" in v]]))
-
-
-def sweep_backend(definition, ledger):
-    """The backends a saved sweep's trials run on (its definition says which, and where), each
-    made when first needed (`sweep.Router`)."""
-    from orchestrator import sweep as sweeps
-
-    return sweeps.Router.create(definition.backends, region=definition.region, ledger=ledger)
-
-
 def drive(definition, ledger, poll: float | None, prepared: dict | None = None, ready_fd: int | None = None) -> None:
-    """Run a saved sweep to the end in this process, with the progress display.
+    """Run a saved sweep to the end in this process (`actions.sweeps.drive`), with the progress
+    display.
 
     SIGTERM (what `sweep stop` sends this machine's runner, foreground or detached) ends it
     as a stop the runner noticed itself (`sweep.process.Sigterm`): the display closes, the
@@ -326,52 +314,20 @@ def drive(definition, ledger, poll: float | None, prepared: dict | None = None, 
     resume hint. Ctrl-C: exit 130 with the resume hint. `ready_fd` (a detached runner's):
     where to say "ok" once this process holds the sweep, or "busy PID" when another does.
     """
-    import contextlib
-
-    from orchestrator import polling
-    from orchestrator import sweep as sweeps
+    from orchestrator.actions import sweeps as actions
     from orchestrator.errors import JobFailed
 
-    backend = sweep_backend(definition, ledger)
-    # A --poll under the backends' floor is raised, and said (`polling`: the account's API rate).
-    poll_seconds, raised = polling.at_least(poll if poll is not None else backend.sweep_poll_s,
-                                            definition.backends, "--poll")
-    if raised and poll is not None:  # a default under the floor (a local backend's, mixed in) is raised silently
-        err(raised)
-    with contextlib.ExitStack() as held:
-        try:
-            # A detached runner waits a moment: a `sweep run` saving the sweep holds the lock briefly.
-            held.enter_context(sweeps.runner_lock(definition.sweep_id, wait_seconds=0.0 if ready_fd is None else 3.0))
-        except sweeps.RunnerBusy as exc:
-            sweeps.tell(ready_fd, f"busy {exc.pid or 0}")
-            raise
-        sweeps.clear_stop(ledger, definition.sweep_id)
-        sweeps.record_runner(ledger, definition.sweep_id, os.getpid())
-        sweeps.tell(ready_fd, "ok")
-        from orchestrator.cli import capacity, quota_check
-
-        runner = sweeps.Runner(definition, backend, ledger, poll_seconds=poll_seconds, prepared=prepared,
-                               admission=capacity.sweep_gate(definition, quota_check.sweep_admission(definition, backend)))
-        with sweeps.Sigterm() as sigterm:
-            try:
-                with SweepDisplay(runner) as display:
-                    runner.on_progress = display
-                    with sigterm.armed() as go:
-                        if go:
-                            final = runner.run()
-            except OrchestratorError:
-                for line in runner.unreported:  # the stopping round's events, before its error
-                    out(line)
-                raise
-            except KeyboardInterrupt:
-                err(f"interrupted; continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
-                    "(jobs already submitted keep running)")
-                raise typer.Exit(code=130) from None
-        if sigterm.received:
-            final = runner.progress(stopped=runner.stop_requested())
+    try:
+        driven = actions.drive(definition, ledger, poll, watch=SweepDisplay, report=out, say=err, prepared=prepared,
+                               ready_fd=ready_fd)
+    except actions.Interrupted:
+        err(f"interrupted; continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
+            "(jobs already submitted keep running)")
+        raise typer.Exit(code=130) from None
+    final = driven.final
     counts = ", ".join(f"{n} {state}" for state, n in sorted(final.counts.items()))
     out(f"sweep {definition.sweep_id}: {counts}")
-    if sigterm.received and not final.stopped:
+    if driven.terminated and not final.stopped:
         err(f"terminated (SIGTERM); continue with `python -m orchestrator sweep resume {definition.sweep_id}` "
             "(jobs already submitted keep running)")
         raise typer.Exit(code=143)
@@ -396,6 +352,7 @@ def sweep_run(
     or `sweep resume`, after a crash). Exit 1 when a trial failed for good."""
     from orchestrator import spec
     from orchestrator import sweep as sweeps
+    from orchestrator.actions import sweeps as actions
     from orchestrator.ledger import Ledger
     from orchestrator.sweep import admission
 
@@ -404,7 +361,7 @@ def sweep_run(
     ledger = Ledger()
     # Planned without the failover types whose quota a trial cannot pass (said).
     planned, notes = admission.plan_within_quotas(
-        loaded, sweeps.Router.create(_plan_backends(loaded), region=loaded.base_spec.region, ledger=ledger))
+        loaded, sweeps.Router.create(actions.plan_backends(loaded), region=loaded.base_spec.region, ledger=ledger))
     for note in notes:
         err(f"quota: {note}")
     sweeps.check_budget(planned)
@@ -489,8 +446,10 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
                 counts[entry.status] = counts.get(entry.status, 0) + 1
             out(f"{sweep_id}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) + " (jobs)")
         return
+    from orchestrator.actions import sweeps as actions
+
     definition = sweeps.load_definition(ledger, sweeps.find_sweep(ledger, target))
-    runner = sweeps.Runner(definition, sweep_backend(definition, ledger) if refresh else None, ledger)
+    runner = sweeps.Runner(definition, actions.sweep_backend(definition, ledger) if refresh else None, ledger)
     if refresh:
         runner.refresh()
     views = runner.views()
@@ -566,6 +525,7 @@ def sweep_stop(
     machine's runner has not exited in time (it was signalled; the stop flag keeps it from
     submitting more)."""
     from orchestrator import sweep as sweeps
+    from orchestrator.actions import sweeps as actions
     from orchestrator.errors import BackendError
     from orchestrator.ledger import Ledger
 
@@ -574,7 +534,7 @@ def sweep_stop(
     sweep_id = definition.sweep_id
     sweeps.request_stop(ledger, sweep_id)
     with sweeps.take_over(sweep_id, sweeps.runner_pid(ledger, sweep_id), wait):
-        runner = sweeps.Runner(definition, sweep_backend(definition, ledger), ledger)
+        runner = sweeps.Runner(definition, actions.sweep_backend(definition, ledger), ledger)
         report = sweeps.stop(runner)
     for name in report.stopped_jobs:
         out(f"stopping {name}")

@@ -37,27 +37,16 @@ Contract:
 
 from __future__ import annotations
 
-import importlib
+from orchestrator.lazy_exports import by_module, module_getattr
 
 # Public name -> the submodule that defines it. Imported on first use: the spec loader needs
 # `cron` alone, and `scheduler` imports the sweep runner.
-_EXPORTS = {
-    "MAX_SCAN": "cron", "ALIASES": "cron",
-    "require_schedule": "cron", "next_fires": "cron", "ticks_between": "cron",
-    "ON_TIME_SECONDS": "scheduler", "MAX_SLEEP_SECONDS": "scheduler", "KEEP_HISTORY": "scheduler",
-    "Due": "scheduler", "due": "scheduler", "TickReport": "scheduler", "schedule_key": "scheduler",
-    "Scheduler": "scheduler",
-    "AWS_SETTINGS": "crontab", "package_root": "crontab", "aws_settings": "crontab", "crontab_line": "crontab",
-    "cron_command": "crontab", "ensure_log_dir": "crontab",
-    "compile_plan": "statemachine", "placeholder_plan": "statemachine",
-}
+_EXPORTS = by_module({
+    "cron": ("MAX_SCAN", "ALIASES", "require_schedule", "next_fires", "ticks_between"),
+    "scheduler": ("ON_TIME_SECONDS", "MAX_SLEEP_SECONDS", "KEEP_HISTORY", "Due", "due", "TickReport", "schedule_key",
+                  "Scheduler"),
+    "crontab": ("AWS_SETTINGS", "package_root", "aws_settings", "crontab_line", "cron_command", "ensure_log_dir"),
+    "statemachine": ("compile_plan", "placeholder_plan"),
+})
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _EXPORTS)

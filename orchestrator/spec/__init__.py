@@ -29,28 +29,19 @@ outputs). Names are imported from them on first use, so `validate` builds no swe
 
 from __future__ import annotations
 
-import importlib
+from orchestrator.lazy_exports import by_module, module_getattr
 
 # Public name -> the submodule that defines it.
-_EXPORTS = {
-    **dict.fromkeys(("MAX_NAME", "NAME_PATTERN", "S3_BUCKET", "URI_PATTERN", "ROLE_PATTERN", "REGION_PATTERN",
-                     "INSTANCE_PATTERN", "ARCH_PATTERN", "SDK_PATTERN", "DATA_PATTERN", "valid_bucket",
-                     "InstanceSpec", "PreferenceSpec", "ImageSpec", "ModelSpec", "OptimizerSpec", "TrainingSpec", "DataSpec",
-                     "CompileCacheSpec", "OutputSpec", "BatchSpec", "BudgetSpec", "JobSpec", "spec_hash"), "models"),
-    **dict.fromkeys(("MAX_SPEC_BYTES", "MAX_EXPANDED_NODES", "SourceMap", "read_yaml"), "source"),
-    **dict.fromkeys(("PATTERN_HINTS", "problems_from"), "problems"),
-    **dict.fromkeys(("INFRA_FIELDS", "INFRA_OTHER_KEYS", "validate", "loads", "load", "with_overrides",
-                     "json_schema"), "loading"),
-    **dict.fromkeys(("UNSWEEPABLE", "MAX_TRIALS", "RandomParam", "RandomSpec", "ScheduleSpec", "SweepBudgetSpec",
-                     "SweepSpec", "job_field_paths", "loads_sweep", "load_sweep"), "sweep_spec"),
-}
+_EXPORTS = by_module({
+    "models": ("MAX_NAME", "NAME_PATTERN", "S3_BUCKET", "URI_PATTERN", "ROLE_PATTERN", "REGION_PATTERN",
+               "INSTANCE_PATTERN", "ARCH_PATTERN", "SDK_PATTERN", "DATA_PATTERN", "valid_bucket",
+               "InstanceSpec", "PreferenceSpec", "ImageSpec", "ModelSpec", "OptimizerSpec", "TrainingSpec", "DataSpec",
+               "CompileCacheSpec", "OutputSpec", "BatchSpec", "BudgetSpec", "JobSpec", "spec_hash"),
+    "source": ("MAX_SPEC_BYTES", "MAX_EXPANDED_NODES", "SourceMap", "read_yaml"),
+    "problems": ("PATTERN_HINTS", "problems_from"),
+    "loading": ("INFRA_FIELDS", "INFRA_OTHER_KEYS", "validate", "loads", "load", "with_overrides", "json_schema"),
+    "sweep_spec": ("UNSWEEPABLE", "MAX_TRIALS", "RandomParam", "RandomSpec", "ScheduleSpec", "SweepBudgetSpec",
+                   "SweepSpec", "job_field_paths", "loads_sweep", "load_sweep"),
+})
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _EXPORTS)

@@ -1,12 +1,11 @@
 """The quota check of `doctor --quotas`, `plan --quotas` and `submit` (`orchestrator.quotas`):
-print each way of running the job against its quota, and exit 2 when any falls short (SageMaker
-checks every type of a preference list); and the sweeps' admission said (`sweep.admission`)."""
+say each way of running the job against its quota (the caller's `say` prints), and raise
+InputError (exit 2) when any falls short (SageMaker checks every type of a preference list);
+and the sweeps' admission, its lines said (`sweep.admission`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from orchestrator.cli.output import err
 
 
 def failure_text(exc) -> tuple[str, str]:
@@ -28,7 +27,7 @@ def failure_text(exc) -> tuple[str, str]:
     return (f"{type(exc).__name__}: {said}", "check the region and the endpoint (AWS_ENDPOINT_URL), then try again")
 
 
-def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, backend=None) -> list:
+def run(loaded, say: Callable[[str], None], *, tolerant: bool = False, backend=None) -> list:
     """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
     raise InputError (exit 2) when any instance type it may run on falls short of its quota. Returns the verdicts
     (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
@@ -71,7 +70,7 @@ def run(loaded, say: Callable[[str], None] = err, *, tolerant: bool = False, bac
     return verdicts
 
 
-def sweep_admission(definition, router, say: Callable[[str], None] = err):
+def sweep_admission(definition, router, say: Callable[[str], None]):
     """The `sweep.admission.Admission` of a saved sweep (`admission.for_sweep`, the one
     admission of every path), each quota's line said; None when none applies or none could be
     read (said). InputError (exit 2) before any submit when a trial cannot pass its quota."""
