@@ -12,7 +12,6 @@ import typer
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
 from orchestrator.cli.output import err, grid_text, out, plain, screen_width, shared_widths, table_text
-from orchestrator.errors import OrchestratorError
 from orchestrator.lifecycle import Status
 
 app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
