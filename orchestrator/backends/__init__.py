@@ -75,11 +75,13 @@ class JobProgress:
     runs a heartbeat (`record` "running"), at its end the final record. After a SIGKILL the last
     heartbeat stays: the job's last known step."""
 
-    record: str  # the document's status: running | completed | stopped | failed
+    record: str  # the document's status: running | completed | stopped | failed (absent: none stored)
     steps_done: int | None
     steps: int | None
     at: str | None  # heartbeat_at (UTC)
     uri: str
+    # A later record that never reached `uri` (a local job's own copy, its store unwritable).
+    newer: JobProgress | None = None
 
 
 def progress_of(data: bytes, uri: str) -> JobProgress | None:

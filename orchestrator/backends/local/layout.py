@@ -200,6 +200,8 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
         "instance_type": instance_type, "instance_count": count,
         "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
+        # The job's record of results (what `results` reads), which `status` shows too.
+        "results_uri": prepared.job.get("results_uri"),
     })
 
 
