@@ -149,6 +149,9 @@ def _progress_line(st, progress) -> str:
         steps += f" of {progress.steps}"
     if progress.record == "absent":
         line = f"{steps} (no results.json at {progress.uri})"
+    elif progress.record == "newer":
+        line = (f"{steps} (results.json at {progress.uri} is {progress.schema}, written by a newer version of the "
+                "orchestrator: upgrade this one to read it)")
     elif progress.record == "running":
         when = f"heartbeat {progress.at}" if progress.at else "heartbeat"
         last = ": its last known step (it ended before writing its final results)" if st.terminal else ""
@@ -172,8 +175,9 @@ def _progress_json(progress) -> dict | None:
     import dataclasses
 
     data = dataclasses.asdict(progress)
-    if data["newer"] is None:
-        del data["newer"]
+    for extra in ("newer", "schema"):
+        if data[extra] is None:
+            del data[extra]
     return data
 
 

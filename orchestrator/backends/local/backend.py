@@ -41,12 +41,15 @@ from orchestrator.backends.local.layout import (
     RUNNER_MODULE,
     START_GRACE_S,
     STATUS_FILE,
+    STATUS_FORMAT,
     STOP_FILE,
     SUPERVISOR_LOG,
+    NewerStatus,
     channels_of,
     host_names,
     lay_out,
     parse_status,
+    status_format,
 )
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
@@ -343,6 +346,8 @@ class LocalBackend:
                 parse_status(text)
         if why is not None:
             self._damaged(job_name, path, why)
+        if status_format(data) > STATUS_FORMAT:
+            raise NewerStatus(path, status_format(data))
         return data
 
     def _damaged(self, job_name: str, path: Path, why: str, stopping: bool = False):

@@ -43,6 +43,7 @@ from orchestrator.backends.local.layout import (
     PID_FILE,
     PLAN_FILE,
     STATUS_FILE,
+    STATUS_FORMAT,
     STOP_FILE,
     pack_dir,
     read_json,
@@ -405,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             status = {}
         if not isinstance(status, dict):
             status = {}
+        status.setdefault("format", STATUS_FORMAT)
         status.update(state="failed", secondary="Failed", ended=time.time(),
                       # The cause in the reason itself: on a full disk the log may have stayed empty.
                       failure_reason=f"InternalServerError: the local supervisor crashed: {type(exc).__name__}: "
