@@ -103,14 +103,17 @@ class Ledger:
         `read_only` (commands that only read: status, logs, sweep status): a ledger this
         process cannot write (a read-only file, folder or file system) is opened for reading
         instead, and one that does not exist and cannot be created reads as empty. Such a
-        ledger has `writable` False: `transition` and `put_value` then record nothing (they
-        only keep what was read up to date), and `record_intent` is an InputError.
+        ledger has `writable` False: `transition`, `set_account` and `put_value` then record
+        nothing in the file (a copy of the ledger in memory takes them, so what the command
+        read afterwards is what it learnt: a job found failed reads as failed), and
+        `record_intent` is an InputError.
         """
         self.path = Path(path) if path else home() / "ledger.sqlite3"
         self.busy_timeout_s = busy_timeout_s
         self.writable = True
         self._select: str | None = None  # the SELECT list of an Entry (`_columns`)
         self._may_read_only = read_only
+        self._memory = False  # a read-only ledger's writes go to a copy in memory (`_write`)
         if self.path.is_dir():
             raise InputError(f"{self.path}: cannot open the ledger for writing: it is a folder, not the ledger (an "
                              "SQLite file)",
@@ -339,11 +342,10 @@ class Ledger:
     def transition(self, job_name: str, status: str, *, detail: str | None = None,
                    expect: tuple[str, ...] | None = None) -> bool:
         """Move a row to `status`. With `expect`, only if its current status is one of those;
-        returns whether the row changed (never, on a ledger opened for reading only)."""
+        returns whether the row changed (on a ledger not `writable`: in its copy in memory)."""
         status = _check_status(status)
-        if not self.writable:
-            return False
-        with self._unless_read_only(), self._tx() as db:
+
+        def update(db: sqlite3.Connection) -> bool:
             if expect:
                 marks = ",".join("?" * len(expect))
                 cur = db.execute(
@@ -357,14 +359,13 @@ class Ledger:
                     (status, detail, time.time(), job_name),
                 )
             return cur.rowcount > 0
-        return False
+
+        return self._write(update)
 
     def set_account(self, job_name: str, account: str) -> None:
         """Record the AWS account a job is created in, once (a row that has one keeps it)."""
-        if not self.writable:
-            return
-        with self._unless_read_only(), self._tx() as db:
-            db.execute("UPDATE jobs SET account=? WHERE job_name=? AND account IS NULL", (account, job_name))
+        self._write(lambda db: db.execute("UPDATE jobs SET account=? WHERE job_name=? AND account IS NULL",
+                                          (account, job_name)))
 
     def get(self, job_name: str) -> Entry | None:
         with self._translated():
@@ -393,11 +394,25 @@ class Ledger:
         return [_entry(r) for r in rows]
 
     def put_value(self, key: str, value: object) -> None:
-        if not self.writable:
-            return
-        with self._unless_read_only(), self._tx() as db:
-            db.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                       (key, json.dumps(value, sort_keys=True)))
+        self._write(lambda db: db.execute(
+            "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, json.dumps(value, sort_keys=True))))
+
+    def _write(self, change):
+        """`change(db)` in a write transaction: in the file, or, on a ledger opened `read_only`
+        that is not writable (from the start, or found so by this write: a full disk), in a
+        copy of it in memory, which this object reads from then on. Its result."""
+        if self.writable:
+            with self._unless_read_only(), self._tx() as db:
+                return change(db)
+        if not self._memory:
+            memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            with self._translated():
+                self._db.backup(memory)
+            self._db.close()
+            self._db, self._memory = memory, True
+        with self._tx() as db:
+            return change(db)
 
     def get_value(self, key: str, default: object = None) -> object:
         with self._translated():

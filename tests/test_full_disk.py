@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sqlite3
 
 from test_backend_local import make_spec, prepared_for
@@ -127,3 +128,147 @@ def test_an_orphan_on_a_full_disk_says_the_disk_is_full(orch_home, tmp_path, fak
     monkeypatch.setattr(os, "statvfs", lambda path: Full(real(path)))
     reason = backend.describe(prepared.job_name).failure_reason
     assert "disk that holds its folder is full (No space left on device)" in reason
+
+
+class FullFile:
+    """A file on a full disk: opened (appending to a file needs no new block), every write refused."""
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_supervisor_on_a_full_disk_ends_its_job_and_says_why_in_its_log(orch_home, tmp_path, fake_train,
+                                                                          monkeypatch, capfd):
+    """Its status.json and logs refused: the hosts still run to their end and are reaped, the
+    outputs uploaded, and supervisor.log (its stderr) names the files and the cause."""
+    import signal
+    import time
+
+    from orchestrator.backends.local import supervisor
+
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    job_dir = backend.job_dir(prepared.job_name)
+    job_dir.mkdir(parents=True)
+    backend._upload_source(prepared)  # as submit does before it lays the job out
+    local_layout.lay_out(prepared, job_dir, ledger=backend.ledger.path, python=backend.python, now=time.time())
+    laid_out = (job_dir / local_layout.STATUS_FILE).read_text()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(supervisor, "write_json", full)
+    monkeypatch.setattr(supervisor, "open", lambda *args, **kwargs: FullFile(), raising=False)
+    handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        assert supervisor.Supervisor(job_dir).run() == 0
+    finally:
+        signal.signal(signal.SIGTERM, handlers[0])
+        signal.signal(signal.SIGINT, handlers[1])
+    log = capfd.readouterr().err
+    assert "[local] could not write status.json: OSError: [Errno 28] No space left on device" in log
+    assert "could not write logs/all.log: OSError: [Errno 28] No space left on device" in log
+    assert "could not write logs/algo-1.log: OSError: [Errno 28] No space left on device" in log
+    assert "write(s) to status.json refused; the first: OSError: [Errno 28] No space left on device" in log
+    assert (job_dir / local_layout.STATUS_FILE).read_text() == laid_out  # nothing half-written
+    monkeypatch.undo()
+    # The job ran to its end (the disk refused the supervisor's records only): the host's
+    # results say completed, and its model reached the store.
+    from urllib.parse import unquote, urlsplit
+
+    results = job_dir / "algo-1" / "output" / "data" / "results.json"
+    assert json.loads(results.read_text())["status"] == "completed"
+    named = json.loads(laid_out)["output_uri"]
+    assert os.path.exists(unquote(urlsplit(named).path))
+
+
+def test_a_supervisor_whose_last_resort_meets_a_full_disk_says_why_in_its_log(tmp_path, monkeypatch, capfd):
+    from orchestrator.backends.local import supervisor
+
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+
+    def dies(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(supervisor.Supervisor, "run", dies)
+    monkeypatch.setattr(supervisor.Supervisor, "__init__", lambda self, job_dir: None)
+    monkeypatch.setattr(supervisor, "write_json", dies)
+    assert supervisor.main([str(job_dir)]) == 1
+    log = capfd.readouterr().err
+    assert "Traceback" in log and "OSError: [Errno 28] No space left on device" in log
+    assert "[local] could not write status.json: OSError: [Errno 28] No space left on device" in log
+
+
+def test_status_and_sweep_status_read_a_dead_supervisors_job_on_a_full_disk(orch_home, tmp_path, fake_train,
+                                                                             monkeypatch, capsys):
+    """`status` and `sweep status` of a sweep's job whose supervisor was killed, with every file
+    write and every ledger write refused for want of space: both show it failed (exit 0), nothing
+    is written; once the disk has room, the next `status` marks it."""
+    import signal
+
+    from cli_harness import run_cli
+    from test_backend_local import wait_until
+    from test_state_agreement import _start
+
+    from entrypoints.shared import atomic
+    from orchestrator import processes
+
+    definition, _backend, job, job_dir, data = _start(orch_home, tmp_path, monkeypatch)
+    os.kill(data["pid"], signal.SIGKILL)
+    wait_until(lambda: not processes.process_alive(data["pid"]), 30, "the supervisor outlived SIGKILL", 0.1)
+    status_before = (job_dir / local_layout.STATUS_FILE).read_bytes()
+    ledger_before = Ledger(read_only=True).get(job).status
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    class FullDisk:
+        """The ledger's connection, except that a write transaction meets a full disk."""
+
+        def __init__(self, db):
+            self._db = db
+
+        def __getattr__(self, name):
+            return getattr(self._db, name)
+
+        def execute(self, sql, *args):
+            if sql.lstrip().upper().startswith(("BEGIN", "INSERT", "UPDATE", "DELETE", "CREATE", "ALTER")):
+                error = sqlite3.OperationalError("database or disk is full")
+                error.sqlite_errorcode = 13  # SQLITE_FULL
+                raise error
+            return self._db.execute(sql, *args)
+
+    real_open = Ledger._open
+
+    def open_on_a_full_disk(self):
+        real_open(self)
+        self._db = FullDisk(self._db)
+
+    with monkeypatch.context() as m:
+        m.setattr(atomic, "_temp_in", full)  # every atomic file write: status.json, results, locks
+        m.setattr(Ledger, "_open", open_on_a_full_disk)
+        code, out, err = run_cli(m, capsys, "status", job)
+        assert code == 0, (out, err)
+        assert "failed" in out and "InternalServerError" in out
+        code, out, err = run_cli(m, capsys, "sweep", "status", definition.sweep_id)
+        assert code == 0, (out, err)
+        assert "failed" in out, out
+        assert "cannot be written here" in err  # the note of a read-only ledger
+    assert (job_dir / local_layout.STATUS_FILE).read_bytes() == status_before
+    assert Ledger(read_only=True).get(job).status == ledger_before
+    code, out, _ = run_cli(monkeypatch, capsys, "status", job)
+    assert code == 0 and "failed" in out
+    assert json.loads((job_dir / local_layout.STATUS_FILE).read_text())["state"] == "failed"

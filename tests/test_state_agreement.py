@@ -155,3 +155,56 @@ def test_all_views_agree_however_a_local_job_is_killed(orch_home, tmp_path, fake
     else:
         wait_terminal(backend, job)
     _all_agree(definition, backend, job, display, "failed")
+
+
+# Loaded by every Python process of the job (the fake trainer's folder is on PYTHONPATH): once
+# the marker file exists, the file:// store refuses every write, as a store made unwritable.
+_REFUSING_STORE = '''
+import os
+_marker = os.environ.get("FAKE_STORE_REFUSES_AFTER")
+if _marker:
+    from entrypoints.shared.storage import file_store
+
+    def _refusing(write):
+        def refused(self, key, *args, **kwargs):
+            if os.path.exists(_marker):
+                raise self._error("write", key, PermissionError(13, "Permission denied"))
+            return write(self, key, *args, **kwargs)
+        return refused
+
+    file_store.FileStore.put_bytes = _refusing(file_store.FileStore.put_bytes)
+    file_store.FileStore.put_file = _refusing(file_store.FileStore.put_file)
+'''
+
+
+def test_status_and_results_agree_on_a_job_whose_store_became_unwritable(orch_home, tmp_path, fake_train,
+                                                                         monkeypatch, capsys):
+    """Issue 33, item 6: the store refuses writes after the job's first record. `status` shows
+    the step of the record `results` reads (not the job's own later copy, named apart as not
+    stored), and no model.tar.gz, which was never written."""
+    from cli_harness import run_cli
+
+    marker = tmp_path / "store-refuses"
+    (tmp_path / "fake-train-module" / "sitecustomize.py").write_text(_REFUSING_STORE)
+    monkeypatch.setenv("FAKE_STORE_REFUSES_AFTER", str(marker))
+    definition, backend, job, job_dir, _ = _start(orch_home, tmp_path, monkeypatch, sleep="5")
+    stored = orch_home / "store" / "jobs" / "results" / job / "results.json"
+    wait_until(stored.exists, 60, "no results.json in the store")
+    marker.touch()
+    wait_terminal(backend, job)
+    wait_until(lambda: _results_written(job_dir, "failed"), 60, "the job's own results.json is not final")
+    status = backend.status(job)
+    assert status.status == "failed" and "could not write results to" in status.failure_reason
+    assert status.output_uri is None  # model.tar.gz was refused: nothing shown
+    row = _row(job)
+    progress = backend.progress(job)
+    assert progress.uri == stored.as_uri()
+    assert (progress.steps_done, progress.record) == (row.steps_done, "running")
+    assert progress.newer is not None and progress.newer.record == "failed" and progress.newer.steps_done == 12
+    assert row.status == "failed" == _sweep_state(definition, job)
+    code, out, _ = run_cli(monkeypatch, capsys, "status", job)
+    assert code == 0
+    (step,) = [line for line in out.splitlines() if line.startswith("step ")]
+    assert step.split()[1] == str(row.steps_done)
+    assert "not stored: the job's own copy says step 12" in out
+    assert "model.tar.gz" not in out

@@ -122,3 +122,78 @@ def test_the_spec_fields_go_with_the_definition_schema():
         f"the job spec's fields changed (digest {digest}): bump DEFINITION_SCHEMA and set SPEC_FIELDS_DIGEST")
     assert "instance.preferences" in definitions.spec_fields()
     assert json.loads(json.dumps(definitions.READABLE_SCHEMAS)) == list(range(1, definitions.DEFINITION_SCHEMA + 1))
+
+
+def _laid_out_job(tmp_path):
+    """A local job laid out as submit does (its supervisor never started): (backend, job, status.json)."""
+    import time
+
+    from test_backend_local import make_spec, prepared_for
+
+    from orchestrator.backends.local import LocalBackend
+    from orchestrator.backends.local import layout as local_layout
+
+    prepared = prepared_for(make_spec(tmp_path))
+    backend = LocalBackend()
+    job_dir = backend.job_dir(prepared.job_name)
+    job_dir.mkdir(parents=True)
+    local_layout.lay_out(prepared, job_dir, ledger=backend.ledger.path, python=backend.python, now=time.time())
+    return backend, prepared.job_name, job_dir / local_layout.STATUS_FILE
+
+
+def test_a_local_jobs_status_file_carries_its_format_and_a_newer_one_says_upgrade(tmp_path, orch_home,
+                                                                                  monkeypatch, capsys):
+    from cli_harness import run_cli
+
+    from orchestrator.backends.local import layout as local_layout
+
+    backend, job, path = _laid_out_job(tmp_path)
+    written = json.loads(path.read_text())
+    assert written["format"] == local_layout.STATUS_FORMAT == 1
+    assert backend.status(job).status == "pending"
+    # One written before the field reads as format 1, as before.
+    path.write_text(json.dumps({k: v for k, v in written.items() if k != "format"}))
+    assert backend.status(job).status == "pending"
+    # A newer format is named, not read as a damaged file nor guessed at: exit 2, "upgrade".
+    newer = local_layout.STATUS_FORMAT + 1
+    path.write_text(json.dumps({**written, "format": newer, "state": "a-state-to-come"}))
+    with pytest.raises(local_layout.NewerStatus):
+        backend.status(job)
+    code, out, err = run_cli(monkeypatch, capsys, "status", job)
+    assert code == 2, (out, err)
+    assert f"format {newer}, written by a newer version of the orchestrator" in err and "upgrade" in err
+    assert "damaged" not in err and path.read_text() == json.dumps({**written, "format": newer,
+                                                                     "state": "a-state-to-come"})
+
+
+def test_the_previous_release_reads_a_local_jobs_status_file_this_version_wrote(tmp_path, orch_home, previous):
+    _, job, path = _laid_out_job(tmp_path)
+    assert "format" in json.loads(path.read_text())
+    done = _old(previous, orch_home, "status", job, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] in ("pending", "failed")  # failed: its supervisor never started
+
+
+def test_status_says_upgrade_for_a_results_json_of_a_newer_schema(tmp_path, orch_home, monkeypatch, capsys):
+    """results.json carries its version in `schema`; `results` names a newer one (tests/test_results.py)
+    and so does `status`'s step line, which reads none of its fields."""
+    from cli_harness import run_cli
+
+    from entrypoints.shared import results_schema
+
+    _, job, path = _laid_out_job(tmp_path)
+    uri = json.loads(path.read_text())["results_uri"]
+    stored = Path(uri[len("file://"):])
+    stored.parent.mkdir(parents=True)
+    stored.write_text(json.dumps({"schema": "orchestrator.results/v2", "job_name": job, "status": "running",
+                                  "steps_done": 7, "steps": 9}))
+    code, out, err = run_cli(monkeypatch, capsys, "status", job)
+    assert code == 0, err
+    (step,) = [line for line in out.splitlines() if line.startswith("step ")]
+    assert step == (f"step      ? (results.json at {uri} is orchestrator.results/v2, written by a newer version of "
+                    "the orchestrator: upgrade this one to read it)")
+    stored.write_text(json.dumps({"schema": results_schema.SCHEMA, "job_name": job, "status": "running",
+                                  "steps_done": 7, "steps": 9}))
+    code, out, _ = run_cli(monkeypatch, capsys, "status", job)
+    assert code == 0 and "step      7 of 9 (heartbeat)" in out
+    assert results_schema.is_newer("orchestrator.results/v2") and not results_schema.is_newer(results_schema.SCHEMA)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import signal
 
-from entrypoints.shared import atomic, contract
+from entrypoints.shared import atomic, contract, nospace
 
 # SageMaker shows at most 1024 characters of FailureReason.
 MAX_REASON = 1024
@@ -27,7 +27,8 @@ def failure_reason(stats: dict[int, dict], tail: list[str], returncode: int | No
                    signalled: int | None) -> str:
     """A short reason: the first rank's own error (its stats file), else the last error line
     a worker printed before torchrun's own failure report, with the root-cause rank torchrun
-    names; torchrun's report and its log lines are never the reason."""
+    names; torchrun's report and its log lines are never the reason. A full disk named in the
+    worker's output is named in the reason."""
     if signalled is not None:
         return f"stopped: the launcher received {signal.Signals(signalled).name}"
     errors = [(rank, s["error"]) for rank, s in sorted(stats.items()) if s.get("error")]
@@ -47,6 +48,9 @@ def failure_reason(stats: dict[int, dict], tail: list[str], returncode: int | No
         (c for c in reversed(candidates) if _ERROR_LINE.search(c)), None)
     who = f"rank {root_rank} (torchrun exited with code {returncode})" if root_rank is not None else (
         f"torchrun exited with code {returncode}")
+    # A full disk said so in an earlier line (an OSError's context) than the error it caused.
+    if line and nospace.NO_SPACE not in line and any(nospace.NO_SPACE in c for c in candidates):
+        line += f" ({nospace.NO_SPACE})"
     return f"{who}: {line}" if line else who
 
 

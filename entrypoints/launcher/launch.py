@@ -44,7 +44,7 @@ from entrypoints.launcher import (  # noqa: E402
     utilization,
 )
 from entrypoints.launcher.torchrun import StopSignals, run_torchrun, torchrun_command  # noqa: E402
-from entrypoints.shared import compile_cache, contract  # noqa: E402
+from entrypoints.shared import compile_cache, contract, nospace  # noqa: E402
 
 TRAIN_MODULE = "entrypoints.trainer.train"
 # Tests (and benchmarks of the launcher alone) name another per-rank module here.
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
         try:
             container.prepare(setup, ctr, _log)
         except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
-            launch_error = f"container set-up failed: {type(exc).__name__}: {exc}"
+            launch_error = f"container set-up failed: {nospace.describe(exc)}"
         record.update(setup.record())
         warnings.extend(setup.warnings)
 
@@ -196,7 +196,7 @@ def _run(args: argparse.Namespace, stop: StopSignals) -> int:
                 returncode, tail = run_torchrun(command, env, CODE_DIR, stop,
                                                 on_line=run_log.line if run_log is not None else None)
         except Exception as exc:  # noqa: BLE001 - reported as the job's failure reason
-            launch_error = f"could not run torchrun: {type(exc).__name__}: {exc}"
+            launch_error = f"could not run torchrun: {nospace.describe(exc)}"
         finally:
             beats.stop()
             if reaper is not None:
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except Exception as exc:  # noqa: BLE001 - the contract: write the reason, exit non-zero
         traceback.print_exc()
-        reason = f"launcher error: {type(exc).__name__}: {exc}"
+        reason = f"launcher error: {nospace.describe(exc)}"
         try:
             failure.write_failure(contract.Contract.from_env(), reason)
         except Exception:  # noqa: BLE001 - nothing more can be reported

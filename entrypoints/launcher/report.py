@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from entrypoints.launcher import precompile, utilization
-from entrypoints.shared import atomic, contract, results_schema, storage
+from entrypoints.shared import atomic, contract, nospace, results_schema, storage
 
 
 def _now_iso(epoch: float) -> str:
@@ -271,7 +271,7 @@ class Report:
                 publish_results(results_uri, data)
                 self.log(f"results written to {results_uri}")
             except Exception as exc:  # noqa: BLE001 - the local copy still exists; the job says why
-                message = f"could not write results to {results_uri}: {type(exc).__name__}: {exc}"
+                message = f"could not write results to {results_uri}: {nospace.describe(exc)}"
                 self.log(f"ERROR {message}")
                 if ok:
                     ok, reason = False, message

@@ -22,6 +22,7 @@ never null); the launcher always writes every field.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
 SCHEMA = "orchestrator.results/v1"
+_SCHEMA_NAME = re.compile(r"orchestrator\.results/v(\d+)")
 RESULTS_FILE = "results.json"
 Status = Literal["running", "completed", "stopped", "failed"]
 STATUSES: tuple[str, ...] = typing.get_args(Status)
@@ -66,6 +68,13 @@ def optional(text: str, empty: Callable[[], Any] | None = None) -> Any:
     field is there: null only where the type says `| None`."""
     return doc(text, default=None) if empty is None else doc(text, default_factory=empty)
 
+
+
+def is_newer(schema: object) -> bool:
+    """Whether `schema` (a document's "schema") names a later version than SCHEMA: a newer
+    orchestrator wrote it, and a reader says so ("upgrade") instead of guessing at it."""
+    found = _SCHEMA_NAME.fullmatch(str(schema))
+    return found is not None and int(found.group(1)) > int(_SCHEMA_NAME.fullmatch(SCHEMA).group(1))
 
 @dataclass(frozen=True, kw_only=True)
 class Instance:

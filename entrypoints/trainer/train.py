@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from entrypoints.shared import atomic, contract
+from entrypoints.shared import atomic, contract, nospace
 from entrypoints.trainer import data, flops, runtime, vit
 from entrypoints.trainer.scalars import Scalars
 
@@ -133,9 +133,24 @@ def atomic_save(obj: Any, path: Path, staging: Path | None = None) -> None:
 
     The temporary file lies in `staging` (default: beside `path`); only the finished file
     ever appears in `path`'s directory. A staging folder on another file system (the rename
-    fails with EXDEV) falls back to a temporary file beside `path`."""
-    with atomic.replacing(path, staging=staging) as handle:
-        torch.save(obj, handle)
+    fails with EXDEV) falls back to a temporary file beside `path`. A write that a full disk
+    failed raises `nospace.DiskFull`, naming the path and the free bytes (torch's own error
+    does not say why)."""
+    try:
+        with atomic.replacing(path, staging=staging) as handle:
+            try:
+                torch.save(obj, handle)
+            except Exception as exc:
+                # Looked at while the partial file still holds its blocks.
+                full = nospace.as_disk_full(exc, path, written=handle.name)
+                if full is not None:
+                    raise full from exc
+                raise
+    except OSError as exc:  # the flush, fsync or rename after torch.save
+        full = nospace.as_disk_full(exc, path) if nospace.in_chain(exc) else None
+        if full is not None:
+            raise full from exc
+        raise
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -441,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         if not precompile:
             trainer.save_model(sm.model_dir)
     except BaseException as exc:
-        stats.error = f"{type(exc).__name__}: {exc}"
+        stats.error = nospace.describe(exc)
         write_stats(stats, args.stats_dir)
         raise
     finally:

@@ -55,11 +55,15 @@ class JobProgress:
     runs a heartbeat (`record` "running"), at its end the final record. After a SIGKILL the last
     heartbeat stays: the job's last known step."""
 
-    record: str  # the document's status: running | completed | stopped | failed
+    record: str  # the document's status: running | completed | stopped | failed (absent: none stored)
     steps_done: int | None
     steps: int | None
     at: str | None  # heartbeat_at (UTC)
     uri: str
+    # A later record that never reached `uri` (a local job's own copy, its store unwritable).
+    newer: JobProgress | None = None
+    # record "newer": the document's schema, a later one than this version reads.
+    schema: str | None = None
 
 
 def progress_of(data: bytes, uri: str) -> JobProgress | None:
@@ -71,7 +75,13 @@ def progress_of(data: bytes, uri: str) -> JobProgress | None:
         doc = json.loads(data)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("status"), str):
+    if not isinstance(doc, dict):
+        return None
+    from entrypoints.shared.results_schema import is_newer
+
+    if is_newer(doc.get("schema")):  # its fields may mean something else now: none is read
+        return JobProgress(record="newer", steps_done=None, steps=None, at=None, uri=uri, schema=str(doc["schema"]))
+    if not isinstance(doc.get("status"), str):
         return None
 
     def number(key: str) -> int | None:

@@ -47,11 +47,38 @@ def _progress_line(st, progress) -> str:
     steps = f"step      {progress.steps_done if progress.steps_done is not None else '?'}"
     if progress.steps is not None:
         steps += f" of {progress.steps}"
-    if progress.record == "running":
+    if progress.record == "absent":
+        line = f"{steps} (no results.json at {progress.uri})"
+    elif progress.record == "newer":
+        line = (f"{steps} (results.json at {progress.uri} is {progress.schema}, written by a newer version of the "
+                "orchestrator: upgrade this one to read it)")
+    elif progress.record == "running":
         when = f"heartbeat {progress.at}" if progress.at else "heartbeat"
         last = ": its last known step (it ended before writing its final results)" if st.terminal else ""
-        return f"{steps} ({when}{last})"
-    return f"{steps} (results.json: {progress.record})"
+        line = f"{steps} ({when}{last})"
+    else:
+        line = f"{steps} (results.json: {progress.record})"
+    if progress.newer is not None:
+        # Shown is what exists: the store's record is what `results` reads; the job's own later
+        # record is named for what it is, never shown as the job's step.
+        newer = progress.newer
+        of = f" of {newer.steps}" if newer.steps is not None else ""
+        line += (f"\n          not stored: the job's own copy says step {newer.steps_done if newer.steps_done is not None else '?'}"
+                 f"{of} ({newer.record}) at {newer.uri}; writing it to the store failed")
+    return line
+
+
+def _progress_json(progress) -> dict | None:
+    """--json's `progress`; `newer` only where there is one (a local job's unstored record)."""
+    if progress is None:
+        return None
+    import dataclasses
+
+    data = dataclasses.asdict(progress)
+    for extra in ("newer", "schema"):
+        if data[extra] is None:
+            del data[extra]
+    return data
 
 
 @app.command()
@@ -147,7 +174,7 @@ def status(
     if as_json:
         out(json.dumps({**dataclasses.asdict(st), "backend": backend.name, "terminal": st.terminal,
                         "spot_savings": st.spot_savings,
-                        "progress": dataclasses.asdict(progress) if progress else None}, indent=2))
+                        "progress": _progress_json(progress)}, indent=2))
         return
     for text in status_lines(st, here=not backend.cloud):
         out(text)

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from urllib.parse import unquote
 
-from entrypoints.shared.results_schema import RESULTS_FILE, SCHEMA, Results
+from entrypoints.shared.results_schema import RESULTS_FILE, SCHEMA, Results, is_newer
 from entrypoints.shared.storage import FileStore, StorageError, open_store
 from orchestrator.errors import InputError
 from orchestrator.locations import RESULTS_DIR, results_uri
@@ -61,9 +60,8 @@ def parse(data: bytes) -> Results:
         raise UnreadableResults(f"not a JSON object but {type(doc).__name__}")
     found = doc.get("schema")
     if found != SCHEMA:
-        newer = re.fullmatch(r"orchestrator\.results/v(\d+)", str(found))
         what = ("; a newer orchestrator wrote it: upgrade this one (`git pull` in its checkout) to read it"
-                if newer and int(newer.group(1)) > int(SCHEMA.rsplit("v", 1)[1]) else "")
+                if is_newer(found) else "")
         raise UnreadableResults(f"unknown schema {found!r}; this orchestrator reads {SCHEMA!r}{what}")
     from pydantic import ValidationError
 

@@ -30,10 +30,9 @@ from orchestrator.backends.job import (
     JobStatus,
     Submitted,
     UnknownJob,
-    progress_of,
     record_status,
 )
-from orchestrator.backends.local import batch_task
+from orchestrator.backends.local import batch_task, shown
 from orchestrator.backends.local.layout import (
     LOG_DIR,
     MAX_STATUS_BYTES,
@@ -42,12 +41,15 @@ from orchestrator.backends.local.layout import (
     RUNNER_MODULE,
     START_GRACE_S,
     STATUS_FILE,
+    STATUS_FORMAT,
     STOP_FILE,
     SUPERVISOR_LOG,
+    NewerStatus,
     channels_of,
     host_names,
     lay_out,
     parse_status,
+    status_format,
 )
 from orchestrator.errors import BackendError, InputError
 from orchestrator.ledger import Ledger
@@ -344,6 +346,8 @@ class LocalBackend:
                 parse_status(text)
         if why is not None:
             self._damaged(job_name, path, why)
+        if status_format(data) > STATUS_FORMAT:
+            raise NewerStatus(path, status_format(data))
         return data
 
     def _damaged(self, job_name: str, path: Path, why: str, stopping: bool = False):
@@ -402,7 +406,7 @@ class LocalBackend:
             training_seconds=int(data["ended"] - data["started"]) if data.get("ended") and data.get("started") else None,
             instance_type=data.get("instance_type"), instance_count=data.get("instance_count"), spot=False,
             created=data.get("created"), started=data.get("started"), ended=data.get("ended"),
-            output_uri=_written(data.get("output_uri")), tags=dict(data.get("tags") or {}),
+            output_uri=shown.written(data.get("output_uri")), tags=dict(data.get("tags") or {}),
         )
 
     def _supervisor_alive(self, job_name: str, data: dict) -> bool:
@@ -440,7 +444,7 @@ class LocalBackend:
                 "output_uri": None,
                 # Like an instance lost under a SageMaker job: an internal error, which sweeps retry.
                 "failure_reason": None if stopped else f"InternalServerError: the local supervisor (pid {pid}) "
-                f"exited without finishing the job{_disk_note(self.job_dir(job_name))}; see "
+                f"exited without finishing the job{shown.disk_note(self.job_dir(job_name))}; see "
                 f"{self.job_dir(job_name) / SUPERVISOR_LOG}"}
 
     def _record(self, status: JobStatus) -> None:
@@ -451,14 +455,13 @@ class LocalBackend:
         record_status(self.ledger, self.name, status, expect=_RECORDED_FROM)
 
     def progress(self, job_name: str) -> JobProgress | None:
-        """The first host's results.json in the job's tree (launch.py rewrites it at every
-        heartbeat; it is also what travels in output.tar.gz); None when there is none yet."""
-        path = self.job_dir(job_name) / host_names(1)[0] / contract.OUTPUT_DATA_DIR / "results.json"
+        """The job's record of results as `results` reads it (see `shown.progress`)."""
         try:
-            data = path.read_bytes()
-        except OSError:
-            return None
-        return progress_of(data, path.as_uri())
+            uri = self._read_status(job_name).get("results_uri")
+        except InputError:  # UnknownJob, a damaged status.json: `status` says so itself
+            uri = None
+        return shown.progress(self.job_dir(job_name) / host_names(1)[0] / contract.OUTPUT_DATA_DIR / "results.json",
+                              uri if isinstance(uri, str) else None, self._store)
 
     # --- logs ---------------------------------------------------------------------------------
 
@@ -564,23 +567,3 @@ class LocalBackend:
         else:
             self._mark_orphaned(job_name, self._read_status(job_name))
 
-
-def _written(uri: str | None) -> str | None:
-    """`uri` when the output is there to be shown: the job's status.json names the model's
-    place from the start, and a store that could not be written (or a job that ended before
-    its upload) leaves nothing there. A file:// output is looked at; another is shown as named."""
-    if not uri or not uri.startswith("file://"):
-        return uri
-    from urllib.parse import unquote, urlsplit
-
-    return uri if Path(unquote(urlsplit(uri).path)).exists() else None
-
-
-def _disk_note(job_dir: Path) -> str:
-    """", its disk is full (...)" when the file system that holds the job has no block left
-    for this user: the likely cause, which a supervisor that died of it could not log."""
-    try:
-        full = os.statvfs(job_dir).f_bavail == 0
-    except (OSError, AttributeError):
-        return ""
-    return ": the disk that holds its folder is full (No space left on device)" if full else ""

@@ -19,6 +19,7 @@ from orchestrator.backends.local.layout import (
     LOOPBACK,
     PLAN_FILE,
     STATUS_FILE,
+    STATUS_FORMAT,
     free_port,
     host_names,
     stop_grace_s,
@@ -112,6 +113,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     }
     write_json(job_dir / PLAN_FILE, plan, mode=0o600)
     write_json(job_dir / STATUS_FILE, {
+        "format": STATUS_FORMAT,
         "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
         "instance_type": prepared.spec.instance.type, "instance_count": 1,

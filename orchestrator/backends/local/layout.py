@@ -24,6 +24,10 @@ from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED
 
 STATUS_FILE = "status.json"
+# status.json's format: written into every status file ("format"); a file without one is of
+# format 1 (written before the field). A newer format is refused by name (`NewerStatus`), not
+# read as damaged: raise this with any change an earlier reader would misread.
+STATUS_FORMAT = 1
 MAX_STATUS_BYTES = 1 << 20  # a status file is a few hundred bytes
 PLAN_FILE = "plan.json"
 PID_FILE = "supervisor.pid"
@@ -62,9 +66,26 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
+class NewerStatus(InputError):
+    """A status.json in a format above STATUS_FORMAT: written by a newer orchestrator (exit 2)."""
+
+    def __init__(self, path: Path, found: int):
+        super().__init__(f"{path}: the local job's status file is in format {found}, written by a newer version of "
+                         f"the orchestrator; this one reads formats up to {STATUS_FORMAT}",
+                         hint="upgrade this orchestrator (pip install -U, or the checkout that wrote it) to read it")
+        self.found = found
+
+
+def status_format(data: dict) -> int:
+    """A status.json's format: its "format", 1 where there is none (written before the field)."""
+    found = data.get("format", 1)
+    return found if isinstance(found, int) and not isinstance(found, bool) else 1
+
+
 def parse_status(text: str) -> tuple[dict | None, str | None]:
     """(status, None) for a status.json as the backend and its supervisor write it, else
-    (None, why it is not one)."""
+    (None, why it is not one). A status of a newer format than STATUS_FORMAT is returned as it
+    is, unchecked: the caller refuses it by name (`status_format`)."""
     if not text.strip():
         return None, "it is empty"
     try:
@@ -73,6 +94,8 @@ def parse_status(text: str) -> tuple[dict | None, str | None]:
         return None, f"not JSON ({exc})"
     if not isinstance(data, dict):
         return None, f"a JSON {_JSON_TYPES.get(type(data), type(data).__name__)}, not an object"
+    if status_format(data) > STATUS_FORMAT:
+        return data, None
     if data.get("state") not in REPORTED:
         return None, f"state {data.get('state')!r} is none of {', '.join(REPORTED)}"
     for field in ("created", "started", "ended"):
@@ -196,10 +219,12 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     }
     write_json(job_dir / PLAN_FILE, plan, mode=0o600)  # each host's environment
     write_json(job_dir / STATUS_FILE, {
-        "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
+        "format": STATUS_FORMAT, "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
         "instance_type": instance_type, "instance_count": count,
         "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
+        # The job's record of results (what `results` reads), which `status` shows too.
+        "results_uri": prepared.job.get("results_uri"),
     })
 
 

@@ -11,6 +11,10 @@ runtime, or when one host failed and the others outlive a grace period, uploads
 the ledger. SIGTERM (what `LocalBackend.stop` sends) stops the hosts and ends the job as
 stopped.
 
+A full disk never kills it: a log line or status.json it cannot write is skipped (the hosts
+are still signalled, reaped and uploaded), and its own log, `supervisor.log` (its stderr),
+says which files were refused and why, as soon as and once more when the job ends.
+
 With `--detach` the process forks: the parent writes the supervisor's pid to
 `supervisor.pid` and exits at once, so the caller can reap it and return.
 """
@@ -39,6 +43,7 @@ from orchestrator.backends.local.layout import (
     PID_FILE,
     PLAN_FILE,
     STATUS_FILE,
+    STATUS_FORMAT,
     STOP_FILE,
     pack_dir,
     read_json,
@@ -74,6 +79,7 @@ class Supervisor:
         self.log_lock = threading.Lock()
         self.merged = open(job_dir / LOG_DIR / MERGED_LOG, "ab")
         self._ledger: Ledger | None = None
+        self.refused: dict[str, list] = {}  # file -> [writes refused, the first error]
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -85,6 +91,7 @@ class Supervisor:
         try:
             write_json(self.job_dir / STATUS_FILE, self.status)
         except (OSError, ValueError) as exc:
+            self.refuse(STATUS_FILE, exc)
             self.note(f"could not write {STATUS_FILE}: {exc}")
 
     def ledger_state(self, state: str, detail: str | None = None) -> None:
@@ -102,8 +109,23 @@ class Supervisor:
 
     def write_merged(self, data: bytes) -> None:
         with self.log_lock:
-            self.merged.write(data)
-            self.merged.flush()
+            try:
+                self.merged.write(data)
+                self.merged.flush()
+            except (OSError, ValueError) as exc:  # a full disk: the job goes on, supervisor.log says so
+                self.refuse(f"{LOG_DIR}/{MERGED_LOG}", exc)
+
+    def refuse(self, name: str, exc: BaseException) -> None:
+        """Count a write to `name` that failed; the first one is said in supervisor.log."""
+        seen = self.refused.setdefault(name, [0, f"{type(exc).__name__}: {exc}"])
+        seen[0] += 1
+        if seen[0] == 1:
+            say(f"[local] could not write {name}: {seen[1]}")
+
+    def say_refused(self) -> None:
+        """Once more at the end (a disk that was full may have room again by then)."""
+        for name, (count, first) in sorted(self.refused.items()):
+            say(f"[local] {count} write(s) to {name} refused; the first: {first}")
 
     def on_signal(self, signum, _frame) -> None:
         (self.job_dir / STOP_FILE).touch()
@@ -136,7 +158,7 @@ class Supervisor:
             else:
                 state, secondary = "stopped", "Stopped"
         except Exception as exc:  # noqa: BLE001 - becomes the job's failure reason
-            traceback.print_exc()
+            say(traceback.format_exc())
             state, secondary, reason = "failed", "Failed", f"InternalServerError: local supervisor: {type(exc).__name__}: {exc}"
         if self.stop_requested.is_set() and state != "completed":
             state, secondary, reason = "stopped", "Stopped", None
@@ -144,14 +166,16 @@ class Supervisor:
         try:
             self.upload()
         except Exception as exc:  # noqa: BLE001 - a job whose outputs are lost has failed
-            traceback.print_exc()
+            say(traceback.format_exc())
             if state == "completed":
                 state, secondary = "failed", "Failed"
                 reason = f"ClientError: could not upload outputs to {self.plan['output_prefix']}: {exc}"
         self.note(f"Job {state}" + (f": {reason}" if reason else ""))
         self.update(state=state, secondary=secondary, failure_reason=reason, ended=time.time())
         self.ledger_state(state, reason)
-        self.merged.close()
+        with contextlib.suppress(OSError):
+            self.merged.close()
+        self.say_refused()
         return 0
 
     def download(self) -> None:
@@ -220,11 +244,27 @@ class Supervisor:
         """Copy a host's output to its own log and, prefixed, to the merged one."""
         assert proc.stdout is not None  # we asked for a pipe
         prefix = f"[{host}] ".encode()
-        with open(self.job_dir / LOG_DIR / f"{host}.log", "ab") as own:
+        name = f"{LOG_DIR}/{host}.log"
+        try:
+            own = open(self.job_dir / name, "ab")
+        except OSError as exc:
+            self.refuse(name, exc)
+            own = None
+        try:
+            # The pipe is read to its end whatever the logs refuse: a host whose output is not
+            # read blocks once the pipe is full.
             for line in iter(proc.stdout.readline, b""):
-                own.write(line)
-                own.flush()
+                if own is not None:
+                    try:
+                        own.write(line)
+                        own.flush()
+                    except (OSError, ValueError) as exc:
+                        self.refuse(name, exc)
                 self.write_merged(prefix + (line if line.endswith(b"\n") else line + b"\n"))
+        finally:
+            if own is not None:
+                with contextlib.suppress(OSError):
+                    own.close()
 
     def train(self) -> tuple[str, str, str | None]:
         """Run every host's launch.py to the end; (state, secondary, failure reason)."""
@@ -359,20 +399,33 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return Supervisor(job_dir).run()
     except Exception as exc:  # noqa: BLE001 - last resort: status.json must not stay non-terminal
-        with contextlib.suppress(OSError):  # a full disk may refuse the log too
-            traceback.print_exc()
+        say(traceback.format_exc())
         try:
             status = read_json(job_dir / STATUS_FILE) or {}
         except ValueError:  # the status file itself was what failed: write a whole one
             status = {}
         if not isinstance(status, dict):
             status = {}
+        status.setdefault("format", STATUS_FORMAT)
         status.update(state="failed", secondary="Failed", ended=time.time(),
                       # The cause in the reason itself: on a full disk the log may have stayed empty.
                       failure_reason=f"InternalServerError: the local supervisor crashed: {type(exc).__name__}: "
                                      f"{exc}; see supervisor.log")
-        write_json(job_dir / STATUS_FILE, status)
+        try:
+            write_json(job_dir / STATUS_FILE, status)
+        except OSError as again:  # a full disk: the next command reads it as orphaned, and why
+            say(f"[local] could not write {STATUS_FILE}: {type(again).__name__}: {again}")
         return 1
+
+
+def say(text: str) -> None:
+    """A line in supervisor.log (this process's stderr); a full disk that refuses it is not
+    a reason to stop."""
+    try:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

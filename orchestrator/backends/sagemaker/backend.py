@@ -253,7 +253,11 @@ class SageMakerBackend(CloudBackend):
 
     def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
         """Names of the training jobs whose name contains `containing` (ListTrainingJobs
-        NameContains, every page), only those InProgress with `in_flight`."""
+        NameContains, every page), only those InProgress with `in_flight`. A filtered list still
+        pages over every job of the account: "the MaxResults number of training jobs are first
+        retrieved ignoring the StatusEquals parameter and then they are filtered" (SageMaker API
+        Reference, ListTrainingJobs), so its cost grows with the account's jobs: sweeps list once
+        per runner, never per round."""
         names: list[str] = []
         args: dict = {"NameContains": containing, "MaxResults": 100}
         if in_flight:
