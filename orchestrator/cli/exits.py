@@ -61,10 +61,11 @@ def _last_resort(exc: BaseException) -> int:
 
 def run(app) -> None:
     """Run `app` (the root typer app) on sys.argv and exit as the module docstring says."""
-    from orchestrator import aws
+    from orchestrator import aws, ledger
 
     set_debug(False)  # until the root callback reads --debug
     aws.set_notifier(err)
+    ledger.set_notifier(err)
     try:
         app()
     except OrchestratorError as exc:
