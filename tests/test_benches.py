@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("sweep_plan.py", ["--trials", "40", "--compare", "20", "--archive-sample", "3"]),
     ("sweep_submit.py", ["--trials", "8"]),
     ("results_collect.py", ["--jobs", "6", "--rounds", "1", "--latency-ms", "1"]),
+    ("sparse_copy.py", ["--gb", "0.01", "--data-mb", "0.5", "--repeats", "1"]),
 ])
 def test_a_benchmark_runs_and_prints_json(tmp_path, script, args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(tmp_path / "home"))
