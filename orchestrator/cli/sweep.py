@@ -11,7 +11,16 @@ import typer
 
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
-from orchestrator.cli.output import err, out, plain, screen_width, shared_widths, table_text
+from orchestrator.cli.output import (
+    err,
+    fitted_table,
+    fitting,
+    out,
+    plain,
+    screen_width,
+    shared_widths,
+    table_text,
+)
 from orchestrator.errors import OrchestratorError
 from orchestrator.lifecycle import Status
 
@@ -64,15 +73,6 @@ def plan_table(planned) -> str:
         # Broken at separators to the column's width, so rich never folds a name mid-word.
         table.add_row(*(plain(row[c] if c in amounts else shown_lines(row[c], widths[c])) for c in columns))
     return table_text(table)
-
-
-def fitted_table(title):
-    """A rich Table for a screen of `screen_width()`: a rule under the header and between
-    columns, no outer frame, so the cells get the room."""
-    from rich import box
-    from rich.table import Table
-
-    return Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, pad_edge=False)
 
 
 def overrides_text(overrides: dict) -> str:
@@ -502,30 +502,29 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
 
-    table = fitted_table(plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
     # A sweep on one backend names it in the title; one across backends has a column for it.
     mixed = len(definition.backends) > 1
     columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
-    whole = ("#", "trial", "try", "backend", "instance")
+    whole = ("#", "trial", "try", "backend")
     rows = []
     for v in views:
         state = v.status + ("" if v.final or v.status != Status.FAILED else " (retry due)")
         rows.append(dict(zip(columns, map(str, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
             v.instance_type, state, overrides_text(v.trial.overrides), v.detail or "")), strict=True)))
-    # Kept whole: the short columns; the others share the rest of the screen and break at
-    # separators (`names.shown_lines`), never mid-word.
-    fixed = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in whole if c in columns}
-    wants = {c: max([len(c), *(len(line) for r in rows for line in r[c].splitlines())])
-             for c in columns if c not in fixed}
-    widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 3 * (len(columns) - 1),
-                                       first=("job", "overrides"))}
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=column in fixed, width=widths[column])
+    # Every column at least as wide as its longest word (the short ones whole), the rest of the
+    # screen to the job and the overrides first; each cell broken at separators
+    # (`names.shown_lines`), never mid-word, the gap between columns narrowed to fit 80 columns.
+    gap, found = fitting([(c, [r[c] for r in rows], c in whole) for c in columns], first=("job", "overrides"))
+    widths = dict(zip(columns, found, strict=True))
+    table = fitted_table(plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"),
+                         gap=gap)
     from orchestrator.names import shown_lines
 
+    for column in columns:
+        table.add_column(shown_lines(column, widths[column]), overflow="fold", width=widths[column])
     for row in rows:
-        table.add_row(*(plain(row[c] if c in fixed else shown_lines(row[c], widths[c])) for c in columns))
+        table.add_row(*(plain(shown_lines(row[c], widths[c])) for c in columns))
     out(table_text(table))
     done = sum(1 for v in views if v.final)
     out(f"{done}/{len(views)} trials final")
