@@ -17,6 +17,8 @@ Contract:
 - A job known only by its name is read back into its sweep by the same rules
   (`in_sweep`), so results with no tags and SageMaker jobs with no results yet are matched
   as tagged ones are.
+- A name (or an override list) shown in a narrow table breaks only after a separator
+  (`shown_lines`); `fitted_widths` gives a table's columns widths in which no word is cut.
 """
 
 from __future__ import annotations
