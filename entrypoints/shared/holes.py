@@ -59,8 +59,9 @@ def _copy_range(src: int, dst: int, start: int, end: int, use_kernel: bool) -> b
                 raise
             use_kernel = False
             break
-        if done == 0:
-            return use_kernel
+        if done == 0:  # the end, or a file system whose copy_file_range copies nothing: reads say which
+            use_kernel = False
+            break
         position += done
     while position < end:
         data = os.pread(src, min(end - position, _CHUNK), position)
