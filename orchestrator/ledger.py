@@ -18,17 +18,17 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import BackendError, InputError, visible
+from orchestrator.errors import BackendError, InputError, note, notes_heard, visible
 from orchestrator.lifecycle import RECORDED, Status
 from orchestrator.paths import home
 
 # How long a write waits for another process's lock in all (the error then), and after how long
-# of it the wait is said through `set_notifier`'s callback (the CLI: stderr), so a command
+# of it the wait is said (`errors.note`, which the CLI points at stderr), so a command
 # held by another one (a sweep runner writing) is not silent for half a minute.
 BUSY_TIMEOUT_S = 30.0
 NOTICE_AFTER_S = 1.5
@@ -37,15 +37,7 @@ NOTICE_AFTER_S = 1.5
 # WAL-Index Header Locks"), a rollback-mode writer the database file itself.
 _WAL_WRITE_LOCK_BYTE = 120
 
-_notify: Callable[[str], None] | None = None
 _noted: dict[str, float] = {}  # ledger path -> when its wait was last said (time.monotonic)
-
-
-def set_notifier(callback: Callable[[str], None] | None) -> None:
-    """Where the note of a write waiting for another process's lock goes (the CLI: stderr);
-    None (the default: the supervisor, tests) says nothing."""
-    global _notify
-    _notify = callback
 
 
 # The ledger's format, in SQLite's user_version: 0 before it was kept, 2 since the `account`
@@ -120,7 +112,7 @@ class Ledger:
         A file that is not a usable ledger (not SQLite, damaged, unreadable, read-only, a
         folder) is an InputError naming it; it is never deleted or rewritten. A write that
         waits more than `busy_timeout_s` (default BUSY_TIMEOUT_S) for another process's lock is a
-        BackendError (exit 1); after NOTICE_AFTER_S of waiting it is said once (`set_notifier`).
+        BackendError (exit 1); after NOTICE_AFTER_S of waiting it is said once (`errors.note`).
 
         `read_only` (commands that only read: status, logs, sweep status): a ledger this
         process cannot write (a read-only file, folder or file system) is opened for reading
@@ -321,10 +313,10 @@ class Ledger:
 
     def _begin(self) -> None:
         """BEGIN IMMEDIATE, waiting up to busy_timeout_s for another process's write lock in
-        all; once NOTICE_AFTER_S of that passed, the wait is said (`set_notifier`), once per
+        all; once NOTICE_AFTER_S of that passed, the wait is said (`errors.note`), once per
         ledger per wait. SQLite waits inside one call, so the wait is split in two."""
         first = NOTICE_AFTER_S
-        if _notify is None or first >= self.busy_timeout_s:
+        if not notes_heard() or first >= self.busy_timeout_s:
             self._db.execute("BEGIN IMMEDIATE")
             return
         self._wait_for_locks(first)
@@ -478,10 +470,10 @@ _CANNOT_WRITE_HINTS = {
 
 
 def _say_held(path: Path, waiting_s: float) -> None:
-    """Say (`set_notifier`) that another process holds the ledger and how long this one waits
+    """Say (`errors.note`) that another process holds the ledger and how long this one waits
     for it: once per ledger per wait, the holder's pid where the system says it."""
     now = time.monotonic()
-    if now - _noted.get(str(path), -1e9) <= waiting_s or _notify is None:
+    if now - _noted.get(str(path), -1e9) <= waiting_s or not notes_heard():
         return
     _noted[str(path)] = now
     from orchestrator.processes import command_line, lock_holder
@@ -490,7 +482,7 @@ def _say_held(path: Path, waiting_s: float) -> None:
     argv = command_line(pid) if pid else None
     said = visible(" ".join(" ".join(argv).split()))[:80] if argv else None  # one line, however it was started
     who = (f"process {pid}" + (f" ({said})" if said else "")) if pid else "another process"
-    _notify(f"note: the ledger {visible(str(path))} is held by {who}, which is writing to it; waiting up to "
+    note(f"note: the ledger {visible(str(path))} is held by {who}, which is writing to it; waiting up to "
             f"{waiting_s:g} s more")
 
 

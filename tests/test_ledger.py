@@ -404,7 +404,7 @@ def test_a_command_waiting_for_a_held_ledger_says_so_once_then_gives_its_error(h
 
 def test_a_write_that_gets_the_lock_after_the_note_goes_on(held_ledger, monkeypatch):
     # The wait is split in two (the note between): the second part still takes the lock.
-    from orchestrator import ledger
+    from orchestrator import errors, ledger
 
     path, holder = held_ledger
     said: list[str] = []
@@ -415,7 +415,7 @@ def test_a_write_that_gets_the_lock_after_the_note_goes_on(held_ledger, monkeypa
         said.append(text)
         holder.stdin.close()  # the holder ends while this process waits for the rest
 
-    monkeypatch.setattr(ledger, "_notify", release)
+    monkeypatch.setattr(errors, "_notes", release)
     ledger_ = Ledger(path, busy_timeout_s=60)
     ledger_.record_intent("vit-1", backend="local", region="local", spec_hash="0" * 64, request={})
     assert ledger_.get("vit-1") is not None
