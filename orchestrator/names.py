@@ -278,7 +278,9 @@ def fitted_widths(columns: list[tuple[str, list[str], bool]], total: int, first:
     separators, and its header's longest word (without its separator: a header may break
     before one), each at most FIT_CELL, so no word is cut; what is left makes short cells
     (FIT_CELL at most) whole, then goes fairly to the `first` columns (the job name, the
-    overrides) up to their whole length, then fairly to the others up to theirs. Where `total`
+    overrides) up to their whole length, less what their lines broken at separators leave
+    unused, then makes other columns whole (headers too), cheapest first, then goes fairly to
+    the others. Where `total`
     is less than the least, the least (the table is then wider than `total`)."""
     least, whole, wants = [], [], []
     for header, cells, keep in columns:
@@ -291,17 +293,40 @@ def fitted_widths(columns: list[tuple[str, list[str], bool]], total: int, first:
     widths = list(least)
     left = total - sum(least)
     firsts = [i for i, (header, _, _) in enumerate(columns) if header in first]
-    for i in sorted((i for i in range(len(columns)) if i not in firsts and whole[i] <= FIT_CELL),
-                    key=lambda j: (whole[j] - widths[j], j)):
-        if 0 < whole[i] - widths[i] <= left:  # "0.0003" broken after "0." would read as two values
-            left -= whole[i] - widths[i]
-            widths[i] = whole[i]
-    for group in (firsts, [i for i in range(len(columns)) if i not in firsts]):
-        rest = [i for i in group if wants[i] > widths[i]]
-        while left > 0 and rest:  # max-min fair: a character at a time to the narrowest that wants more
-            i = min(rest, key=lambda j: (widths[j], j))
+    others = [i for i in range(len(columns)) if i not in firsts]
+
+    def whole_where_affordable(candidates: list[int], target: list[int]) -> int:
+        """Widen each candidate to its `target` width, cheapest first, while what is left
+        allows; what is left then."""
+        rest = left
+        for i in sorted(candidates, key=lambda j: (target[j] - widths[j], j)):
+            if 0 < target[i] - widths[i] <= rest:
+                rest -= target[i] - widths[i]
+                widths[i] = target[i]
+        return rest
+
+    def fair(group: list[int], rest: int) -> int:
+        wanting = [i for i in group if wants[i] > widths[i]]
+        while rest > 0 and wanting:  # max-min fair: a character at a time to the narrowest that wants more
+            i = min(wanting, key=lambda j: (widths[j], j))
             widths[i] += 1
-            left -= 1
+            rest -= 1
             if widths[i] >= wants[i]:
-                rest.remove(i)
+                wanting.remove(i)
+        return rest
+
+    # Short cells whole first: "0.0003" broken after "0." would read as two values.
+    left = whole_where_affordable([i for i in others if whole[i] <= FIT_CELL], whole)
+    tight = set()
+    for _ in range(len(firsts) + 1):  # what one's lines do not use may serve another first column
+        left = fair([i for i in firsts if i not in tight], left)
+        for i in firsts:  # what their lines, broken at separators, do not use goes to the others
+            header, cells, _ = columns[i]
+            used = max(len(line) for text in (header, *cells) for line in shown_lines(text, widths[i]).split("\n"))
+            if least[i] <= used < widths[i]:
+                left += widths[i] - used
+                widths[i] = used
+                tight.add(i)
+    left = whole_where_affordable(others, wants)  # then headers and long cells whole, cheapest first
+    fair(others, left)
     return widths

@@ -225,3 +225,18 @@ def test_sweep_status_at_80_columns_breaks_names_and_overrides_only_at_separator
         for i, part in enumerate(line.split("│")):
             if i not in (job, overrides) and part.strip():
                 assert set(part.split()) <= every, (part, out)
+
+
+def test_fitted_widths_give_each_column_its_longest_word_then_the_job_then_the_rest():
+    job = ("job", ["instances-95e94bc6-t9a7f7a3e", "instances-95e94bc6-t0f7e786b-r1"], False)
+    lr = ("lr", ["0.0003", "0.001"], False)
+    loss = ("final loss", ["2.346"], True)
+    # Too narrow for every column's least: the least (nothing cut; rich then folds).
+    assert names.fitted_widths([job, lr, loss], 10, first=("job",)) == [10, 4, 5]
+    # Short values whole ("0.0003", not "0." over "0003") before the job name grows.
+    assert names.fitted_widths([job, lr, loss], 21, first=("job",)) == [10, 6, 5]
+    # The job name up to whole; what its lines broken at separators leave unused goes on, so
+    # the header "final loss" is whole here: "instances-95e94bc6-" is 19 wide, not 24.
+    assert names.fitted_widths([job, lr, loss], 35, first=("job",)) == [19, 6, 10]
+    # Room for everything: each column its whole length.
+    assert names.fitted_widths([job, lr, loss], 60, first=("job",)) == [31, 6, 10]
