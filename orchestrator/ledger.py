@@ -32,9 +32,9 @@ from orchestrator.paths import home
 # held by another one (a sweep runner writing) is not silent for half a minute.
 BUSY_TIMEOUT_S = 30.0
 NOTICE_AFTER_S = 1.5
-# In WAL mode a writer holds this byte of the -shm file (SQLite's WAL_WRITE_LOCK: the first
-# lock byte, offset 120 of the wal-index header; sqlite.org/walformat.html, "2.3.2 The
-# WAL-Index Header Locks"), a rollback-mode writer the database file itself.
+# In WAL mode a writer holds this byte of the -shm file (SQLite's WAL_WRITE_LOCK, lock 0, at
+# UNIX_SHM_BASE = (22 + SQLITE_SHM_NLOCK) * 4 = 120 in os_unix.c; sqlite.org/walformat.html
+# describes the locks), a rollback-mode writer the database file itself.
 _WAL_WRITE_LOCK_BYTE = 120
 
 _noted: dict[str, float] = {}  # ledger path -> when its wait was last said (time.monotonic)
@@ -483,7 +483,7 @@ def _say_held(path: Path, waiting_s: float) -> None:
     said = visible(" ".join(" ".join(argv).split()))[:80] if argv else None  # one line, however it was started
     who = (f"process {pid}" + (f" ({said})" if said else "")) if pid else "another process"
     note(f"note: the ledger {visible(str(path))} is held by {who}, which is writing to it; waiting up to "
-            f"{waiting_s:g} s more")
+         f"{waiting_s:g} s more")
 
 
 def _primary_code(exc: sqlite3.DatabaseError) -> int | None:
