@@ -14,7 +14,8 @@ Clients (`client`):
   in all, not the AWS_MAX_ATTEMPTS botocore would spend on it (minutes of silence on an
   endpoint that accepts connections and never answers); before the retry a note goes to
   `set_notifier`'s callback, so a waiting command says what it waits for. Everything else
-  (throttling, 5xx) keeps botocore's retries (`retry_config`).
+  (throttling, 5xx) keeps botocore's retries (`retry_config`); a server error (HTTP 5xx) that
+  botocore retries is noted there too, once, before its first retry.
 
 What an error means is `aws_errors`' (`classify`); `describe` and `tries_said` word the
 "no answer" and "cannot reach" cases, which this module's timeouts and tries shape.
@@ -191,7 +192,9 @@ _ENDPOINT_HINT = ("give a URL with a scheme and a host, e.g. https://s3.us-east-
 
 def limit_no_answer(built) -> None:
     """Make `built` (a botocore client) stop retrying a call that cannot reach its endpoint or
-    gets no answer after NO_ANSWER_ATTEMPTS tries, and note the wait before retrying."""
+    gets no answer after NO_ANSWER_ATTEMPTS tries, and note the wait before retrying. A server
+    error (HTTP 5xx) that botocore retries is noted too, once, at its first retry: with
+    botocore's backoff its tries take seconds to a minute, which are otherwise silent."""
     from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
     endpoint = built.meta.endpoint_url
@@ -199,28 +202,56 @@ def limit_no_answer(built) -> None:
     configured = retries.get("total_max_attempts") or (retries.get("max_attempts", 4) + 1)
     limit = min(NO_ANSWER_ATTEMPTS, configured)
 
-    def needs_retry(attempts: int, caught_exception=None, operation=None, **_) -> bool | None:
+    def needs_retry(attempts: int, caught_exception=None, operation=None, response=None, **_) -> bool | None:
+        call = getattr(operation, "name", None)
+        if caught_exception is None:
+            status = getattr(response[0], "status_code", None) if response else None
+            if status in RETRIED_STATUSES and attempts < configured:
+                left = configured - attempts
+                _note(endpoint, f"note: {shown_endpoint(endpoint)} answered {call or 'a call'} with a server error "
+                                f"(HTTP {status}); trying again (up to {left} more tr{'y' if left == 1 else 'ies'})")
+            return None  # botocore's own retry handler decides
         if not isinstance(caught_exception, (ReadTimeoutError, ConnectTimeoutError, EndpointConnectionError)):
             return None  # botocore's own retry handler decides
         if attempts >= limit:
             caught_exception.orchestrator_tries = attempts  # for `tries_said`
             return False  # give up now: botocore raises the error
-        # One note per endpoint per wait, not one per thread (results reads in parallel).
-        now = time.monotonic()
-        with _noted_lock:
-            fresh = now - _noted.get(endpoint, -1e9) > max(timeouts())
-            if fresh:
-                _noted[endpoint] = now
-        if fresh and _notify is not None:
-            left = limit - attempts
-            _notify(f"note: {describe(caught_exception, getattr(operation, 'name', None))}; trying again "
-                    f"({left} more tr{'y' if left == 1 else 'ies'})")
+        left = limit - attempts
+        _note(endpoint, f"note: {describe(caught_exception, call)}; trying again "
+                        f"({left} more tr{'y' if left == 1 else 'ies'})")
         return None
 
     # botocore's retry handler is registered on this exact event name; registered first, ours
     # answers first, and `False` ends the retries (botocore.endpoint.Endpoint._needs_retry).
     event = f"needs-retry.{built.meta.service_model.service_id.hyphenize()}"
     built.meta.events.register_first(event, needs_retry, unique_id=f"orchestrator-no-answer-{event}")
+
+
+# The HTTP statuses botocore's retry handlers (standard, adaptive and legacy modes) retry as
+# server errors (botocore.retries.standard's transient status codes; legacy's
+# general_server_error): a note says so before the first retry.
+RETRIED_STATUSES = frozenset({500, 502, 503, 504})
+
+
+def _note(endpoint: str, text: str) -> None:
+    """`text` to `set_notifier`'s callback, once per endpoint per wait: not once per thread
+    (results reads in parallel) nor once per retry."""
+    now = time.monotonic()
+    with _noted_lock:
+        fresh = now - _noted.get(endpoint, -1e9) > max(timeouts())
+        if fresh:
+            _noted[endpoint] = now
+    if fresh and _notify is not None:
+        _notify(text)
+
+
+def shown_endpoint(url: str | None) -> str:
+    """"the endpoint SCHEME://HOST:PORT" of a URL (botocore names the whole request URL:
+    bucket, key, query; the endpoint is its start), never credentials written into it; "the
+    AWS endpoint" without one."""
+    parts = urlsplit(str(url)) if url else None
+    host = parts.netloc.rpartition("@")[2] if parts else ""
+    return f"the endpoint {parts.scheme}://{host}" if host else "the AWS endpoint"
 
 
 # --- words for a silent endpoint --------------------------------------------------------------
@@ -232,11 +263,7 @@ def describe(exc: BaseException, operation: str | None = None) -> str | None:
 
     cause = botocore_cause(exc)
     url = getattr(cause, "kwargs", {}).get("endpoint_url") if cause is not None else None
-    parts = urlsplit(str(url)) if url else None
-    # botocore names the whole request URL (bucket, key, query): the endpoint is its start.
-    # Its host and port only: credentials in the URL are never shown.
-    host = parts.netloc.rpartition("@")[2] if parts else ""
-    where = f"the endpoint {parts.scheme}://{host}" if host else "the AWS endpoint"
+    where = shown_endpoint(url)
     call = f" {operation}" if operation else ""
     connect, read = timeouts()
     if isinstance(cause, aws.ReadTimeoutError):

@@ -1,12 +1,14 @@
 """The errors the orchestrator raises. Only the CLI (`orchestrator/cli/`) prints them.
 
 Every error carries what went wrong, where (when known) and how to fix it. `exit_code`
-follows the house style: 2 for bad input, 1 for a backend or job failure.
+follows the house style: 2 for bad input, 1 for a backend or job failure. A module that
+waits on something outside the command says so through `note`, which the CLI points at stderr.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 from typing import NamedTuple
 
@@ -156,3 +158,26 @@ def service_message(text, limit: int = MAX_SERVICE_MESSAGE) -> str:
         text = html.unescape(f"{heading}: {body}" if heading else body)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+# Notes said while a command waits on something outside it (the ledger another process holds):
+# the CLI points them at stderr (`set_notes`, at start, importing nothing else); the modules
+# that wait call `note` and never print.
+_notes: Callable[[str], None] | None = None
+
+
+def set_notes(callback: Callable[[str], None] | None) -> None:
+    """Where `note` says things (the CLI: stderr); None (the default) says nothing."""
+    global _notes
+    _notes = callback
+
+
+def notes_heard() -> bool:
+    """Whether a `note` reaches anyone (waiting in two parts to say so costs nothing then)."""
+    return _notes is not None
+
+
+def note(text: str) -> None:
+    """Say `text` (one line) where `set_notes` pointed, if anywhere."""
+    if _notes is not None:
+        _notes(text)

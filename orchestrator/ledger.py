@@ -23,9 +23,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import BackendError, InputError
+from orchestrator.errors import BackendError, InputError, note, notes_heard, visible
 from orchestrator.lifecycle import RECORDED, Status
 from orchestrator.paths import home
+
+# How long a write waits for another process's lock in all (the error then), and after how long
+# of it the wait is said (`errors.note`, which the CLI points at stderr), so a command
+# held by another one (a sweep runner writing) is not silent for half a minute.
+BUSY_TIMEOUT_S = 30.0
+NOTICE_AFTER_S = 1.5
+# In WAL mode a writer holds this byte of the -shm file (SQLite's WAL_WRITE_LOCK, lock 0, at
+# UNIX_SHM_BASE = (22 + SQLITE_SHM_NLOCK) * 4 = 120 in os_unix.c; sqlite.org/walformat.html
+# describes the locks), a rollback-mode writer the database file itself.
+_WAL_WRITE_LOCK_BYTE = 120
+
+_noted: dict[str, float] = {}  # ledger path -> when its wait was last said (time.monotonic)
+
 
 # The ledger's format, in SQLite's user_version: 0 before it was kept, 2 since the `account`
 # column. A column added later is added in place (`_open`), and the version bumped with it.
@@ -93,12 +106,13 @@ class Entry:
 class Ledger:
     """A handle on the ledger database. Cheap to create; one per process is plenty."""
 
-    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = 30.0, read_only: bool = False):
+    def __init__(self, path: Path | None = None, *, busy_timeout_s: float | None = None, read_only: bool = False):
         """Open (creating if missing) the ledger at `path`, default `ORCHESTRATOR_HOME/ledger.sqlite3`.
 
         A file that is not a usable ledger (not SQLite, damaged, unreadable, read-only, a
         folder) is an InputError naming it; it is never deleted or rewritten. A write that
-        waits more than `busy_timeout_s` for another process's lock is a BackendError (exit 1).
+        waits more than `busy_timeout_s` (default BUSY_TIMEOUT_S) for another process's lock is a
+        BackendError (exit 1); after NOTICE_AFTER_S of waiting it is said once (`errors.note`).
 
         `read_only` (commands that only read: status, logs, sweep status): a ledger this
         process cannot write (a read-only file, folder or file system) is opened for reading
@@ -109,7 +123,7 @@ class Ledger:
         `record_intent` is an InputError.
         """
         self.path = Path(path) if path else home() / "ledger.sqlite3"
-        self.busy_timeout_s = busy_timeout_s
+        self.busy_timeout_s = BUSY_TIMEOUT_S if busy_timeout_s is None else busy_timeout_s
         self.writable = True
         self._select: str | None = None  # the SELECT list of an Entry (`_columns`)
         self._may_read_only = read_only
@@ -297,10 +311,38 @@ class Ledger:
                 raise
             self.writable = False
 
+    def _wait_for_locks(self, seconds: float) -> None:
+        self._db.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+
+    def _begin(self) -> None:
+        """BEGIN IMMEDIATE, waiting up to busy_timeout_s for another process's write lock in
+        all; once NOTICE_AFTER_S of that passed, the wait is said (`errors.note`), once per
+        ledger per wait. SQLite waits inside one call, so the wait is split in two."""
+        first = NOTICE_AFTER_S
+        if not notes_heard() or first >= self.busy_timeout_s:
+            self._db.execute("BEGIN IMMEDIATE")
+            return
+        self._wait_for_locks(first)
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if _primary_code(exc) != 5:  # not SQLITE_BUSY
+                raise
+        finally:
+            self._wait_for_locks(self.busy_timeout_s)
+        rest = self.busy_timeout_s - first
+        _say_held(self.path, rest)
+        self._wait_for_locks(rest)
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        finally:
+            self._wait_for_locks(self.busy_timeout_s)
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._translated():
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin()
             try:
                 yield self._db
             except BaseException:
@@ -442,17 +484,38 @@ _CANNOT_WRITE_HINTS = {
 }
 
 
-def _ledger_error(path: Path, exc: sqlite3.DatabaseError, busy_timeout_s: float) -> Exception | None:
-    """Our error for an sqlite3 error about the ledger file; None for anything else (a bug)."""
+def _say_held(path: Path, waiting_s: float) -> None:
+    """Say (`errors.note`) that another process holds the ledger and how long this one waits
+    for it: once per ledger per wait, the holder's pid where the system says it."""
+    now = time.monotonic()
+    if now - _noted.get(str(path), -1e9) <= waiting_s or not notes_heard():
+        return
+    _noted[str(path)] = now
+    from orchestrator.processes import command_line, lock_holder
+
+    pid = lock_holder(f"{path}-shm", _WAL_WRITE_LOCK_BYTE) or lock_holder(path)
+    argv = command_line(pid) if pid else None
+    said = visible(" ".join(" ".join(argv).split()))[:80] if argv else None  # one line, however it was started
+    who = (f"process {pid}" + (f" ({said})" if said else "")) if pid else "another process"
+    note(f"note: the ledger {visible(str(path))} is held by {who}, which is writing to it; waiting up to "
+         f"{waiting_s:g} s more")
+
+
+def _primary_code(exc: sqlite3.DatabaseError) -> int | None:
+    """SQLite's primary result code of `exc` (5: SQLITE_BUSY, ...)."""
     code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
     if code is not None:
-        primary = code & 0xFF
-    else:  # Python 3.10: only the message says
-        text = str(exc).lower()
-        primary = next((c for c, needle in ((26, "not a database"), (11, "malformed"), (5, "locked"),
-                                            (14, "unable to open"), (8, "readonly"), (13, "full"),
-                                            (10, "disk i/o"))
-                        if needle in text), None)
+        return code & 0xFF
+    # Python 3.10: only the message says
+    text = str(exc).lower()
+    return next((c for c, needle in ((26, "not a database"), (11, "malformed"), (5, "locked"),
+                                     (14, "unable to open"), (8, "readonly"), (13, "full"), (10, "disk i/o"))
+                 if needle in text), None)
+
+
+def _ledger_error(path: Path, exc: sqlite3.DatabaseError, busy_timeout_s: float) -> Exception | None:
+    """Our error for an sqlite3 error about the ledger file; None for anything else (a bug)."""
+    primary = _primary_code(exc)
     if primary in _NOT_A_LEDGER:
         return InputError(
             f"{path}: not a usable ledger: {_NOT_A_LEDGER[primary]}",

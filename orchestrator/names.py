@@ -17,6 +17,8 @@ Contract:
 - A job known only by its name is read back into its sweep by the same rules
   (`in_sweep`), so results with no tags and SageMaker jobs with no results yet are matched
   as tagged ones are.
+- A name (or an override list) shown in a narrow table breaks only after a separator
+  (`shown_lines`); `fitted_widths` gives a table's columns widths in which no word is cut.
 """
 
 from __future__ import annotations
@@ -231,7 +233,7 @@ def listing_needle(sweep: str) -> str:
 
 # Where a job name or an override list may break across lines in a narrow table: after its
 # separators, never inside a word (issue 32: at 80 columns names folded mid-word).
-_PIECE = re.compile(r"[^-._=,/ ]*[-._=,/ ]+|[^-._=,/ ]+")
+PIECE = re.compile(r"[^-._=,/ ]*[-._=,/ ]+|[^-._=,/ ]+")
 
 
 def shown_lines(text: str, width: int) -> str:
@@ -243,7 +245,7 @@ def shown_lines(text: str, width: int) -> str:
     out: list[str] = []
     for given in text.split("\n"):
         line = ""
-        for piece in _PIECE.findall(given):
+        for piece in PIECE.findall(given):
             if line and len(line) + len(piece.rstrip(" ")) > width:
                 out.append(line.rstrip(" "))
                 line = ""
@@ -257,3 +259,74 @@ def shown_lines(text: str, width: int) -> str:
         out.append(line.rstrip(" "))
     return "\n".join(out)
 
+
+
+# The widest a fitted table keeps a column's least width: a longer word is broken inside.
+FIT_CELL = 12
+SEPARATORS = "-._=,/ "
+
+
+def _words(text: str) -> list[str]:
+    """The pieces `shown_lines` breaks `text` into (each ends at a separator), spaces dropped."""
+    return [p.rstrip(" ") for line in text.split("\n") for p in PIECE.findall(line)]
+
+
+def fitted_widths(columns: list[tuple[str, list[str], bool]], total: int, first: tuple[str, ...] = ()) -> list[int]:
+    """The widths of a table's columns, each (header, its cells, kept whole), that share `total`
+    characters of content, their cells then broken by `shown_lines`. Each column first gets its
+    least: a whole column (numbers) its widest cell, any other its longest word between
+    separators, and its header's longest word (without its separator: a header may break
+    before one), each at most FIT_CELL, so no word is cut; what is left makes short cells
+    (FIT_CELL at most) whole, then goes fairly to the `first` columns (the job name, the
+    overrides) up to their whole length, less what their lines broken at separators leave
+    unused, then makes other columns whole (headers too), cheapest first, then goes fairly to
+    the others. Where `total`
+    is less than the least, the least (the table is then wider than `total`)."""
+    least, whole, wants = [], [], []
+    for header, cells, keep in columns:
+        words = [len(w.rstrip(SEPARATORS)) for w in _words(header)]
+        words += [len(c) for c in cells] if keep else [len(w) for c in cells for w in _words(c)]
+        least.append(min(max([1, *words]), FIT_CELL))
+        lines = [len(line) for c in cells for line in c.split("\n")]
+        whole.append(max([1, *lines]))  # the cells on one line each, the header aside
+        wants.append(max([len(line) for line in header.split("\n")] + lines))
+    widths = list(least)
+    left = total - sum(least)
+    firsts = [i for i, (header, _, _) in enumerate(columns) if header in first]
+    others = [i for i in range(len(columns)) if i not in firsts]
+
+    def whole_where_affordable(candidates: list[int], target: list[int]) -> int:
+        """Widen each candidate to its `target` width, cheapest first, while what is left
+        allows; what is left then."""
+        rest = left
+        for i in sorted(candidates, key=lambda j: (target[j] - widths[j], j)):
+            if 0 < target[i] - widths[i] <= rest:
+                rest -= target[i] - widths[i]
+                widths[i] = target[i]
+        return rest
+
+    def fair(group: list[int], rest: int) -> int:
+        wanting = [i for i in group if wants[i] > widths[i]]
+        while rest > 0 and wanting:  # max-min fair: a character at a time to the narrowest that wants more
+            i = min(wanting, key=lambda j: (widths[j], j))
+            widths[i] += 1
+            rest -= 1
+            if widths[i] >= wants[i]:
+                wanting.remove(i)
+        return rest
+
+    # Short cells whole first: "0.0003" broken after "0." would read as two values.
+    left = whole_where_affordable([i for i in others if whole[i] <= FIT_CELL], whole)
+    tight = set()
+    for _ in range(len(firsts) + 1):  # what one's lines do not use may serve another first column
+        left = fair([i for i in firsts if i not in tight], left)
+        for i in firsts:  # what their lines, broken at separators, do not use goes to the others
+            header, cells, _ = columns[i]
+            used = max(len(line) for text in (header, *cells) for line in shown_lines(text, widths[i]).split("\n"))
+            if least[i] <= used < widths[i]:
+                left += widths[i] - used
+                widths[i] = used
+                tight.add(i)
+    left = whole_where_affordable(others, wants)  # then headers and long cells whole, cheapest first
+    fair(others, left)
+    return widths

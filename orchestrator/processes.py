@@ -3,7 +3,8 @@ them to signal.
 
 Used by the local backend (its supervisors and the hosts' processes) and by sweep runners
 (the process that holds a sweep). psutil reads each OS's own process table (/proc on Linux,
-sysctl on macOS), so nothing here parses it by hand.
+sysctl on macOS), so nothing here parses it by hand; but who holds a file lock
+(`lock_holder`), which psutil does not read: Linux's /proc/locks.
 """
 
 from __future__ import annotations
@@ -77,3 +78,33 @@ def kill_tree(pgid: int | None, signum: int) -> None:
             os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def lock_holder(path: str | os.PathLike, byte: int | None = None) -> int | None:
+    """The pid of another process that holds a write lock (POSIX, fcntl) on `path`, one that
+    covers `byte` when given; None when none is found or the system does not say (Linux lists
+    the locks in /proc/locks; psutil does not read them). Cheap: one small file read, no
+    process scanned."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as handle:
+            listed = handle.read()
+    except OSError:
+        return None
+    for line in listed.splitlines():
+        # "1: POSIX  ADVISORY  WRITE 1234 08:02:5678 120 120" (MAJOR:MINOR:INODE, the range's
+        # first and last byte or EOF); a waiter's line has "->" and holds nothing.
+        fields = line.split()
+        if len(fields) < 8 or "->" in fields or fields[1] != "POSIX" or fields[3] != "WRITE":
+            continue
+        major, minor, inode = (fields[5].split(":") + ["", "", ""])[:3]
+        try:
+            same = (int(inode), int(major, 16), int(minor, 16)) == (st.st_ino, os.major(st.st_dev), os.minor(st.st_dev))
+            first, last = int(fields[6]), (None if fields[7] == "EOF" else int(fields[7]))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        covers = byte is None or (first <= byte and (last is None or byte <= last))
+        if same and covers and pid > 0 and pid != os.getpid():
+            return pid
+    return None

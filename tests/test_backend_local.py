@@ -767,3 +767,75 @@ def test_an_unreadable_file_in_a_data_folder_is_refused_before_anything_is_copie
     assert "chmod u+r" in info.value.hint
     assert not (orch_home / "jobs" / prepared.job_name).exists()
     assert Ledger().get(prepared.job_name) is None
+
+
+def sparse_file(path: Path, size: int = 64 * 2**20) -> Path:
+    """A `size`-byte file with 4 KiB of data at its start and in its middle, holes elsewhere;
+    skips the test where the file system keeps no holes."""
+    with open(path, "wb") as out:
+        out.write(b"\x01" * 4096)
+        out.seek(size // 2)
+        out.write(b"\x02" * 4096)
+        out.truncate(size)
+    if path.stat().st_blocks * 512 >= size:
+        pytest.skip(f"the file system of {path} keeps no holes")
+    return path
+
+
+def test_a_sparse_data_file_stays_sparse_in_every_host(orch_home, tmp_path, fake_train):
+    # Issue 32 (14): a 2 GB sparse file took 2 GB of disk once copied into the channel.
+    data = tmp_path / "images"
+    (data / "cat").mkdir(parents=True)
+    (data / "cat" / "0.png").write_bytes(b"cat")
+    big = sparse_file(data / "cat" / "big.bin")
+    prepared = prepared_for(make_spec(tmp_path, count=2, source=f"file://{data}"))
+    backend = LocalBackend()
+    backend.submit(prepared)
+    assert wait_terminal(backend, prepared.job_name).status == "completed"
+    for host in ("algo-1", "algo-2"):  # algo-1 from the store (get_file), algo-2 from algo-1's copy
+        copy = orch_home / "jobs" / prepared.job_name / host / "input/data/train/cat/big.bin"
+        assert copy.stat().st_size == big.stat().st_size and copy.read_bytes() == big.read_bytes()
+        assert copy.stat().st_blocks * 512 <= 4 * big.stat().st_blocks * 512 < 2**20, host  # not 64 MiB
+
+
+def test_a_copy_that_fails_half_way_keeps_nothing_and_blames_the_users_file(orch_home, tmp_path, fake_train,
+                                                                            monkeypatch):
+    # Issue 32 (14): a file that could not be read after others were copied ended the job as
+    # "InternalServerError: local supervisor: StorageError ... Permission denied", the copies
+    # left behind. A file made unreadable after submit's check fails the same way: here.
+    import signal
+
+    from orchestrator.backends.local import supervisor as local_runner
+
+    data = tmp_path / "data"
+    (data / "cat").mkdir(parents=True)
+    for i in range(4):
+        (data / "cat" / f"{i}.png").write_bytes(b"meow" * 1000)
+    unreadable = data / "cat" / "2.png"  # after 0.png and 1.png were copied
+    prepared = prepared_for(make_spec(tmp_path, count=2, source=f"file://{data}"))
+    monkeypatch.setattr(LocalBackend, "_start_supervisor", lambda self, job_dir: None)  # run below, in this process
+    LocalBackend().submit(prepared)  # passes its check: every file is readable now
+    job_dir = orch_home / "jobs" / prepared.job_name
+    real_open = os.open
+    opened: list[str] = []
+
+    def refusing(path, flags, *args, **kwargs):  # what chmod 000 does to a user who is not root
+        if str(path) == str(unreadable):
+            raise PermissionError(13, "Permission denied", str(path))
+        if str(path).startswith(str(data)):
+            opened.append(str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)  # the tests run as root here, whom chmod 000 does not stop
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # the supervisor's handlers stay out of pytest
+    assert local_runner.Supervisor(job_dir).run() == 0
+    monkeypatch.setattr(os, "open", real_open)
+    assert opened == [str(data / "cat" / "0.png"), str(data / "cat" / "1.png")]  # two copied, then the third failed
+    status = LocalBackend().status(prepared.job_name)
+    assert status.status == "failed"
+    assert status.failure_reason.startswith(f"ClientError: data channel 'train': {unreadable} cannot be read: "
+                                            "Permission denied; nothing copied was kept"), status.failure_reason
+    assert "InternalServerError" not in status.failure_reason and "chmod u+r" in status.failure_reason
+    for host in ("algo-1", "algo-2"):  # neither channel's copy stays, in either host
+        assert list((job_dir / host / "input" / "data").iterdir()) == []
+    assert sorted(p.name for p in (data / "cat").iterdir()) == ["0.png", "1.png", "2.png", "3.png"]  # untouched

@@ -142,3 +142,60 @@ def test_price_pages_that_never_end_stop(monkeypatch):
     with pytest.raises(BackendError, match="did not end after 200 pages"):
         prices.fetch(Endless(), ["ml.trn1.2xlarge"], ["us-east-1"], today=TODAY)
     assert Endless.asked == aws.MAX_PAGES
+
+
+# --- a server error is said while botocore retries it -----------------------------------------
+
+
+@pytest.fixture
+def failing_endpoint(monkeypatch):
+    """An endpoint on 127.0.0.1 that answers every call with an HTML 500 page; counts the calls."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.headers.get("X-Amz-Target") or self.path)
+            body = b"<!doctype html><html><head><title>500 Internal Server Error</title></head><body>oops</body></html>"
+            self.send_response(500)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", url)
+    # Three tries in standard mode: a backoff of at most 1 s and 2 s, not the default ten tries.
+    monkeypatch.setenv("AWS_RETRY_MODE", "standard")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    yield url, seen
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.timeout(120)
+def test_a_quota_read_that_meets_server_errors_says_so_once_while_it_retries(orch_home, failing_endpoint,
+                                                                             monkeypatch, capsys):
+    # Issue 32 (13): 13.6 s of silence while botocore retried a 500, then the error.
+    from cli_harness import run_cli
+
+    url, seen = failing_endpoint
+    code, _, err = run_cli(monkeypatch, capsys, "doctor", str(CONFIG), "--quotas")
+    assert code == 1, err
+    note = (f"note: the endpoint {url} answered ListServiceQuotas with a server error (HTTP 500); trying again "
+            "(up to 2 more tries)")
+    lines = err.splitlines()
+    assert lines.count(note) == 1, err  # said once, not once per retry
+    error = next(i for i, line in enumerate(lines) if line.startswith("error: reading the quotas: "))
+    assert lines.index(note) < error  # before the error: while it waited
+    assert "a server error" in lines[error] and "<" not in err and "servicequotas:" not in err
+    assert lines[error + 1] == "hint: try again later: a server error, not a permissions problem"
+    assert len(seen) == 3  # botocore's retries kept: the note does not shorten them

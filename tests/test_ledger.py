@@ -357,3 +357,66 @@ def test_a_full_disk_under_the_ledger_is_reported_as_a_full_disk(orch_home, tmp_
     assert done.returncode == 2, done.stdout + done.stderr
     assert "the disk is full" in done.stderr and "free some space" in done.stderr
     assert "writable" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def held_ledger(orch_home):
+    """The home's ledger, its write lock held by another process until the test ends: (path,
+    that process)."""
+    import subprocess
+    import sys
+
+    path = orch_home / "ledger.sqlite3"
+    Ledger(path).close()  # made, in WAL mode
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys\n"
+         "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "db.execute('BEGIN IMMEDIATE')\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.read()\n", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield path, holder
+    finally:
+        holder.stdin.close()  # it ends, and its lock with it
+        holder.wait(60)
+
+
+def test_a_command_waiting_for_a_held_ledger_says_so_once_then_gives_its_error(held_ledger, monkeypatch, capsys):
+    # Issue 32 (13): a locked ledger made a command silent for 30 s before its clear error.
+    from orchestrator import ledger
+
+    path, holder = held_ledger
+    monkeypatch.setattr(ledger, "BUSY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(ledger, "NOTICE_AFTER_S", 0.05)
+    monkeypatch.setattr(ledger, "_noted", {})
+    code, _, err = run_cli(monkeypatch, capsys, "status", "vit-1")
+    assert code == 1, err
+    lines = err.splitlines()
+    notes = [line for line in lines if line.startswith("note: the ledger ")]
+    # Said once, naming the process that holds it (Linux says, in /proc/locks) and the wait.
+    assert notes == [f"note: the ledger {path} is held by process {holder.pid} ({notes[0].split('(', 1)[1]}"], err
+    assert "python" in notes[0] and notes[0].endswith("which is writing to it; waiting up to 0.45 s more")
+    assert lines.index(notes[0]) < lines.index(f"error: {path}: the ledger stayed locked by another process for 0.5s")
+    assert lines[-1].startswith("hint: another orchestrator command")
+
+
+def test_a_write_that_gets_the_lock_after_the_note_goes_on(held_ledger, monkeypatch):
+    # The wait is split in two (the note between): the second part still takes the lock.
+    from orchestrator import errors, ledger
+
+    path, holder = held_ledger
+    said: list[str] = []
+    monkeypatch.setattr(ledger, "_noted", {})
+    monkeypatch.setattr(ledger, "NOTICE_AFTER_S", 0.05)
+
+    def release(text: str) -> None:
+        said.append(text)
+        holder.stdin.close()  # the holder ends while this process waits for the rest
+
+    monkeypatch.setattr(errors, "_notes", release)
+    ledger_ = Ledger(path, busy_timeout_s=60)
+    ledger_.record_intent("vit-1", backend="local", region="local", spec_hash="0" * 64, request={})
+    assert ledger_.get("vit-1") is not None
+    assert len(said) == 1 and f"is held by process {holder.pid}" in said[0]

@@ -336,3 +336,59 @@ def test_the_file_store_never_reads_a_fifo_or_a_device(tmp_path):
         with pytest.raises(storage.StorageError, match="not a regular file"):
             store.get_file(key, tmp_path / "copy")
     assert not (tmp_path / "copy").exists()
+
+
+# --- a sparse file's holes (issue 32, finding 14) ---------------------------------------------
+
+
+def _sparse(path: Path, size: int = 32 * 2**20) -> bytes:
+    with open(path, "wb") as out:
+        out.write(b"head")
+        out.seek(size // 3)
+        out.write(os.urandom(10_000))
+        out.truncate(size)  # a trailing hole: no extent writes it
+    if path.stat().st_blocks * 512 >= size:
+        pytest.skip(f"the file system of {path} keeps no holes")
+    return path.read_bytes()
+
+
+def test_get_file_keeps_a_sparse_files_holes(tmp_path):
+    from entrypoints.shared.storage.file_store import FileStore
+
+    (tmp_path / "store").mkdir()
+    content = _sparse(tmp_path / "store" / "big.bin")
+    assert FileStore(tmp_path / "store").get_file("big.bin", tmp_path / "copy.bin")
+    copy = tmp_path / "copy.bin"
+    assert copy.read_bytes() == content
+    assert copy.stat().st_blocks * 512 < 2**20  # the data's blocks, not 32 MiB of zeros
+
+
+@pytest.mark.parametrize("refused", ["seek_data", "copy_file_range", "copies_nothing"])
+def test_a_system_that_cannot_say_or_copy_ranges_still_copies_every_byte(tmp_path, monkeypatch, refused):
+    import errno
+
+    from entrypoints.shared import holes
+
+    content = _sparse(tmp_path / "big.bin")
+    if refused == "seek_data":  # a file system without SEEK_DATA: the whole file is data
+        real_lseek = os.lseek
+
+        def lseek(fd, position, how):
+            if how == os.SEEK_DATA:
+                raise OSError(errno.EINVAL, "Invalid argument")
+            return real_lseek(fd, position, how)
+
+        monkeypatch.setattr(os, "lseek", lseek)
+        assert holes.extents(os.open(tmp_path / "big.bin", os.O_RDONLY), len(content)) == [(0, len(content))]
+    else:  # another file system on an older kernel (EXDEV), or one whose copy_file_range copies
+        # nothing (returns 0 before the end): reads and writes
+
+        def copy_file_range(*args):
+            if refused == "copies_nothing":
+                return 0
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "copy_file_range", copy_file_range, raising=False)
+    holes.copy_file(tmp_path / "big.bin", tmp_path / "copy.bin")
+    assert (tmp_path / "copy.bin").read_bytes() == content
+    assert os.stat(tmp_path / "copy.bin").st_mode == os.stat(tmp_path / "big.bin").st_mode

@@ -265,7 +265,7 @@ def test_sweep_status_shows_each_trial_backend(mixed, monkeypatch):
     done = invoke("sweep", "status", runner.d.sweep_id)
     assert done.exit_code == 0, done.output
     assert "sagemaker, batch" in done.output
-    # Rules between the columns, none at the edges (`cli.sweep.fitted_table`).
+    # Rules between the columns, none at the edges (`cli.output.fitted_table`).
     rows = [[cell.strip() for cell in line.split("│")] for line in done.output.splitlines()
             if line.count("│") >= 8 and ("inf2" in line or "ml.trn1" in line)]
     assert {(row[4], row[5]) for row in rows if row[4]} == {("sagemaker", "ml.trn1.2xlarge"), ("batch", "inf2.xlarge")}

@@ -61,7 +61,10 @@ def test_local_sweep_runs_to_completion_and_results_tabulate_it(tmp_path, orch_h
     table = subprocess.run([sys.executable, "-m", "orchestrator", "results", "--sweep", sweep_id, "--sort",
                             "final_loss"], capture_output=True, text=True, timeout=patience(300), cwd=ROOT, env=env)
     assert table.returncode == 0, table.stderr
-    assert "training.optimizer.lr" in table.stdout and "final loss" in table.stdout
+    # The header may break at its space on a narrow screen (pytest-xdist's workers set COLUMNS=80):
+    # the job names keep their line (issue 32: names whole or broken at separators).
+    header = table.stdout.split("─", 1)[0].split()
+    assert "training.optimizer.lr" in table.stdout and ("final loss" in table.stdout or "final" in header and "loss" in header)
     assert "ml.trn1.2xlarge" not in table.stdout
 
 

@@ -62,9 +62,11 @@ def _last_resort(exc: BaseException) -> int:
 def run(app) -> None:
     """Run `app` (the root typer app) on sys.argv and exit as the module docstring says."""
     from orchestrator import aws
+    from orchestrator.errors import set_notes
 
     set_debug(False)  # until the root callback reads --debug
     aws.set_notifier(err)
+    set_notes(err)  # the ledger's wait for another process's lock (importing no ledger here)
     try:
         app()
     except OrchestratorError as exc:

@@ -96,6 +96,33 @@ def shared_widths(wants: dict[str, int], total: int, first: tuple[str, ...] = ()
     return {c: max(widths[c], min(wants[c], 4)) for c in wants}
 
 
+def fitted_table(title, gap: int = 3):
+    """A rich Table for a screen of `screen_width()`: a rule under the header and between
+    columns, no outer frame, so the cells get the room. `gap`: the characters between two
+    columns' text, the rule among them (3: " │ ", 2: " │", 1: "│")."""
+    from rich import box
+    from rich.table import Table
+
+    padding = {3: (0, 1), 2: (0, 1, 0, 0), 1: 0}[gap]
+    return Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, pad_edge=False,
+                 padding=padding)
+
+
+def fitting(columns: list[tuple[str, list[str], bool]], first: tuple[str, ...]) -> tuple[int, list[int]]:
+    """(gap, widths) of a `fitted_table` of `columns` ((header, cells, kept whole), as
+    `names.fitted_widths` takes them) on the screen: the widest gap between columns (3, then
+    2, then 1) with which every column gets at least its least width (no word cut)."""
+    from orchestrator.names import fitted_widths
+
+    width = screen_width()
+    for gap in (3, 2, 1):
+        total = width - gap * (len(columns) - 1)
+        widths = fitted_widths(columns, total, first=first)
+        if sum(widths) <= total:
+            break
+    return gap, widths
+
+
 def table_text(table, min_width: int = 0) -> str:
     """A rich Table as text at `screen_width()`, at least `min_width` columns (0: exactly the
     screen's; cells fold): never coloured, trailing newline dropped."""
@@ -163,7 +190,7 @@ def fitted_text(headers: tuple[tuple[str, str], ...], rows: list[tuple[str, ...]
 
 
 def grid_text(title: str, columns: list[str], widths: dict[str, int], rows: list[list[str]]) -> str | None:
-    """What `table_text` writes for a `cli.sweep.fitted_table` (rich's MINIMAL box, no edge, no
+    """What `table_text` writes for a `fitted_table` at gap 3 (rich's MINIMAL box, no edge, no
     edge padding, title on the left) of these `columns`, each `widths` wide, whose `rows` hold
     each cell as its lines, written directly: rich measures and wraps every cell again, most of
     a 1,000-trial `sweep status`'s time (docs/BENCHMARKS.md). None when rich would lay the table

@@ -11,7 +11,17 @@ import typer
 
 from orchestrator.cli.jobs import note_read_only
 from orchestrator.cli.options import POLL_OPTION
-from orchestrator.cli.output import err, grid_text, out, plain, screen_width, shared_widths, table_text
+from orchestrator.cli.output import (
+    err,
+    fitted_table,
+    fitting,
+    grid_text,
+    out,
+    plain,
+    screen_width,
+    shared_widths,
+    table_text,
+)
 from orchestrator.lifecycle import Status
 
 app = typer.Typer(name="sweep", no_args_is_help=True, help="Sweeps: grid and random trials over a job spec, "
@@ -63,15 +73,6 @@ def plan_table(planned) -> str:
         # Broken at separators to the column's width, so rich never folds a name mid-word.
         table.add_row(*(plain(row[c] if c in amounts else shown_lines(row[c], widths[c])) for c in columns))
     return table_text(table)
-
-
-def fitted_table(title):
-    """A rich Table for a screen of `screen_width()`: a rule under the header and between
-    columns, no outer frame, so the cells get the room."""
-    from rich import box
-    from rich.table import Table
-
-    return Table(title=title, title_justify="left", box=box.MINIMAL, show_edge=False, pad_edge=False)
 
 
 def overrides_text(overrides: dict) -> str:
@@ -460,33 +461,34 @@ def _sweep_status(ledger, target: str | None, refresh: bool, as_json: bool) -> N
             "instance_type": v.instance_type, "detail": v.detail} for v in views]}, indent=2))
         return
 
-    table = fitted_table(plain(f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"))
     # A sweep on one backend names it in the title; one across backends has a column for it.
     mixed = len(definition.backends) > 1
     columns = ("#", "trial", "job", "try", *(("backend",) if mixed else ()), "instance", "state", "overrides", "detail")
-    whole = ("#", "trial", "try", "backend", "instance")
+    whole = ("#", "trial", "try", "backend")
     rows = []
     for v in views:
         state = v.status + ("" if v.final or v.status != Status.FAILED else " (retry due)")
         rows.append(dict(zip(columns, map(str, (
             v.trial.index, v.trial.trial_id, v.job_name, v.attempt, *((v.trial.backend,) if mixed else ()),
             v.instance_type, state, overrides_text(v.trial.overrides), v.detail or "")), strict=True)))
-    # Kept whole: the short columns; the others share the rest of the screen and break at
-    # separators (`names.shown_lines`), never mid-word.
-    fixed = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in whole if c in columns}
-    wants = {c: max([len(c), *(len(line) for r in rows for line in r[c].splitlines())])
-             for c in columns if c not in fixed}
-    widths = {**fixed, **shared_widths(wants, screen_width() - sum(fixed.values()) - 3 * (len(columns) - 1),
-                                       first=("job", "overrides"))}
+    # Every column at least as wide as its longest word (the short ones whole), the rest of the
+    # screen to the job and the overrides first; each cell broken at separators
+    # (`names.shown_lines`), never mid-word, the gap between columns narrowed to fit 80 columns.
+    gap, found = fitting([(c, [r[c] for r in rows], c in whole) for c in columns], first=("job", "overrides"))
+    widths = dict(zip(columns, found, strict=True))
+    title = f"sweep {definition.sweep_id} ({', '.join(definition.backends)}, {definition.region})"
     from orchestrator.names import shown_lines
 
-    cells = [[(row[c] if c in fixed else shown_lines(row[c], widths[c])).split("\n") for c in columns] for row in rows]
-    text = grid_text(str(table.title), list(columns), widths, cells)  # rich's layout, without its cost
+    cells = [[shown_lines(row[c], widths[c]).split("\n") for c in columns] for row in rows]
+    # rich's own layout at its default gap, written directly (rich measured and wrapped every cell
+    # again: most of a 1,000-trial status's time, docs/BENCHMARKS.md); rich for anything else.
+    text = grid_text(title, list(columns), widths, cells) if gap == 3 else None
     if text is None:
+        table = fitted_table(plain(title), gap=gap)
         for column in columns:
-            table.add_column(column, overflow="fold", no_wrap=column in fixed, width=widths[column])
-        for row in cells:
-            table.add_row(*(plain("\n".join(lines)) for lines in row))
+            table.add_column(shown_lines(column, widths[column]), overflow="fold", width=widths[column])
+        for lines in cells:
+            table.add_row(*(plain("\n".join(cell)) for cell in lines))
         text = table_text(table)
     out(text)
     done = sum(1 for v in views if v.final)

@@ -13,8 +13,9 @@ import io
 import json
 from dataclasses import asdict, fields
 
-from orchestrator import cost
+from orchestrator import cost, names
 from orchestrator.errors import InputError, visible
+from orchestrator.names import shown_lines
 from orchestrator.results import columns
 from orchestrator.results.rows import Collection, Row
 
@@ -53,26 +54,31 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
         shown = columns.table_columns(collection.rows)
     fitted = width is not None
     if fitted:
-        # Fitted to a screen: no vertical rules and one space between columns, so cells get the room.
+        # Fitted to a screen: no vertical rules and one space between columns (the box's blank
+        # divider, no padding), so cells get the room.
         from rich import box
 
         table = Table(title=Text(visible(f"results under {collection.prefix}")), title_justify="left",
-                      box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+                      box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
     else:
         table = Table(title=Text(visible(f"results under {collection.prefix}")), title_justify="left")
     # Values are data from results.json objects: shown, never acting on the terminal.
     cells = [[visible(cell(row, column)) for column in shown] for row in collection.rows]
-    for i, column in enumerate(shown):
-        number = column.fmt not in ("s", "v")
-        header = _short_header(column, shown) if fitted else column.header
-        # Fitted: a number column is as wide as its values (up to _FIT_CELL), so numbers stay
-        # whole; text (the job name, the instance) folds into what is left, headers too.
-        widest = max((len(row[i]) for row in cells), default=1)
-        table.add_column(visible(header), justify="right" if number else "left", overflow="fold",
-                         min_width=min(widest, _FIT_CELL) if fitted and number else None)
+    headers = [visible(_short_header(column, shown) if fitted else column.header) for column in shown]
+    numbers = [column.fmt not in ("s", "v") for column in shown]
+    # Fitted: each column gets its width from `names.fitted_widths` (numbers whole, no word cut),
+    # and its text is broken at separators to that width (`names.shown_lines`), so rich never
+    # folds a job name, an instance type or a header mid-word.
+    widths = names.fitted_widths([(header, [row[i] for row in cells], numbers[i]) for i, header in enumerate(headers)],
+                                 width - (len(headers) - 1), first=_FIRST) if fitted else None
+    for i, header in enumerate(headers):
+        table.add_column(shown_lines(header, widths[i]) if widths else header,
+                         justify="right" if numbers[i] else "left", overflow="fold",
+                         width=widths[i] if widths else None)
     for row, texts in zip(collection.rows, cells, strict=True):
         style = None if row.ok else "red"
-        table.add_row(*(Text(text) for text in texts), style=style)
+        table.add_row(*(Text(shown_lines(text, widths[i]) if widths else text) for i, text in enumerate(texts)),
+                      style=style)
     buffer = io.StringIO()
     # Every column squeezed into a narrow terminal becomes unreadable: the CLI passes a width
     # with a few columns (`columns.select_columns`); without one the table takes its natural
@@ -98,8 +104,8 @@ def render_table(collection: Collection, width: int | None = None, color: bool =
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
-# The widest a fitted table's column is kept whole; longer values fold.
-_FIT_CELL = 12
+# The column a fitted table serves first with what is left: the job's name, whole if it can be.
+_FIRST = ("job",)
 
 
 def _short_header(column: columns.Column, shown: list[columns.Column]) -> str:

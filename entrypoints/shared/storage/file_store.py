@@ -7,7 +7,8 @@ slower under contention here, and importing it costs the launcher's start 0.2 s;
 docs/BENCHMARKS.md.) The store's own files lie next to the objects, named
 `.storage-lock.*` and `.storage-tmp.*`; `list` never shows them. A writer killed midway
 leaves a `.storage-tmp.*` file (never a partial object): `stale_temporaries` finds them.
-A FIFO, device or socket where an object should be is never read.
+A FIFO, device or socket where an object should be is never read. `get_file` keeps a sparse
+file's holes (`entrypoints.shared.holes`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from entrypoints.shared import atomic
+from entrypoints.shared import atomic, holes
 from entrypoints.shared.storage.store import (
     COPY_BUFFER,
     INTERNAL_PREFIX,
@@ -119,7 +120,8 @@ class FileStore(Store):
         source = self._path(key)
         try:
             with _open_regular(source) as src:
-                download_atomically(Path(path), lambda dst: copy_stream(src, dst))
+                # Holes stay holes: a sparse file's copy takes only its data's disk (issue 32).
+                download_atomically(Path(path), lambda dst: holes.copy_stream(src, dst))
         except FileNotFoundError:
             return False
         except OSError as exc:

@@ -35,7 +35,7 @@ import time
 import traceback
 from pathlib import Path
 
-from entrypoints.shared import contract
+from entrypoints.shared import contract, holes
 from entrypoints.shared.atomic import write_json, write_text
 from orchestrator.backends.local.layout import (
     LOG_DIR,
@@ -66,6 +66,23 @@ SHIM_DIR = "bin"
 # the job's key), and other TORCHINDUCTOR_* values would change the cache key unseen.
 _HOST_OWNED_PREFIXES = ("SM_", "ORCHESTRATOR_MASTER_", "ORCHESTRATOR_CACHE_DIR", "TORCHINDUCTOR_", "TORCHDYNAMO_",
                         "TRITON_CACHE_DIR", "NEURON_CC_FLAGS", "NEURON_COMPILE_CACHE_URL")
+
+
+class UnreadableInput(Exception):
+    """A file of a local data folder (a file:// channel) that could not be read while it was
+    copied (made unreadable after submit's check): the job's input, not the platform, failed."""
+
+    @classmethod
+    def of(cls, channel: str, store, key: str, exc: Exception) -> UnreadableInput | None:
+        """The error for `store.get_file(key)`'s `exc` when it is the source file that could
+        not be read (not the copy being written: that is this machine's disk); else None."""
+        cause = exc.__cause__
+        source = store.path(key) if hasattr(store, "path") else None
+        if source is None or not isinstance(cause, OSError) or cause.filename not in (str(source), source):
+            return None
+        return cls(f"data channel {channel!r}: {source} cannot be read: {cause.strerror or cause}; nothing "
+                   f"copied was kept. Make it readable for you (chmod u+r {shlex.quote(str(source))}) or move it "
+                   "out of data.source, and submit again")
 
 
 class Supervisor:
@@ -157,6 +174,8 @@ class Supervisor:
                 state, secondary, reason = self.train()
             else:
                 state, secondary = "stopped", "Stopped"
+        except UnreadableInput as exc:  # the user's data, not the platform: a ClientError (assumed wording)
+            state, secondary, reason = "failed", "Failed", f"ClientError: {exc}"
         except Exception as exc:  # noqa: BLE001 - becomes the job's failure reason
             say(traceback.format_exc())
             state, secondary, reason = "failed", "Failed", f"InternalServerError: local supervisor: {type(exc).__name__}: {exc}"
@@ -201,7 +220,8 @@ class Supervisor:
             for host in self.plan["hosts"]:
                 target = Path(self.plan["host"][host]["root"]) / contract.INPUT_DATA / channel
                 if first is not None:
-                    shutil.copytree(first, target, dirs_exist_ok=True)
+                    # As the first host's copy (`get_file`): a sparse file's holes stay holes.
+                    shutil.copytree(first, target, dirs_exist_ok=True, copy_function=holes.copy_file)
                     continue
                 prefix, _, name = uri.rstrip("/").rpartition("/")
                 parent = storage.open_store(prefix)
@@ -213,7 +233,13 @@ class Supervisor:
                     store = storage.open_store(uri)
                     keys = [info.key for info in store.list(with_etags=False)]
                     for key in keys:
-                        store.get_file(key, target / key)
+                        try:
+                            store.get_file(key, target / key)
+                        except storage.StorageError as exc:
+                            unreadable = UnreadableInput.of(channel, store, key, exc)
+                            if unreadable is None:
+                                raise
+                            raise unreadable from exc
                     count = len(keys)
                 self.note(f"Channel {channel}: {count} files from {uri}")
                 first = target
