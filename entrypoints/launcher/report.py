@@ -263,19 +263,16 @@ class Report:
             status = "completed" if ok else "stopped" if stopped else "failed"
             return self.document(stats, status=status, reason=reason, warnings=self.warnings, ended=ended)
 
-        data = document(ok, reason)
-        write_local(self.local, data)
         results_uri = self.job.get("results_uri")
-        if self.ctr.node_rank == 0 and results_uri:
-            try:
-                publish_results(results_uri, data)
-                self.log(f"results written to {results_uri}")
-            except Exception as exc:  # noqa: BLE001 - the local copy still exists; the job says why
-                message = f"could not write results to {results_uri}: {nospace.describe(exc)}"
-                self.log(f"ERROR {message}")
-                if ok:
-                    ok, reason = False, message
-                    write_local(self.local, document(ok, reason))
+        failed = self._store(document(ok, reason))
+        if failed is not None:
+            message = f"could not write results to {results_uri}: {nospace.describe(failed)}"
+            self.log(f"ERROR {message}")
+            if ok:  # the local copy still exists; the job says why
+                ok, reason = False, message
+                write_local(self.local, document(ok, reason))
+        elif self.ctr.node_rank == 0 and results_uri:
+            self.log(f"results written to {results_uri}")
         self._final = (document, ok, reason)
         return ok, reason
 
@@ -286,11 +283,20 @@ class Report:
         if getattr(self, "_final", None) is None:
             return
         document, ok, reason = self._final
-        data = document(ok, reason)
+        failed = self._store(document(ok, reason))
+        if failed is not None:  # the earlier final record stands
+            self.log(f"WARNING could not write results again to {self.job.get('results_uri')}: "
+                     f"{type(failed).__name__}: {failed}")
+
+    def _store(self, data: bytes) -> Exception | None:
+        """`data` as the local copy and (node rank 0) at the job's results_uri; the error that
+        kept it from results_uri, if any (the local copy is written either way)."""
         write_local(self.local, data)
         results_uri = self.job.get("results_uri")
-        if self.ctr.node_rank == 0 and results_uri:
-            try:
-                publish_results(results_uri, data)
-            except Exception as exc:  # noqa: BLE001 - the earlier final record stands
-                self.log(f"WARNING could not write results again to {results_uri}: {type(exc).__name__}: {exc}")
+        if self.ctr.node_rank != 0 or not results_uri:
+            return None
+        try:
+            publish_results(results_uri, data)
+        except Exception as exc:  # noqa: BLE001 - the caller decides what it means for the job
+            return exc
+        return None
