@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import logging
 import os
 import random
 import resource
@@ -252,18 +251,13 @@ def run_library(args: argparse.Namespace) -> dict:
 
 def _run_s3(tree: Path, work: Path, key: compile_cache.CacheKey, repeats: int) -> dict[str, float]:
     import boto3
-    from loopback_aws import use_fake_credentials
-    from moto.server import ThreadedMotoServer
+    from loopback_aws import threaded_moto, use_fake_credentials
 
     from entrypoints.shared.storage import open_store
 
     use_fake_credentials()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one JSON object is all we print
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+    with threaded_moto(set_endpoint=False) as url:
+        client = boto3.client("s3", endpoint_url=url)
         runs = []
         for repeat in range(repeats):
             bucket = f"bench-{repeat}"
@@ -271,8 +265,6 @@ def _run_s3(tree: Path, work: Path, key: compile_cache.CacheKey, repeats: int) -
             store = open_store(f"s3://{bucket}/cache", s3_client=client)
             runs.append(run_ours(tree, work, store.uri_root, key, store=store))
         return {name: _median(runs, name) for name in ("push", "pull", "total")}
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What every benchmark that talks to moto sets first: fake credentials and no real profile,
 so nothing can reach AWS; each benchmark then points AWS_ENDPOINT_URL at its own moto server
-on 127.0.0.1 (`start_moto`)."""
+on 127.0.0.1 (`start_moto` in a child process, `threaded_moto` in this one)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 FAKE_AWS = {
     "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
@@ -49,3 +51,25 @@ def start_moto() -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("moto server did not start within 60 s")
+
+
+@contextmanager
+def threaded_moto(*, set_endpoint: bool = True) -> Iterator[str]:
+    """A moto server in this process on 127.0.0.1, quiet (werkzeug logs one line per request,
+    and a benchmark prints one JSON object), for the block; its URL, which `set_endpoint` also
+    makes every AWS client's endpoint (AWS_ENDPOINT_URL)."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        if set_endpoint:
+            os.environ["AWS_ENDPOINT_URL"] = url
+        yield url
+    finally:
+        server.stop()

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from loopback_aws import use_fake_credentials  # noqa: E402
+from loopback_aws import threaded_moto, use_fake_credentials  # noqa: E402
 
 
 def sweep_file(workdir: Path, trials: int, concurrency: int) -> Path:
@@ -82,27 +82,15 @@ def main() -> None:
     use_fake_credentials()
     os.environ["ORCHESTRATOR_HOME"] = str(workdir / "home")
 
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
     from orchestrator import spec
     from orchestrator.schedule import statemachine as sm
     from orchestrator.schedule.compiled import compile_schedule
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        url = f"http://{host}:{port}"
-        os.environ["AWS_ENDPOINT_URL"] = url
+    with threaded_moto() as url:
         compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(sweep_file(workdir, args.trials,
                                                                                    args.concurrency))))
         per_task = one_way(url, compiled, per_task=True)
         once = one_way(url, compiled, per_task=False)
-    finally:
-        server.stop()
     print(json.dumps({"trials": args.trials, "concurrency": args.concurrency, "per_task": per_task, "once": once,
                       "speedup": round(per_task["run_s"] / once["run_s"], 2), "python": sys.version.split()[0]}))
 

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback_aws import use_fake_credentials  # noqa: E402
+from loopback_aws import threaded_moto, use_fake_credentials  # noqa: E402
 from results_collect import results_doc  # noqa: E402
 from sweep_submit import BASE, BUCKET, sweep_text  # noqa: E402
 
@@ -115,19 +115,8 @@ def main() -> None:
     use_fake_credentials()
     os.environ["ORCHESTRATOR_HOME"] = str(workdir / "home")
 
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
+    with threaded_moto():
         result = run(workdir, args.trials)
-    finally:
-        server.stop()
     print(json.dumps(result))
 
 

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback_aws import use_fake_credentials  # noqa: E402
+from loopback_aws import threaded_moto, use_fake_credentials  # noqa: E402
 
 BUCKET = "bench-sweep"
 BASE = f"""\
@@ -160,23 +160,11 @@ def main() -> None:
     os.environ.pop("AWS_PROFILE", None)
     os.environ["ORCHESTRATOR_HOME"] = str(workdir / "home")
 
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        os.environ["AWS_ENDPOINT_URL"] = f"http://{host}:{port}"
+    with threaded_moto():
         if args.held_rounds:
             result = held(workdir, args.trials, args.held_rounds, args.concurrency)
         else:
             result = run(workdir, args.trials)
-    finally:
-        server.stop()
     print(json.dumps(result))
 
 

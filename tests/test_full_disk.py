@@ -17,6 +17,23 @@ from orchestrator.backends.local import layout as local_layout
 from orchestrator.ledger import Ledger
 
 
+class FullDisk:
+    """A ledger's SQLite connection, except that every write meets a full disk (SQLITE_FULL)."""
+
+    def __init__(self, db):
+        self._db = db
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+    def execute(self, sql, *args):
+        if sql.lstrip().upper().startswith(("BEGIN", "INSERT", "UPDATE", "DELETE", "CREATE", "ALTER")):
+            error = sqlite3.OperationalError("database or disk is full")
+            error.sqlite_errorcode = 13  # SQLITE_FULL
+            raise error
+        return self._db.execute(sql, *args)
+
+
 def test_status_reports_an_orphan_on_a_full_disk_without_writing(orch_home, tmp_path, fake_train, monkeypatch):
     prepared = prepared_for(make_spec(tmp_path))
     clock = {"now": 1_000_000.0}
@@ -41,23 +58,6 @@ def test_status_reports_an_orphan_on_a_full_disk_without_writing(orch_home, tmp_
 def test_a_read_only_ledger_on_a_full_disk_records_nothing(orch_home, monkeypatch):
     Ledger().put_value("kept", 1)
     reader = Ledger(read_only=True)
-
-    class Full(sqlite3.OperationalError):
-        sqlite_errorcode = 13  # SQLITE_FULL
-
-    class FullDisk:
-        """The connection, except that a write transaction meets a full disk."""
-
-        def __init__(self, db):
-            self._db = db
-
-        def __getattr__(self, name):
-            return getattr(self._db, name)
-
-        def execute(self, sql, *args):
-            if sql.startswith("BEGIN"):
-                raise Full("database or disk is full")
-            return self._db.execute(sql, *args)
 
     monkeypatch.setattr(reader, "_db", FullDisk(reader._db))
     reader.put_value("x", 2)  # nothing recorded, no error
@@ -235,21 +235,6 @@ def test_status_and_sweep_status_read_a_dead_supervisors_job_on_a_full_disk(orch
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    class FullDisk:
-        """The ledger's connection, except that a write transaction meets a full disk."""
-
-        def __init__(self, db):
-            self._db = db
-
-        def __getattr__(self, name):
-            return getattr(self._db, name)
-
-        def execute(self, sql, *args):
-            if sql.lstrip().upper().startswith(("BEGIN", "INSERT", "UPDATE", "DELETE", "CREATE", "ALTER")):
-                error = sqlite3.OperationalError("database or disk is full")
-                error.sqlite_errorcode = 13  # SQLITE_FULL
-                raise error
-            return self._db.execute(sql, *args)
 
     real_open = Ledger._open
 
