@@ -215,9 +215,10 @@ def _verdicts(wanted: list[Need], by_service: dict[str, dict[str, Quota]], used:
             for n in wanted]
 
 
-def read(spec: JobSpec, quota_client, sagemaker_client=None) -> list[Verdict]:
-    """One verdict per need of `spec` (see the module docstring)."""
-    wanted = needs(spec)
+def read(spec: JobSpec, quota_client, sagemaker_client=None, *, wanted: tuple | list | None = None) -> list[Verdict]:
+    """One verdict per need of `spec` (see the module docstring); `wanted`: its needs when
+    already decided (`request.Prepared.quota_needs`), else `needs(spec)`."""
+    wanted = needs(spec) if wanted is None else list(wanted)
     if not wanted:
         return []
     by_service: dict[str, dict[str, Quota]] = {}

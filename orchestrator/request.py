@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 
 from entrypoints.shared import contract
-from orchestrator import catalog, cost, doctor, locations, names, preferences, sourcedir, tracking
+from orchestrator import catalog, cost, doctor, locations, names, preferences, quotas, sourcedir, tracking
 from orchestrator.backends.running import RunsHere
 from orchestrator.errors import InputError
 from orchestrator.names import TAG_JOB, TAG_SPEC_HASH
@@ -115,6 +115,9 @@ class Prepared:
     # Each instance preference sized and priced (`preferences.choices`, from the diagnosis);
     # () for a spec without preferences. Printed by `plan`, never chosen again.
     choices: tuple = ()
+    # What the job asks of which Service Quota (`quotas.needs`, the backend's `quota_needs`);
+    # () for a backend without quotas. Read by submit's quota check and a schedule's admission.
+    quota_needs: tuple = ()
 
     @property
     def source_uri(self) -> str:
@@ -189,5 +192,6 @@ def prepare(source: JobSpec | doctor.Diagnosis, *, job_name: str | None = None,
         check_contract(spec, request, name)
     return Prepared(spec=spec, job_name=name, spec_hash=job["spec_hash"], job=job, parts=archive,
                     locations=where, request=request, estimate=diagnosis.estimate,
-                    findings=diagnosis.findings, target=target, choices=diagnosis.choices)
+                    findings=diagnosis.findings, target=target, choices=diagnosis.choices,
+                    quota_needs=tuple(quotas.needs(spec)))
 

@@ -245,3 +245,31 @@ def test_a_refused_quota_read_is_exit_1_for_doctor_and_said_and_skipped_for_subm
     said: list[str] = []
     assert quota_check.run(spec.load(CONFIG), said.append, tolerant=True, backend=Backend()) == []
     assert said and said[0].startswith("quota: not read (AccessDeniedException") and "--no-quota-check" in said[0]
+
+
+def test_the_quota_needs_are_decided_once_when_the_job_is_prepared(monkeypatch, capsys):
+    """Issue 34, item 2: `Prepared` carries the job's quota needs; submit's quota check reads
+    them there instead of asking the backend again (once for the check, once for the read)."""
+    from orchestrator import backends, request
+
+    prepared = request.prepare(spec.load(CONFIG))
+    assert prepared.quota_needs == tuple(quotas.needs(spec.load(CONFIG)))
+    assert {n.instance_type for n in prepared.quota_needs} == set(TYPES)
+    assert request.prepare(spec.load(ROOT / "configs" / "local-tiny.yaml")).quota_needs == ()
+
+    sq, sm, _, _ = _clients(_named(dict.fromkeys(TYPES, 0)))
+
+    class Backend:
+        def quota_clients(self, attempts=None):
+            return sq, sm
+
+        def submit(self, prepared):
+            pytest.fail("submitted past a quota of 0")
+
+    asked = []
+    real = quotas.needs
+    monkeypatch.setattr(quotas, "needs", lambda s: asked.append(s) or real(s))
+    monkeypatch.setattr(backends, "create", lambda *a, **k: Backend())
+    code, _, err = run_cli(monkeypatch, capsys, "submit", str(CONFIG))
+    assert code == 2 and "L-11111111" in err  # the check still ran, on the prepared needs
+    assert len(asked) == 1  # by request.prepare

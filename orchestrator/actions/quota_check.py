@@ -27,26 +27,31 @@ def failure_text(exc) -> tuple[str, str]:
     return (f"{type(exc).__name__}: {said}", "check the region and the endpoint (AWS_ENDPOINT_URL), then try again")
 
 
-def run(loaded, say: Callable[[str], None], *, tolerant: bool = False, backend=None) -> list:
+def run(loaded, say: Callable[[str], None], *, tolerant: bool = False, backend=None,
+        wanted: tuple | None = None) -> list:
     """Read the spec's quotas (read-only AWS calls), print one line per need with `say`, and
     raise InputError (exit 2) when any instance type it may run on falls short of its quota. Returns the verdicts
     (none for a backend without quotas: local). `tolerant` (submit's own check): quotas that
     the endpoint refuses to give (no servicequotas grant in an older stack, an endpoint without
     the API) are said and skipped, not the submit's failure; the clients are then the submitting
-    `backend`'s (`Backend.quota_clients`; None from a backend without quotas: none are read)."""
+    `backend`'s (`Backend.quota_clients`; None from a backend without quotas: none are read).
+    `wanted`: the needs as the prepared job decided them (`Prepared.quota_needs`), else the
+    spec's own."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from orchestrator import aws, quotas
     from orchestrator.errors import BackendError
 
-    if not quotas.needs(loaded):
+    if wanted is None:
+        wanted = tuple(quotas.needs(loaded))
+    if not wanted:
         return []
     try:
         clients = backend.quota_clients(attempts=aws.NO_ANSWER_ATTEMPTS) if tolerant else quotas.clients(loaded.region)
         if clients is None:
             return []
         quota_client, sagemaker_client = clients
-        verdicts = quotas.read(loaded, quota_client, sagemaker_client)
+        verdicts = quotas.read(loaded, quota_client, sagemaker_client, wanted=wanted)
     except quotas.MalformedAnswer as exc:
         if not tolerant:
             raise

@@ -130,7 +130,7 @@ def submit(
         from orchestrator.actions import quota_check
 
         # Before the source upload and CreateTrainingJob: exit 2 when nothing fits.
-        quota_check.run(loaded, err, tolerant=True, backend=backend)
+        quota_check.run(loaded, err, tolerant=True, backend=backend, wanted=prepared.quota_needs)
     if submission.run_here:
         err("runs on this machine: no cloud cost (the bound below is the real job's on AWS Batch)")
         if prepared.job["workers_per_node"] != prepared.target.workers_per_node:

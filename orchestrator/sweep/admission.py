@@ -255,9 +255,8 @@ def for_attempts(plan, attempts_of_trial: dict, clients) -> list[str]:
     jobs = []
     for trial_id, graph in attempts_of_trial.items():
         for attempt in graph:
-            spec = attempt.prepared.spec
-            if quotas.needs(spec):
-                jobs.append((f"trial {trial_id} ({attempt.prepared.job_name})", spec))
+            if attempt.prepared.quota_needs:  # decided when the attempt was prepared
+                jobs.append((f"trial {trial_id} ({attempt.prepared.job_name})", attempt.prepared.spec))
     if clients is None or not jobs:
         return []
     labelled = _read_labelled(jobs, clients)
