@@ -1,4 +1,5 @@
 """Following a job until it ends: through network outages, and audibly when no one watches.
+It prints nothing: `cli.job_view.wait` shows what it reports (`submit --wait`).
 
 Contract:
 - `follow(read_status, ...)` calls `read_status()` every `interval` seconds until the status

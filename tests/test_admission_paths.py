@@ -82,7 +82,7 @@ def test_the_cloud_schedule_admits_every_attempt_before_anything_is_uploaded(mon
     from orchestrator import spec
     from orchestrator.backends import sagemaker
     from orchestrator.infra import deploy as infra_deploy
-    from orchestrator.schedule import cloud, statemachine
+    from orchestrator.schedule import in_aws, statemachine
     from orchestrator.schedule.compiled import compile_schedule
 
     calls, _ = admitted
@@ -90,7 +90,7 @@ def test_the_cloud_schedule_admits_every_attempt_before_anything_is_uploaded(mon
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", lambda *a, **k: pytest.fail("a client was made"))
     monkeypatch.setattr(infra_deploy, "plan_change_set", lambda *a, **k: pytest.fail("a change set was made"))
     with pytest.raises(InputError, match=REFUSED):
-        cloud.deploy(compile_schedule(plan), "us-east-1",
+        in_aws.deploy(compile_schedule(plan), "us-east-1",
                      clients={"cloudformation": object(), "quotas": _clients({QUOTA: ("L-11111111", 30)})[:2]})
     [labels] = calls
     # Every job a run may make: each trial's first job and its retries, by name.

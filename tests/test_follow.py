@@ -125,11 +125,11 @@ class ScriptedBackend:
 
 
 def test_submit_wait_off_a_terminal_says_the_job_keeps_running_and_how_to_follow_it_again(capsys):
-    from orchestrator.cli import follow
+    from orchestrator.cli import job_view
 
     clock = Clock()
     backend = ScriptedBackend(RUNNING, connection_error(), *[RUNNING] * 20, DONE)
-    st = follow.wait(backend, "j", 15, reattach="python -m orchestrator submit job.yaml --wait", sleep=clock.sleep,
+    st = job_view.wait(backend, "j", 15, reattach="python -m orchestrator submit job.yaml --wait", sleep=clock.sleep,
                    clock=clock, interactive=False)
     assert st == DONE
     err = capsys.readouterr().err
@@ -142,24 +142,24 @@ def test_submit_wait_off_a_terminal_says_the_job_keeps_running_and_how_to_follow
 
 def test_submit_wait_says_where_a_job_it_cannot_read_keeps_running(capsys):
     """A Batch job keeps running in AWS Batch, not "in SageMaker" (issue 22: every state shown is true)."""
-    from orchestrator.cli import follow
+    from orchestrator.cli import job_view
 
     clock = Clock()
     backend = ScriptedBackend(connection_error(), DONE, name="batch")
-    follow.wait(backend, "j", 15, sleep=clock.sleep, clock=clock, interactive=False)
+    job_view.wait(backend, "j", 15, sleep=clock.sleep, clock=clock, interactive=False)
     err = capsys.readouterr().err
     assert "The job keeps running in AWS Batch; still waiting" in err and "in SageMaker" not in err
 
 
 def test_submit_wait_exits_1_only_for_a_job_that_failed(capsys):
-    from orchestrator.cli import follow
+    from orchestrator.cli import job_view
 
     clock = Clock()
     failed = JobStatus("j", "failed", failure_reason="AlgorithmError: boom")
     with pytest.raises(JobFailed, match="job j failed: AlgorithmError: boom"):
-        follow.wait(ScriptedBackend(connection_error(), failed), "j", 15, sleep=clock.sleep, clock=clock,
+        job_view.wait(ScriptedBackend(connection_error(), failed), "j", 15, sleep=clock.sleep, clock=clock,
                   interactive=False)
-    assert follow.wait(ScriptedBackend(connection_error(), connection_error(), DONE), "j", 15, sleep=clock.sleep,
+    assert job_view.wait(ScriptedBackend(connection_error(), connection_error(), DONE), "j", 15, sleep=clock.sleep,
                      clock=clock, interactive=False) == DONE
 
 
@@ -187,7 +187,7 @@ def test_submit_wait_through_a_blip_against_moto(moto_server, orch_home, monkeyp
 
 
 def test_logs_follow_ends_with_the_final_status_and_reason(orch_home, monkeypatch, capsys):
-    from orchestrator.cli.follow import print_logs
+    from orchestrator.cli.job_view import print_logs
 
     class Ended:
         """A backend whose job ended, and which cannot tell whether logs exist before reading."""
@@ -261,10 +261,10 @@ def test_the_wait_line_clock_moves_while_the_status_stays_the_same():
     """QA: the elapsed time showed 0:00:00 until the status changed, so a long job looked stuck."""
     from rich.console import Console
 
-    from orchestrator.cli import follow
+    from orchestrator.cli import job_view
 
     clock = Clock()
-    ticking = follow._Ticking("j: running (Training)", clock)
+    ticking = job_view._Ticking("j: running (Training)", clock)
     console = Console(width=80, record=True)
 
     def shown() -> str:

@@ -67,7 +67,7 @@ def test_a_sweep_at_poll_0_1_asks_sagemaker_at_most_once_per_job_every_floor(rig
 def test_follow_at_the_floor_asks_once_per_floor(monkeypatch):
     """`submit --wait` follows at the raised interval: one Describe per five seconds."""
     from orchestrator.backends import JobStatus
-    from orchestrator.cli import follow
+    from orchestrator.cli import job_view
 
     clock = Clock()
     asked = []
@@ -80,7 +80,7 @@ def test_follow_at_the_floor_asks_once_per_floor(monkeypatch):
             return JobStatus(job_name, "completed" if len(asked) > 12 else "running")
 
     seconds, _ = polling.at_least(0.05, ["sagemaker"], "--interval")
-    follow.wait(Job(), "j", seconds, sleep=clock.sleep, clock=clock, interactive=False)
+    job_view.wait(Job(), "j", seconds, sleep=clock.sleep, clock=clock, interactive=False)
     assert len(asked) == 13 and asked[-1] - asked[0] == 60.0
 
 

@@ -15,7 +15,7 @@ from sweep_fakes import ROOT, write
 
 from orchestrator import names, request, spec
 from orchestrator import sweep as sweeps
-from orchestrator.schedule import attempts, cloud_stack
+from orchestrator.schedule import attempts, in_aws_stack
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.compiled import compile_schedule
 
@@ -239,7 +239,7 @@ def test_a_sweep_across_backends_compiles_both_and_grants_both(tmp_path, orch_ho
     path = write(tmp_path, text.replace("max_total_cost_usd: 30", "max_total_cost_usd: 60"),
                  (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text())
     compiled = compile_schedule(sm.placeholder_plan(spec.load_sweep(path)))
-    cloud_stack.check_budget(compiled)
+    in_aws_stack.check_budget(compiled)
     states = processor(compiled.definition)
     assert {s["Resource"] for name, s in states.items() if name.endswith(" Create")} == {
         "arn:${Partition}:states:::aws-sdk:sagemaker:createTrainingJob",

@@ -18,10 +18,10 @@ from sweep_fakes import ROOT, cli_run, write
 from orchestrator import names, spec
 from orchestrator import sweep as sweeps
 from orchestrator.errors import InputError
-from orchestrator.schedule import cloud, cloud_stack
+from orchestrator.schedule import in_aws, in_aws_stack
 from orchestrator.schedule import statemachine as sm
 from orchestrator.schedule.compiled import compile_schedule
-from orchestrator.schedule.scheduler_cron import scheduler_expression
+from orchestrator.schedule.eventbridge_cron import scheduler_expression
 
 NIGHTLY = ROOT / "configs" / "sweep-nightly.yaml"
 
@@ -107,7 +107,7 @@ def test_the_template_schedules_the_state_machine_with_least_privilege(nightly):
 def test_plan_shows_the_cost_per_run_and_per_month(nightly, capsys):
     loaded, plan = nightly
     compiled = compile_schedule(plan)
-    lines = cloud_stack.describe(compiled, datetime(2026, 12, 1, tzinfo=timezone.utc))
+    lines = in_aws_stack.describe(compiled, datetime(2026, 12, 1, tzinfo=timezone.utc))
     [cost] = [line for line in lines if line.startswith("cost:")]
     # A run's bound counts every retry the machine holds: the plan's worst case here (one type,
     # max_retries 2), above its first jobs' total.
@@ -212,7 +212,7 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
     assert deployed.exit_code == 0, deployed.output
     assert ("ListServiceQuotas", "sagemaker") in fake.calls  # admitted by quota before anything was uploaded
     assert "deployed stack" in deployed.output and "add: Schedule (AWS::Scheduler::Schedule)" in deployed.output
-    stack = cloud_stack.stack_name(plan)
+    stack = in_aws_stack.stack_name(plan)
 
     # The schedule is the file's: expression and time zone.
     [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]
@@ -227,7 +227,7 @@ def test_moto_deploy_run_results_remove(nightly, interpreter, scheduler_in_cloud
 
     # Start the state machine as the scheduler does: its target's input, the fire time filled in.
     sfn = boto3.client("stepfunctions", region_name=region)
-    [listed] = cloud.deployed(region)
+    [listed] = in_aws.deployed(region)
     machine = listed.state_machine
     run_input = schedule["Target"]["Input"].replace("<aws.scheduler.scheduled-time>", "2026-12-05T03:00:00Z")
     execution = sfn.start_execution(stateMachineArn=machine, input=run_input)["executionArn"]
@@ -315,13 +315,13 @@ def test_moto_deploy_asks_and_off_a_terminal_deploys_nothing(nightly, interprete
     cfn = boto3.client("cloudformation", region_name=region)
     # The change set is gone and no resource was made (the CREATE change set's empty stack is
     # deleted by `infra.deploy.discard`; moto keeps its REVIEW_IN_PROGRESS shell listed).
-    made = [s["StackStatus"] for s in cfn.list_stacks()["StackSummaries"] if s["StackName"] == cloud_stack.stack_name(plan)]
+    made = [s["StackStatus"] for s in cfn.list_stacks()["StackSummaries"] if s["StackName"] == in_aws_stack.stack_name(plan)]
     assert not [status for status in made if status.endswith("_COMPLETE") and status != "DELETE_COMPLETE"]
     assert boto3.client("stepfunctions", region_name=region).list_state_machines()["stateMachines"] == []
     assert run_cli(monkeypatch, capsys, "schedule", "deploy", str(NIGHTLY), "--yes")[0] == 0
     code, out, err = run_cli(monkeypatch, capsys, "schedule", "remove", str(NIGHTLY))
     assert code == 2 and "nothing was removed" in err and "would be deleted" in out
-    assert "CREATE_COMPLETE" in [d.status for d in cloud.deployed(region)]  # still there (moto also lists the declined shell)
+    assert "CREATE_COMPLETE" in [d.status for d in in_aws.deployed(region)]  # still there (moto also lists the declined shell)
 
 
 def test_deploy_refuses_a_job_its_quota_cannot_pass_before_any_call(nightly, monkeypatch):
@@ -336,7 +336,7 @@ def test_deploy_refuses_a_job_its_quota_cannot_pass_before_any_call(nightly, mon
     monkeypatch.setattr(sagemaker.SageMakerBackend, "connect", lambda *a, **k: pytest.fail("a client was made"))
     monkeypatch.setattr(infra_deploy, "plan_change_set", lambda *a, **k: pytest.fail("a change set was made"))
     with pytest.raises(InputError) as refused:
-        cloud.deploy(compile_schedule(plan), "us-east-1", clients={"cloudformation": object()})
+        in_aws.deploy(compile_schedule(plan), "us-east-1", clients={"cloudformation": object()})
     assert refused.value.exit_code == 2
     assert f'"{TRN1_2XL}" (L-90000000) is 0' in refused.value.message and "(the AWS default)" in refused.value.message
     assert "request-service-quota-increase --service-code sagemaker --quota-code L-90000000" in refused.value.hint
@@ -436,7 +436,7 @@ def test_moto_a_sweep_of_many_trials_deploys(trials, tmp_path, orch_home, interp
     assert len(plan.trials) == trials
     body = template_body(compiled.template)
     assert aws_contract.violations("cloudformation", "CreateChangeSet", {
-        "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
+        "StackName": in_aws_stack.stack_name(plan), "ChangeSetName": "x", "TemplateBody": body}) == []
     assert len(compiled.definition_text) < 51_200
     region = plan.sweep.base_spec.region
     bucket = plan.trials[0].prepared.source_uri.split("/")[2]
@@ -444,7 +444,7 @@ def test_moto_a_sweep_of_many_trials_deploys(trials, tmp_path, orch_home, interp
     _quotas(monkeypatch, {"ml.trn1.2xlarge for training job usage": trials})
     calls = _count_calls(monkeypatch, ("HeadObject", "PutObject"))
     deploy_started = time.monotonic()
-    cloud.deploy(compiled, region, sleep=lambda s: None)
+    in_aws.deploy(compiled, region, sleep=lambda s: None)
     deployed_at = time.monotonic()
     sfn = boto3.client("stepfunctions", region_name=region)
     [machine] = sfn.list_state_machines()["stateMachines"]
@@ -474,7 +474,7 @@ def test_an_archive_two_attempts_share_is_uploaded_once():
 
     compiled = SimpleNamespace(graphs={"t1": [attempt("s3://b/a"), attempt("s3://b/a")],
                                        "t2": [attempt("s3://b/c"), attempt("s3://b/a")]})
-    assert [p.source_uri for p in cloud.archives(compiled)] == ["s3://b/a", "s3://b/c"]
+    assert [p.source_uri for p in in_aws.archives(compiled)] == ["s3://b/a", "s3://b/c"]
 
 
 def test_a_trial_step_functions_would_refuse_is_refused_before_any_call(tmp_path, orch_home, monkeypatch):
@@ -492,7 +492,7 @@ def test_a_trial_step_functions_would_refuse_is_refused_before_any_call(tmp_path
     one = len(json.dumps(plan.trials[0].prepared.request))
     monkeypatch.setattr(sm, "MAX_ITEM_BYTES", 3 * one)
     with pytest.raises(InputError) as refused:
-        cloud.deploy(compile_schedule(plan), "us-east-1")
+        in_aws.deploy(compile_schedule(plan), "us-east-1")
     assert f"bytes of input for its 11 possible jobs, above Step Functions' {3 * one:,}" in refused.value.message
     assert "lower max_retries" in refused.value.hint
 
@@ -532,11 +532,11 @@ def test_moto_a_schedule_belongs_to_the_file_that_deployed_it(tmp_path, orch_hom
     region = plan.sweep.base_spec.region
     boto3.client("s3", region_name=region).create_bucket(Bucket=plan.trials[0].prepared.source_uri.split("/")[2])
     _quotas(monkeypatch, {TRN1_2XL: 3})
-    cloud.deploy(compile_schedule(plan), region, sleep=lambda s: None)
-    stack = cloud_stack.stack_name(plan)
+    in_aws.deploy(compile_schedule(plan), region, sleep=lambda s: None)
+    stack = in_aws_stack.stack_name(plan)
     cfn = boto3.client("cloudformation", region_name=region)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]}
-    assert outputs[cloud_stack.OWNER_OUTPUT].endswith(f":{files['a'].resolve()}")
+    assert outputs[in_aws_stack.OWNER_OUTPUT].endswith(f":{files['a'].resolve()}")
 
     def cron_kept() -> str:
         [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]

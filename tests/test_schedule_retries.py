@@ -201,7 +201,7 @@ def test_moto_failures_are_retried_as_the_policy_says(nightly, sagemaker_fails):
 def test_the_flexible_window_is_the_files_shown_and_sent(tmp_path, orch_home):
     from datetime import datetime, timezone
 
-    from orchestrator.schedule import cloud_stack
+    from orchestrator.schedule import in_aws_stack
 
     base = (ROOT / "configs" / "vit-trn1-2xlarge.yaml").read_text()
     path = write(tmp_path, "sweep: w\nbase: base.yaml\ngrid: {training.optimizer.lr: [0.001]}\n"
@@ -210,7 +210,7 @@ def test_the_flexible_window_is_the_files_shown_and_sent(tmp_path, orch_home):
     compiled = compile_schedule(plan)
     props = compiled.template["Resources"]["Schedule"]["Properties"]
     assert props["FlexibleTimeWindow"] == {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": 45}
-    lines = cloud_stack.describe(compiled, datetime(2026, 12, 1, tzinfo=timezone.utc))
+    lines = in_aws_stack.describe(compiled, datetime(2026, 12, 1, tzinfo=timezone.utc))
     assert any("flexible window: a run starts up to 45 min after its fire time" in line for line in lines)
 
 

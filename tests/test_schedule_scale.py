@@ -152,7 +152,7 @@ def test_list_reads_the_results_the_map_wrote_to_s3(moto_server):
     import boto3
 
     from orchestrator.cli.schedule import job_line
-    from orchestrator.schedule import cloud
+    from orchestrator.schedule import in_aws
 
     s3 = boto3.client("s3", region_name="us-east-1")
     s3.create_bucket(Bucket="results-bucket")
@@ -166,7 +166,7 @@ def test_list_reads_the_results_the_map_wrote_to_s3(moto_server):
     manifest = {"DestinationBucket": "results-bucket", "ResultFiles": {"SUCCEEDED": [{"Key": "r/run/SUCCEEDED_0.json"}],
                                                           "FAILED": [{"Key": "r/run/FAILED_0.json"}], "PENDING": []}}
     s3.put_object(Bucket="results-bucket", Key="r/run/manifest.json", Body=json.dumps(manifest).encode())
-    found = cloud.written_results(s3, {"Bucket": "results-bucket", "Key": "r/run/manifest.json"})
+    found = in_aws.written_results(s3, {"Bucket": "results-bucket", "Key": "r/run/manifest.json"})
     assert [f.get("trial") for f in found] == [f"t{i}" for i in range(999)] + [None]
     assert found[999] == {"status": "FAILED", "error": "States.Runtime"}
     lines = [job_line(f) for f in found]

@@ -1,5 +1,5 @@
 """Every state shown is the truth: `results`, `status`, `sweep status` and the live display of
-`submit --wait` (`cli.follow.wait`) agree on a local job however it ends: completed, failed,
+`submit --wait` (`cli.job_view.wait`) agree on a local job however it ends: completed, failed,
 stopped, or each of its processes killed in turn (QA: `results` said `running` forever for a job
 whose supervisor was killed, and `stopped` where `status` said failed after a SIGINT to
 launch.py)."""
@@ -19,7 +19,7 @@ from orchestrator import results as res
 from orchestrator import sweep as sweeps
 from orchestrator.actions.sweeps import sweep_backend
 from orchestrator.backends.local import layout as local_layout
-from orchestrator.cli import follow
+from orchestrator.cli import job_view
 from orchestrator.errors import JobFailed
 from orchestrator.ledger import Ledger
 
@@ -57,7 +57,7 @@ class _Display:
 
     def _follow(self, backend, job: str) -> None:
         try:
-            self.final = follow.wait(backend, job, 0.1, interactive=False).status
+            self.final = job_view.wait(backend, job, 0.1, interactive=False).status
         except JobFailed as exc:
             self.error = exc
         except BaseException as exc:  # noqa: BLE001 - reported by `ended`

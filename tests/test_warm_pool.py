@@ -213,7 +213,7 @@ def test_trials_without_a_warm_pool_keep_their_order():
 
 def test_status_shows_the_warm_pool():
     from orchestrator.backends.sagemaker import SageMakerBackend
-    from orchestrator.cli.follow import status_lines
+    from orchestrator.cli.job_view import status_lines
 
     described = {"TrainingJobName": "j-1", "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed",
                  "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1,

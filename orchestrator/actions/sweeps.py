@@ -5,7 +5,7 @@ a training plan's room). Nothing here prints: notes go to the caller's `say`, ev
 
 Contract:
 - `scheduler(loaded, poll, say)`: the laptop's scheduler of a sweep with a schedule; its tick
-  sweeps are admitted by the same `sweep.admission.for_sweep` (`schedule.scheduler`).
+  sweeps are admitted by the same `sweep.admission.for_sweep` (`schedule.laptop`).
 - `drive(definition, ledger, poll, ...)` holds the sweep's runner lock, clears its stop flag,
   records this process as its runner, answers a detached starter (`ready_fd`), admits by quota
   (`runner_admission`), and runs the sweep to its end: `Driven(final progress, terminated)`,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.cli.follow import print_logs, status_lines, wait
+from orchestrator.cli.job_view import print_logs, status_lines, wait
 from orchestrator.cli.options import JOB_ARGUMENT, JOB_REGION_OPTION, POLL_MAX_S, finite_seconds
 from orchestrator.cli.output import err, finding_text, out
 

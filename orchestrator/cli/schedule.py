@@ -126,7 +126,7 @@ def schedule_crontab(path: Path = typer.Argument(..., help="Sweep spec YAML with
     out(schedules.crontab_line(loaded))
 
 
-# --- the schedule kept in the cloud (EventBridge Scheduler + Step Functions) -----------------
+# --- the schedule kept in AWS (EventBridge Scheduler + Step Functions) -----------------------
 
 
 def _cloud_plan(path: Path):
@@ -143,11 +143,11 @@ def _compiled(path: Path):
     """The sweep's schedule, compiled once for the whole command. The trials, their retries and
     their bounds are fixed in the state machine: a run that could pass the budget is refused
     here (not when removing: a schedule is removed whatever it costs)."""
-    from orchestrator.schedule import cloud_stack
+    from orchestrator.schedule import in_aws_stack
     from orchestrator.schedule.compiled import compile_schedule
 
     compiled = compile_schedule(_cloud_plan(path))
-    cloud_stack.check_budget(compiled)
+    in_aws_stack.check_budget(compiled)
     return compiled
 
 
@@ -159,10 +159,10 @@ def schedule_plan(path: Path = typer.Argument(..., help="Sweep spec YAML with a 
     every retry would pass budget.max_total_cost_usd."""
     from datetime import datetime, timezone
 
-    from orchestrator.schedule import cloud_stack
+    from orchestrator.schedule import in_aws_stack
 
     compiled = _compiled(path)
-    for line in cloud_stack.describe(compiled, datetime.now(timezone.utc)):
+    for line in in_aws_stack.describe(compiled, datetime.now(timezone.utc)):
         out(line)
 
 
@@ -192,10 +192,10 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
     when a run would pass the sweep's budget, or a job it may make cannot pass its quota."""
     from datetime import datetime, timezone
 
-    from orchestrator.schedule import cloud, cloud_stack
+    from orchestrator.schedule import in_aws, in_aws_stack
 
     compiled = _compiled(path)
-    for line in cloud_stack.describe(compiled, datetime.now(timezone.utc)):
+    for line in in_aws_stack.describe(compiled, datetime.now(timezone.utc)):
         out(line)
     region = compiled.plan.sweep.base_spec.region
 
@@ -209,7 +209,7 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
         return _ask("Deploy this schedule? It starts paid jobs on its cron until removed", yes,
                     "the change set was deleted, nothing was uploaded or deployed")
 
-    change, outputs = cloud.deploy(compiled, region, confirm=confirm, on_note=lambda line: err(f"quota: {line}"),
+    change, outputs = in_aws.deploy(compiled, region, confirm=confirm, on_note=lambda line: err(f"quota: {line}"),
                                    on_event=lambda e: out(f"  {e.logical_id} {e.resource_type}: {e.status}"
                                                           + (f" ({e.reason})" if e.reason else "")))
     if change.nothing_to_do:
@@ -224,10 +224,10 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
 def schedule_list(region: str = typer.Option(None, "--region", help="AWS region (default: the profile's).")) -> None:
     """The schedules deployed to AWS: each stack, its state, its latest run and that run's jobs."""
     from orchestrator.region import default_region
-    from orchestrator.schedule import cloud
+    from orchestrator.schedule import in_aws
 
     where = default_region(region)
-    found = cloud.deployed(where)
+    found = in_aws.deployed(where)
     if not found:
         out(f"no schedules deployed in {where}")
     for item in found:
@@ -263,12 +263,12 @@ def schedule_remove(
     keep running (they are not the stack's). Given a file, only the schedule that file deployed
     (exit 2 when another file with the same sweep name owns it); given a stack name, that stack."""
     from orchestrator.region import default_region
-    from orchestrator.schedule import cloud, cloud_stack
+    from orchestrator.schedule import in_aws, in_aws_stack
 
     planned = None
     if target.endswith((".yaml", ".yml")):
         planned = _cloud_plan(Path(target))
-        stack, where = cloud_stack.stack_name(planned), region or planned.sweep.base_spec.region
+        stack, where = in_aws_stack.stack_name(planned), region or planned.sweep.base_spec.region
     else:
         stack, where = target, default_region(region)
     def confirm() -> bool:
@@ -276,7 +276,7 @@ def schedule_remove(
             "started keep running)")
         return _ask(f"Remove schedule stack {stack}?", yes, "nothing was removed")
 
-    if not cloud.remove(stack, where, confirm=confirm, plan=planned):
+    if not in_aws.remove(stack, where, confirm=confirm, plan=planned):
         out("not removed")
         return
     out(f"removed stack {stack} from {where}")

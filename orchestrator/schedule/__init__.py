@@ -1,12 +1,14 @@
 """Cron schedules for sweeps, kept from a laptop (`schedule run`) or from system cron (`schedule tick`).
 
 Modules: `cron` (whether an expression is usable, and when it fires: a leaf the spec loader
-uses), `scheduler` (due ticks, the catchup policy, submitting and following tick sweeps),
-`crontab` (the lines that run `schedule tick` from system cron), `statemachine` (a sweep's plan
-compiled to a Step Functions definition and its items, for a schedule kept in the cloud;
+uses). A schedule kept by this machine (the laptop, or the host whose system cron runs it):
+`laptop` (the laptop's scheduler: due ticks, the catchup policy, submitting and following tick
+sweeps), `crontab` (the lines that run `schedule tick` from system cron). A schedule kept in
+AWS: `statemachine` (a sweep's plan compiled to a Step Functions definition and its items;
 `attempts` and `failure_rules` its retries and failovers, `budget` its poll interval),
-`compiled` (the one compiled value a command builds), `cloud_stack` and `cloud` (its stack,
-deployed). Each backend's part of a cloud schedule lives in its own folder
+`compiled` (the one compiled value a command builds), `eventbridge_cron` (the cron in
+EventBridge Scheduler's form), `in_aws_stack` (its stack's template) and `in_aws` (deployed,
+listed, removed). Each backend's part of a schedule kept in AWS lives in its own folder
 (`backends.scheduled`).
 
 Contract:
@@ -40,11 +42,11 @@ from __future__ import annotations
 from orchestrator.lazy_exports import by_module, module_getattr
 
 # Public name -> the submodule that defines it. Imported on first use: the spec loader needs
-# `cron` alone, and `scheduler` imports the sweep runner.
+# `cron` alone, and `laptop` imports the sweep runner.
 _EXPORTS = by_module({
     "cron": ("MAX_SCAN", "ALIASES", "require_schedule", "next_fires", "ticks_between"),
-    "scheduler": ("ON_TIME_SECONDS", "MAX_SLEEP_SECONDS", "KEEP_HISTORY", "Due", "due", "TickReport", "schedule_key",
-                  "Scheduler"),
+    "laptop": ("ON_TIME_SECONDS", "MAX_SLEEP_SECONDS", "KEEP_HISTORY", "Due", "due", "TickReport", "schedule_key",
+               "Scheduler"),
     "crontab": ("AWS_SETTINGS", "package_root", "aws_settings", "crontab_line", "cron_command", "ensure_log_dir"),
     "statemachine": ("compile_plan", "placeholder_plan"),
 })

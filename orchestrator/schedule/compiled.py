@@ -55,7 +55,7 @@ def _digest(text: str) -> str:
 def compile_schedule(plan) -> Compiled:
     """The schedule of `plan` (the placeholder tick's), compiled once (see the module docstring)."""
     from orchestrator.errors import InputError
-    from orchestrator.schedule import attempts, cloud_stack, statemachine
+    from orchestrator.schedule import attempts, in_aws_stack, statemachine
 
     if not plan.trials:
         raise InputError(f"sweep {plan.sweep.sweep!r} has no trials to schedule")
@@ -74,4 +74,4 @@ def compile_schedule(plan) -> Compiled:
     definition_at = (bucket, f"{folder}/statemachine-{_digest(text)}.json")
     partial = Compiled(plan, graphs, definition, text, items, placed["text"], place_items(placed["text"]),
                        definition_at, results_at, attempts.worst_usd(graphs), {})
-    return Compiled(**{**partial.__dict__, "template": cloud_stack.template(partial)})
+    return Compiled(**{**partial.__dict__, "template": in_aws_stack.template(partial)})

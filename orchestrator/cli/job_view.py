@@ -1,4 +1,9 @@
-"""Following a job from the command line: `submit --wait` and `logs [-f]`."""
+"""One job as the terminal shows it: its status lines (`status`, and the end of `submit --wait`),
+its status shown live until it ends (`submit --wait`), and its log (`logs`, `logs -f`).
+
+Not `orchestrator.follow`, which polls a job until it ends and prints nothing: `wait` shows what
+it reports; `logs -f` reads the backend's log stream (`Backend.logs(follow=True)`), not it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ from orchestrator.cli.output import err, out, plain
 from orchestrator.errors import JobFailed
 
 
-# Where a job goes on running while its status cannot be read, by backend name.
 def status_lines(st, here: bool = False) -> list[str]:
     """A job's status as `status` and `submit --wait` print it. A local job's instance line
     says what it runs on (this machine's CPU, as `results` does), and the spec's type it stands

@@ -1,4 +1,5 @@
-"""Deploying, listing and removing schedules kept in the cloud (`schedule deploy/list/remove`).
+"""Deploying, listing and removing schedules kept in AWS (`schedule deploy/list/remove`), as
+against one kept by this machine (`laptop`); its stack's template is `in_aws_stack`.
 
 Contract:
 - `deploy(compiled, region, confirm=...)` first admits every job a run may make by quota
@@ -8,11 +9,11 @@ Contract:
   trial's first, retry and failover attempts) to its content-addressed URI (the backend's own
   upload, `ScheduledJobs.upload`), once per distinct URI (`archives`), the Map's items and the state machine's definition beside
   them (`put_once`: the ItemReader's object, the template's DefinitionS3Location), then creates or updates the
-  schedule's stack (`cloud_stack.template`) through the infra deployer's change sets
+  schedule's stack (`in_aws_stack.template`) through the infra deployer's change sets
   (`infra.deploy.plan_change_set/execute`): the change set is computed first and its changes are
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
-  against a run's worst case before anything is uploaded (`cloud_stack.check_budget`).
-- `deployed(region)` lists the schedule stacks (`cloud_stack.STACK_PREFIX`) with their next
+  against a run's worst case before anything is uploaded (`in_aws_stack.check_budget`).
+- `deployed(region)` lists the schedule stacks (`in_aws_stack.STACK_PREFIX`) with their next
   fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
 - `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
   machine, its roles and queue.
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from orchestrator.errors import BackendError, InputError
-from orchestrator.schedule import cloud_stack
+from orchestrator.schedule import in_aws_stack
 
 
 @dataclass
@@ -63,9 +64,9 @@ def deploy(compiled, region: str, *, on_event: Callable = lambda event: None,
     from orchestrator.infra.template import template_body
 
     plan = compiled.plan
-    cloud_stack.check_budget(compiled)
+    in_aws_stack.check_budget(compiled)
     aws_contract.check_body("cloudformation", "CreateChangeSet", {
-        "StackName": cloud_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
+        "StackName": in_aws_stack.stack_name(plan), "ChangeSetName": "orchestrator-schedule",
         "TemplateBody": template_body(compiled.template)},
         hint=f"the template names the roles' resources of the {len(plan.trials)} trials; schedule fewer trials per "
              "sweep (split it into several sweeps), or keep this one on the laptop path (`schedule run`)")
@@ -74,7 +75,7 @@ def deploy(compiled, region: str, *, on_event: Callable = lambda event: None,
         on_note(line)
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
     check_owner(cfn, plan, region, "deploy")  # before any upload: another file's schedule is never replaced
-    change = infra_deploy.plan_change_set(cfn, cloud_stack.stack_name(plan), {}, template=compiled.template,
+    change = infra_deploy.plan_change_set(cfn, in_aws_stack.stack_name(plan), {}, template=compiled.template,
                                           description=f"orchestrator schedule deploy {plan.sweep.sweep}", sleep=sleep)
     if not change.nothing_to_do and not confirm(change):
         infra_deploy.discard(cfn, change)
@@ -123,17 +124,17 @@ def _admit(plan, graphs: dict, region: str, clients: dict) -> list[str]:
 
 def check_owner(cfn, plan, region: str, action: str) -> None:
     """InputError (exit 2) when the schedule stack of `plan`'s sweep name exists and records
-    another sweep file as its owner (`cloud_stack.OWNER_OUTPUT`): `deploy` would replace that
+    another sweep file as its owner (`in_aws_stack.OWNER_OUTPUT`): `deploy` would replace that
     file's schedule, `remove` would delete it. A stack that records none (deployed before
     owners were recorded) is taken as this file's."""
     from orchestrator.infra.cloudformation import describe_stack
 
-    name = cloud_stack.stack_name(plan)
+    name = in_aws_stack.stack_name(plan)
     stack = describe_stack(cfn, name)
     if stack is None:
         return
-    recorded = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs") or []}.get(cloud_stack.OWNER_OUTPUT)
-    mine = cloud_stack.owner(plan)
+    recorded = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs") or []}.get(in_aws_stack.OWNER_OUTPUT)
+    mine = in_aws_stack.owner(plan)
     if not recorded or recorded == mine:
         return
     sweep = plan.sweep.sweep
@@ -169,7 +170,7 @@ def put_once(s3, where: tuple[str, str], text: str) -> str:
 def _stacks(cfn) -> list[dict]:
     stacks = []
     for page in cfn.get_paginator("describe_stacks").paginate():
-        stacks += [s for s in page["Stacks"] if s["StackName"].startswith(cloud_stack.STACK_PREFIX)]
+        stacks += [s for s in page["Stacks"] if s["StackName"].startswith(in_aws_stack.STACK_PREFIX)]
     return stacks
 
 
@@ -257,8 +258,8 @@ def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Calla
     `plan`: removed by its sweep file, which must own the stack (`check_owner`)."""
     from orchestrator.infra.cloudformation import describe_stack, make_client, translate
 
-    if not stack.startswith(cloud_stack.STACK_PREFIX):
-        raise InputError(f"{stack!r} is not a schedule stack (its name starts with {cloud_stack.STACK_PREFIX!r})",
+    if not stack.startswith(in_aws_stack.STACK_PREFIX):
+        raise InputError(f"{stack!r} is not a schedule stack (its name starts with {in_aws_stack.STACK_PREFIX!r})",
                          hint="`schedule list` shows them")
     cfn = (clients or {}).get("cloudformation") or make_client("cloudformation", region)
     existing = describe_stack(cfn, stack)

@@ -1,4 +1,5 @@
-"""A schedule's five-field cron as Amazon EventBridge Scheduler's `cron(...)` expression.
+"""A schedule's five-field cron as Amazon EventBridge Scheduler's `cron(...)` expression (for a
+schedule kept in AWS; `cron` is when the five fields fire).
 
 Contract:
 - `scheduler_expression(schedule)` is the schedule's cron (an @alias expanded) in

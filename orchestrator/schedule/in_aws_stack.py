@@ -1,5 +1,6 @@
-"""The CloudFormation template of a schedule kept in the cloud: an EventBridge Scheduler
-schedule that starts a Step Functions state machine running the sweep, and their roles.
+"""The CloudFormation template of a schedule kept in AWS (which `in_aws` deploys): an
+EventBridge Scheduler schedule that starts a Step Functions state machine running the sweep,
+and their roles.
 
 Contract:
 - `template(compiled)` is a template of its own (not infra/stack.yaml, which is near
@@ -32,7 +33,7 @@ import json
 import math
 
 from orchestrator.backends import scheduled
-from orchestrator.schedule.scheduler_cron import scheduler_expression
+from orchestrator.schedule.eventbridge_cron import scheduler_expression
 from orchestrator.schedule.statemachine import MAP_LABEL, PARTITION, PLACEHOLDER_LABEL
 
 STACK_PREFIX = "orchestrator-schedule-"
@@ -56,7 +57,7 @@ def stack_name(plan) -> str:
 
 # The stack output naming the sweep file that deployed it ("host:/absolute/path"): a schedule
 # belongs to its file, so that another file with the same `sweep:` name never replaces it
-# (`cloud.check_owner`).
+# (`in_aws.check_owner`).
 OWNER_OUTPUT = "SweepFile"
 
 
@@ -148,7 +149,7 @@ def template(compiled) -> dict:
                 "StateMachineName": machine_name(plan),
                 # The definition's ARNs are written in the stack's partition.
                 "DefinitionSubstitutions": {PARTITION[2:-1]: {"Ref": "AWS::Partition"}},
-                # Uploaded by the deploy (`cloud.deploy`): a definition travelling in the template
+                # Uploaded by the deploy (`in_aws.deploy`): a definition travelling in the template
                 # would hold it to CloudFormation's 51,200-byte TemplateBody.
                 "DefinitionS3Location": {"Bucket": bucket, "Key": key},
                 "RoleArn": {"Fn::GetAtt": ["StateMachineRole", "Arn"]},

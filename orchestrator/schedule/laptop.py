@@ -1,5 +1,7 @@
-"""Keeping a sweep's schedule: which ticks are due (the catchup policy), submitting each as a
-sweep of its own, and following the tick sweeps. See the package docstring for the contract.
+"""The laptop's scheduler: a sweep's schedule kept by this machine (`schedule run`, or `schedule
+tick` from its system cron), as against one kept in AWS (`in_aws`). Which ticks are due (the
+catchup policy), submitting each as a sweep of its own, and following the tick sweeps. See the
+package docstring for the contract.
 """
 
 from __future__ import annotations
