@@ -18,13 +18,13 @@ Contract:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
 from orchestrator.aws_errors import is_transient
 from orchestrator.backends.job import JobStatus
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.env_seconds import env_seconds
+from orchestrator.errors import OrchestratorError
 
 # A line at least this often while a job runs and stdout is not a terminal.
 DEFAULT_HEARTBEAT_S = 60.0
@@ -35,17 +35,7 @@ MAX_BACKOFF_S = 300.0
 def heartbeat_seconds() -> float:
     """The heartbeat interval: ORCHESTRATOR_HEARTBEAT_SECONDS when set (a positive number), else
     DEFAULT_HEARTBEAT_S. InputError for a value that is not a positive number."""
-    raw = os.environ.get(HEARTBEAT_VARIABLE)
-    if not raw:
-        return DEFAULT_HEARTBEAT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise InputError(f"{HEARTBEAT_VARIABLE}={raw!r} is not a positive number of seconds",
-                         hint=f"e.g. {HEARTBEAT_VARIABLE}=60, or unset it")
-    return value
+    return env_seconds(HEARTBEAT_VARIABLE, DEFAULT_HEARTBEAT_S, example=60)
 
 
 def follow(read_status: Callable[[], JobStatus], *, interval: float,

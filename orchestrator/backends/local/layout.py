@@ -20,6 +20,7 @@ from pathlib import Path
 from entrypoints.shared import contract
 from entrypoints.shared.atomic import write_json
 from orchestrator.backends.local import capacity as local_capacity
+from orchestrator.env_seconds import env_seconds
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED
 
@@ -172,15 +173,7 @@ def host_environment(root: Path, request: dict, host: str, hosts: list[str], por
 def stop_grace_s(default: float = STOP_GRACE_S) -> float:
     """`default` (SageMaker's 120 s; ECS's 30 s for a batch job), or `STOP_GRACE_ENV` (a
     positive number of seconds) when set."""
-    raw = os.environ.get(STOP_GRACE_ENV, "")
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        raise InputError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds", hint=f"unset it (default "
-                         f"{default:g}, the platform's) or give e.g. {STOP_GRACE_ENV}=20") from None
-    if not value > 0:
-        raise InputError(f"{STOP_GRACE_ENV}={raw!r} must be above 0", hint=f"e.g. {STOP_GRACE_ENV}=20")
-    return value
+    return env_seconds(STOP_GRACE_ENV, default, example=20)
 
 
 def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -> None:
