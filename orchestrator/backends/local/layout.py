@@ -197,7 +197,6 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
                             "env": host_environment(root, request, host, hosts, port, runtime, grace)}
     algorithm = request["AlgorithmSpecification"]
     plan = {
-        "job_name": prepared.job_name,
         "hosts": hosts,
         "host": plan_hosts,
         "entrypoint": list(algorithm["ContainerEntrypoint"]) + list(algorithm.get("ContainerArguments") or []),
@@ -206,16 +205,24 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "output_prefix": output_prefix(request, prepared.job_name),
         "tensorboard": tensorboard_of(request),
         "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
-        "ledger": str(ledger),
-        "python": python,
-        "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
+    write_plan_and_status(job_dir, prepared, plan, ledger=ledger, python=python, now=now,
+                          instance_type=instance_type, count=count, output_uri=f"{plan['output_prefix']}/model.tar.gz")
+
+
+def write_plan_and_status(job_dir: Path, prepared, plan: dict, *, ledger: Path, python: str, now: float,
+                          instance_type: str, count: int, output_uri: str | None) -> None:
+    """Write the supervisor's `plan.json` (`plan`: what the job runs, with what every local
+    job's plan holds: its name, the ledger, this Python and its PYTHONPATH) and a pending
+    `status.json` created at `now`: the one writer of both for a SageMaker and a batch layout."""
+    plan = {"job_name": prepared.job_name, **plan,
+            "ledger": str(ledger), "python": python, "pythonpath": os.environ.get("PYTHONPATH", "")}
     write_json(job_dir / PLAN_FILE, plan, mode=0o600)  # each host's environment
     write_json(job_dir / STATUS_FILE, {
         "format": STATUS_FORMAT, "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
         "instance_type": instance_type, "instance_count": count,
-        "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
+        "output_uri": output_uri, "tags": prepared.job.get("tags") or {},
         # The job's record of results (what `results` reads), which `status` shows too.
         "results_uri": prepared.job.get("results_uri"),
     })
