@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from orchestrator import backoff
 from orchestrator.aws_errors import is_transient
 from orchestrator.backends.job import JobStatus
 from orchestrator.env_seconds import env_seconds
@@ -29,7 +30,7 @@ from orchestrator.errors import OrchestratorError
 # A line at least this often while a job runs and stdout is not a terminal.
 DEFAULT_HEARTBEAT_S = 60.0
 HEARTBEAT_VARIABLE = "ORCHESTRATOR_HEARTBEAT_SECONDS"
-MAX_BACKOFF_S = 300.0
+MAX_BACKOFF_S = backoff.CAP_S
 
 
 def heartbeat_seconds() -> float:
@@ -55,7 +56,7 @@ def follow(read_status: Callable[[], JobStatus], *, interval: float,
             if not is_transient(exc):
                 raise
             failures += 1
-            delay = min(max_backoff_s, interval * 2 ** failures)
+            delay = min(max_backoff_s, interval * backoff.RATE ** failures)
             on_transient(exc.message, clock() - start, delay)
             last, last_line = None, clock()  # the first status read again is shown
             sleep(delay)
