@@ -30,6 +30,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from orchestrator.aws_errors import botocore_cause
+from orchestrator.env_seconds import env_seconds
 from orchestrator.errors import InputError, service_message
 
 CONNECT_TIMEOUT_S = 10.0
@@ -55,23 +56,10 @@ def set_notifier(callback: Callable[[str], None] | None) -> None:
 # --- configuration ---------------------------------------------------------------------------
 
 
-def _seconds(variable: str, default: float) -> float:
-    raw = os.environ.get(variable)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 3600:
-        raise InputError(f"{variable}={raw!r} is not a number of seconds between 0 and 3600",
-                         hint=f"e.g. {variable}=30, or unset it for the default ({default:g})")
-    return value
-
-
 def timeouts() -> tuple[float, float]:
     """(connect, read) timeouts in seconds for every client: the defaults, or the environment's."""
-    return (_seconds(CONNECT_TIMEOUT_VARIABLE, CONNECT_TIMEOUT_S), _seconds(READ_TIMEOUT_VARIABLE, READ_TIMEOUT_S))
+    return (env_seconds(CONNECT_TIMEOUT_VARIABLE, CONNECT_TIMEOUT_S, example=30, at_most=3600),
+            env_seconds(READ_TIMEOUT_VARIABLE, READ_TIMEOUT_S, example=30, at_most=3600))
 
 
 def retry_config() -> dict:

@@ -77,13 +77,11 @@ def open_cache(uri: str | None, s3_client=None) -> Store:
     except ValueError as exc:
         raise InputError(f"bad cache URI: {exc}", hint=hint) from exc
     if isinstance(store, FileStore):
-        from orchestrator.paths import unusable
+        from orchestrator.paths import folder_problem
 
-        why = unusable(store.root)
-        if why is not None:
-            raise InputError(f"bad cache URI {uri!r}: {store.root}: {why}", hint=hint)
-        if store.root.exists() and not store.root.is_dir():
-            raise InputError(f"bad cache URI {uri!r}: {store.root} is not a folder", hint=hint)
+        problem = folder_problem(store.root)
+        if problem is not None:
+            raise InputError(f"bad cache URI {uri!r}: {problem}", hint=hint)
     return store
 
 

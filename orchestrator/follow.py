@@ -19,34 +19,25 @@ Contract:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
+from orchestrator import backoff
 from orchestrator.aws_errors import is_transient
 from orchestrator.backends.job import JobStatus
-from orchestrator.errors import InputError, OrchestratorError
+from orchestrator.env_seconds import env_seconds
+from orchestrator.errors import OrchestratorError
 
 # A line at least this often while a job runs and stdout is not a terminal.
 DEFAULT_HEARTBEAT_S = 60.0
 HEARTBEAT_VARIABLE = "ORCHESTRATOR_HEARTBEAT_SECONDS"
-MAX_BACKOFF_S = 300.0
+MAX_BACKOFF_S = backoff.CAP_S
 
 
 def heartbeat_seconds() -> float:
     """The heartbeat interval: ORCHESTRATOR_HEARTBEAT_SECONDS when set (a positive number), else
     DEFAULT_HEARTBEAT_S. InputError for a value that is not a positive number."""
-    raw = os.environ.get(HEARTBEAT_VARIABLE)
-    if not raw:
-        return DEFAULT_HEARTBEAT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise InputError(f"{HEARTBEAT_VARIABLE}={raw!r} is not a positive number of seconds",
-                         hint=f"e.g. {HEARTBEAT_VARIABLE}=60, or unset it")
-    return value
+    return env_seconds(HEARTBEAT_VARIABLE, DEFAULT_HEARTBEAT_S, example=60)
 
 
 def follow(read_status: Callable[[], JobStatus], *, interval: float,
@@ -66,7 +57,7 @@ def follow(read_status: Callable[[], JobStatus], *, interval: float,
             if not is_transient(exc):
                 raise
             failures += 1
-            delay = min(max_backoff_s, interval * 2 ** failures)
+            delay = min(max_backoff_s, interval * backoff.RATE ** failures)
             on_transient(exc.message, clock() - start, delay)
             last, last_line = None, clock()  # the first status read again is shown
             sleep(delay)

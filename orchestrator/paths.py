@@ -93,6 +93,18 @@ def unusable(path: str | os.PathLike) -> str | None:
     return None
 
 
+def folder_problem(path: Path) -> str | None:
+    """What makes `path` unusable as a folder to read or create (a store's root): "<path>: why"
+    when it cannot be looked up (`unusable`), "<path> is not a folder" when it exists as
+    something else; None for a folder or a path that does not exist yet."""
+    why = unusable(path)
+    if why is not None:
+        return f"{path}: {why}"
+    if path.exists() and not path.is_dir():
+        return f"{path} is not a folder"
+    return None
+
+
 def is_file(path: str | os.PathLike) -> bool:
     """Whether `path` is a regular file (or a link to one); False, never an error, for a path
     that cannot be looked up at all (see `unusable`)."""

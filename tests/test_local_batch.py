@@ -357,3 +357,31 @@ def test_local_flag_on_a_local_spec_says_it_changes_nothing(monkeypatch, capsys,
                              "--dry-run")
     assert code == 0, err
     assert "has backend: local" in err and "--local changes nothing" in err
+
+
+def test_a_batch_and_a_sagemaker_layout_write_plan_and_status_alike(orch_home, tmp_path, monkeypatch):
+    """One writer (`layout.write_plan_and_status`) of both layouts' plan.json and first
+    status.json: the same fields each local job's plan holds, the same pending status, and the
+    job's record of results in both (the batch layout's status once lacked it)."""
+    from tests.test_backend_local import make_spec, prepared_for
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    ledger = orch_home / "ledger.sqlite3"
+    laid = {}
+    for kind, prepared, lay_out in (
+            ("batch", local_prepared(write_spec(tmp_path, name="lbsame")), local_batch.lay_out),
+            ("sagemaker", prepared_for(make_spec(tmp_path, name="smsame")), local_layout.lay_out)):
+        job_dir = orch_home / "jobs" / prepared.job_name
+        job_dir.mkdir(parents=True)
+        lay_out(prepared, job_dir, ledger=ledger, python="/the/python", now=123.0)
+        plan = json.loads((job_dir / local_layout.PLAN_FILE).read_text())
+        status = json.loads((job_dir / local_layout.STATUS_FILE).read_text())
+        assert plan["job_name"] == prepared.job_name
+        assert (plan["ledger"], plan["python"], plan["pythonpath"]) == (str(ledger), "/the/python", "/somewhere")
+        assert status["results_uri"] == prepared.job["results_uri"] is not None
+        assert (status["job_name"], status["state"], status["created"]) == (prepared.job_name, "pending", 123.0)
+        assert oct((job_dir / local_layout.PLAN_FILE).stat().st_mode & 0o777) == "0o600"
+        laid[kind] = status
+    assert set(laid["batch"]) == set(laid["sagemaker"])  # the same fields
+    assert laid["batch"]["output_uri"] == laid["batch"]["results_uri"]  # Batch uploads nothing else
+    assert laid["sagemaker"]["output_uri"].endswith("/model.tar.gz")

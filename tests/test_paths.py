@@ -145,3 +145,36 @@ def test_a_file_where_the_sweeps_folder_goes_is_an_input_error_not_a_bug(orch_ho
     (orch_home / "schedules").write_text("")
     with pytest.raises(InputError, match="schedules is a file, not a folder: the orchestrator keeps its schedules"):
         crontab.ensure_log_dir()
+
+
+def _store_folder_cases(tmp_path):
+    """(a file:// store root, the problem `folder_problem` names), each unusable as a folder."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    too_long = tmp_path / ("x" * 300)
+    return [(a_file, f"{a_file} is not a folder"),
+            (a_file / "below", None),  # below a file: does not exist yet, as the store sees it
+            (too_long, f"{too_long}: File name too long"),
+            (tmp_path / "new", None), (tmp_path, None)]
+
+
+def test_a_file_store_is_checked_as_a_folder_by_cache_and_results_alike(tmp_path):
+    """cache's store and results' prefix refuse the same roots in the same words: one check
+    (`paths.folder_problem`) behind both, each naming its own argument before it."""
+    from orchestrator import cache
+    from orchestrator.results.read import check_prefix
+
+    for root, problem in _store_folder_cases(tmp_path):
+        assert paths.folder_problem(root) == problem
+        uri = f"file://{root}"
+        if problem is None:
+            assert check_prefix(uri, "--prefix") == uri
+            continue
+        with pytest.raises(InputError) as by_cache:
+            cache.open_cache(uri)
+        with pytest.raises(InputError) as by_results:
+            check_prefix(uri, "--prefix")
+        assert by_cache.value.message == f"bad cache URI {uri!r}: {problem}"
+        assert by_results.value.message == f"--prefix {uri!r}: {problem}"
+        assert "(a folder)" in by_cache.value.hint and "(a folder)" in by_results.value.hint
+        assert by_cache.value.exit_code == by_results.value.exit_code == 2

@@ -119,3 +119,24 @@ def test_logs_follow_on_a_cloud_backend_asks_no_more_often_than_the_floor():
 
     assert inspect.signature(CloudBackend.__init__).parameters["poll_seconds"].default >= polling.CLOUD_FLOOR_S
     assert inspect.signature(LocalBackend.__init__).parameters["poll_seconds"].default >= polling.LOCAL_FLOOR_S
+
+
+def test_the_poll_defaults_are_stated_once_for_the_backends_and_the_help():
+    """Each backend's default poll (`submit --wait`'s interval, a sweep's round) is polling's,
+    and the help of --interval and --poll shows those values, read from the same table."""
+    import inspect
+
+    from orchestrator.backends import registry
+    from orchestrator.backends.registry import backend_class
+    from orchestrator.cli import jobs, options
+
+    interval_help = inspect.signature(jobs.submit).parameters["interval"].default.help
+    said = {"sagemaker": "on SageMaker", "batch": "on Batch", "local": "locally"}
+    for name, where in said.items():
+        backend = backend_class(name)
+        assert backend.wait_interval_s == registry.WAIT_INTERVAL_S[name]
+        assert backend.sweep_poll_s == registry.SWEEP_POLL_S[name]
+        assert f"{backend.wait_interval_s:g} {where}" in interval_help
+        assert f"{backend.sweep_poll_s:g} {where}" in options.POLL_OPTION.help
+    assert f"at least {polling.CLOUD_FLOOR_S:g} on SageMaker and Batch, {polling.LOCAL_FLOOR_S:g} locally" \
+        in interval_help

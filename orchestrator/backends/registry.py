@@ -9,6 +9,8 @@ interface (`planning.Planning`, the class; `running.Backend`, the instance).
   tests/stand_in_backend/), offered to specs, `locate` and every command until `unregister`.
 - `locate(job, ...)`: the backend that owns a job; `cloud_names()`: the cloud backends, the
   default first.
+- `WAIT_INTERVAL_S`, `SWEEP_POLL_S`: the shipped backends' default polls (their classes read
+  them; so does the CLI's help).
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ _CLASSES = {
     "local": "orchestrator.backends.local.backend:LocalBackend",
 }
 _SHIPPED = tuple(_CLASSES)
+# Each shipped backend's default seconds between polls: of `submit --wait` (its class's
+# `wait_interval_s`) and between a sweep runner's rounds (`sweep_poll_s`). Stated here, beside
+# its line above, so the class and the help of --interval and --poll read one value, the help
+# without importing a backend. The floor under them is `polling`'s.
+WAIT_INTERVAL_S = {"sagemaker": 15.0, "batch": 30.0, "local": 2.0}
+SWEEP_POLL_S = {"sagemaker": 30.0, "batch": 60.0, "local": 2.0}
 # Where a job that neither the ledger nor this machine knows is looked for: a job submitted
 # from another machine is in the cloud.
 DEFAULT = "sagemaker"

@@ -28,13 +28,16 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator import backoff
 from orchestrator.errors import InputError
 
-# The runner's backoff (`sweep.Runner`: base 2 s, doubling, capped at 300 s) as ASL's Retry
-# spells it (States Language spec, "Retrying after error").
-RETRY_INTERVAL_S = 2
-RETRY_BACKOFF_RATE = 2.0
-RETRY_MAX_DELAY_S = 300
+# The runner's backoff (`orchestrator.backoff`) as ASL's Retry spells it (States Language spec,
+# "Retrying after error"): IntervalSeconds and MaxDelaySeconds are whole seconds there. Its
+# jitter is "FULL" (a wait anywhere below the ceiling): ASL offers FULL or NONE, not the
+# runner's upper half.
+RETRY_INTERVAL_S = int(backoff.BASE_S)
+RETRY_BACKOFF_RATE = backoff.RATE
+RETRY_MAX_DELAY_S = int(backoff.CAP_S)
 RETRY_MAX_ATTEMPTS = 10
 # Any other error of a task: "States.TaskFailed ... acts as a wildcard that matches any known
 # error name except for States.Timeout" (Step Functions developer guide, "Handling errors in

@@ -11,7 +11,13 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.job_view import print_logs, status_lines, wait
-from orchestrator.cli.options import JOB_ARGUMENT, JOB_REGION_OPTION, POLL_MAX_S, finite_seconds
+from orchestrator.cli.options import (
+    INTERVAL_HELP,
+    JOB_ARGUMENT,
+    JOB_REGION_OPTION,
+    POLL_MAX_S,
+    finite_seconds,
+)
 from orchestrator.cli.output import err, finding_text, out
 
 app = typer.Typer()
@@ -88,9 +94,7 @@ def submit(
                                  "nothing."),
     wait_: bool = typer.Option(False, "--wait", help="Show the job's progress until it ends; exit 1 if it fails or "
                                "is stopped."),
-    interval: float | None = typer.Option(None, "--interval", min=0.05, max=POLL_MAX_S, callback=finite_seconds, help="Seconds between status polls "
-                                          "(--wait; default 15 on SageMaker, 30 on Batch, 2 locally; at least 5 on "
-                                          "SageMaker and Batch, 0.1 locally: a shorter one is raised, with a note)."),
+    interval: float | None = typer.Option(None, "--interval", min=0.05, max=POLL_MAX_S, callback=finite_seconds, help=INTERVAL_HELP),
     rerun: bool = typer.Option(False, "--rerun", help="If this spec was submitted before, submit it again as a "
                                "new job <name>-<hash>-rN (the first N free in the ledger and in SageMaker, which "
                                "knows other machines' jobs; a long name is shortened to fit 63 characters)."),

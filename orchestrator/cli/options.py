@@ -8,6 +8,7 @@ import re
 
 import typer
 
+from orchestrator.backends.registry import SWEEP_POLL_S, WAIT_INTERVAL_S
 from orchestrator.polling import CLOUD_FLOOR_S, LOCAL_FLOOR_S
 from orchestrator.region import REGION_DEFAULTS
 
@@ -57,6 +58,11 @@ REGION_OPTION = typer.Option(None, "--region", callback=check_region, help=f"AWS
 POLL_MIN_S = LOCAL_FLOOR_S
 # The longest wait between rounds: one day. Longer (or inf) would leave submitted jobs unwatched.
 POLL_MAX_S = 86400.0
+# --interval's help (`submit --wait`): the defaults and floors `polling` states.
+INTERVAL_HELP = ("Seconds between status polls (--wait; default "
+                 f"{WAIT_INTERVAL_S['sagemaker']:g} on SageMaker, {WAIT_INTERVAL_S['batch']:g} on Batch, "
+                 f"{WAIT_INTERVAL_S['local']:g} locally; at least {CLOUD_FLOOR_S:g} on SageMaker and Batch, "
+                 f"{LOCAL_FLOOR_S:g} locally: a shorter one is raised, with a note).")
 
 
 def finite_seconds(param: typer.CallbackParam, value: float | None) -> float | None:
@@ -73,6 +79,7 @@ def finite_seconds(param: typer.CallbackParam, value: float | None) -> float | N
     return value
 
 
-POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, max=POLL_MAX_S, callback=finite_seconds, help="Seconds between status rounds (default: 30 on "
-                           f"SageMaker, 60 on Batch, 2 locally); at least {CLOUD_FLOOR_S:g} when the sweep has "
+POLL_OPTION = typer.Option(None, "--poll", min=POLL_MIN_S, max=POLL_MAX_S, callback=finite_seconds, help="Seconds between status rounds (default: "
+                           f"{SWEEP_POLL_S['sagemaker']:g} on SageMaker, {SWEEP_POLL_S['batch']:g} on Batch, "
+                           f"{SWEEP_POLL_S['local']:g} locally); at least {CLOUD_FLOOR_S:g} when the sweep has "
                            f"SageMaker or Batch jobs, {POLL_MIN_S:g} locally: a shorter one is raised, with a note.")

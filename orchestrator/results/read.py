@@ -108,13 +108,11 @@ def check_prefix(prefix: str, argument: str = "results prefix") -> str:
         raise InputError(f"{argument} {prefix!r}: {str(exc).removeprefix(f'{_store_uri(prefix)}: ')}",
                          hint=hint) from None
     if isinstance(store, FileStore):
-        from orchestrator.paths import unusable
+        from orchestrator.paths import folder_problem
 
-        why = unusable(store.root)
-        if why is not None:
-            raise InputError(f"{argument} {prefix!r}: {store.root}: {why}", hint=hint)
-        if store.root.exists() and not store.root.is_dir():
-            raise InputError(f"{argument} {prefix!r}: {store.root} is not a folder", hint=hint)
+        problem = folder_problem(store.root)
+        if problem is not None:
+            raise InputError(f"{argument} {prefix!r}: {problem}", hint=hint)
     return prefix
 
 

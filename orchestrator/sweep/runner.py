@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from orchestrator import cost, quotas, request
+from orchestrator import backoff, cost, quotas, request
 from orchestrator.accounts import OtherAccount
 from orchestrator.backends import Backend, DamagedStatus, UnknownJob
 from orchestrator.errors import BackendError, InputError, OrchestratorError
@@ -81,8 +81,8 @@ class Runner(Remote):
 
     def __init__(self, definition: Definition, backend: Router | Backend | None, ledger: Ledger, *,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = 2.0,
-                 backoff_cap: float = 300.0, on_progress: Callable[[SweepProgress], None] | None = None,
+                 rng: random.Random | None = None, poll_seconds: float = 30.0, backoff_base: float = backoff.BASE_S,
+                 backoff_cap: float = backoff.CAP_S, on_progress: Callable[[SweepProgress], None] | None = None,
                  count_elsewhere: bool = True, prepared: dict[str, request.Prepared] | None = None,
                  max_transient_retries: int = MAX_TRANSIENT_RETRIES, admission=None):
         super().__init__(definition, backend, ledger)
@@ -162,7 +162,7 @@ class Runner(Remote):
                 self._halt(error, f"{reason} (gave up after {self.max_transient_retries} retries in a row; the "
                                   "error may pass: throttling, a server error or the network)")
         self._failures[site] = self._failures.get(site, 0) + 1
-        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (self._failures[site] - 1))
+        ceiling = min(self.backoff_cap, self.backoff_base * backoff.RATE ** (self._failures[site] - 1))
         delay = self.rng.uniform(ceiling / 2, ceiling)
         self._not_before = self.clock() + delay
         self._waiting_reason = reason

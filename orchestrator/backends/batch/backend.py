@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from entrypoints.launcher.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
 from orchestrator.aws_errors import code_of, is_definite_refusal, is_not_found
+from orchestrator.backends import registry
 from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.cloud_errors import translate
 from orchestrator.backends.job import JobStatus, Submitted, UnknownJob, record_status
@@ -80,8 +81,8 @@ class BatchBackend(CloudBackend):
     service: ClassVar[str] = "batch"
     service_title: ClassVar[str] = "AWS Batch"
     runs_in: ClassVar[str] = "in AWS Batch"
-    wait_interval_s: ClassVar[float] = 30.0
-    sweep_poll_s: ClassVar[float] = 60.0
+    wait_interval_s: ClassVar[float] = registry.WAIT_INTERVAL_S["batch"]
+    sweep_poll_s: ClassVar[float] = registry.SWEEP_POLL_S["batch"]
     operation: ClassVar[tuple[str, str]] = ("batch", "SubmitJob")
     scheduled: ClassVar[str | None] = "orchestrator.backends.batch.scheduled:BatchJobs"
     section: ClassVar[str | None] = "batch"  # batch.stack, batch.job_queue, batch.job_definition

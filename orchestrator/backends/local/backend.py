@@ -24,6 +24,7 @@ from filelock import FileLock
 
 from entrypoints.shared import contract
 from entrypoints.shared.atomic import write_json
+from orchestrator.backends import registry
 from orchestrator.backends.job import (
     DamagedStatus,
     JobProgress,
@@ -70,8 +71,8 @@ class LocalBackend:
     name: ClassVar[str] = "local"
     cloud: ClassVar[bool] = False
     shared: ClassVar[bool] = False
-    wait_interval_s: ClassVar[float] = 2.0
-    sweep_poll_s: ClassVar[float] = 2.0
+    wait_interval_s: ClassVar[float] = registry.WAIT_INTERVAL_S["local"]
+    sweep_poll_s: ClassVar[float] = registry.SWEEP_POLL_S["local"]
     region = None
     place = "the local backend"
     label = "local"

@@ -17,12 +17,10 @@ from entrypoints.shared.atomic import write_json, write_text
 from orchestrator.backends.local.layout import (
     LOG_DIR,
     LOOPBACK,
-    PLAN_FILE,
-    STATUS_FILE,
-    STATUS_FORMAT,
     free_port,
     host_names,
     stop_grace_s,
+    write_plan_and_status,
 )
 
 # ECS's stop timeout (see the module docstring), the one the request tells launch.py.
@@ -96,7 +94,6 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
     env = container_environment(request, root, runtime=prepared.job["spec"]["training"]["runtime"],
                                 port=free_port())
     plan = {
-        "job_name": prepared.job_name,
         "hosts": [host],
         "host": {host: {"root": str(root), "env": env}},
         # The image's ENTRYPOINT with SubmitJob's command as its arguments (Docker's rule).
@@ -107,15 +104,7 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "tensorboard": None,
         "max_run_s": request["timeout"]["attemptDurationSeconds"],
         "overtime_reason": f"{TIMEOUT_REASON} ({request['timeout']['attemptDurationSeconds']} s)",
-        "ledger": str(ledger),
-        "python": python,
-        "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
-    write_json(job_dir / PLAN_FILE, plan, mode=0o600)
-    write_json(job_dir / STATUS_FILE, {
-        "format": STATUS_FORMAT,
-        "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
-        "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
-        "instance_type": prepared.spec.instance.type, "instance_count": 1,
-        "output_uri": prepared.job["results_uri"], "tags": prepared.job.get("tags") or {},
-    })
+    write_plan_and_status(job_dir, prepared, plan, ledger=ledger, python=python, now=now,
+                          instance_type=prepared.spec.instance.type, count=1,
+                          output_uri=prepared.job["results_uri"])

@@ -20,6 +20,7 @@ from pathlib import Path
 from entrypoints.shared import contract
 from entrypoints.shared.atomic import write_json
 from orchestrator.backends.local import capacity as local_capacity
+from orchestrator.env_seconds import env_seconds
 from orchestrator.errors import InputError
 from orchestrator.lifecycle import REPORTED
 
@@ -172,15 +173,7 @@ def host_environment(root: Path, request: dict, host: str, hosts: list[str], por
 def stop_grace_s(default: float = STOP_GRACE_S) -> float:
     """`default` (SageMaker's 120 s; ECS's 30 s for a batch job), or `STOP_GRACE_ENV` (a
     positive number of seconds) when set."""
-    raw = os.environ.get(STOP_GRACE_ENV, "")
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        raise InputError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds", hint=f"unset it (default "
-                         f"{default:g}, the platform's) or give e.g. {STOP_GRACE_ENV}=20") from None
-    if not value > 0:
-        raise InputError(f"{STOP_GRACE_ENV}={raw!r} must be above 0", hint=f"e.g. {STOP_GRACE_ENV}=20")
-    return value
+    return env_seconds(STOP_GRACE_ENV, default, example=20)
 
 
 def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -> None:
@@ -204,7 +197,6 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
                             "env": host_environment(root, request, host, hosts, port, runtime, grace)}
     algorithm = request["AlgorithmSpecification"]
     plan = {
-        "job_name": prepared.job_name,
         "hosts": hosts,
         "host": plan_hosts,
         "entrypoint": list(algorithm["ContainerEntrypoint"]) + list(algorithm.get("ContainerArguments") or []),
@@ -213,16 +205,24 @@ def lay_out(prepared, job_dir: Path, *, ledger: Path, python: str, now: float) -
         "output_prefix": output_prefix(request, prepared.job_name),
         "tensorboard": tensorboard_of(request),
         "max_run_s": request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds"),
-        "ledger": str(ledger),
-        "python": python,
-        "pythonpath": os.environ.get("PYTHONPATH", ""),
     }
+    write_plan_and_status(job_dir, prepared, plan, ledger=ledger, python=python, now=now,
+                          instance_type=instance_type, count=count, output_uri=f"{plan['output_prefix']}/model.tar.gz")
+
+
+def write_plan_and_status(job_dir: Path, prepared, plan: dict, *, ledger: Path, python: str, now: float,
+                          instance_type: str, count: int, output_uri: str | None) -> None:
+    """Write the supervisor's `plan.json` (`plan`: what the job runs, with what every local
+    job's plan holds: its name, the ledger, this Python and its PYTHONPATH) and a pending
+    `status.json` created at `now`: the one writer of both for a SageMaker and a batch layout."""
+    plan = {"job_name": prepared.job_name, **plan,
+            "ledger": str(ledger), "python": python, "pythonpath": os.environ.get("PYTHONPATH", "")}
     write_json(job_dir / PLAN_FILE, plan, mode=0o600)  # each host's environment
     write_json(job_dir / STATUS_FILE, {
         "format": STATUS_FORMAT, "job_name": prepared.job_name, "state": "pending", "secondary": "Starting", "failure_reason": None,
         "created": now, "started": None, "ended": None, "pid": None, "hosts": {},
         "instance_type": instance_type, "instance_count": count,
-        "output_uri": f"{plan['output_prefix']}/model.tar.gz", "tags": prepared.job.get("tags") or {},
+        "output_uri": output_uri, "tags": prepared.job.get("tags") or {},
         # The job's record of results (what `results` reads), which `status` shows too.
         "results_uri": prepared.job.get("results_uri"),
     })

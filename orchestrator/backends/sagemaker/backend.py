@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import ClassVar
 
 from orchestrator.aws_errors import is_definite_refusal, is_not_found, kind_of
+from orchestrator.backends import registry
 from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.cloud_errors import translate
 from orchestrator.backends.job import JobStatus, Submitted, record_status
@@ -115,8 +116,8 @@ class SageMakerBackend(CloudBackend):
     service: ClassVar[str] = "sagemaker"
     service_title: ClassVar[str] = "SageMaker"
     runs_in: ClassVar[str] = "in SageMaker"
-    wait_interval_s: ClassVar[float] = 15.0
-    sweep_poll_s: ClassVar[float] = 30.0
+    wait_interval_s: ClassVar[float] = registry.WAIT_INTERVAL_S["sagemaker"]
+    sweep_poll_s: ClassVar[float] = registry.SWEEP_POLL_S["sagemaker"]
     operation: ClassVar[tuple[str, str]] = ("sagemaker", "CreateTrainingJob")
     scheduled: ClassVar[str | None] = "orchestrator.backends.sagemaker.scheduled:SageMakerJobs"
     preferences: ClassVar[str | None] = "sent"  # ResourceConfig.InstancePreferences
