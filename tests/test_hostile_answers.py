@@ -99,6 +99,35 @@ def test_quota_failures_are_worded_by_kind():
                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "ListServiceQuotas")
     what, todo = quota_check.failure_text(denied)
     assert "access denied" in what and "servicequotas:ListServiceQuotas" in todo
+    from botocore.exceptions import NoCredentialsError
+
+    # No credentials is not a missing grant: said so, and how to set them.
+    what, todo = quota_check.failure_text(NoCredentialsError())
+    assert what.startswith("no usable AWS credentials") and "access denied" not in what
+    assert "aws configure" in todo and "servicequotas:" not in todo
+    expired = ClientError({"Error": {"Code": "ExpiredTokenException", "Message": "expired"},
+                           "ResponseMetadata": {"HTTPStatusCode": 400}}, "ListServiceQuotas")
+    assert quota_check.failure_text(expired)[0].startswith("no usable AWS credentials")
+
+
+def test_schedule_list_without_credentials_or_with_endless_pages_says_so(monkeypatch, capsys):
+    """`schedule list`'s DescribeStacks: no credentials was an internal error ("this is a bug"),
+    and its pages were not bounded."""
+    from cli_harness import run_cli
+
+    from orchestrator.schedule import in_aws
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # never reached: nothing to sign with
+    code, out, err = run_cli(monkeypatch, capsys, "schedule", "list", "--region", "us-east-1")
+    assert code == 1, (out, err)
+    assert "listing the schedule stacks in us-east-1: no AWS credentials found" in err
+    assert "internal error" not in err and "aws configure" in err
+    endless = Pages({"Stacks": [], "NextToken": str(n)} for n in itertools.count())
+    with pytest.raises(BackendError, match=f"DescribeStacks: the answer did not end after {aws.MAX_PAGES} pages"):
+        in_aws.deployed("us-east-1", clients={"cloudformation": endless, "stepfunctions": object()})
+    assert endless.asked == aws.MAX_PAGES + 1
 
 
 # --- prices ---------------------------------------------------------------------------------

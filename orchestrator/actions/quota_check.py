@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 def failure_text(exc) -> tuple[str, str]:
     """(what went wrong, what to do) of a failed quota read, worded by its kind: the server
-    failed (try later; no permissions involved), the call was denied (the IAM grant), or
-    anything else; the service's text reduced to one line (an HTML error page to its title)."""
+    failed (try later; no permissions involved), no usable credentials (configure them), the
+    call was denied (the IAM grant), or anything else; the service's text reduced to one line (an HTML error page to its title)."""
     from orchestrator import aws_errors
     from orchestrator.errors import service_message
 
@@ -21,7 +21,10 @@ def failure_text(exc) -> tuple[str, str]:
     if kind == "server":
         return (f"the Service Quotas endpoint failed (HTTP {status or '5xx'}, a server error: {said})",
                 "try again later: a server error, not a permissions problem")
-    if kind in ("denied", "credentials"):
+    if kind == "credentials":
+        return (f"no usable AWS credentials ({said})",
+                "configure credentials (aws configure, AWS_PROFILE or environment variables), then try again")
+    if kind == "denied":
         return (f"{said} (access denied)", "the operator policy grants servicequotas:ListServiceQuotas (infra/README.md); "
                                     "update the stack if yours predates it")
     return (f"{type(exc).__name__}: {said}", "check the region and the endpoint (AWS_ENDPOINT_URL), then try again")

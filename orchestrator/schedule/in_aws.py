@@ -167,10 +167,21 @@ def put_once(s3, where: tuple[str, str], text: str) -> str:
     return f"s3://{bucket}/{key}"
 
 
-def _stacks(cfn) -> list[dict]:
+def _stacks(cfn, region: str) -> list[dict]:
+    """The schedule stacks (by their name's prefix) of DescribeStacks's pages, bounded as every
+    paginated read; an AWS error as our error (`infra.cloudformation.translate`)."""
+    from orchestrator import aws
+    from orchestrator.infra.cloudformation import translate
+
     stacks = []
-    for page in cfn.get_paginator("describe_stacks").paginate():
-        stacks += [s for s in page["Stacks"] if s["StackName"].startswith(in_aws_stack.STACK_PREFIX)]
+    try:
+        for page in aws.bounded_pages(cfn.get_paginator("describe_stacks").paginate(), "DescribeStacks"):
+            stacks += [s for s in page["Stacks"] if s["StackName"].startswith(in_aws_stack.STACK_PREFIX)]
+    except aws.EndlessPages as exc:
+        raise BackendError(str(exc), hint="ask again later; an endpoint that is not CloudFormation answers so "
+                                          "(check AWS_ENDPOINT_URL)") from None
+    except Exception as exc:  # noqa: BLE001 - translated; a bug is raised again by translate
+        raise translate(exc, f"listing the schedule stacks in {region}", cfn) from None
     return stacks
 
 
@@ -188,7 +199,7 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
     cfn = clients.get("cloudformation") or make_client("cloudformation", region)
     sfn = clients.get("stepfunctions") or make_client("stepfunctions", region)
     found = []
-    for stack in sorted(_stacks(cfn), key=lambda s: s["StackName"]):
+    for stack in sorted(_stacks(cfn, region), key=lambda s: s["StackName"]):
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
         item = Deployed(stack["StackName"], stack["StackStatus"], stack.get("Description", ""),
                         outputs.get("StateMachineArn"))
