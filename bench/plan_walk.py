@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = str(ROOT / "orchestrator" / "backends") + "/"
 REGISTRY = {str(ROOT / "orchestrator" / "backends" / name) for name in ("__init__.py", "registry.py")}
 # The interface and the job values: protocols and data, not a backend's code.
-INTERFACE = {str(ROOT / "orchestrator" / "backends" / name) for name in ("kind.py", "backend.py", "job.py")}
+INTERFACE = {str(ROOT / "orchestrator" / "backends" / name) for name in ("planning.py", "running.py", "job.py")}
 ORCHESTRATOR = str(ROOT / "orchestrator") + "/"
 
 
