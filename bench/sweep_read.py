@@ -17,7 +17,8 @@ process (its start-up and imports included), and times it:
 
 The two ways compared in one run are the first status (1,000 jobs asked) and the second
 (none). Each output is checked: every trial is in it, with its state, and a failed one with
-its cause. Prints one JSON object.
+its cause. Each command's own CPU seconds are printed beside its wall time (the difference
+is mostly the moto server answering). Prints one JSON object.
 
     PYTHONPATH=. .venv/bin/python bench/sweep_read.py [--trials 1000]
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -44,14 +46,20 @@ from sweep_submit import BASE, BUCKET, sweep_text  # noqa: E402
 CAPACITY = "CapacityError: Unable to provision requested ML compute capacity."
 
 
-def timed(*args: str) -> tuple[float, str]:
+def timed(*args: str) -> tuple[float, float, str]:
+    """Wall seconds of `python -m orchestrator ARGS`, its own CPU seconds (user + system of its
+    process: the rest of the wall time is mostly the moto server, in this process, answering)
+    and its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "orchestrator", *args], capture_output=True, text=True,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if done.returncode != 0:
         raise SystemExit(f"orchestrator {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return round(seconds, 2), done.stdout
+    return round(seconds, 2), round(cpu, 2), done.stdout
 
 
 def run(workdir: Path, trials: int) -> dict:
@@ -85,10 +93,10 @@ def run(workdir: Path, trials: int) -> dict:
     prepared_s = time.perf_counter() - started
 
     sweep_id = definition.sweep_id
-    first_s, first = timed("sweep", "status", sweep_id, "--json")
-    again_s, again = timed("sweep", "status", sweep_id, "--json")
-    table_s, table = timed("sweep", "status", sweep_id, "--no-refresh")
-    results_s, found = timed("results", "--sweep", sweep_id, "--prefix", f"s3://{BUCKET}/jobs", "--format", "json")
+    first_s, first_cpu, first = timed("sweep", "status", sweep_id, "--json")
+    again_s, _, again = timed("sweep", "status", sweep_id, "--json")
+    table_s, _, table = timed("sweep", "status", sweep_id, "--no-refresh")
+    results_s, results_cpu, found = timed("results", "--sweep", sweep_id, "--prefix", f"s3://{BUCKET}/jobs", "--format", "json")
 
     shown = json.loads(again)["trials"]
     states = {t["job_name"]: t["state"] for t in shown}
@@ -104,6 +112,7 @@ def run(workdir: Path, trials: int) -> dict:
     return {"trials": trials, "failed": len(failed), "setup_s": round(prepared_s, 1),
             "status_first_s": first_s, "status_again_s": again_s, "status_table_s": table_s,
             "results_sweep_s": results_s, "first_vs_again": round(first_s / again_s, 2),
+            "status_first_cpu_s": first_cpu, "results_sweep_cpu_s": results_cpu,
             "load_average": os.getloadavg()[0], "python": sys.version.split()[0]}
 
 
