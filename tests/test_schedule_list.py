@@ -112,6 +112,18 @@ def test_the_listing_output_names_the_run_prefix_the_trials_and_each_backends_pl
     assert len(value) <= in_aws_stack.MAX_OUTPUT_VALUE
 
 
+def test_a_listing_over_an_output_values_size_is_refused(tmp_path, orch_home, monkeypatch):
+    """The listing must fit a stack output's value (4,096 characters, assumed: aws_rules.json):
+    over it, the schedule is refused when compiled (exit 2), before any call."""
+    from orchestrator.errors import InputError
+
+    _, plan = _loaded(tmp_path, SAGEMAKER_SWEEP, "vit-trn1-2xlarge.yaml")
+    monkeypatch.setattr(in_aws_stack, "MAX_OUTPUT_VALUE", 40)
+    with pytest.raises(InputError) as info:
+        compile_schedule(plan)
+    assert "above a stack output's 40" in info.value.message and "schedule run" in info.value.hint
+
+
 def test_the_run_label_is_the_fire_time_else_the_start_time():
     started = datetime(2026, 12, 5, 3, 7, 59, tzinfo=timezone.utc)
     assert sm.run_label(json.dumps(sm.execution_input(FIRED)), started) == "202612050300"
@@ -288,3 +300,23 @@ def test_moto_a_running_batch_run_lists_each_queue_once_with_its_reasons(tmp_pat
     assert code == 0 and err == "", (out, err)
     assert f"{first}: FAILED (capacity failure: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" in out
     assert f"{second}: SUCCEEDED\n" in out and "  1 trial(s) with no job yet\n" in out
+
+
+def test_moto_credentials_lost_while_listing_a_runs_jobs_are_that_stacks_warning(tmp_path, orch_home, moto_server):
+    """Credentials that stop working between the stacks' listing and the jobs' (an expired
+    session): the stack is listed with its run line and a warning that says so, no traceback."""
+    from botocore.exceptions import NoCredentialsError
+
+    loaded, plan = _loaded(tmp_path, SAGEMAKER_SWEEP, "vit-trn1-2xlarge.yaml")
+    _stack_with_a_running_run(plan, _deployed_outputs(compile_schedule(plan)))
+    clients, _ = _counting("cloudformation", "stepfunctions", "sagemaker")
+
+    def refuse(**_):
+        raise NoCredentialsError()
+
+    clients["sagemaker"].meta.events.register("before-sign", refuse)
+    [item] = in_aws.deployed(REGION, clients=clients)
+    assert item.last_run == "RUNNING" and item.jobs == [] and item.waiting is None
+    assert item.jobs_problem == ("its running run's jobs could not be read: no usable AWS credentials (Unable to "
+                                 "locate credentials); configure them (aws configure, AWS_PROFILE or environment "
+                                 "variables), then list again")

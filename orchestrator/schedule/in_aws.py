@@ -303,6 +303,10 @@ def _said(exc: Exception) -> str:
     from orchestrator import aws, aws_errors
     from orchestrator.errors import service_message
 
+    failure = aws_errors.classify(exc)
+    if failure is not None and failure.kind == "credentials":
+        return (f"no usable AWS credentials ({service_message(str(exc))}); configure them (aws configure, AWS_PROFILE "
+                "or environment variables), then list again")
     return aws.describe(exc) or (f"{aws_errors.code_of(exc)}: {service_message(aws_errors.message_of(exc))}"
                                  if aws_errors.code_of(exc) else service_message(str(exc)))
 
