@@ -172,7 +172,7 @@ def test_moto_schedule_list_shows_a_running_runs_trials_their_states_and_causes(
     assert f"  {ids[1]} {jobs[1]}-r1: InProgress after 1 retry\n" in out  # the latest attempt, not the failed first
     assert f"  {ids[2]} {jobs[2]}: Failed (user failure: AlgorithmError: ExecuteUserScriptError: Command " in out
     assert f"  {ids[3]} {jobs[3]}: InProgress\n" in out
-    assert ids[4] not in out and "  1 trial(s) with no job yet\n" in out
+    assert ids[4] not in out and "  1 trial(s) with no job yet (not started, or their create refused" in out
     assert f"{jobs[1]}:" not in out  # the failed first attempt is not the trial's line
     assert "-202612040300-" not in out  # the other run's jobs are not this run's
 
@@ -299,7 +299,7 @@ def test_moto_a_running_batch_run_lists_each_queue_once_with_its_reasons(tmp_pat
     code, out, err = run_cli(monkeypatch, capsys, "schedule", "list", "--region", REGION)
     assert code == 0 and err == "", (out, err)
     assert f"{first}: FAILED (capacity failure: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" in out
-    assert f"{second}: SUCCEEDED\n" in out and "  1 trial(s) with no job yet\n" in out
+    assert f"{second}: SUCCEEDED\n" in out and "  1 trial(s) with no job yet (not started, or their create refused" in out
 
 
 def test_moto_credentials_lost_while_listing_a_runs_jobs_are_that_stacks_warning(tmp_path, orch_home, moto_server):

@@ -243,7 +243,8 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
         for job in item.jobs:
             out(job_line(job))
         if item.waiting is not None:
-            out(f"  {item.waiting} trial(s) with no job yet" if item.waiting else "  every trial has a job")
+            out(f"  {item.waiting} trial(s) with no job yet (not started, or their create refused: NotCreated once "
+                "the run ends)" if item.waiting else "  every trial has a job")
         if item.note:
             err(f"note: {item.stack}: {item.note}")
         if item.jobs_problem:
