@@ -11,7 +11,9 @@ SageMaker training jobs by CreateTrainingJob with the names the run gives them: 
 once and retried (-r1 in progress), 30 % with no job yet. Each way is timed over `--rounds`
 rounds and its AWS calls counted by operation; both must find the same trials in the same
 states. `--latency-ms` adds a modelled round trip to every call (a botocore before-send sleep),
-as a real endpoint's, in a second comparison. Prints one JSON object.
+as a real endpoint's, in a second comparison. Last, `python -m orchestrator schedule list` is
+run as a user runs it (a child process, its imports included, against the same server; no
+modelled latency) and must print one line per trial with a job. Prints one JSON object.
 
     PYTHONPATH=. .venv/bin/python bench/schedule_list.py [--trials 1000] [--rounds 3] [--latency-ms 20]
 """
@@ -161,6 +163,23 @@ def compare(prefix: str, ids: list[str], expected: dict, rounds: int, latency_s:
     return out
 
 
+def cli_seconds(with_jobs: int, rounds: int) -> list[float]:
+    """Wall seconds of `python -m orchestrator schedule list` in a child process, each round."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    seconds = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "orchestrator", "schedule", "list", "--region", REGION],
+                              capture_output=True, text=True, env=env, timeout=600)
+        seconds.append(round(time.perf_counter() - started, 2))
+        lines = [line for line in done.stdout.splitlines() if line.startswith("  t")]
+        if done.returncode != 0 or len(lines) != with_jobs:
+            raise SystemExit(f"schedule list: exit {done.returncode}, {len(lines)} trial lines: {done.stderr[-2000:]}")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=1000)
@@ -180,6 +199,7 @@ def main() -> None:
         if args.latency_ms > 0:
             report["with_latency"] = {"latency_ms": args.latency_ms,
                                       **compare(prefix, ids, expected, 1, args.latency_ms / 1000)}
+        report["cli_s"] = cli_seconds(len(expected), args.rounds)
     report["load_average"] = round(os.getloadavg()[0], 2)
     report["python"] = sys.version.split()[0]
     print(json.dumps(report))
