@@ -53,13 +53,9 @@ def read_listing(outputs: dict[str, str]) -> dict | None:
     return found
 
 
-def _one_line(text: str) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= REASON_CHARS else line[:REASON_CHARS - 3] + "..."
-
-
 def trials(listing: dict, label: str, since: datetime, client: Callable) -> tuple[list[dict], int]:
     """The run's trials with a job, and the count of those without (see the module docstring)."""
+    from orchestrator.errors import service_message
     from orchestrator.sweep.failures import failure_kind
 
     prefix = listing["jobs"].replace(PLACEHOLDER_LABEL, label)
@@ -93,6 +89,6 @@ def trials(listing: dict, label: str, since: datetime, client: Callable) -> tupl
             else:
                 job["kind"] = failure_kind(reason)
                 if reason:
-                    job["reason"] = _one_line(reason)
+                    job["reason"] = service_message(reason, REASON_CHARS)
         jobs.append(job)
     return jobs, max(0, listing["trials"] - len(latest))
