@@ -36,6 +36,10 @@ MAX_REASONS = 100
 # A run's jobs are created after its execution started; the listings start this much earlier
 # so that a clock apart between services loses none (assumed: no page states the skew).
 CLOCK_SLACK = timedelta(minutes=1)
+# The trials with no job are the recorded trial count less those with one. Step Functions'
+# DescribeMapRun gives a Map Run's itemCounts (pending, running, ...) of child executions, not of
+# jobs, at two more calls (ListMapRuns first); moto 5.2 answers both only from its interpreter's
+# records: not used.
 # A reason is shown on one line, this long at most.
 REASON_CHARS = 300
 
