@@ -196,6 +196,19 @@ def test_moto_a_running_run_is_read_by_list_pages_and_one_describe_per_failed_tr
     assert calls.count("DescribeExecution") == 1 and calls.count("ListExecutions") == 1
 
 
+def test_moto_failed_jobs_past_the_describe_bound_are_shown_without_their_cause(sagemaker_run, monkeypatch):
+    """At most run_jobs.MAX_REASONS failed jobs are described per run (here 0): the others keep
+    their state and say their cause was not read, with no kind guessed."""
+    plan, tick, jobs = sagemaker_run
+    monkeypatch.setattr(run_jobs, "MAX_REASONS", 0)
+    clients, calls = _counting("cloudformation", "stepfunctions", "sagemaker")
+    [item] = in_aws.deployed(REGION, clients=clients)
+    failed = {j["trial"]: j for j in item.jobs}[tick.trials[2].trial.trial_id]
+    assert failed["status"] == "Failed" and "kind" not in failed
+    assert failed["reason"] == "cause not read: more than 0 failed jobs to describe"
+    assert "DescribeTrainingJob" not in calls
+
+
 def test_moto_a_capacity_failure_is_read_by_the_runners_table(tmp_path, orch_home, moto_server):
     """The latest attempt failed for capacity (the state machine is about to fail it over): its
     kind is the one `sweep.failures.failure_kind` gives the same reason."""
