@@ -537,6 +537,9 @@ def test_moto_a_schedule_belongs_to_the_file_that_deployed_it(tmp_path, orch_hom
     cfn = boto3.client("cloudformation", region_name=region)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]}
     assert outputs[in_aws_stack.OWNER_OUTPUT].endswith(f":{files['a'].resolve()}")
+    # What `schedule list` lists a running run's jobs by, as CloudFormation keeps it.
+    assert json.loads(outputs[in_aws_stack.LISTING_OUTPUT]) == {"jobs": plan.identity.job_prefix, "trials": 1,
+                                                                "places": {"sagemaker": []}}
 
     def cron_kept() -> str:
         [found] = boto3.client("scheduler", region_name=region).list_schedules()["Schedules"]

@@ -20,6 +20,13 @@ Contract:
   creating, following and tagging those requests' jobs (CloudFormation intrinsics allowed).
 - `upload(prepared, region, clients)` puts the attempt's source archive where its request
   names it.
+- `listing_places(requests)`: what `listed` needs besides the job-name prefix to find the jobs
+  those requests make (strings, e.g. AWS Batch's queues; none for SageMaker), recorded by the
+  deploy in the stack's outputs. `listed(client, prefix, since, places)`: the jobs whose name
+  starts with `prefix` created after `since`, by list calls (pages, never one call per job), as
+  `Seen`; `reasons(client, names)`: why those failed jobs failed, for a backend whose listing
+  does not say (one call per name: the caller bounds how many). `client(service)` gives a
+  boto3 client of the schedule's region.
 """
 
 from __future__ import annotations
@@ -86,6 +93,18 @@ class Names:
         return f"{group} Why"
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One job a listing found: its name, its status in its backend's words, when it was
+    created (epoch seconds: the latest of two jobs of one name wins) and why it failed when the
+    listing says (None: not failed, or the listing does not say: `reasons`)."""
+
+    name: str
+    status: str
+    created: float = 0.0
+    reason: str | None = None
+
+
 class ScheduledJobs:
     """A cloud backend's part of a cloud schedule (see the module docstring)."""
 
@@ -127,6 +146,15 @@ class ScheduledJobs:
 
     def upload(self, prepared, region: str, clients: dict) -> bool:
         raise NotImplementedError
+
+    def listing_places(self, requests: list[dict]) -> list[str]:
+        return []
+
+    def listed(self, client, prefix: str, since, places: list[str]) -> list[Seen]:
+        raise NotImplementedError
+
+    def reasons(self, client, names: list[str]) -> dict[str, str]:
+        return {}
 
     def _connected(self, backend_class, region: str, clients: dict):
         """One backend per region for this part's uploads (its clients built once per part:

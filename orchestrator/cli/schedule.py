@@ -222,7 +222,9 @@ def schedule_deploy(path: Path = typer.Argument(..., help="Sweep spec YAML with 
 
 @app.command("list")
 def schedule_list(region: str = typer.Option(None, "--region", help="AWS region (default: the profile's).")) -> None:
-    """The schedules deployed to AWS: each stack, its state, its latest run and that run's jobs."""
+    """The schedules deployed to AWS: each stack, its state, its latest run and that run's jobs
+    (a running run's: each trial's latest job, its state and why it failed, and the trials
+    with no job yet)."""
     from orchestrator.region import default_region
     from orchestrator.schedule import in_aws
 
@@ -240,15 +242,25 @@ def schedule_list(region: str = typer.Option(None, "--region", help="AWS region 
         out(f"  last run: {item.last_run} (started {item.last_start})" if item.last_run else "  no run yet")
         for job in item.jobs:
             out(job_line(job))
+        if item.waiting is not None:
+            out(f"  {item.waiting} trial(s) with no job yet (not started, or their create refused: NotCreated once "
+                "the run ends)" if item.waiting else "  every trial has a job")
+        if item.note:
+            err(f"note: {item.stack}: {item.note}")
+        if item.jobs_problem:
+            err(f"warning: {item.stack}: {item.jobs_problem}")
 
 
 def job_line(job: dict) -> str:
     """One trial of a run as `schedule list` shows it: its job, state, retries and cause (the
-    failure kind the state machine read from the job's reason, or the error that ended it)."""
+    failure kind the state machine read from the job's reason, or the error that ended it; of a
+    running run's failed job, its kind and reason as listed)."""
     kind = job.get("kind")
+    reason = job.get("reason")
     return (f"  {job.get('trial')} {job.get('job') or '(no job)'}: {job.get('status')}"
             + (f" after {job['attempt']} retr{'y' if job['attempt'] == 1 else 'ies'}" if job.get("attempt") else "")
-            + (f" ({kind} failure)" if kind and kind != "none" else "")
+            + (f" ({kind} failure{f': {reason}' if reason else ''})" if kind and kind != "none"
+               else f" ({reason})" if reason else "")
             + (f" ({job['error']})" if job.get("error") else ""))
 
 

@@ -7,8 +7,8 @@ sweeps), `crontab` (the lines that run `schedule tick` from system cron). A sche
 AWS: `statemachine` (a sweep's plan compiled to a Step Functions definition and its items;
 `attempts` and `failure_rules` its retries and failovers, `budget` its poll interval),
 `compiled` (the one compiled value a command builds), `eventbridge_cron` (the cron in
-EventBridge Scheduler's form), `in_aws_stack` (its stack's template) and `in_aws` (deployed,
-listed, removed). Each backend's part of a schedule kept in AWS lives in its own folder
+EventBridge Scheduler's form), `in_aws_stack` (its stack's template), `in_aws` (deployed,
+listed, removed) and `run_jobs` (a running run's trials, from its backends' job listings). Each backend's part of a schedule kept in AWS lives in its own folder
 (`backends.scheduled`).
 
 Contract:

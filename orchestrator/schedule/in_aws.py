@@ -14,7 +14,12 @@ Contract:
   returned, so a re-deploy of a changed schedule says what changed. The budget is checked
   against a run's worst case before anything is uploaded (`in_aws_stack.check_budget`).
 - `deployed(region)` lists the schedule stacks (`in_aws_stack.STACK_PREFIX`) with their next
-  fire time and their state machine's latest execution (state, start) and its trials' jobs when it has ended.
+  fire time and their state machine's latest execution (state, start) and its trials' jobs:
+  an ended run's from its results, a running run's from its backends' job listings
+  (`run_jobs`: each trial's latest job and its state, and how many trials have no job yet). A
+  stack deployed before it recorded its listing output shows no trials of a running run, and
+  says why (`note`); one stack's unreadable runs or jobs are its warning (`problem`,
+  `jobs_problem`), the others still listed.
 - `remove(stack, region)` deletes the stack and waits for it to go: the schedule, the state
   machine, its roles and queue.
 - A schedule belongs to the sweep file that deployed it (the stack's `SweepFile` output, host
@@ -45,8 +50,11 @@ class Deployed:
     next_fire: str | None = None  # UTC, from the cron and time zone the stack keeps
     last_run: str | None = None  # the latest execution's status
     last_start: str | None = None
-    jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status"} of an ended run
+    jobs: list[dict] = field(default_factory=list)  # {"trial", "job", "status", ...} of an ended or running run
     problem: str | None = None  # why its runs could not be read (its state machine deleted out of band)
+    waiting: int | None = None  # a running run's trials with no job yet (None: not read)
+    note: str | None = None  # why a running run's trials are not shown
+    jobs_problem: str | None = None  # why a running run's jobs could not be read
 
 
 def deploy(compiled, region: str, *, on_event: Callable = lambda event: None,
@@ -208,28 +216,60 @@ def deployed(region: str, *, clients: dict | None = None) -> list[Deployed]:
             item.next_fire = next_fires(kept, datetime.now(timezone.utc), 1)[0].strftime("%Y-%m-%d %H:%M UTC")
         if item.state_machine:
             try:
-                _latest_run(sfn, item, lambda: clients.get("s3") or make_client("s3", region))
+                latest = _latest_run(sfn, item, lambda: clients.get("s3") or make_client("s3", region))
             except (BotoCoreError, ClientError) as exc:  # one stack's runs unreadable: the others still listed
                 item.problem = _runs_problem(exc, item)
+                latest = None
+            if latest is not None and latest["status"] == "RUNNING":
+                _running_trials(sfn, item, latest, outputs,
+                                lambda service: clients.get(service) or make_client(service, region))
         found.append(item)
     return found
 
 
-def _latest_run(sfn, item: Deployed, s3: Callable) -> None:
+def _running_trials(sfn, item: Deployed, latest: dict, outputs: dict, client: Callable) -> None:
+    """A running run's trials (`run_jobs.trials`) into `item`; a stack without the listing
+    output gets a note, an error of the calls a warning (never the listing's end)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from orchestrator import aws
+    from orchestrator.schedule import run_jobs, statemachine
+
+    listing = run_jobs.read_listing(outputs)
+    if listing is None:
+        item.note = (f"its running run's trials are not shown: the stack was deployed before it recorded "
+                     f"where its jobs are listed (no {in_aws_stack.LISTING_OUTPUT} output); `python -m orchestrator "
+                     "schedule deploy` of its sweep file records it (the schedule is kept)")
+        return
+    try:
+        described = sfn.describe_execution(executionArn=latest["executionArn"])
+        label = statemachine.run_label(described.get("input"), latest["startDate"])
+        item.jobs, item.waiting = run_jobs.trials(listing, label, latest["startDate"], client)
+    except (BotoCoreError, ClientError, aws.EndlessPages) as exc:
+        item.jobs, item.waiting = [], None
+        said = str(exc) if isinstance(exc, aws.EndlessPages) else _said(exc)
+        item.jobs_problem = f"its running run's jobs could not be read: {said}"
+
+
+def _latest_run(sfn, item: Deployed, s3: Callable) -> dict | None:
+    """The latest execution (ListExecutions' summary, None when none), its state in `item` and,
+    when it ended, its trials' results."""
     runs = sfn.list_executions(stateMachineArn=item.state_machine, maxResults=1).get("executions", [])
-    if runs:
-        latest = runs[0]
-        item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
-        if latest["status"] != "RUNNING":
-            described = sfn.describe_execution(executionArn=latest["executionArn"])
-            try:
-                output = json.loads(described.get("output") or "{}")
-            except ValueError:
-                output = {}
-            trials = output.get("trials") if isinstance(output, dict) else None
-            if isinstance(trials, dict) and "ResultWriterDetails" in trials:
-                trials = written_results(s3(), trials["ResultWriterDetails"])
-            item.jobs = [t for t in trials if isinstance(t, dict)] if isinstance(trials, list) else []
+    if not runs:
+        return None
+    latest = runs[0]
+    item.last_run, item.last_start = latest["status"], latest["startDate"].isoformat()
+    if latest["status"] != "RUNNING":
+        described = sfn.describe_execution(executionArn=latest["executionArn"])
+        try:
+            output = json.loads(described.get("output") or "{}")
+        except ValueError:
+            output = {}
+        trials = output.get("trials") if isinstance(output, dict) else None
+        if isinstance(trials, dict) and "ResultWriterDetails" in trials:
+            trials = written_results(s3(), trials["ResultWriterDetails"])
+        item.jobs = [t for t in trials if isinstance(t, dict)] if isinstance(trials, list) else []
+    return latest
 
 
 def written_results(s3, details: dict) -> list[dict]:
@@ -250,15 +290,25 @@ def written_results(s3, details: dict) -> list[dict]:
 
 def _runs_problem(exc: Exception, item: Deployed) -> str:
     """Why a stack's runs could not be read, in words (no traceback for one damaged stack)."""
-    from orchestrator import aws, aws_errors
-    from orchestrator.errors import service_message
+    from orchestrator import aws_errors
 
     if aws_errors.is_not_found(exc) or aws_errors.code_of(exc) == "StateMachineDoesNotExist":
         return (f"its state machine {item.state_machine} no longer exists (deleted outside the stack); "
                 f"`python -m orchestrator schedule remove {item.stack}` removes the rest")
-    said = aws.describe(exc) or (f"{aws_errors.code_of(exc)}: {service_message(aws_errors.message_of(exc))}"
+    return f"its runs could not be read: {_said(exc)}"
+
+
+def _said(exc: Exception) -> str:
+    """An AWS error in one line: its code and the service's message, or botocore's words."""
+    from orchestrator import aws, aws_errors
+    from orchestrator.errors import service_message
+
+    failure = aws_errors.classify(exc)
+    if failure is not None and failure.kind == "credentials":
+        return (f"no usable AWS credentials ({service_message(str(exc))}); configure them (aws configure, AWS_PROFILE "
+                "or environment variables), then list again")
+    return aws.describe(exc) or (f"{aws_errors.code_of(exc)}: {service_message(aws_errors.message_of(exc))}"
                                  if aws_errors.code_of(exc) else service_message(str(exc)))
-    return f"its runs could not be read: {said}"
 
 
 def remove(stack: str, region: str, *, clients: dict | None = None, sleep: Callable[[float], None] = time.sleep,

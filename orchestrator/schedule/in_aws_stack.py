@@ -24,7 +24,10 @@ Contract:
 - `check_budget(compiled)` holds a run's worst case (every retry and failover compiled,
   `attempts.worst_usd`) to the sweep's budget.
 - `stack_name(plan)` is `orchestrator-schedule-<sweep>`: one stack per sweep name and region.
-  Its outputs keep the cron and time zone as the file has them, for `schedule list`.
+  Its outputs keep the cron and time zone as the file has them, for `schedule list`, and
+  (`LISTING_OUTPUT`, `listing`) what lists a running run's jobs: the sweep's job prefix with
+  the placeholder label, the trial count and, per backend, the places its jobs are listed in
+  (`ScheduledJobs.listing_places`, e.g. AWS Batch's queues).
 """
 
 from __future__ import annotations
@@ -68,6 +71,35 @@ def owner(plan) -> str:
 
     path = plan.sweep.path
     return f"{socket.gethostname()}:{path.resolve()}" if path is not None else ""
+
+
+# The stack output `schedule list` reads a running run's jobs by (`listing`, read back by
+# `run_jobs.read_listing`). A stack deployed before it was added has none.
+LISTING_OUTPUT = "JobListing"
+# An output's value is a string of at most 4,096 characters: assumed (the CloudFormation quotas
+# page as stored here lists the number of outputs, 60, and an output name's size, 255
+# characters, but no value size; 4,096 is its parameter value's and a custom resource
+# response's). The listing is refused at compile time above it.
+MAX_OUTPUT_VALUE = 4096
+
+
+def listing(compiled) -> str:
+    """The `LISTING_OUTPUT` value: JSON of the run's job prefix (the placeholder label in place
+    of the run's), the trial count and each backend's listing places. InputError (exit 2) when
+    it would not fit an output value (a sweep whose requests name very many queues)."""
+    from orchestrator.errors import InputError
+
+    plan = compiled.plan
+    places = {backend: scheduled.part_of(backend).listing_places(requests)
+              for backend, requests in sorted(_requests_by_backend(compiled).items())}
+    text = json.dumps({"jobs": plan.identity.job_prefix, "trials": len(plan.trials), "places": places},
+                      separators=(",", ":"))
+    if len(text) > MAX_OUTPUT_VALUE:
+        raise InputError(f"sweep {plan.sweep.sweep!r}: what `schedule list` needs to list a run's jobs (the queues "
+                         f"of {sum(len(v) for v in places.values())} places) is {len(text):,} characters, above a "
+                         f"stack output's {MAX_OUTPUT_VALUE:,}",
+                         hint="send the sweep's trials to fewer queues, or keep it on the laptop path (`schedule run`)")
+    return text
 
 
 def machine_name(plan) -> str:
@@ -184,6 +216,7 @@ def template(compiled) -> dict:
             "Cron": {"Value": schedule.cron},
             "Timezone": {"Value": schedule.timezone},
             "SweepId": {"Value": sweep_tag},
+            LISTING_OUTPUT: {"Value": listing(compiled)},
             **({OWNER_OUTPUT: {"Value": owner(plan)}} if owner(plan) else {}),
         },
     }

@@ -163,6 +163,22 @@ def _run_label_states(next_state: str) -> dict[str, dict]:
     }
 
 
+def run_label(execution_input: str | None, started: datetime) -> str:
+    """The label a run's states compute (`_run_label_states`), read from outside: the minute of
+    the input's `scheduled_time` when it has one, else of the execution's start (UTC)."""
+    try:
+        given = json.loads(execution_input or "{}")
+    except ValueError:
+        given = {}
+    fired = given.get("scheduled_time") if isinstance(given, dict) else None
+    if isinstance(fired, str):
+        parts = [p for p in fired.replace("-", " ").replace("T", " ").replace(":", " ").replace(".", " ")
+                 .replace("Z", " ").split()]
+        if len(parts) >= 5 and all(p.isdigit() for p in parts[:5]):
+            return "".join(parts[:5])
+    return started.astimezone(timezone.utc).strftime("%Y%m%d%H%M")
+
+
 def _partitioned(value):
     """`arn:aws:` of the backends' resources written `arn:${Partition}:` (see the docstring)."""
     if isinstance(value, dict):

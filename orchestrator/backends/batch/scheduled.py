@@ -13,13 +13,16 @@ Contract:
 - SUCCEEDED ends a trial; FAILED is read from statusReason and the container's reason.
 - Batch jobs are idempotent by name only in this module's contract, not in AWS's: a second run
   for the same minute submits them again.
+- A run's jobs are listed by ListJobs in each queue its requests name (`listing_places`, kept in
+  the stack's outputs), with a JOB_NAME filter of the run's prefix and a trailing `*`, every
+  page; a failed job's reason is in its summary (no call per job).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.backends.scheduled import Names, ScheduledJobs, arn, sdk_errors
+from orchestrator.backends.scheduled import Names, ScheduledJobs, Seen, arn, sdk_errors
 
 # Batch's throttle: "TooManyRequestsException" with HTTP 429 (assumed from the AWS Batch
 # API reference's common errors: botocore's batch model names only ClientException and
@@ -105,3 +108,43 @@ class BatchJobs(ScheduledJobs):
         from orchestrator.backends.batch import BatchBackend
 
         return self._connected(BatchBackend, region, clients).upload_source(prepared)
+
+    def listing_places(self, requests: list[dict]) -> list[str]:
+        """The queues the requests submit to: a run's jobs are listed queue by queue."""
+        return sorted({request["jobQueue"] for request in requests})
+
+    def listed(self, client, prefix: str, since, places: list[str]) -> list[Seen]:
+        """The jobs of each queue in `places` whose name starts with `prefix`, created after
+        `since`: ListJobs with the JOB_NAME filter ("If the value ends with an asterisk (*), the
+        filter matches any job name that begins with the string before the '*'." and "When the
+        filter is used, jobStatus is ignored": AWS Batch API Reference, ListJobs, filters; the
+        jobStatus member: "If the filters parameter is specified, the jobStatus parameter is
+        ignored and jobs with any status are returned"), every page. The match is
+        case-insensitive: the prefix is checked again as written. A failed job's reason is its
+        summary's statusReason and container reason and exit code (JobSummary,
+        ContainerSummary), joined as `backends.batch` joins DescribeJobs' for the runner."""
+        from orchestrator import aws
+
+        batch = client("batch")
+        after_ms = since.timestamp() * 1000
+        found = []
+        for queue in places:
+            pages = batch.get_paginator("list_jobs").paginate(
+                jobQueue=queue, filters=[{"name": "JOB_NAME", "values": [f"{prefix}*"]}])
+            for page in aws.bounded_pages(pages, f"ListJobs ({queue})"):
+                for summary in page.get("jobSummaryList", []):
+                    name, created = summary["jobName"], summary.get("createdAt") or 0
+                    if not name.startswith(prefix) or created < after_ms:
+                        continue
+                    found.append(Seen(name, summary["status"], created / 1000,
+                                      _reason(summary) if summary["status"] == self.failed else None))
+        return found
+
+
+def _reason(summary: dict) -> str:
+    """"<statusReason>; <container reason>; exit code N" of a JobSummary, the parts it has."""
+    container = summary.get("container") or {}
+    parts = [summary.get("statusReason"), container.get("reason")]
+    if container.get("exitCode") is not None:
+        parts.append(f"exit code {container['exitCode']}")
+    return "; ".join(str(p) for p in parts if p)

@@ -10,11 +10,22 @@ Contract:
 - The role may create, describe and tag training jobs named `<sweep job prefix>*` only (SageMaker
   writes names in ARNs in lower case), and pass only the requests' execution roles, to
   SageMaker only.
+- A run's jobs are listed by ListTrainingJobs (NameContains the run's prefix, CreationTimeAfter
+  the run's start, every page); its summaries carry no FailureReason, so a failed job's reason is
+  read by DescribeTrainingJob (`reasons`, for the names the caller picks).
 """
 
 from __future__ import annotations
 
-from orchestrator.backends.scheduled import Names, ScheduledJobs, arn, sdk_errors
+from orchestrator.backends.scheduled import Names, ScheduledJobs, Seen, arn, sdk_errors
+
+# ListTrainingJobs's largest page ("MaxResults ... Valid Range: Minimum value of 1. Maximum value
+# of 100.", SageMaker API Reference, ListTrainingJobs).
+PAGE = 100
+# Failed jobs described at once for their reasons (`reasons`): the round trips overlap, at a
+# rate well under SageMaker's Describe* throttling (assumed: its per-API rates are not published
+# per operation; a throttle is retried by botocore's retry config).
+REASON_WORKERS = 8
 
 
 class SageMakerJobs(ScheduledJobs):
@@ -55,3 +66,40 @@ class SageMakerJobs(ScheduledJobs):
         from orchestrator.backends.sagemaker import SageMakerBackend
 
         return self._connected(SageMakerBackend, region, clients).upload_source(prepared)
+
+    def listed(self, client, prefix: str, since, places: list[str]) -> list[Seen]:
+        """The training jobs whose name starts with `prefix`, created after `since`: ListTrainingJobs
+        with NameContains ("A string in the training job name. This filter returns only training
+        jobs whose name contains the specified string.") and CreationTimeAfter ("A filter that
+        returns only training jobs created after the specified time (timestamp).": SageMaker API
+        Reference, ListTrainingJobs), every page. That these filters apply before a page is cut
+        (so pages grow with the run's jobs, not the account's) is assumed: the page says so of
+        neither, and says the opposite of StatusEquals ("the MaxResults number of training jobs
+        are first retrieved ignoring the StatusEquals parameter"). The summaries hold
+        TrainingJobStatus and no FailureReason (API Reference, TrainingJobSummary): `reasons`."""
+        from orchestrator import aws
+
+        pages = client("sagemaker").get_paginator("list_training_jobs").paginate(
+            NameContains=prefix, CreationTimeAfter=since, PaginationConfig={"PageSize": PAGE})
+        found = []
+        for page in aws.bounded_pages(pages, "ListTrainingJobs"):
+            for summary in page.get("TrainingJobSummaries", []):
+                name = summary["TrainingJobName"]
+                if name.startswith(prefix):  # NameContains matches anywhere in the name
+                    created = summary.get("CreationTime")
+                    found.append(Seen(name, summary["TrainingJobStatus"],
+                                      created.timestamp() if hasattr(created, "timestamp") else 0.0))
+        return found
+
+    def reasons(self, client, names: list[str]) -> dict[str, str]:
+        """Each failed job's FailureReason (DescribeTrainingJob, one call per name, REASON_WORKERS
+        at once: boto3's clients are thread-safe; the first error is raised)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        sm = client("sagemaker")
+
+        def reason(name: str) -> str:
+            return sm.describe_training_job(TrainingJobName=name).get("FailureReason") or ""
+
+        with ThreadPoolExecutor(max_workers=max(1, min(REASON_WORKERS, len(names)))) as pool:
+            return dict(zip(names, pool.map(reason, names), strict=True))
