@@ -155,13 +155,13 @@ def test_describes_run_on_worker_threads_and_the_ledger_stays_on_the_callers(sub
 # --- AWS Batch ---------------------------------------------------------------------------------
 
 
-def _batch_jobs(clients, ledger: Ledger, count: int, stem: str = "bulk") -> list[str]:  # noqa: F811
-    """`count` jobs submitted to the queue (straight to AWS Batch) and recorded submitted."""
+def _batch_jobs(clients, ledger: Ledger, count: int, stem: str = "bulk", queue: str = QUEUE) -> list[str]:  # noqa: F811
+    """`count` jobs submitted to `queue` (straight to AWS Batch) and recorded submitted."""
     prepared = _prepared()
     names = []
     for i in range(count):
         name = f"{stem}-{i:03d}"
-        request = dict(prepared.request, jobName=name, tags={**prepared.request["tags"], TAG_JOB: name})
+        request = dict(prepared.request, jobName=name, jobQueue=queue, tags={**prepared.request["tags"], TAG_JOB: name})
         ledger.record_intent(name, backend="batch", region="us-east-1", spec_hash=prepared.spec_hash,
                              request=request)
         ledger.transition(name, "submitting", expect=("planned",))
@@ -336,3 +336,37 @@ def test_a_backend_without_the_hook_is_asked_one_job_at_a_time_until_an_error_no
     assert asked == ["a", "b", "c", "d"]
     assert isinstance(answers["b"], UnknownJob) and isinstance(answers["d"], BackendError)
     assert set(answers) == {"a", "b", "c", "d"}
+
+
+class _ThrottledQueue:
+    """A batch client whose ListJobs of one queue is throttled."""
+
+    def __init__(self, client, queue: str):
+        self._client = client
+        self.queue = queue
+        self.listed: list[str] = []
+
+    def __getattr__(self, attr):
+        return getattr(self._client, attr)
+
+    def list_jobs(self, **args):
+        self.listed.append(args["jobQueue"])
+        if args["jobQueue"] == self.queue:
+            raise ClientError({"Error": {"Code": "TooManyRequestsException", "Message": "Too Many Requests"},
+                               "ResponseMetadata": {"HTTPStatusCode": 429}}, "ListJobs")
+        return self._client.list_jobs(**args)
+
+
+def test_batch_a_failed_listing_is_its_queues_jobs_answer_and_ends_the_asking(clients):  # noqa: F811
+    ledger = Ledger()
+    names = _batch_jobs(clients, ledger, 2)
+    queue = clients["batch"].describe_job_queues(jobQueues=[QUEUE])["jobQueues"][0]
+    clients["batch"].create_job_queue(jobQueueName="second-queue", state="ENABLED", priority=1,
+                                      computeEnvironmentOrder=queue["computeEnvironmentOrder"])
+    [elsewhere] = _batch_jobs(clients, ledger, 1, stem="other", queue="second-queue")
+    backend = _fresh_batch(clients, ledger)
+    backend.client = _ThrottledQueue(backend.client, QUEUE)
+    answers = backend.statuses([*names, elsewhere])
+    assert backend.client.listed == [QUEUE]  # the second queue is not asked after the failure
+    assert set(answers) == set(names)
+    assert all(isinstance(answers[n], BackendError) and "Too Many Requests" in answers[n].message for n in names)

@@ -391,11 +391,10 @@ class BatchBackend(CloudBackend):
         the order `status` tries them. An error of a call shared by several jobs is each one's."""
         names = list(dict.fromkeys(job_names))
         answers: dict[str, JobStatus | OrchestratorError] = {}
-        found = self._find_many(names, answers)
-        stopped = bool(answers)  # a call failed: the names it left unsearched are not answered
+        found, unsearched = self._find_many(names, answers)
         for name in names:
-            if name in answers or (stopped and name not in found):
-                continue
+            if name in answers or name in unsearched:
+                continue  # its error is in; or a call failed before its search ended: not answered
             try:
                 d = found.get(name)
                 if d is None:
@@ -408,10 +407,10 @@ class BatchBackend(CloudBackend):
                 answers[name] = exc
         return {name: answers[name] for name in names if name in answers}
 
-    def _find_many(self, names: list[str], errors: dict) -> dict[str, dict]:
+    def _find_many(self, names: list[str], errors: dict) -> tuple[dict[str, dict], set[str]]:
         """`_describe` of each name, queue by queue (`_queues_of`'s, the region's listed once):
-        name -> its job. A failed search puts its error in `errors` for the names it was for,
-        and ends the search: the names not searched yet are in neither."""
+        (name -> its job, the names whose search did not end). A failed call puts its error in
+        `errors` for the names it was for and ends the search."""
         queues: dict[str, list[str]] = {}
         region: list[str] | None = None
         for name in names:
@@ -422,7 +421,7 @@ class BatchBackend(CloudBackend):
                     region = self._region_queues()
                 except OrchestratorError as exc:
                     errors[name] = exc
-                    return {}  # nothing more is asked (`Backend.statuses`)
+                    return {}, set(names) - {name}  # nothing more is asked (`Backend.statuses`)
             queues[name] = [queue] if queue else list(region or [])
         found: dict[str, dict] = {}
         depth, pending = 0, [n for n in names if queues.get(n)]
@@ -435,10 +434,11 @@ class BatchBackend(CloudBackend):
                     found.update(self._find_in(queue, group))
                 except OrchestratorError as exc:
                     errors.update(dict.fromkeys(group, exc))
-                    return found  # nothing more is asked (`Backend.statuses`)
+                    # Nothing more is asked (`Backend.statuses`).
+                    return found, {n for n in pending if n not in found and n not in errors}
             depth += 1
-            pending = [n for n in pending if n not in found and n not in errors and depth < len(queues[n])]
-        return found
+            pending = [n for n in pending if n not in found and depth < len(queues[n])]
+        return found, set()
 
     def describe(self, job_name: str) -> JobStatus | None:
         try:
