@@ -64,8 +64,8 @@ class Backend(Planning, Protocol):
         returned per job, never raised. Once a call fails other than for its job alone (not
         UnknownJob or DamagedStatus: the network, throttling, access), it asks nothing more: the
         jobs not asked are left out of the answer. Ledger rows move as `status` moves them, on
-        the calling thread. Optional: `statuses(backend, names)` below asks a backend without it
-        one job at a time (the local backend; a backend written before the hook)."""
+        the calling thread. `one_at_a_time` below is the hook made of `status` (the local
+        backend's); `statuses(backend, names)` asks a backend written before the hook that way."""
 
     def describe(self, job_name: str) -> JobStatus | None:
         """The job's status as the backend reports it, read only (no tags, nothing recorded);
@@ -114,12 +114,14 @@ class RunsHere(Protocol):
 
 
 def statuses(backend, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
-    """`backend.statuses(job_names)` when the backend has the hook, else `status` of each job in
-    turn, each job's error (any OrchestratorError) returned in its place, until one that is
-    not the job's alone (`Backend.statuses`)."""
+    """`backend.statuses(job_names)` when the backend has the hook, else `one_at_a_time`."""
     ask = getattr(backend, "statuses", None)
-    if ask is not None:
-        return ask(job_names)
+    return ask(job_names) if ask is not None else one_at_a_time(backend, job_names)
+
+
+def one_at_a_time(backend, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
+    """`Backend.statuses` made of `status`: each job in turn, its error (any OrchestratorError)
+    returned in its place, until an error that is not the job's alone."""
     from orchestrator.backends.job import DamagedStatus, UnknownJob
 
     answers: dict[str, JobStatus | OrchestratorError] = {}
