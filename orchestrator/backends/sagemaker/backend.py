@@ -349,7 +349,11 @@ class SageMakerBackend(CloudBackend):
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(max_workers=min(DESCRIBE_THREADS, len(names))) as pool:
-                described = list(pool.map(ask, names))
+                try:
+                    described = list(pool.map(ask, names))
+                except BaseException:
+                    failed.set()  # Ctrl-C, a bug: the calls not made yet return at once
+                    raise
         else:
             described = [ask(name) for name in names]
         answers: dict[str, JobStatus | OrchestratorError] = {}
