@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
     pytest.param("schedule_run.py", ["--trials", "3", "--concurrency", "3"], marks=pytest.mark.slow),
     ("sparse_copy.py", ["--gb", "0.01", "--data-mb", "0.5", "--repeats", "1"]),
     ("schedule_list.py", ["--trials", "20", "--rounds", "1", "--latency-ms", "0"]),
+    ("status_many.py", ["--jobs", "5", "--latency-ms", "1"]),
 ])
 def test_a_benchmark_runs_and_prints_json(tmp_path, script, args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), ORCHESTRATOR_HOME=str(tmp_path / "home"))

@@ -1,6 +1,7 @@
 """What running a job asks of a backend, of its instance (clients made, a ledger given): submit,
-status and describe, progress, logs, stop, the job list and the quota clients; the job side of
-the backend interface, as SkyPilot's `backends/backend.py` and torchx's `schedulers/api.py`.
+status (of one job, or of many at once: `statuses`) and describe, progress, logs, stop, the job
+list and the quota clients; the job side of the backend interface, as SkyPilot's
+`backends/backend.py` and torchx's `schedulers/api.py`.
 
 A `Backend` is also its class's `Planning` (`orchestrator.backends.planning`). Statuses are
 `lifecycle.Status`; each backend keeps one table that maps its own states onto them, and
@@ -10,10 +11,11 @@ records what it sees in the ledger (`job.record_status`). The values it returns 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from orchestrator.backends.planning import Planning
+from orchestrator.errors import OrchestratorError
 
 if TYPE_CHECKING:
     from orchestrator.backends.job import JobProgress, JobStatus, Submitted
@@ -55,6 +57,15 @@ class Backend(Planning, Protocol):
     def status(self, job_name: str) -> JobStatus:
         """The job's status, with its tags; moves its ledger row forward. UnknownJob when the
         backend has no job of that name."""
+
+    def statuses(self, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
+        """`status` of each job, asked together: name -> its JobStatus, or the error `status`
+        would have raised for it (UnknownJob, DamagedStatus, BackendError, OtherAccount...),
+        returned per job, never raised. Once a call fails other than for its job alone (not
+        UnknownJob or DamagedStatus: the network, throttling, access), it asks nothing more: the
+        jobs not asked are left out of the answer. Ledger rows move as `status` moves them, on
+        the calling thread. `one_at_a_time` below is the hook made of `status` (the local
+        backend's); `statuses(backend, names)` asks a backend written before the hook that way."""
 
     def describe(self, job_name: str) -> JobStatus | None:
         """The job's status as the backend reports it, read only (no tags, nothing recorded);
@@ -100,3 +111,25 @@ class RunsHere(Protocol):
     @staticmethod
     def run_here(job: dict) -> None:
         """Make the job file `job` (laid out at `locations.store`) one of this machine's."""
+
+
+def statuses(backend, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
+    """`backend.statuses(job_names)` when the backend has the hook, else `one_at_a_time`."""
+    ask = getattr(backend, "statuses", None)
+    return ask(job_names) if ask is not None else one_at_a_time(backend, job_names)
+
+
+def one_at_a_time(backend, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
+    """`Backend.statuses` made of `status`: each job in turn, its error (any OrchestratorError)
+    returned in its place, until an error that is not the job's alone."""
+    from orchestrator.backends.job import DamagedStatus, UnknownJob
+
+    answers: dict[str, JobStatus | OrchestratorError] = {}
+    for name in job_names:
+        try:
+            answers[name] = backend.status(name)
+        except OrchestratorError as exc:
+            answers[name] = exc
+            if not isinstance(exc, (UnknownJob, DamagedStatus)):
+                break
+    return answers

@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from functools import partial
 
 from orchestrator import backoff, cost, quotas, request
 from orchestrator.accounts import OtherAccount
-from orchestrator.backends import Backend, DamagedStatus, UnknownJob
+from orchestrator.backends import Backend, DamagedStatus, JobStatus, UnknownJob
+from orchestrator.backends.running import statuses as ask_statuses
 from orchestrator.errors import BackendError, InputError, OrchestratorError
 from orchestrator.ledger import Entry, Ledger
 from orchestrator.lifecycle import IN_FLIGHT, Status
@@ -44,6 +46,10 @@ from orchestrator.sweep.router import Router
 # Ten in a row: with the default base (2 s) and cap (300 s) even the shortest jittered waits
 # add up to more than nine minutes, so a five-minute outage of the endpoint is ridden out.
 MAX_TRANSIENT_RETRIES = 10
+
+
+def _reraise(error: Exception) -> None:
+    raise error
 
 
 @dataclass(frozen=True)
@@ -178,52 +184,73 @@ class Runner(Remote):
         return self.clock() < self._not_before
 
     def refresh(self) -> None:
-        """Ask the backend about every job of this sweep in flight; record what changed. Nothing
-        is asked while a backoff runs."""
+        """Ask the backends about every job of this sweep in flight, each backend once about all
+        of its jobs (`Backend.statuses`); record what changed, job by job in the ledger's order.
+        Nothing is asked while a backoff runs. An error that ends the round (a passing one: back
+        off; any other: stop the run) asks no further backend; the jobs after it that were
+        answered are still recorded (their backend has moved their rows already), their own
+        errors, and the jobs a backend left unasked, wait for the next round."""
         if self.backing_off():
             return
-        for history in self.rows().values():
-            latest = history[-1]
-            if latest.status not in (Status.SUBMITTED, Status.RUNNING):
+        owners = [(history[-1], self.backend_of(history[-1])) for history in self.rows().values()
+                  if history[-1].status in (Status.SUBMITTED, Status.RUNNING)]
+        answers: dict[str, JobStatus | OrchestratorError] = {}
+        asked: set[int] = set()
+        ending: Callable[[], None] | None = None
+        for latest, backend in owners:
+            if id(backend) not in asked and ending is None:
+                asked.add(id(backend))
+                answers.update(ask_statuses(backend, [row.job_name for row, b in owners if b is backend]))
+            answer = answers.get(latest.job_name)
+            if answer is None:
+                continue  # not asked: its backend stopped asking, or the round has ended
+            if ending is not None:
+                if isinstance(answer, JobStatus):
+                    self._settle(latest, answer)
                 continue
-            try:
-                status = self.backend_of(latest).status(latest.job_name)
-            except DamagedStatus as exc:
+            if isinstance(answer, DamagedStatus):
                 # The job's own record is unreadable: say so and leave the trial as it is (it may
                 # still run); the rest of the sweep goes on.
-                self._event(f"{latest.job_name}: {exc.message}")
-                continue
-            except BackendError as exc:
-                if submit_error_kind(exc) in WAIT_KINDS:
-                    self._backoff(f"status of {latest.job_name}: {exc.message}", "status", exc)
-                    return
-                self._halt(exc)
-            except OtherAccount as exc:
+                self._event(f"{latest.job_name}: {answer.message}")
+            elif isinstance(answer, BackendError):
+                if submit_error_kind(answer) in WAIT_KINDS:
+                    ending = partial(self._backoff, f"status of {latest.job_name}: {answer.message}", "status",
+                                     answer)
+                else:
+                    ending = partial(self._halt, answer)
+            elif isinstance(answer, OtherAccount):
                 # Not lost: the credentials are another account's. Nothing is marked or created.
-                self._halt(exc)
-            except UnknownJob as exc:
+                ending = partial(self._halt, answer)
+            elif isinstance(answer, UnknownJob):
                 # The job the ledger says exists is gone (deleted account data, wrong region):
                 # the trial is not lost, it is resubmitted as a retry.
-                self.ledger.transition(latest.job_name, Status.FAILED, detail=f"[lost] {exc.message}",
+                self.ledger.transition(latest.job_name, Status.FAILED, detail=f"[lost] {answer.message}",
                                        expect=(Status.SUBMITTED, Status.RUNNING))
-                self._event(f"{latest.job_name}: lost ({exc.message})")
-                continue
-            self._worked("status")
-            # Backends record non-terminal progress in the ledger themselves, each by its own
-            # table; the runner only makes sure the row ends where the job ended, and marks
-            # a job that is certainly training as running.
-            if status.terminal:
-                target = status.status
-                if status.billable_seconds is not None:
-                    self.ledger.put_value(key(self.d.sweep_id, f"billed:{latest.job_name}"),
-                                          int(status.billable_seconds))
-            elif status.status == Status.RUNNING and latest.status == Status.SUBMITTED:
-                target = Status.RUNNING
+                self._event(f"{latest.job_name}: lost ({answer.message})")
+            elif isinstance(answer, Exception):
+                ending = partial(_reraise, answer)  # as `status` raised it
             else:
-                continue
-            detail = status.failure_reason if target == Status.FAILED else None
-            self.ledger.transition(latest.job_name, target, detail=detail, expect=(Status.SUBMITTED, Status.RUNNING))
-            self._event(f"{latest.job_name}: {target}" + (f" ({detail})" if detail else ""))
+                self._worked("status")
+                self._settle(latest, answer)
+        if ending is not None:
+            ending()
+
+    def _settle(self, latest: Entry, status: JobStatus) -> None:
+        """Record what a job's status means for its row. Backends record non-terminal progress
+        in the ledger themselves, each by its own table; the runner only makes sure the row ends
+        where the job ended, and marks a job that is certainly training as running."""
+        if status.terminal:
+            target = status.status
+            if status.billable_seconds is not None:
+                self.ledger.put_value(key(self.d.sweep_id, f"billed:{latest.job_name}"),
+                                      int(status.billable_seconds))
+        elif status.status == Status.RUNNING and latest.status == Status.SUBMITTED:
+            target = Status.RUNNING
+        else:
+            return
+        detail = status.failure_reason if target == Status.FAILED else None
+        self.ledger.transition(latest.job_name, target, detail=detail, expect=(Status.SUBMITTED, Status.RUNNING))
+        self._event(f"{latest.job_name}: {target}" + (f" ({detail})" if detail else ""))
 
     def _prepare_attempt(self, trial: TrialDef, name: str, attempt: int, info: dict) -> request.Prepared:
         """Record how attempt `name` of `trial` runs (instance type, failover...) and prepare

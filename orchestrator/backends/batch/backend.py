@@ -11,7 +11,10 @@ Contract:
   adopted, never submitted a second time. Else the source archive is uploaded when its
   content-addressed key is absent; then SubmitJob; then the row moves to submitted.
 - A job is found by its name in the queue its ledger row names (ListJobs' JOB_NAME filter,
-  every status), the newest of that name carrying the orchestrator's job tag.
+  every status), the newest of that name carrying the orchestrator's job tag. `statuses` finds
+  many jobs of a queue at once: one ListJobs listing of their names' common prefix (the
+  filter's "name*"), then DescribeJobs of 100 ids a call; it falls back to one listing per
+  name when the prefix listing would take more pages than that.
 - `status` maps Batch's states onto ours through one table (`status_of`), with the status
   reason, the last attempt's exit code and reason; the times are Batch's (created, started,
   stopped), so results can show queue time and run time apart. Billable seconds are the sum
@@ -23,7 +26,8 @@ Contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from entrypoints.launcher.bootstrap import CODE_URI_ENV, HYPERPARAMETERS_ENV
@@ -55,6 +59,8 @@ _TABLE = {"SUBMITTED": Status.PENDING, "PENDING": Status.PENDING, "RUNNABLE": St
 # The stack's queues are <stack>-inf2-<size>[-spot] (`backends.batch.request.queue_name`).
 _STACK_QUEUE = "-inf2-"
 _ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
+# DescribeJobs' `jobs`: "A list of up to 100 job IDs." (AWS Batch API Reference, DescribeJobs).
+DESCRIBE_JOBS_IDS = 100
 
 
 def status_of(state: str, *, stopped: bool = False) -> Status:
@@ -279,20 +285,62 @@ class BatchBackend(CloudBackend):
 
     def _find(self, job_name: str, queue: str) -> dict | None:
         """DescribeJobs of the newest job of this name in `queue` with the orchestrator's job tag."""
-        ids: list[str] = []
-        args: dict = {"jobQueue": queue, "filters": [{"name": "JOB_NAME", "values": [job_name]}]}
-        while True:
-            page = self._list_jobs(args, job_name)
-            ids += [j["jobId"] for j in page.get("jobSummaryList", []) if j.get("jobName") == job_name]
-            if not page.get("nextToken"):
-                break
-            args["nextToken"] = page["nextToken"]
+        return self._find_in(queue, [job_name]).get(job_name)
+
+    def _find_in(self, queue: str, names: list[str]) -> dict[str, dict]:
+        """`_find` of each of `names` in `queue`: name -> DescribeJobs of its newest job carrying
+        the orchestrator's job tag (names without one left out). DescribeJobs of every id found,
+        DESCRIBE_JOBS_IDS a call."""
+        one = names[0] if len(names) == 1 else None  # whose error it is, for `_aws`
+        found = self._job_ids(queue, names)
+        ids = list(dict.fromkeys(i for name in names for i in found.get(name, [])))
         jobs = []
-        for start in range(0, len(ids), 100):  # DescribeJobs takes 100 ids at most
-            with self._aws("DescribeJobs", job_name=job_name):
-                jobs += self.batch.describe_jobs(jobs=ids[start:start + 100]).get("jobs", [])
-        ours = [j for j in jobs if (j.get("tags") or {}).get(TAG_JOB) == job_name]
-        return max(ours, key=lambda j: j.get("createdAt", 0)) if ours else None
+        for start in range(0, len(ids), DESCRIBE_JOBS_IDS):
+            with self._aws("DescribeJobs", job_name=one):
+                jobs += self.batch.describe_jobs(jobs=ids[start:start + DESCRIBE_JOBS_IDS]).get("jobs", [])
+        newest: dict[str, dict] = {}
+        for j in jobs:
+            name = j.get("jobName")
+            if name in found and (j.get("tags") or {}).get(TAG_JOB) == name and \
+                    (name not in newest or j.get("createdAt", 0) > newest[name].get("createdAt", 0)):
+                newest[name] = j
+        return newest
+
+    def _job_ids(self, queue: str, names: list[str]) -> dict[str, list[str]]:
+        """Name -> ids of the jobs of that exact name in `queue` (ListJobs, JOB_NAME filter, every
+        status). Many names: one listing of their common prefix ("If the value ends with an
+        asterisk (*), the filter matches any job name that begins with the string before the
+        '*'", ListJobs API Reference), given up for one listing per name once it has taken as
+        many pages as that would (a prefix shared by many more jobs than those asked about)."""
+        prefix = os.path.commonprefix(names)
+        if len(names) > 1 and prefix:
+            found = self._listed(queue, prefix + "*", set(names), max_pages=len(names))
+            if found is not None:
+                return found
+        found = {}
+        for name in names:
+            found.update(self._listed(queue, name, {name}, job_name=name) or {})
+        return found
+
+    def _listed(self, queue: str, value: str, wanted: set[str], *, max_pages: int | None = None,
+                job_name: str | None = None) -> dict[str, list[str]] | None:
+        """Name -> job ids of the jobs ListJobs lists in `queue` for the JOB_NAME filter `value`
+        whose name is one of `wanted` (the filter ignores case; names do not), every page; None
+        when there are more than `max_pages` pages."""
+        found: dict[str, list[str]] = {}
+        args: dict = {"jobQueue": queue, "filters": [{"name": "JOB_NAME", "values": [value]}]}
+        pages = 0
+        while True:
+            if max_pages is not None and pages == max_pages:
+                return None
+            page = self._list_jobs(args, job_name)
+            pages += 1
+            for j in page.get("jobSummaryList", []):
+                if j.get("jobName") in wanted:
+                    found.setdefault(j["jobName"], []).append(j["jobId"])
+            if not page.get("nextToken"):
+                return found
+            args["nextToken"] = page["nextToken"]
 
     def _describe(self, job_name: str) -> dict:
         found = next(filter(None, (self._find(job_name, queue) for queue in self._queues_of(job_name))), None)
@@ -336,6 +384,61 @@ class BatchBackend(CloudBackend):
         status = self._job_status(d, tags=dict(d.get("tags") or {}))
         record_status(self.ledger, self.name, status, expect=tuple(IN_FLIGHT))
         return status
+
+    def statuses(self, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
+        """`status` of each job (`Backend.statuses`): the jobs of one queue are found together
+        (`_find_in`: a few ListJobs pages, DescribeJobs of 100 ids a call), each job's queues in
+        the order `status` tries them. An error of a call shared by several jobs is each one's."""
+        names = list(dict.fromkeys(job_names))
+        answers: dict[str, JobStatus | OrchestratorError] = {}
+        found, unsearched = self._find_many(names, answers)
+        for name in names:
+            if name in answers or name in unsearched:
+                continue  # its error is in; or a call failed before its search ended: not answered
+            try:
+                d = found.get(name)
+                if d is None:
+                    raise UnknownJob(f"no AWS Batch job named {name} in {self.region}",
+                                     hint="check the job name (as printed by submit) and the region")
+                status = self._job_status(d, tags=dict(d.get("tags") or {}))
+                record_status(self.ledger, self.name, status, expect=tuple(IN_FLIGHT))
+                answers[name] = status
+            except OrchestratorError as exc:
+                answers[name] = exc
+        return {name: answers[name] for name in names if name in answers}
+
+    def _find_many(self, names: list[str], errors: dict) -> tuple[dict[str, dict], set[str]]:
+        """`_describe` of each name, queue by queue (`_queues_of`'s, the region's listed once):
+        (name -> its job, the names whose search did not end). A failed call puts its error in
+        `errors` for the names it was for and ends the search."""
+        queues: dict[str, list[str]] = {}
+        region: list[str] | None = None
+        for name in names:
+            entry = self.ledger.get(name)
+            queue = entry.request.get("jobQueue") if entry is not None and entry.backend == self.name else None
+            if not queue and region is None:
+                try:
+                    region = self._region_queues()
+                except OrchestratorError as exc:
+                    errors[name] = exc
+                    return {}, set(names) - {name}  # nothing more is asked (`Backend.statuses`)
+            queues[name] = [queue] if queue else list(region or [])
+        found: dict[str, dict] = {}
+        depth, pending = 0, [n for n in names if queues.get(n)]
+        while pending:
+            by_queue: dict[str, list[str]] = {}
+            for name in pending:
+                by_queue.setdefault(queues[name][depth], []).append(name)
+            for queue, group in by_queue.items():
+                try:
+                    found.update(self._find_in(queue, group))
+                except OrchestratorError as exc:
+                    errors.update(dict.fromkeys(group, exc))
+                    # Nothing more is asked (`Backend.statuses`).
+                    return found, {n for n in pending if n not in found and n not in errors}
+            depth += 1
+            pending = [n for n in pending if n not in found and depth < len(queues[n])]
+        return found, set()
 
     def describe(self, job_name: str) -> JobStatus | None:
         try:

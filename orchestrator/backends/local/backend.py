@@ -385,6 +385,12 @@ class LocalBackend:
         self._record(status)
         return status
 
+    def statuses(self, job_names):
+        """`status` of each job in turn (`running.one_at_a_time`): each is a file on this machine."""
+        from orchestrator.backends.running import one_at_a_time
+
+        return one_at_a_time(self, job_names)
+
     def describe(self, job_name: str) -> JobStatus | None:
         """What `status` would say of the job, read only: an orphaned job reads as `status`
         would mark it, but nothing is written, killed or recorded. None when there is no such job."""

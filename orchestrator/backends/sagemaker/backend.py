@@ -16,7 +16,10 @@ Contract:
   4xx) is submitted. A 5xx or transport failure of the create leaves `submitting` behind,
   since the job may exist.
 - `status` maps SageMaker's states onto ours through one table (`status_of`) and moves the
-  ledger row forward as a side effect.
+  ledger row forward as a side effect. The job's tags are the ones its ledger row's request
+  gave CreateTrainingJob, ListTags only for a job the ledger does not hold. `statuses` asks
+  about many jobs at once: DescribeTrainingJob of each on a few worker threads (`DESCRIBE_THREADS`),
+  everything else (errors, tags, the ledger) on the calling thread.
 - `logs` merges the CloudWatch streams of every host in timestamp order; with `follow` it
   polls (through the injected `sleep`) until the job is terminal and no new events arrive.
 - Every botocore error is translated in one place (`cloud_errors.translate`) into our
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import ClassVar
 
@@ -41,6 +44,12 @@ from orchestrator.lifecycle import IN_FLIGHT, Status
 from orchestrator.names import TAG_SPEC_HASH
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+# DescribeTrainingJob calls in flight at once in `statuses`. Assumed: no page states
+# SageMaker's API rate limits, so a small pool; botocore's retries (adaptive mode, `aws.client`)
+# absorb a throttled call. Below botocore's default connection pool (10) of the client, which
+# is thread safe ("Low-level clients are thread safe", boto3 guide, "Multithreading or
+# multiprocessing with clients").
+DESCRIBE_THREADS = 8
 
 # SageMaker's SecondaryStatus values that mean "the job exists but no training step runs yet".
 _STARTING = frozenset({
@@ -280,7 +289,8 @@ class SageMakerBackend(CloudBackend):
         """The job's tags (ListTags, every page), asked once per job and backend: the tags the
         orchestrator reads are the ones CreateTrainingJob set, so a sweep's round asks
         DescribeTrainingJob alone for a job it already knows (calls in proportion to the jobs
-        in flight, docs/BENCHMARKS.md)."""
+        in flight, docs/BENCHMARKS.md); `status` reads them from the ledger's request when it
+        holds the job (`_own_tags`), so a new process asks no ListTags either."""
         cache = self._tag_cache
         if arn in cache:
             return dict(cache[arn])
@@ -295,12 +305,71 @@ class SageMakerBackend(CloudBackend):
                 return tags
             args["NextToken"] = page["NextToken"]
 
+    def _own_tags(self, arn: str, job_name: str) -> dict[str, str]:
+        """The job's tags: those its ledger row's request gave CreateTrainingJob when this
+        backend's ledger holds it (no call: the tags the orchestrator reads are those, `_tags`),
+        else ListTags (`_tags`)."""
+        entry = self.ledger.get(job_name)
+        if entry is not None and entry.backend == self.name and entry.region == self.region \
+                and isinstance(entry.request, dict) and isinstance(entry.request.get("Tags"), list):
+            return {t["Key"]: t["Value"] for t in entry.request["Tags"]}
+        return self._tags(arn, job_name)
+
     def status(self, job_name: str) -> JobStatus:
         """The job as SageMaker sees it, in our words; moves the ledger row forward."""
         described = self._describe(job_name)
-        status = self._job_status(described, tags=self._tags(described["TrainingJobArn"], job_name))
+        status = self._job_status(described, tags=self._own_tags(described["TrainingJobArn"], job_name))
         self._record(status)
         return status
+
+    def statuses(self, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
+        """`status` of each job (`Backend.statuses`): DescribeTrainingJob of all of them on up to
+        DESCRIBE_THREADS threads, which make the calls and nothing else (none after one failed
+        other than "no such job"); each answer is then translated, tagged and recorded here, on
+        the calling thread (the ledger's connection is never used from another), in the order
+        given."""
+        import threading
+
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        names = list(dict.fromkeys(job_names))
+        failed = threading.Event()  # a call failed other than "no such job": ask no more
+
+        def ask(name: str):
+            if failed.is_set():
+                return None
+            try:
+                return self.sm.describe_training_job(TrainingJobName=name)
+            except (ClientError, BotoCoreError) as exc:
+                if not (isinstance(exc, ClientError) and is_not_found(exc)):
+                    failed.set()
+                return exc
+
+        if len(names) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(DESCRIBE_THREADS, len(names))) as pool:
+                try:
+                    described = list(pool.map(ask, names))
+                except BaseException:
+                    failed.set()  # Ctrl-C, a bug: the calls not made yet return at once
+                    raise
+        else:
+            described = [ask(name) for name in names]
+        answers: dict[str, JobStatus | OrchestratorError] = {}
+        for name, d in zip(names, described, strict=True):
+            if d is None:
+                continue  # not asked (`Backend.statuses`)
+            try:
+                if isinstance(d, Exception):
+                    with self._aws("DescribeTrainingJob", job_name=name):
+                        raise d  # our error for it (UnknownJob, OtherAccount, BackendError...)
+                status = self._job_status(d, tags=self._own_tags(d["TrainingJobArn"], name))
+                self._record(status)
+                answers[name] = status
+            except OrchestratorError as exc:
+                answers[name] = exc
+        return answers
 
     def describe(self, job_name: str) -> JobStatus | None:
         """DescribeTrainingJob in our words (no ListTags, nothing recorded); None when SageMaker
