@@ -147,6 +147,10 @@ class CloudBackend:
     def holds(cls, job_name: str) -> bool:
         return False  # only the service can tell
 
+    def describe_all(self, containing: str):
+        """No bulk read unless the service has one (`Backend.describe_all`)."""
+        return None
+
     @property
     def place(self) -> str:
         return f"{self.service_title} in {self.region}"
