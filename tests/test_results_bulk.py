@@ -187,3 +187,23 @@ def test_describe_all_asks_search_for_the_names_100_a_page_and_follows_every_pag
 
 def test_the_other_backends_have_no_bulk_read():
     assert registry.create("local").describe_all("x") is None
+
+
+def test_the_commands_clients_share_one_session_per_region(sweep, monkeypatch):
+    """The store's S3 client and every cloud backend's clients come from one boto3 Session: a
+    session loads each service's model once (the S3 model was loaded three times)."""
+    from orchestrator import aws
+
+    real, made = aws.client, []
+
+    def client(service, region=None, *, config=None, session=None):
+        made.append((service, region, id(session) if session is not None else None))
+        return real(service, region, config=config, session=session)
+
+    monkeypatch.setattr(aws, "client", client)
+    sweep_id, jobs = sweep
+    rows = by_job(res.collect(PREFIX, sweep=sweep_id, region="us-east-1"))
+    assert set(rows) == set(jobs.values())
+    assert sorted(service for service, _, _ in made) == ["batch", "logs", "logs", "s3", "s3", "s3", "sagemaker"]
+    assert len({session for _, _, session in made}) == 1 and None not in {s for _, _, s in made}
+    assert {region for _, region, _ in made} == {"us-east-1"}

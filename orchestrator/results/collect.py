@@ -262,6 +262,24 @@ class _Collector:
             return Row(job=job, status=ERROR, note=f"{type(exc).__name__}: {exc}", uri=self.store.uri(job))
 
 
+class _Sessions:
+    """One boto3 Session per region for the command's clients (the store's and the backends'),
+    made once: a session loads each service's model once, so the S3 model is not loaded again
+    for every backend. Clients are made under the collector's lock or before the threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._by_region: dict[str, object] = {}
+
+    def __call__(self, region: str):
+        from orchestrator import aws
+
+        with self._lock:
+            if region not in self._by_region:
+                self._by_region[region] = aws.aws_session(region)
+            return self._by_region[region]
+
+
 def client_config(workers: int):
     """botocore config for collection (`aws.client_config`: timeouts, retries), with a
     connection pool as large as the thread pool."""
@@ -295,6 +313,7 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
                          "ending with a letter or digit", hint="use the name `submit` printed")
     check_prefix(prefix)
     workers = max(1, workers)
+    sessions = _Sessions()
     if prefix.startswith("s3://"):
         from orchestrator.region import default_region
 
@@ -304,11 +323,11 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
         if s3 is None:
             from orchestrator import aws
 
-            s3 = aws.client("s3", region, config=client_config(workers))
+            s3 = aws.client("s3", region, config=client_config(workers), session=sessions(region))
     store = ResultsPrefix(prefix, s3_client=s3)
     collector = _Collector(store, region=region, workers=workers,
                            backend_for=backend_for or (lambda name, where: registry.create(
-                               name, region=where, pool=workers + 2)))
+                               name, region=where, pool=workers + 2, session=sessions(where))))
     if job is not None:
         jobs = [job]
     else:
