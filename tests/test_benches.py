@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("sweep_plan.py", ["--trials", "40", "--compare", "20", "--archive-sample", "3"]),
     ("sweep_submit.py", ["--trials", "8"]),
     ("results_collect.py", ["--jobs", "6", "--rounds", "1", "--latency-ms", "1"]),
+    ("results_bulk.py", ["--trials", "6", "--rounds", "1"]),
     pytest.param("sweep_read.py", ["--trials", "16"], marks=pytest.mark.slow),  # four CLI processes
     pytest.param("schedule_run.py", ["--trials", "3", "--concurrency", "3"], marks=pytest.mark.slow),
     ("sparse_copy.py", ["--gb", "0.01", "--data-mb", "0.5", "--repeats", "1"]),

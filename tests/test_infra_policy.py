@@ -36,6 +36,7 @@ PREFIXES = ("compile-cache/", "jobs/", "data/")
 CHECKPOINT_PATTERNS = ("jobs/checkpoints/*", "jobs/*/checkpoints/*")
 # The only actions allowed on "Resource": "*": their APIs support no resource-level permission.
 STAR_EXCEPTIONS = {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "sagemaker:ListTrainingJobs",
+                   "sagemaker:Search",
                    "pricing:GetProducts", "batch:DescribeJobs", "batch:ListJobs", "batch:DescribeJobQueues",
                    "batch:DescribeComputeEnvironments", "batch:DescribeJobDefinitions",
                    "servicequotas:ListServiceQuotas", "sagemaker:SearchTrainingPlanOfferings",
@@ -49,7 +50,7 @@ SERVICE_MODELS = {"sagemaker": "sagemaker", "s3": "s3", "ecr": "ecr", "logs": "l
                   "iam": "iam", "kms": "kms", "cloudformation": "cloudformation", "sts": "sts",
                   "pricing": "pricing", "batch": "batch", "servicequotas": "service-quotas"}
 OPERATOR_ACTIONS = {
-    "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs",
+    "sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:ListTrainingJobs", "sagemaker:Search",
     "sagemaker:StopTrainingJob", "sagemaker:AddTags", "sagemaker:ListTags", "iam:PassRole",
     "logs:GetLogEvents", "logs:DescribeLogStreams", "logs:FilterLogEvents",
     "s3:ListBucket", "s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject",

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
     from orchestrator.ledger import Ledger
 
 
-def make_clients(service: str, region: str | None, pool: int | None = None) -> dict:
+def make_clients(service: str, region: str | None, pool: int | None = None, session=None) -> dict:
     """`service`, s3 and logs clients for `region`, keyed "<name>_client" (`aws.client`:
     timeouts, botocore's retries, a checked endpoint; `pool` connections each, for callers that
-    run threads). The endpoint follows botocore's own settings (AWS_ENDPOINT_URL in tests)."""
-    session = aws.aws_session(region)
+    run threads). The endpoint follows botocore's own settings (AWS_ENDPOINT_URL in tests).
+    `session`, a boto3 Session for `region` (default: a new one), lets a caller that builds
+    several backends load each service's model once (a session caches what it loaded)."""
+    session = session or aws.aws_session(region)
     if not session.region_name:
         raise InputError("no AWS region given", hint="set region: in the spec, --region, or AWS_DEFAULT_REGION")
     config = aws.client_config(pool=pool)
@@ -134,18 +136,22 @@ class CloudBackend:
 
     @classmethod
     def connect(cls, region: str | None = None, *, ledger: Ledger | None = None, pool: int | None = None,
-                **clients):
-        """A backend on clients built by `make_clients`, except those passed in; other keyword
-        arguments go to the constructor (sleep, poll_seconds)."""
+                session=None, **clients):
+        """A backend on clients built by `make_clients` (in `session`, when given), except those
+        passed in; other keyword arguments go to the constructor (sleep, poll_seconds)."""
         needed = (cls.service + "_client", "s3_client", "logs_client")
         if not all(name in clients for name in needed):
-            clients = {**make_clients(cls.service, region, pool), **clients}
+            clients = {**make_clients(cls.service, region, pool, session), **clients}
         return cls(*(clients[name] for name in needed), ledger=ledger,
                    **{k: v for k, v in clients.items() if k not in needed})
 
     @classmethod
     def holds(cls, job_name: str) -> bool:
         return False  # only the service can tell
+
+    def describe_all(self, containing: str):
+        """No bulk read unless the service has one (`Backend.describe_all`)."""
+        return None
 
     @property
     def place(self) -> str:

@@ -19,6 +19,7 @@ _IAM_ACTION = {
     "StopTrainingJob": "sagemaker:StopTrainingJob",
     "ListTags": "sagemaker:ListTags",
     "ListTrainingJobs": "sagemaker:ListTrainingJobs",
+    "Search": "sagemaker:Search",
     "HeadObject": "s3:GetObject (and s3:ListBucket, without which a missing key reads as 403)",
     "PutObject": "s3:PutObject",
     "DescribeLogStreams": "logs:DescribeLogStreams",

@@ -92,6 +92,11 @@ class Backend(Planning, Protocol):
         """Names of the backend's jobs that contain `containing` (only those still in progress
         with `in_flight`), whoever submitted them."""
 
+    def describe_all(self, containing: str) -> dict[str, JobStatus] | None:
+        """`describe` of every job whose name contains `containing`, read in bulk (many jobs a
+        call), by job name; None when the backend has no bulk read (ask `describe` per job). A
+        job may be missing or older than `describe` would say: trust an ended one only."""
+
     def exists(self, job_name: str) -> bool:
         """Whether the backend has a job of this name."""
 

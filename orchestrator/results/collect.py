@@ -15,7 +15,10 @@ Contract:
   table of one "missing" row.
 - Jobs of a `cloud` backend are described through that backend (`Backend.describe`: status,
   billable and training seconds, managed spot) in their results' region; nothing else is
-  asked of a backend.
+  asked of a backend, except with `sweep` on S3: the sweep's jobs are listed
+  (`Backend.job_names`) and read in bulk (`Backend.describe_all`: SageMaker's Search, 100 jobs
+  a call), and a job that bulk read shows ended is not described again. A job it misses or
+  shows in flight is described on its own, and so is every job when the bulk read fails.
 - The `sweep` filter takes a sweep id, a sweep name or a schedule's untimed id (`rows.in_sweep`;
   listed folders with no readable results, and on S3 the cloud backends' jobs of the sweep with
   no results yet, are matched by name). A filter that matches nothing is an InputError whose
@@ -100,6 +103,8 @@ class _Collector:
         self._prices: dict[tuple[str, str], catalog.Price | None] = {}
         self.sweeps_seen: set[str] = set()  # sweep tags read, for the hint of a filter that matches none
         self.listed_by: dict[str, str] = {}  # job -> the cloud backend that listed it (`_listed_jobs`)
+        # (backend, region, job) -> an ended job as the backend's bulk read told it (`_listed_jobs`)
+        self.ended: dict[tuple[str, str, str], JobStatus] = {}
 
     def backend(self, name: str, region: str) -> Backend:
         """The backend `name` in `region`, built once (its clients are shared by the threads)."""
@@ -152,7 +157,10 @@ class _Collector:
 
     def describe(self, job: str, name: str, region: str) -> tuple[JobStatus | None, str | None]:
         """What backend `name` in `region` says of `job`, or (None, why) when it has no such
-        job. Errors propagate."""
+        job. Errors propagate. A job the bulk read showed ended is not asked again."""
+        known = self.ended.get((name, region, job))
+        if known is not None:
+            return known, None
         backend = self.backend(name, region)
         described = backend.describe(job)
         return described, None if described is not None else f"no job {job} in {backend.place}"
@@ -254,6 +262,24 @@ class _Collector:
             return Row(job=job, status=ERROR, note=f"{type(exc).__name__}: {exc}", uri=self.store.uri(job))
 
 
+class _Sessions:
+    """One boto3 Session per region for the command's clients (the store's and the backends'),
+    made once: a session loads each service's model once, so the S3 model is not loaded again
+    for every backend. Clients are made under the collector's lock or before the threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._by_region: dict[str, object] = {}
+
+    def __call__(self, region: str):
+        from orchestrator import aws
+
+        with self._lock:
+            if region not in self._by_region:
+                self._by_region[region] = aws.aws_session(region)
+            return self._by_region[region]
+
+
 def client_config(workers: int):
     """botocore config for collection (`aws.client_config`: timeouts, retries), with a
     connection pool as large as the thread pool."""
@@ -287,6 +313,7 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
                          "ending with a letter or digit", hint="use the name `submit` printed")
     check_prefix(prefix)
     workers = max(1, workers)
+    sessions = _Sessions()
     if prefix.startswith("s3://"):
         from orchestrator.region import default_region
 
@@ -296,11 +323,11 @@ def collect(prefix: str, *, job: str | None = None, sweep: str | None = None, re
         if s3 is None:
             from orchestrator import aws
 
-            s3 = aws.client("s3", region, config=client_config(workers))
+            s3 = aws.client("s3", region, config=client_config(workers), session=sessions(region))
     store = ResultsPrefix(prefix, s3_client=s3)
     collector = _Collector(store, region=region, workers=workers,
                            backend_for=backend_for or (lambda name, where: registry.create(
-                               name, region=where, pool=workers + 2)))
+                               name, region=where, pool=workers + 2, session=sessions(where))))
     if job is not None:
         jobs = [job]
     else:
@@ -339,15 +366,22 @@ def _listed_jobs(collector: _Collector, sweep: str) -> list[str]:
     when they cannot be listed: without this list, they would vanish unseen. (Batch lists only
     the queues its ledger rows name, so it asks AWS nothing for a user who never used it.)"""
     listed: dict[str, str] = {}
+    needle, region = names.listing_needle(sweep), collector.command_region()
     for name in registry.cloud_names():
-        backend = collector.backend(name, collector.command_region())
+        backend = collector.backend(name, region)
         try:
-            for job in backend.job_names(names.listing_needle(sweep)):
+            for job in backend.job_names(needle):
                 listed.setdefault(job, name)
         except OrchestratorError as exc:
             hint = "; ".join(filter(None, (exc.hint, "or pass --region")))
             raise BackendError(f"cannot list the jobs of sweep {sweep} in {backend.place}: {_reason(exc)}",
                                hint=hint) from None
+        try:
+            described = backend.describe_all(needle) or {}
+        except Exception:  # a shortcut only (e.g. no sagemaker:Search grant): each job is described instead
+            described = {}
+        collector.ended.update(((name, region, job), status) for job, status in described.items()
+                               if status.terminal)
     jobs = [job for job in listed if names.in_sweep(job, sweep)]
     collector.listed_by.update((job, listed[job]) for job in jobs)
     return jobs

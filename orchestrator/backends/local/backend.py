@@ -515,6 +515,10 @@ class LocalBackend:
 
     # --- names --------------------------------------------------------------------------------
 
+    def describe_all(self, containing: str) -> None:
+        """No bulk read: `describe` reads one job's files (`Backend.describe_all`)."""
+        return None
+
     def job_names(self, containing: str, *, in_flight: bool = False) -> list[str]:
         """Names of the folders in the jobs folder that contain `containing` (with `in_flight`,
         only of jobs whose status file says they have not ended)."""

@@ -281,6 +281,32 @@ class SageMakerBackend(CloudBackend):
                 return names
             args["NextToken"] = token
 
+    def describe_all(self, containing: str) -> dict[str, JobStatus]:
+        """`describe` of every training job whose name contains `containing`, 100 a call:
+        Search (Resource TrainingJob) with the filter TrainingJobName Contains `containing`
+        ("Contains: The value of Name contains the string Value. Only supported for text
+        properties.", SageMaker API Reference, Filter), every page. Each result's TrainingJob
+        ("The properties of a training job.", SearchRecord) has the members of
+        DescribeTrainingJob's answer that `_job_status` reads (TrainingJob: TrainingJobStatus,
+        SecondaryStatus, FailureReason, BillableTimeInSeconds, TrainingTimeInSeconds,
+        EnableManagedSpotTraining, ResourceConfig, the times). Assumed, no page says how fresh
+        the search index is: a job just created may be missing and a running one behind, so
+        callers trust ended jobs only and describe the others."""
+        found: dict[str, JobStatus] = {}
+        args: dict = {"Resource": "TrainingJob", "MaxResults": 100, "SearchExpression": {
+            "Filters": [{"Name": "TrainingJobName", "Operator": "Contains", "Value": containing}]}}
+        while True:
+            with self._aws("Search"):
+                page = self.sm.search(**args)
+            for result in page.get("Results", []):
+                job = result.get("TrainingJob")
+                if job and containing in job.get("TrainingJobName", ""):
+                    found[job["TrainingJobName"]] = self._job_status(job, tags={})
+            token = page.get("NextToken")
+            if not token or token == args.get("NextToken"):
+                return found
+            args["NextToken"] = token
+
     def exists(self, job_name: str) -> bool:
         """Whether SageMaker has a training job of this name (DescribeTrainingJob)."""
         return self._describe_or_none(job_name) is not None
