@@ -511,7 +511,7 @@ def operator_calls(at: Layout) -> dict[tuple[str, str], list[Need]]:
         ("sagemaker", "ListTags"): [Need("operator", "sagemaker:ListTags", job_arn(at.job), why="status, adopt")],
         ("sagemaker", "ListTrainingJobs"): [Need("operator", "sagemaker:ListTrainingJobs", "*",
                                                  why="sweeps, --rerun names, results --sweep")],
-        ("sagemaker", "Search"): [Need("operator", "sagemaker:Search", "*", why="results --sweep (a sweep's jobs in bulk)")],
+        ("sagemaker", "Search"): [Need("operator", "sagemaker:Search", "*", why="results --sweep, a sweep's refresh (its ended jobs in bulk)")],
         ("sagemaker", "SearchTrainingPlanOfferings"): [
             Need("operator", "sagemaker:SearchTrainingPlanOfferings", "*", why="capacity offerings, reserve")],
         ("sagemaker", "ListTrainingPlans"): [Need("operator", "sagemaker:ListTrainingPlans", "*",
@@ -608,6 +608,7 @@ AWS_SEARCH = {"orchestrator/backends/sagemaker/backend.py"}
 # service whose operation of that name the file does NOT call.
 OTHER_SERVICE = {
     ("orchestrator/backends/batch/backend.py", "list_jobs"): "sagemaker",  # Batch's ListJobs on the batch client
+    ("orchestrator/backends/batch/scheduled.py", "list_jobs"): "sagemaker",  # a running run's jobs, on the batch client
 }
 
 

@@ -6,6 +6,7 @@ ids a call. Each job's error stays its own; the ledger is used only on the calli
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from collections import Counter
@@ -153,6 +154,84 @@ def test_describes_run_on_worker_threads_and_the_ledger_stays_on_the_callers(sub
 
 
 # --- AWS Batch ---------------------------------------------------------------------------------
+
+
+GRID_12 = ("sweep: dozen\nbase: base.yaml\ngrid:\n  training.batch_size: [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]"
+           "\nconcurrency: 12\n")
+
+
+@pytest.fixture
+def dozen(tmp_path, orch_home, bucket):
+    """(ledger, definition, job names): twelve SageMaker jobs of a sweep submitted to moto (ended
+    at once there): enough for `statuses` to read the ended ones with Search."""
+    ledger = Ledger()
+    backend, _ = moto_backend(ledger, Counter())
+    definition = sweeps.save(sweeps.plan(load(tmp_path, GRID_12)), ledger)
+    sweeps.Runner(definition, backend, ledger, sleep=lambda s: None, poll_seconds=0).submit_ready()
+    names = [e.job_name for e in ledger.entries(sweep_id=definition.sweep_id)]
+    assert len(names) == sagemaker_backend.SEARCH_AT_LEAST + 2
+    return ledger, definition, names
+
+
+def test_a_sweeps_ended_jobs_are_read_with_one_search_and_none_described(dozen, tmp_path, monkeypatch):
+    ledger, definition, names = dozen
+    backend = _fresh_sagemaker(ledger)
+    calls = Calls(backend.client)
+    bulk = backend.statuses(names)
+    assert [c for c, _ in calls.calls] == ["Search"]
+    (search,) = calls.named("Search")
+    assert search["SearchExpression"]["Filters"] == [
+        {"Name": "TrainingJobName", "Operator": "Contains", "Value": os.path.commonprefix(names)}]
+    assert {ledger.get(n).status for n in names} == {"completed"}
+    # What the bulk read says of each job is what describing it says (tags from the ledger).
+    monkeypatch.setattr(sagemaker_backend, "SEARCH_AT_LEAST", 10 ** 6)
+    one_by_one = _fresh_sagemaker(ledger).statuses(names)
+    assert bulk == one_by_one and all(isinstance(bulk[n], JobStatus) for n in names)
+
+
+class _SearchAnswers:
+    """A sagemaker client whose Search is refused, or shows the named jobs still in progress."""
+
+    def __init__(self, client, refuse: bool = False, running: tuple[str, ...] = ()):
+        self._client, self.refuse, self.running = client, refuse, running
+        self.searches = 0
+
+    def __getattr__(self, attr):
+        return getattr(self._client, attr)
+
+    def search(self, **args):
+        self.searches += 1
+        if self.refuse:
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "not authorized: sagemaker:Search"},
+                               "ResponseMetadata": {"HTTPStatusCode": 400}}, "Search")
+        page = self._client.search(**args)
+        for result in page.get("Results", []):
+            if result["TrainingJob"]["TrainingJobName"] in self.running:
+                result["TrainingJob"]["TrainingJobStatus"] = "InProgress"
+                result["TrainingJob"]["SecondaryStatus"] = "Training"
+        return page
+
+
+def test_search_refused_every_job_is_described_and_search_not_asked_again(dozen):
+    ledger, _, names = dozen
+    client = _SearchAnswers(boto3.client("sagemaker", region_name="us-east-1"), refuse=True)
+    backend = _fresh_sagemaker(ledger, client)
+    calls = Calls(client._client)
+    answers = backend.statuses(names)
+    assert all(isinstance(answers[n], JobStatus) and answers[n].status == "completed" for n in names)
+    assert sorted(p["TrainingJobName"] for p in calls.named("DescribeTrainingJob")) == sorted(names)
+    backend.statuses(names)
+    assert client.searches == 1
+
+
+def test_a_job_search_shows_in_flight_is_described_not_trusted(dozen):
+    ledger, _, names = dozen
+    client = _SearchAnswers(boto3.client("sagemaker", region_name="us-east-1"), running=tuple(names[:3]))
+    backend = _fresh_sagemaker(ledger, client)
+    calls = Calls(client._client)
+    answers = backend.statuses(names)
+    assert sorted(p["TrainingJobName"] for p in calls.named("DescribeTrainingJob")) == sorted(names[:3])
+    assert {answers[n].status for n in names} == {"completed"}  # as DescribeTrainingJob says
 
 
 def _batch_jobs(clients, ledger: Ledger, count: int, stem: str = "bulk", queue: str = QUEUE) -> list[str]:  # noqa: F811

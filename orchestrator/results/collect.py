@@ -378,7 +378,7 @@ def _listed_jobs(collector: _Collector, sweep: str) -> list[str]:
                                hint=hint) from None
         try:
             described = backend.describe_all(needle) or {}
-        except Exception:  # a shortcut only (e.g. no sagemaker:Search grant): each job is described instead
+        except OrchestratorError:  # a shortcut only (e.g. no sagemaker:Search grant): each job is described instead
             described = {}
         collector.ended.update(((name, region, job), status) for job, status in described.items()
                                if status.terminal)

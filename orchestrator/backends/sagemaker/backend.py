@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import ClassVar
 
-from orchestrator.aws_errors import is_definite_refusal, is_not_found, kind_of
+from orchestrator.aws_errors import is_definite_refusal, is_not_found, is_transient, kind_of
 from orchestrator.backends import registry
 from orchestrator.backends.cloud import CloudBackend
 from orchestrator.backends.cloud_errors import translate
@@ -50,6 +50,11 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 # is thread safe ("Low-level clients are thread safe", boto3 guide, "Multithreading or
 # multiprocessing with clients").
 DESCRIBE_THREADS = 8
+# `statuses` of at least this many jobs whose names share a prefix this long (a sweep's jobs
+# share its `Identity.job_prefix`) first reads the ended ones with Search, 100 a call
+# (`_ended_in_bulk`); a shorter prefix could page over most of the account's jobs.
+SEARCH_AT_LEAST = 10
+SEARCH_PREFIX_CHARS = 8
 
 # SageMaker's SecondaryStatus values that mean "the job exists but no training step runs yet".
 _STARTING = frozenset({
@@ -134,6 +139,7 @@ class SageMakerBackend(CloudBackend):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._tag_cache: dict[str, dict[str, str]] = {}  # job ARN -> its tags (`_tags`)
+        self._search_refused = False  # Search answered other than "try again" (`_ended_in_bulk`)
 
     # --- the spec side (`backends.Backend`) -------------------------------------------------
 
@@ -282,17 +288,22 @@ class SageMakerBackend(CloudBackend):
             args["NextToken"] = token
 
     def describe_all(self, containing: str) -> dict[str, JobStatus]:
-        """`describe` of every training job whose name contains `containing`, 100 a call:
-        Search (Resource TrainingJob) with the filter TrainingJobName Contains `containing`
+        """`describe` of every training job whose name contains `containing`, 100 a call
+        (`_searched`), by name."""
+        return {name: self._job_status(job, tags={}) for name, job in self._searched(containing).items()}
+
+    def _searched(self, containing: str) -> dict[str, dict]:
+        """Every training job whose name contains `containing`, as Search gives it: Search
+        (Resource TrainingJob) with the filter TrainingJobName Contains `containing`
         ("Contains: The value of Name contains the string Value. Only supported for text
         properties.", SageMaker API Reference, Filter), every page. Each result's TrainingJob
         ("The properties of a training job.", SearchRecord) has the members of
-        DescribeTrainingJob's answer that `_job_status` reads (TrainingJob: TrainingJobStatus,
-        SecondaryStatus, FailureReason, BillableTimeInSeconds, TrainingTimeInSeconds,
-        EnableManagedSpotTraining, ResourceConfig, the times). Assumed, no page says how fresh
-        the search index is: a job just created may be missing and a running one behind, so
-        callers trust ended jobs only and describe the others."""
-        found: dict[str, JobStatus] = {}
+        DescribeTrainingJob's answer that `_job_status` reads (TrainingJob: TrainingJobArn,
+        TrainingJobStatus, SecondaryStatus, FailureReason, BillableTimeInSeconds,
+        TrainingTimeInSeconds, EnableManagedSpotTraining, ResourceConfig, the times). Assumed,
+        no page says how fresh the search index is: a job just created may be missing and a
+        running one behind, so callers trust ended jobs only and describe the others."""
+        found: dict[str, dict] = {}
         args: dict = {"Resource": "TrainingJob", "MaxResults": 100, "SearchExpression": {
             "Filters": [{"Name": "TrainingJobName", "Operator": "Contains", "Value": containing}]}}
         while True:
@@ -301,11 +312,30 @@ class SageMakerBackend(CloudBackend):
             for result in page.get("Results", []):
                 job = result.get("TrainingJob")
                 if job and containing in job.get("TrainingJobName", ""):
-                    found[job["TrainingJobName"]] = self._job_status(job, tags={})
+                    found[job["TrainingJobName"]] = job
             token = page.get("NextToken")
             if not token or token == args.get("NextToken"):
                 return found
             args["NextToken"] = token
+
+    def _ended_in_bulk(self, names: list[str]) -> dict[str, dict]:
+        """Of `names`, those Search shows ended (`_searched` of their common prefix), when there
+        are SEARCH_AT_LEAST of them sharing SEARCH_PREFIX_CHARS; {} otherwise, and when Search
+        fails (a policy without sagemaker:Search: each job is described, as before). A refusal
+        is remembered: the next refresh does not ask again."""
+        import os
+
+        prefix = os.path.commonprefix(names) if len(names) >= SEARCH_AT_LEAST else ""
+        if len(prefix) < SEARCH_PREFIX_CHARS or self._search_refused:
+            return {}
+        try:
+            found = self._searched(prefix)
+        except BackendError as exc:
+            self._search_refused = not is_transient(exc)
+            return {}
+        wanted = set(names)
+        return {name: job for name, job in found.items() if name in wanted
+                and status_of(job.get("TrainingJobStatus", ""), job.get("SecondaryStatus")).is_terminal()}
 
     def exists(self, job_name: str) -> bool:
         """Whether SageMaker has a training job of this name (DescribeTrainingJob)."""
@@ -349,19 +379,23 @@ class SageMakerBackend(CloudBackend):
         return status
 
     def statuses(self, job_names: Iterable[str]) -> dict[str, JobStatus | OrchestratorError]:
-        """`status` of each job (`Backend.statuses`): DescribeTrainingJob of all of them on up to
-        DESCRIBE_THREADS threads, which make the calls and nothing else (none after one failed
-        other than "no such job"); each answer is then translated, tagged and recorded here, on
-        the calling thread (the ledger's connection is never used from another), in the order
-        given."""
+        """`status` of each job (`Backend.statuses`): those Search shows ended are read in bulk
+        (`_ended_in_bulk`: a sweep's jobs, 100 a call), the others described
+        (DescribeTrainingJob) on up to DESCRIBE_THREADS threads, which make the calls and
+        nothing else (none after one failed other than "no such job"); each answer is then
+        translated, tagged and recorded here, on the calling thread (the ledger's connection is
+        never used from another), in the order given."""
         import threading
 
         from botocore.exceptions import BotoCoreError, ClientError
 
         names = list(dict.fromkeys(job_names))
+        ended = self._ended_in_bulk(names)
         failed = threading.Event()  # a call failed other than "no such job": ask no more
 
         def ask(name: str):
+            if name in ended:
+                return ended[name]
             if failed.is_set():
                 return None
             try:
