@@ -376,8 +376,9 @@ def _listed_jobs(collector: _Collector, sweep: str) -> list[str]:
             hint = "; ".join(filter(None, (exc.hint, "or pass --region")))
             raise BackendError(f"cannot list the jobs of sweep {sweep} in {backend.place}: {_reason(exc)}",
                                hint=hint) from None
+        bulk = getattr(backend, "describe_all", None)  # optional: a backend from elsewhere may lack it
         try:
-            described = backend.describe_all(needle) or {}
+            described = (bulk(needle) if bulk is not None else None) or {}
         except OrchestratorError:  # a shortcut only (e.g. no sagemaker:Search grant): each job is described instead
             described = {}
         collector.ended.update(((name, region, job), status) for job, status in described.items()
