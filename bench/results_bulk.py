@@ -9,7 +9,8 @@ times each: "each" with the SageMaker backend's bulk read turned off (`describe_
 None: every job described on its own, as before issue 35), "bulk" as shipped. For each way:
 wall seconds, this process's CPU seconds (botocore, our collection, the thread pool: the
 server is elsewhere), the server's CPU seconds, and the calls sent by operation (counted on
-the clients), per trial too. Checks both ways give the same rows and lose no job.
+the clients), per trial too. `--latency-ms` sends each call that much later (a remote
+endpoint's round trip; the calls still wait on moto besides). Checks both ways give the same rows and lose no job.
 
 `clients` compares, in the same run, what `collect` builds before its first read (the store's
 S3 client and the SageMaker and Batch backends' clients) with a boto3 Session each, as before
@@ -18,7 +19,7 @@ each service's model once. Best of `--rounds` x 3 each, seconds of this process'
 
 Prints one JSON object.
 
-    PYTHONPATH=. .venv/bin/python bench/results_bulk.py [--trials 1000] [--workers 16] [--rounds 2]
+    PYTHONPATH=. .venv/bin/python bench/results_bulk.py [--trials 1000] [--workers 16] [--rounds 2] [--latency-ms 0]
 """
 
 from __future__ import annotations
@@ -43,16 +44,23 @@ from results_collect import BUCKET, process_cpu_s, seed  # noqa: E402
 SWEEP = "bench"  # results_collect's jobs: bench-0000..., tagged orchestrator:sweep "bench"
 
 
-def counted(client, calls: Counter):
-    """`client`, each request it sends counted in `calls` by operation."""
+def counted(client, calls: Counter, latency_s: float = 0.0):
+    """`client`, each request it sends counted in `calls` by operation, and sent `latency_s`
+    late (botocore's before-send event, on the calling thread): a remote endpoint's round trip,
+    which moto on loopback does not have."""
     def count(model, **_):
         calls[model.name] += 1
 
+    def wait(**_):
+        time.sleep(latency_s)
+
     client.meta.events.register("before-parameter-build.*.*", count)
+    if latency_s:
+        client.meta.events.register("before-send.*.*", wait)
     return client
 
 
-def timed(prefix: str, workers: int, bulk: bool, server_pid: int) -> dict:
+def timed(prefix: str, workers: int, bulk: bool, server_pid: int, latency_s: float = 0.0) -> dict:
     import boto3
 
     from orchestrator import results
@@ -61,8 +69,8 @@ def timed(prefix: str, workers: int, bulk: bool, server_pid: int) -> dict:
 
     calls: Counter = Counter()
     session = boto3.session.Session()
-    s3 = counted(session.client("s3", config=results.client_config(workers)), calls)
-    sm = counted(session.client("sagemaker", config=results.client_config(workers)), calls)
+    s3 = counted(session.client("s3", config=results.client_config(workers)), calls, latency_s)
+    sm = counted(session.client("sagemaker", config=results.client_config(workers)), calls, latency_s)
 
     def backend_for(name: str, region: str):
         if name != "sagemaker":
@@ -102,6 +110,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="added before each call is sent, as a remote endpoint's round trip")
     args = parser.parse_args()
 
     use_fake_credentials()
@@ -118,12 +128,13 @@ def main() -> None:
         runs: dict[str, list[dict]] = {"each": [], "bulk": []}
         for _ in range(args.rounds):
             for way in runs:
-                runs[way].append(timed(prefix, args.workers, way == "bulk", proc.pid))
+                runs[way].append(timed(prefix, args.workers, way == "bulk", proc.pid, args.latency_ms / 1000))
         rows = [run.pop("rows") for way in runs.values() for run in way]
         if any(r != rows[0] for r in rows) or len(rows[0]) != args.trials or \
                 any(r.status != "completed" for r in rows[0]):
             raise SystemExit("the two ways gave different rows, or lost jobs")
-        out: dict = {"trials": args.trials, "workers": args.workers, "rounds": args.rounds}
+        out: dict = {"trials": args.trials, "workers": args.workers, "rounds": args.rounds,
+                     "latency_ms": args.latency_ms}
         for way, done in runs.items():
             best = min(done, key=lambda run: run["cpu_s"])
             out[way] = {"wall_s": round(min(r["wall_s"] for r in done), 2), "cpu_s": round(best["cpu_s"], 2),
