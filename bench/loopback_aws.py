@@ -1,6 +1,7 @@
 """What every benchmark that talks to moto sets first: fake credentials and no real profile,
 so nothing can reach AWS; each benchmark then points AWS_ENDPOINT_URL at its own moto server
-on 127.0.0.1 (`start_moto` in a child process, `threaded_moto` in this one)."""
+on 127.0.0.1 (`start_moto` in a child process, `moto_process` the same for a block with its
+own ORCHESTRATOR_HOME, `threaded_moto` in this process)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,29 @@ def start_moto() -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("moto server did not start within 60 s")
+
+
+@contextmanager
+def moto_process(home_prefix: str) -> Iterator[subprocess.Popen]:
+    """For the block: the fake credentials, a temporary ORCHESTRATOR_HOME and a moto server in
+    its own process (`start_moto`) that every AWS client uses (AWS_ENDPOINT_URL); its process is
+    given (its CPU can be read); after, the server is stopped and the home removed."""
+    import tempfile
+
+    use_fake_credentials()
+    home = tempfile.TemporaryDirectory(prefix=home_prefix)
+    os.environ["ORCHESTRATOR_HOME"] = home.name
+    proc, url = start_moto()
+    try:
+        os.environ["AWS_ENDPOINT_URL"] = url
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        home.cleanup()
 
 
 @contextmanager

@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback_aws import start_moto, use_fake_credentials  # noqa: E402
+from loopback_aws import moto_process  # noqa: E402
 from results_collect import BUCKET, process_cpu_s, seed  # noqa: E402
 
 SWEEP = "bench"  # results_collect's jobs: bench-0000..., tagged orchestrator:sweep "bench"
@@ -114,12 +112,7 @@ def main() -> None:
                         help="added before each call is sent, as a remote endpoint's round trip")
     args = parser.parse_args()
 
-    use_fake_credentials()
-    home = tempfile.TemporaryDirectory(prefix="bench-results-bulk-home-")
-    os.environ["ORCHESTRATOR_HOME"] = home.name
-    proc, url = start_moto()
-    try:
-        os.environ["AWS_ENDPOINT_URL"] = url
+    with moto_process("bench-results-bulk-home-") as proc:
         import boto3
 
         seed(boto3.client("s3"), boto3.client("sagemaker"), args.trials)
@@ -151,13 +144,6 @@ def main() -> None:
         out["wall_ratio"] = round(out["each"]["wall_s"] / out["bulk"]["wall_s"], 2)
         out.update(load_average=round(os.getloadavg()[0], 2), python=sys.version.split()[0])
         print(json.dumps(out))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        home.cleanup()
 
 
 if __name__ == "__main__":

@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from loopback_aws import start_moto, use_fake_credentials  # noqa: E402
+from loopback_aws import moto_process  # noqa: E402
 
 BUCKET = "bench-results"
 TYPES = [("ml.trn1.2xlarge", 1, 2), ("ml.trn1.32xlarge", 1, 32), ("ml.trn1.32xlarge", 2, 32),
@@ -193,12 +191,7 @@ def main() -> None:
                         "loopback; the best time of each is reported.")
     args = parser.parse_args()
 
-    use_fake_credentials()
-    home = tempfile.TemporaryDirectory(prefix="bench-results-home-")
-    os.environ["ORCHESTRATOR_HOME"] = home.name
-    proc, url = start_moto()
-    try:
-        os.environ["AWS_ENDPOINT_URL"] = url
+    with moto_process("bench-results-home-") as proc:
         import boto3
 
         seed(boto3.client("s3"), boto3.client("sagemaker"), args.jobs)
@@ -212,13 +205,6 @@ def main() -> None:
             modelled = compare(prefix, args.jobs, args.workers, args.latency_ms / 1000, 1, proc.pid)
             out["with_latency"] = {"latency_ms": args.latency_ms, **modelled, "goal_met": modelled["speedup"] >= 4}
         print(json.dumps(out))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        home.cleanup()
 
 
 if __name__ == "__main__":
