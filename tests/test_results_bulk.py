@@ -176,13 +176,27 @@ def test_describe_all_asks_search_for_the_names_100_a_page_and_follows_every_pag
                                 _record("other", "Completed")]})
     found = SageMakerBackend(client, None, None).describe_all("s-")
     expression = {"Filters": [{"Name": "TrainingJobName", "Operator": "Contains", "Value": "s-"}]}
-    assert client.asked == [{"Resource": "TrainingJob", "MaxResults": 100, "SearchExpression": expression},
-                            {"Resource": "TrainingJob", "MaxResults": 100, "SearchExpression": expression,
-                             "NextToken": "p2"}]
+    first = {"Resource": "TrainingJob", "MaxResults": 100, "SortBy": "LastModifiedTime", "SortOrder": "Descending",
+             "SearchExpression": expression}
+    assert client.asked == [first, {**first, "NextToken": "p2"}]
     assert sorted(found) == ["s-1", "s-2", "s-3"]  # a record whose name does not contain the needle is not one
     assert (found["s-1"].status, found["s-1"].billable_seconds, found["s-1"].spot) == ("completed", 50, True)
     assert found["s-2"].failure_reason == "CapacityError: none" and found["s-3"].status == "running"
     assert [s.terminal for s in (found["s-1"], found["s-2"], found["s-3"])] == [True, True, False]
+
+
+def test_a_refresh_reads_a_page_more_than_its_jobs_fill_the_most_recently_modified_first():
+    """A sweep's refresh (`statuses`) of 12 jobs in flight reads 2 pages of Search at most, however
+    many jobs of the sweep have ended before: the jobs that ended since the last refresh are the
+    most recently modified; one past the pages read is described, not lost."""
+    names = [f"nightly-1a2b3c4d-t{i:02d}" for i in range(12)]
+    page = lambda few, token=None: {"Results": [_record(n, "Completed") for n in few],  # noqa: E731
+                                    **({"NextToken": token} if token else {})}
+    client = Pages(page(names[:6], "p2"), page(names[6:9] + ["nightly-1a2b3c4d-old"], "p3"), page(names[9:], "p4"))
+    ended = SageMakerBackend(client, None, None)._ended_in_bulk(names)
+    assert len(client.asked) == 2 and client.asked[0]["SortBy"] == "LastModifiedTime"
+    assert client.asked[0]["SearchExpression"]["Filters"][0]["Value"] == "nightly-1a2b3c4d-t"
+    assert sorted(ended) == names[:9]  # the old job is not one asked about; the last three are described
 
 
 def test_the_other_backends_have_no_bulk_read():

@@ -292,7 +292,7 @@ class SageMakerBackend(CloudBackend):
         (`_searched`), by name."""
         return {name: self._job_status(job, tags={}) for name, job in self._searched(containing).items()}
 
-    def _searched(self, containing: str) -> dict[str, dict]:
+    def _searched(self, containing: str, max_pages: int | None = None) -> dict[str, dict]:
         """Every training job whose name contains `containing`, as Search gives it: Search
         (Resource TrainingJob) with the filter TrainingJobName Contains `containing`
         ("Contains: The value of Name contains the string Value. Only supported for text
@@ -302,11 +302,14 @@ class SageMakerBackend(CloudBackend):
         TrainingJobStatus, SecondaryStatus, FailureReason, BillableTimeInSeconds,
         TrainingTimeInSeconds, EnableManagedSpotTraining, ResourceConfig, the times). Assumed,
         no page says how fresh the search index is: a job just created may be missing and a
-        running one behind, so callers trust ended jobs only and describe the others."""
+        running one behind, so callers trust ended jobs only and describe the others. The most
+        recently modified first (SortBy "The default is LastModifiedTime", SortOrder "The
+        default is Descending", Search API Reference; both sent), `max_pages` pages at most."""
         found: dict[str, dict] = {}
-        args: dict = {"Resource": "TrainingJob", "MaxResults": 100, "SearchExpression": {
-            "Filters": [{"Name": "TrainingJobName", "Operator": "Contains", "Value": containing}]}}
-        while True:
+        args: dict = {"Resource": "TrainingJob", "MaxResults": 100, "SortBy": "LastModifiedTime",
+                      "SortOrder": "Descending", "SearchExpression": {
+                          "Filters": [{"Name": "TrainingJobName", "Operator": "Contains", "Value": containing}]}}
+        for _ in range(max_pages) if max_pages is not None else iter(int, 1):
             with self._aws("Search"):
                 page = self.sm.search(**args)
             for result in page.get("Results", []):
@@ -315,21 +318,26 @@ class SageMakerBackend(CloudBackend):
                     found[job["TrainingJobName"]] = job
             token = page.get("NextToken")
             if not token or token == args.get("NextToken"):
-                return found
+                break
             args["NextToken"] = token
+        return found
 
     def _ended_in_bulk(self, names: list[str]) -> dict[str, dict]:
         """Of `names`, those Search shows ended (`_searched` of their common prefix), when there
         are SEARCH_AT_LEAST of them sharing SEARCH_PREFIX_CHARS; {} otherwise, and when Search
         fails (a policy without sagemaker:Search: each job is described, as before). A refusal
-        is remembered: the next refresh does not ask again."""
+        is remembered: the next refresh does not ask again. At most one page more than `names`
+        fill: a job's LastModifiedTime is "when the status of the training job was last
+        modified" (DescribeTrainingJob), so the jobs that ended since the last refresh come
+        before the sweep's jobs recorded earlier, and a long sweep's round stays a page or two
+        however many of its jobs have ended; one not among them is described."""
         import os
 
         prefix = os.path.commonprefix(names) if len(names) >= SEARCH_AT_LEAST else ""
         if len(prefix) < SEARCH_PREFIX_CHARS or self._search_refused:
             return {}
         try:
-            found = self._searched(prefix)
+            found = self._searched(prefix, max_pages=-(-len(names) // 100) + 1)
         except BackendError as exc:
             self._search_refused = not is_transient(exc)
             return {}
