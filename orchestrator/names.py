@@ -169,10 +169,16 @@ class Identity:
 
     def parse(self, job: str) -> tuple[str, int] | None:
         """(trial id, attempt) of a job of this sweep, None for any other name."""
-        found = _SWEEP_JOB.fullmatch(job)
-        if found is None or found["prefix"] != self.job_prefix:
-            return None
-        return found["trial"], int(found["attempt"] or 0)
+        return trial_attempt(job, self.job_prefix)
+
+
+def trial_attempt(job: str, job_prefix: str) -> tuple[str, int] | None:
+    """(trial id, attempt) of a job named `Identity.job_name` under `job_prefix` (a sweep's, or a
+    cloud schedule run's with its label in it), None for any other name."""
+    found = _SWEEP_JOB.fullmatch(job)
+    if found is None or found["prefix"] != job_prefix:
+        return None
+    return found["trial"], int(found["attempt"] or 0)
 
 
 def sweep_identity(sweep_name: str, spec_hashes: list[str], tick: datetime | None = None) -> Identity:

@@ -22,7 +22,6 @@ Contract:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -60,21 +59,22 @@ def read_listing(outputs: dict[str, str]) -> dict | None:
 def trials(listing: dict, label: str, since: datetime, client: Callable) -> tuple[list[dict], int]:
     """The run's trials with a job, and the count of those without (see the module docstring)."""
     from orchestrator.errors import service_message
+    from orchestrator.names import trial_attempt
     from orchestrator.sweep.failures import failure_kind
 
     prefix = listing["jobs"].replace(PLACEHOLDER_LABEL, label)
-    shape = re.compile(re.escape(prefix) + r"-(?P<trial>[^-]+)(?:-r(?P<n>[0-9]+))?")
     latest: dict[str, tuple[int, float, scheduled.Seen, str]] = {}
     for backend, places in sorted(listing["places"].items()):
         part = scheduled.part_of(backend)
         for seen in part.listed(client, prefix, since - CLOCK_SLACK, list(places or [])):
-            found = shape.fullmatch(seen.name)
+            found = trial_attempt(seen.name, prefix)
             if found is None:
                 continue
-            key = (int(found["n"] or 0), seen.created)
-            kept = latest.get(found["trial"])
+            trial, attempt = found
+            key = (attempt, seen.created)
+            kept = latest.get(trial)
             if kept is None or key > kept[:2]:
-                latest[found["trial"]] = (*key, seen, backend)
+                latest[trial] = (*key, seen, backend)
     failed = {trial: (seen, backend) for trial, (_, _, seen, backend) in latest.items()
               if seen.status == scheduled.part_of(backend).failed}
     reasons: dict[str, str] = {}

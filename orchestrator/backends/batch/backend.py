@@ -63,6 +63,16 @@ _ACTIVE = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING")
 DESCRIBE_JOBS_IDS = 100
 
 
+def failure_text(status_reason: str | None, container: dict) -> str:
+    """Why a job failed, in the runner's words: "<statusReason>; <container reason>; exit code
+    N", the parts it has (DescribeJobs' job and last attempt's container, or a ListJobs
+    summary's, whose JobSummary and ContainerSummary carry the same members)."""
+    parts = [status_reason, container.get("reason")]
+    if container.get("exitCode") is not None:
+        parts.append(f"exit code {container['exitCode']}")
+    return "; ".join(str(p) for p in parts if p)
+
+
 def status_of(state: str, *, stopped: bool = False) -> Status:
     """The one table from Batch's job status to ours. `stopped`: TerminateJob (or CancelJob) was
     called, so a FAILED job was stopped and a running one is stopping."""
@@ -454,10 +464,7 @@ class BatchBackend(CloudBackend):
         last = (attempts[-1].get("container") or {}) if attempts else (d.get("container") or {})
         reason = None
         if ours in (Status.FAILED, Status.STOPPED) or (d["status"] == "RUNNABLE" and d.get("statusReason")):
-            parts = [d.get("statusReason"), last.get("reason")]
-            if last.get("exitCode") is not None:
-                parts.append(f"exit code {last['exitCode']}")
-            reason = "; ".join(str(p) for p in parts if p) or None
+            reason = failure_text(d.get("statusReason"), last) or None
         run = sum(max(0.0, (_seconds(a.get("stoppedAt")) or 0) - (_seconds(a.get("startedAt")) or 0))
                   for a in attempts if _seconds(a.get("startedAt")) and _seconds(a.get("stoppedAt")))
         # The job's own environment as Batch reports it (the overrides win over the definition's).

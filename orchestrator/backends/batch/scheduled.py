@@ -142,9 +142,7 @@ class BatchJobs(ScheduledJobs):
 
 
 def _reason(summary: dict) -> str:
-    """"<statusReason>; <container reason>; exit code N" of a JobSummary, the parts it has."""
-    container = summary.get("container") or {}
-    parts = [summary.get("statusReason"), container.get("reason")]
-    if container.get("exitCode") is not None:
-        parts.append(f"exit code {container['exitCode']}")
-    return "; ".join(str(p) for p in parts if p)
+    """A failed JobSummary's reason, as the runner words DescribeJobs' (`failure_text`)."""
+    from orchestrator.backends.batch.backend import failure_text
+
+    return failure_text(summary.get("statusReason"), summary.get("container") or {})

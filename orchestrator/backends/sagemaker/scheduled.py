@@ -22,10 +22,6 @@ from orchestrator.backends.scheduled import Names, ScheduledJobs, Seen, arn, sdk
 # ListTrainingJobs's largest page ("MaxResults ... Valid Range: Minimum value of 1. Maximum value
 # of 100.", SageMaker API Reference, ListTrainingJobs).
 PAGE = 100
-# Failed jobs described at once for their reasons (`reasons`): the round trips overlap, at a
-# rate well under SageMaker's Describe* throttling (assumed: its per-API rates are not published
-# per operation; a throttle is retried by botocore's retry config).
-REASON_WORKERS = 8
 
 
 class SageMakerJobs(ScheduledJobs):
@@ -92,14 +88,17 @@ class SageMakerJobs(ScheduledJobs):
         return found
 
     def reasons(self, client, names: list[str]) -> dict[str, str]:
-        """Each failed job's FailureReason (DescribeTrainingJob, one call per name, REASON_WORKERS
-        at once: boto3's clients are thread-safe; the first error is raised)."""
+        """Each failed job's FailureReason (DescribeTrainingJob, one call per name, as many at once
+        as the backend's `statuses` makes: `backend.DESCRIBE_THREADS`, an assumed limit; boto3's
+        clients are thread-safe; the first error is raised)."""
         from concurrent.futures import ThreadPoolExecutor
+
+        from orchestrator.backends.sagemaker.backend import DESCRIBE_THREADS
 
         sm = client("sagemaker")
 
         def reason(name: str) -> str:
             return sm.describe_training_job(TrainingJobName=name).get("FailureReason") or ""
 
-        with ThreadPoolExecutor(max_workers=max(1, min(REASON_WORKERS, len(names)))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(DESCRIBE_THREADS, len(names)))) as pool:
             return dict(zip(names, pool.map(reason, names), strict=True))
