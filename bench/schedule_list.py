@@ -80,7 +80,9 @@ def make_run(trials: int) -> tuple[str, list[str], dict[str, tuple[str, str]]]:
         client.create_training_job(TrainingJobName=name, **base)
         records[name].training_job_status, records[name].failure_reason = status, reason
 
-    ids = [f"t{i:07x}" for i in range(trials)]
+    from orchestrator.names import TRIAL_HEX
+
+    ids = [f"t{i:0{TRIAL_HEX}x}" for i in range(trials)]  # trial ids as `names.trial_id` makes them
     expected: dict[str, tuple[str, str]] = {}
     for i, trial in enumerate(ids):
         name, share = f"{prefix}-{trial}", i % 20
